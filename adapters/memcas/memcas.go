@@ -1,0 +1,258 @@
+// Package memcas is an in-process [cas.Store]: a sharded map with
+// versioned compare-and-swap, fencing tokens and atomic multi-key commits.
+//
+// It is the reference adapter: the fastest way to run occ.Update, occ.Txn
+// and hybrid.Update in a test or a single process, and the store the
+// conformance suite [github.com/occkit/occkit/cas/castest] is first run
+// against.
+//
+// # Layout and versions
+//
+// Keys are spread over 64 shards, each behind its own read-write mutex, so
+// operations on different keys rarely wait for each other and reads of one
+// key run in parallel. Versions come from one atomic counter shared by all
+// keys: a key's versions strictly increase and are never reused, also after
+// a delete and re-create. Values are copied on the way in and out; callers
+// may keep and modify the slices they pass or receive.
+//
+// A deleted key that has been written with a fencing token leaves a
+// tombstone holding that token, so that a stale holder cannot re-create it;
+// other deleted keys leave nothing behind.
+//
+// # Limits
+//
+// Keys and values are validated with [cas.Limits]; the defaults are 1 KiB
+// keys, 1 MiB values and 100 operations per commit, and [WithLimits]
+// changes them.
+package memcas
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/occkit/occkit/cas"
+)
+
+const numShards = 64
+
+// Store is an in-memory versioned key-value store. The zero value is not
+// usable; call New. A Store is safe for concurrent use.
+type Store struct {
+	limits cas.Limits
+	clock  atomic.Uint64
+	shards [numShards]shard
+}
+
+type shard struct {
+	mu sync.RWMutex
+	m  map[string]entry
+	_  [64 - 32]byte // keep shards on separate cache lines
+}
+
+// entry is a key's state. version == 0 marks a tombstone that only keeps the
+// key's fencing token.
+type entry struct {
+	value   []byte
+	version cas.Version
+	token   uint64
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithLimits sets the key, value and commit limits (zero fields keep their
+// defaults).
+func WithLimits(l cas.Limits) Option {
+	return func(s *Store) { s.limits = l.WithDefaults() }
+}
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	s := &Store{limits: cas.Limits{}.WithDefaults()}
+	for _, o := range opts {
+		o(s)
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]entry)
+	}
+	return s
+}
+
+var (
+	_ cas.Store       = (*Store)(nil)
+	_ cas.FencedStore = (*Store)(nil)
+	_ cas.Committer   = (*Store)(nil)
+)
+
+// Limits returns the limits the store enforces.
+func (s *Store) Limits() cas.Limits { return s.limits }
+
+// String returns "memcas".
+func (s *Store) String() string { return "memcas" }
+
+func shardIndex(key string) int {
+	// FNV-1a, inlined to avoid allocating a hash.Hash.
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % numShards)
+}
+
+func (s *Store) shard(key string) *shard { return &s.shards[shardIndex(key)] }
+
+// Get implements cas.Store.
+func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
+	if err := s.limits.Get(ctx, key); err != nil {
+		return cas.Item{}, err
+	}
+	sh := s.shard(key)
+	sh.mu.RLock()
+	e := sh.m[key]
+	var v []byte
+	if e.version != 0 {
+		v = clone(e.value)
+	}
+	sh.mu.RUnlock()
+	if e.version == 0 {
+		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
+	}
+	return cas.Item{Key: key, Value: v, Version: e.version}, nil
+}
+
+// CompareAndSwap implements cas.Store.
+func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	return s.put(ctx, key, expected, 0, false, value)
+}
+
+// CompareAndSwapFenced implements cas.FencedStore.
+func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	return s.put(ctx, key, expected, token, true, value)
+}
+
+func (s *Store) put(ctx context.Context, key string, expected cas.Version, token uint64, fenced bool, value []byte) (cas.Version, error) {
+	if err := s.limits.Put(ctx, key, value); err != nil {
+		return 0, err
+	}
+	v := clone(value)
+	sh := s.shard(key)
+	sh.mu.Lock()
+	e := sh.m[key]
+	if fenced && token < e.token {
+		sh.mu.Unlock()
+		return 0, fencedError(key, token, e.token)
+	}
+	if e.version != expected {
+		err := conflict(key, expected, e)
+		sh.mu.Unlock()
+		return 0, err
+	}
+	if fenced {
+		e.token = token
+	}
+	e.value = v
+	e.version = cas.Version(s.clock.Add(1))
+	sh.m[key] = e
+	sh.mu.Unlock()
+	return e.version, nil
+}
+
+// CompareAndDelete implements cas.Store.
+func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.Version) error {
+	if err := s.limits.Delete(ctx, key, expected); err != nil {
+		return err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[key]
+	if e.version != expected {
+		return conflict(key, expected, e)
+	}
+	s.remove(sh, key, e)
+	return nil
+}
+
+// remove deletes key, leaving a tombstone if it carries a fencing token.
+// The caller holds sh.mu.
+func (s *Store) remove(sh *shard, key string, e entry) {
+	if e.token == 0 {
+		delete(sh.m, key)
+		return
+	}
+	sh.m[key] = entry{token: e.token}
+}
+
+// Commit implements cas.Committer: it locks the shards of all keys in index
+// order, checks every version, then applies every write.
+func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	if err := s.limits.Commit(ctx, ops); err != nil {
+		return nil, err
+	}
+	idx := make([]int, 0, len(ops))
+	for _, op := range ops {
+		idx = append(idx, shardIndex(op.Key))
+	}
+	locked := slices.Clone(idx)
+	slices.Sort(locked)
+	locked = slices.Compact(locked)
+	values := make([][]byte, len(ops))
+	for i, op := range ops {
+		if op.Kind == cas.OpPut {
+			values[i] = clone(op.Value)
+		}
+	}
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range locked {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	for i, op := range ops {
+		e := s.shards[idx[i]].m[op.Key]
+		if e.version != op.Expected {
+			return nil, conflict(op.Key, op.Expected, e)
+		}
+	}
+	out := make([]cas.Version, len(ops))
+	for i, op := range ops {
+		sh := &s.shards[idx[i]]
+		e := sh.m[op.Key]
+		switch op.Kind {
+		case cas.OpCheck:
+			out[i] = op.Expected
+		case cas.OpPut:
+			e.value = values[i]
+			e.version = cas.Version(s.clock.Add(1))
+			sh.m[op.Key] = e
+			out[i] = e.version
+		case cas.OpDelete:
+			s.remove(sh, op.Key, e)
+		}
+	}
+	return out, nil
+}
+
+func conflict(key string, expected cas.Version, e entry) error {
+	cur := cas.Item{Key: key, Version: e.version}
+	if e.version != 0 {
+		cur.Value = clone(e.value)
+	}
+	return &cas.ConflictError{Key: key, Expected: expected, Current: cur, HasCurrent: true}
+}
+
+func fencedError(key string, token, highest uint64) error {
+	return &cas.FencedError{Key: key, Token: token, Highest: highest}
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return slices.Clone(b)
+}

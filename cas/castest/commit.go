@@ -1,0 +1,163 @@
+package castest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/occkit/occkit/cas"
+)
+
+func committer(t *testing.T, s cas.Store) cas.Committer {
+	t.Helper()
+	c, err := cas.AsCommitter(s)
+	if err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	return c
+}
+
+var commitTests = []test{
+	{"PutsAtomically", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		a := mustCreate(t, s, "a", "A")
+		vs, err := c.Commit(context.Background(), []cas.Op{
+			cas.Put("a", a, []byte("A2")),
+			cas.Put("b", 0, []byte("B1")),
+		})
+		if err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		if len(vs) != 2 || vs[0] <= a || vs[1] == 0 {
+			t.Fatalf("commit versions = %v, want two new versions (a above %d)", vs, a)
+		}
+		wantItem(t, s, "a", "A2", vs[0])
+		wantItem(t, s, "b", "B1", vs[1])
+	}},
+	{"CheckDeleteAndPut", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		a := mustCreate(t, s, "a", "A")
+		b := mustCreate(t, s, "b", "B")
+		vs, err := c.Commit(context.Background(), []cas.Op{
+			cas.Check("a", a),
+			cas.Delete("b", b),
+			cas.Put("c", 0, []byte("C")),
+		})
+		if err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		if len(vs) != 3 || vs[0] != a || vs[1] != 0 || vs[2] == 0 {
+			t.Fatalf("commit versions = %v, want [%d 0 new]", vs, a)
+		}
+		wantItem(t, s, "a", "A", a)
+		wantAbsent(t, s, "b")
+		wantItem(t, s, "c", "C", vs[2])
+	}},
+	{"CheckAbsent", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		vs, err := c.Commit(context.Background(), []cas.Op{cas.Check("none", 0), cas.Put("x", 0, []byte("X"))})
+		if err != nil {
+			t.Fatalf("commit checking an absent key: %v", err)
+		}
+		wantItem(t, s, "x", "X", vs[1])
+		wantAbsent(t, s, "none")
+	}},
+	{"FailedCheckAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		a := mustCreate(t, s, "a", "A")
+		b := mustCreate(t, s, "b", "B")
+		b2 := mustSwap(t, s, "b", b, "B2")
+		_, err := c.Commit(context.Background(), []cas.Op{
+			cas.Put("a", a, []byte("A2")),
+			cas.Check("b", b),
+			cas.Put("c", 0, []byte("C")),
+		})
+		wantConflict(t, h, err, "b", b, b2, "B2")
+		wantItem(t, s, "a", "A", a)
+		wantItem(t, s, "b", "B2", b2)
+		wantAbsent(t, s, "c")
+	}},
+	{"FailedPutAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		a := mustCreate(t, s, "a", "A")
+		b := mustCreate(t, s, "b", "B")
+		_, err := c.Commit(context.Background(), []cas.Op{
+			cas.Delete("a", a),
+			cas.Put("b", 0, []byte("B2")), // b exists: conflict
+		})
+		wantConflict(t, h, err, "b", 0, b, "B")
+		wantItem(t, s, "a", "A", a)
+		wantItem(t, s, "b", "B", b)
+	}},
+	{"FailedDeleteAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		_, err := c.Commit(context.Background(), []cas.Op{
+			cas.Put("a", 0, []byte("A")),
+			cas.Delete("gone", 5),
+		})
+		wantConflict(t, h, err, "gone", 5, 0, "")
+		wantAbsent(t, s, "a")
+	}},
+	{"NoABAAcrossCommits", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		ctx := context.Background()
+		vs, err := c.Commit(ctx, []cas.Op{cas.Put("a", 0, []byte("1")), cas.Put("b", 0, []byte("1"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Commit(ctx, []cas.Op{cas.Delete("a", vs[0]), cas.Delete("b", vs[1])}); err != nil {
+			t.Fatal(err)
+		}
+		vs2, err := c.Commit(ctx, []cas.Op{cas.Put("a", 0, []byte("1")), cas.Put("b", 0, []byte("1"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vs2[0] <= vs[0] || vs2[1] <= vs[1] {
+			t.Fatalf("re-created keys got versions %v after %v: versions reused", vs2, vs)
+		}
+	}},
+	{"InvalidCommits", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		ctx := context.Background()
+		tooMany := make([]cas.Op, h.Limits.MaxCommitOps+1)
+		for i := range tooMany {
+			tooMany[i] = cas.Put(fmt.Sprintf("k%d", i), 0, []byte("v"))
+		}
+		cases := []struct {
+			name string
+			ops  []cas.Op
+			want error
+		}{
+			{"Empty", nil, cas.ErrInvalidCommit},
+			{"DuplicateKey", []cas.Op{cas.Put("k", 0, []byte("1")), cas.Check("k", 0)}, cas.ErrInvalidCommit},
+			{"UnknownKind", []cas.Op{{Kind: 99, Key: "k"}}, cas.ErrInvalidCommit},
+			{"DeleteVersionZero", []cas.Op{cas.Put("k", 0, []byte("1")), cas.Delete("j", 0)}, cas.ErrInvalidVersion},
+			{"TooManyOps", tooMany, cas.ErrTooLarge},
+			{"ValueTooLarge", []cas.Op{cas.Put("k", 0, make([]byte, h.Limits.MaxValueBytes+1))}, cas.ErrTooLarge},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				if _, err := c.Commit(ctx, tc.ops); !errors.Is(err, tc.want) {
+					t.Fatalf("commit: %v, want %v", err, tc.want)
+				}
+				wantAbsent(t, s, "k")
+				wantAbsent(t, s, "k0")
+			})
+		}
+	}},
+	{"LargestCommit", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		ops := make([]cas.Op, h.Limits.MaxCommitOps)
+		for i := range ops {
+			ops[i] = cas.Put(fmt.Sprintf("k%03d", i), 0, []byte("v"))
+		}
+		vs, err := c.Commit(context.Background(), ops)
+		if err != nil {
+			t.Fatalf("commit of %d ops (the limit): %v", len(ops), err)
+		}
+		for i := range ops {
+			wantItem(t, s, ops[i].Key, "v", vs[i])
+		}
+	}},
+}

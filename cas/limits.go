@@ -1,0 +1,170 @@
+package cas
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Default limits, used for any zero field of [Limits].
+const (
+	// DefaultMaxKeyBytes is the default longest key, in bytes.
+	DefaultMaxKeyBytes = 1024
+	// DefaultMaxValueBytes is the default largest value, in bytes.
+	DefaultMaxValueBytes = 1 << 20
+	// DefaultMaxCommitOps is the default largest number of ops in a commit.
+	DefaultMaxCommitOps = 100
+)
+
+// Limits are the sizes a store accepts. Each adapter declares its own (the
+// backend's request and item limits) and validates every request with them
+// before sending anything, so all adapters reject bad input the same way.
+// A zero field means the default. Limits is a plain value, safe to copy and
+// to use concurrently.
+type Limits struct {
+	// MaxKeyBytes is the longest key, in bytes.
+	MaxKeyBytes int
+	// MaxValueBytes is the largest value, in bytes.
+	MaxValueBytes int
+	// MaxCommitOps is the largest number of operations in one Commit.
+	MaxCommitOps int
+	// MaxCommitBytes is the largest sum of key and value bytes in one
+	// Commit; 0 means no limit beyond the per-value one.
+	MaxCommitBytes int
+}
+
+func (l Limits) maxKey() int {
+	if l.MaxKeyBytes > 0 {
+		return l.MaxKeyBytes
+	}
+	return DefaultMaxKeyBytes
+}
+
+func (l Limits) maxValue() int {
+	if l.MaxValueBytes > 0 {
+		return l.MaxValueBytes
+	}
+	return DefaultMaxValueBytes
+}
+
+func (l Limits) maxOps() int {
+	if l.MaxCommitOps > 0 {
+		return l.MaxCommitOps
+	}
+	return DefaultMaxCommitOps
+}
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	return Limits{MaxKeyBytes: l.maxKey(), MaxValueBytes: l.maxValue(), MaxCommitOps: l.maxOps(), MaxCommitBytes: l.MaxCommitBytes}
+}
+
+// CheckKey validates a key: not empty, valid UTF-8, no NUL byte, at most
+// MaxKeyBytes long. Keys are text so that every backend can hold them
+// (PostgreSQL text columns refuse NUL, DynamoDB string keys must be UTF-8).
+// The error matches ErrInvalidKey.
+func (l Limits) CheckKey(op, key string) error {
+	var why string
+	switch {
+	case key == "":
+		why = "empty"
+	case len(key) > l.maxKey():
+		why = fmt.Sprintf("%d bytes, limit %d", len(key), l.maxKey())
+	case !utf8.ValidString(key):
+		why = "not valid UTF-8"
+	case strings.IndexByte(key, 0) >= 0:
+		why = "contains a NUL byte"
+	default:
+		return nil
+	}
+	return &KeyError{Op: op, Key: key, Err: fmt.Errorf("%w: %s", ErrInvalidKey, why)}
+}
+
+// CheckValue validates a value's size. The error matches ErrTooLarge.
+func (l Limits) CheckValue(op, key string, value []byte) error {
+	if len(value) > l.maxValue() {
+		return &KeyError{Op: op, Key: key, Err: fmt.Errorf("%w: value is %d bytes, limit %d", ErrTooLarge, len(value), l.maxValue())}
+	}
+	return nil
+}
+
+// Get validates a Get: the context is not done and the key is valid.
+func (l Limits) Get(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.CheckKey("get", key)
+}
+
+// Put validates a CompareAndSwap: the context is not done, the key is
+// valid and the value fits.
+func (l Limits) Put(ctx context.Context, key string, value []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := l.CheckKey("compare-and-swap", key); err != nil {
+		return err
+	}
+	return l.CheckValue("compare-and-swap", key, value)
+}
+
+// Delete validates a CompareAndDelete: the context is not done, the key is
+// valid and expected is not 0.
+func (l Limits) Delete(ctx context.Context, key string, expected Version) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := l.CheckKey("compare-and-delete", key); err != nil {
+		return err
+	}
+	if expected == 0 {
+		return &KeyError{Op: "compare-and-delete", Key: key, Err: fmt.Errorf("%w: expected version 0 names a key that does not exist", ErrInvalidVersion)}
+	}
+	return nil
+}
+
+// Commit validates a Commit: the context is not done, there is at least
+// one op and at most MaxCommitOps, every key is valid and appears once, every
+// value fits, no delete expects version 0, and the total size fits
+// MaxCommitBytes.
+func (l Limits) Commit(ctx context.Context, ops []Op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		return fmt.Errorf("cas: commit: %w: no operations", ErrInvalidCommit)
+	}
+	if len(ops) > l.maxOps() {
+		return fmt.Errorf("cas: commit: %w: %d operations, limit %d", ErrTooLarge, len(ops), l.maxOps())
+	}
+	seen := make(map[string]struct{}, len(ops))
+	total := 0
+	for _, op := range ops {
+		if err := l.CheckKey("commit", op.Key); err != nil {
+			return err
+		}
+		if _, dup := seen[op.Key]; dup {
+			return &KeyError{Op: "commit", Key: op.Key, Err: fmt.Errorf("%w: key appears twice", ErrInvalidCommit)}
+		}
+		seen[op.Key] = struct{}{}
+		switch op.Kind {
+		case OpCheck:
+		case OpPut:
+			if err := l.CheckValue("commit", op.Key, op.Value); err != nil {
+				return err
+			}
+		case OpDelete:
+			if op.Expected == 0 {
+				return &KeyError{Op: "commit", Key: op.Key, Err: fmt.Errorf("%w: delete expects version 0", ErrInvalidVersion)}
+			}
+		default:
+			return &KeyError{Op: "commit", Key: op.Key, Err: fmt.Errorf("%w: unknown operation kind %d", ErrInvalidCommit, op.Kind)}
+		}
+		total += len(op.Key) + len(op.Value)
+	}
+	if l.MaxCommitBytes > 0 && total > l.MaxCommitBytes {
+		return fmt.Errorf("cas: commit: %w: %d bytes, limit %d", ErrTooLarge, total, l.MaxCommitBytes)
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package occ
+
+import (
+	"context"
+	"time"
+)
+
+// Outcome is how an attempt or a call ended.
+type Outcome uint8
+
+// Outcomes of attempts and calls.
+const (
+	// Success: the function returned nil.
+	Success Outcome = iota
+	// Conflict: the attempt failed with a conflict and may be retried.
+	Conflict
+	// Retryable: the attempt failed with another error classified as
+	// retryable (WithRetryable).
+	Retryable
+	// Failed: the function returned an error that is not retryable; the
+	// call returns it as is.
+	Failed
+	// GaveUp: the call stopped while still failing with a retryable error
+	// (attempt limit, budget, backoff or context); its Err is a
+	// *GiveUpError. Calls only.
+	GaveUp
+)
+
+// String returns the outcome's name: "success", "conflict", "retryable",
+// "failed", "gave-up".
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case Conflict:
+		return "conflict"
+	case Retryable:
+		return "retryable"
+	case Failed:
+		return "failed"
+	case GaveUp:
+		return "gave-up"
+	}
+	return "unknown"
+}
+
+// Attempt describes one call of the function.
+type Attempt struct {
+	// Op is "retry", "update" or "txn".
+	Op string
+	// Key is the key of an Update; empty for Retry and Txn.
+	Key string
+	// Number is 1 for the first attempt.
+	Number  int
+	Outcome Outcome
+	// Err is the attempt's error (nil on success).
+	Err     error
+	Latency time.Duration
+}
+
+// Call describes a whole Retry, Update or Txn call.
+type Call struct {
+	Op       string
+	Key      string
+	Attempts int
+	// Outcome is Success, Failed or GaveUp.
+	Outcome Outcome
+	// Err is the error the call returned.
+	Err     error
+	Latency time.Duration
+}
+
+// Observer is told about every attempt and every call. Its methods run on
+// the caller's goroutine, inside the loop, so they must be quick; an
+// Observer given to concurrent calls must be safe for concurrent use.
+type Observer interface {
+	ObserveAttempt(ctx context.Context, a Attempt)
+	ObserveCall(ctx context.Context, c Call)
+}
+
+// ObserverFuncs adapts functions to an Observer; a nil field ignores that
+// event.
+type ObserverFuncs struct {
+	Attempt func(ctx context.Context, a Attempt)
+	Call    func(ctx context.Context, c Call)
+}
+
+// ObserveAttempt implements Observer.
+func (f ObserverFuncs) ObserveAttempt(ctx context.Context, a Attempt) {
+	if f.Attempt != nil {
+		f.Attempt(ctx, a)
+	}
+}
+
+// ObserveCall implements Observer.
+func (f ObserverFuncs) ObserveCall(ctx context.Context, c Call) {
+	if f.Call != nil {
+		f.Call(ctx, c)
+	}
+}

@@ -1,0 +1,140 @@
+package occ
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/occkit/occkit/cas"
+)
+
+// Retry calls fn until it succeeds, fails with an error that is not
+// retryable, or the loop gives up. Conflicts (errors matching
+// cas.ErrConflict) are retryable; WithRetryable adds more.
+//
+// fn runs on the caller's goroutine (a panic propagates to the caller) with
+// ctx; between attempts Retry waits as the BackOff says, and a context that
+// ends, also during that wait, stops the loop at once. The result is:
+//   - nil when an attempt succeeds;
+//   - fn's error, unwrapped, when it is not retryable;
+//   - a *GiveUpError when the loop stops while fn still fails with a
+//     retryable error: errors.Is matches both why it stopped
+//     (ErrAttemptsExhausted, ErrBudgetExhausted, ErrBackOffStopped or
+//     ctx.Err()) and fn's last error.
+//
+// Read inside fn and return the conflict unwrapped (or wrapped with %w):
+//
+//	err := occ.Retry(ctx, func(ctx context.Context) error {
+//		it, err := store.Get(ctx, "stock/sku-42")
+//		if err != nil {
+//			return err
+//		}
+//		n, _ := strconv.Atoi(string(it.Value))
+//		if n == 0 {
+//			return ErrSoldOut // not retryable: returned as is
+//		}
+//		_, err = store.CompareAndSwap(ctx, "stock/sku-42", it.Version, []byte(strconv.Itoa(n-1)))
+//		return err // a conflict: read again and retry
+//	})
+//
+// Prefer Update for a single key: it does the read, decodes the value and
+// reuses the current state a conflict carries instead of reading again.
+func Retry(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	var c config
+	c.apply(opts)
+	c.op = "retry"
+	return c.run(ctx, fn)
+}
+
+// run is the retry loop shared by Retry, Update and Txn.
+func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) error {
+	var start time.Time
+	if c.observer != nil {
+		start = time.Now()
+	}
+	if err := ctx.Err(); err != nil {
+		return c.finish(ctx, start, 0, GaveUp, &GiveUpError{Reason: err})
+	}
+	var b backoff.BackOff
+	for attempt := 1; ; attempt++ {
+		var t0 time.Time
+		if c.observer != nil {
+			t0 = time.Now()
+		}
+		err := fn(ctx)
+		if attempt == 1 && c.budget != nil {
+			c.budget.deposit()
+		}
+		outcome := c.classify(err)
+		if c.observer != nil {
+			c.observer.ObserveAttempt(ctx, Attempt{Op: c.op, Key: c.key, Number: attempt, Outcome: outcome, Err: err, Latency: time.Since(t0)})
+		}
+		switch outcome {
+		case Success:
+			return c.finish(ctx, start, attempt, Success, nil)
+		case Failed:
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ctxErr, Attempts: attempt, Last: err})
+			}
+			return c.finish(ctx, start, attempt, Failed, err)
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ctxErr, Attempts: attempt, Last: err})
+		}
+		if attempt >= c.maxAttempts {
+			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
+		}
+		if b == nil {
+			b = c.backOffForCall()
+		}
+		d := b.NextBackOff()
+		if d == backoff.Stop {
+			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ErrBackOffStopped, Attempts: attempt, Last: err})
+		}
+		if c.budget != nil && !c.budget.withdraw() {
+			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
+		}
+		if waitErr := c.wait(ctx, d); waitErr != nil {
+			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: waitErr, Attempts: attempt, Last: err})
+		}
+	}
+}
+
+func (c *config) classify(err error) Outcome {
+	switch {
+	case err == nil:
+		return Success
+	case errors.Is(err, cas.ErrConflict):
+		return Conflict
+	case c.retryable != nil && c.retryable(err):
+		return Retryable
+	default:
+		return Failed
+	}
+}
+
+func (c *config) finish(ctx context.Context, start time.Time, attempts int, outcome Outcome, err error) error {
+	if c.observer != nil {
+		c.observer.ObserveCall(ctx, Call{Op: c.op, Key: c.key, Attempts: attempts, Outcome: outcome, Err: err, Latency: time.Since(start)})
+	}
+	return err
+}
+
+// wait sleeps for d or until ctx ends, returning ctx.Err() in that case.
+func (c *config) wait(ctx context.Context, d time.Duration) error {
+	if c.sleep != nil {
+		return c.sleep(ctx, d)
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

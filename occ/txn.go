@@ -1,0 +1,211 @@
+package occ
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// Tx is one attempt of an optimistic transaction, handed to the function
+// given to Txn. It records the version of every key it reads and buffers
+// every write; nothing reaches the store until the function returns nil and
+// the commit validates all reads at once. A Tx is used by one goroutine and
+// is only valid during its attempt.
+type Tx struct {
+	ctx    context.Context
+	store  cas.Store
+	reads  map[string]cas.Item
+	writes map[string]txWrite
+	hints  map[string]cas.Item
+}
+
+type txWrite struct {
+	value []byte
+	del   bool
+}
+
+// Context returns the attempt's context.
+func (tx *Tx) Context() context.Context { return tx.ctx }
+
+// Get returns the key's value as this transaction sees it: its own buffered
+// write if there is one, else the value read from the store (read once per
+// attempt and remembered with its version). ok is false when the key does
+// not exist. The returned slice must not be modified.
+func (tx *Tx) Get(key string) (value []byte, ok bool, err error) {
+	if w, written := tx.writes[key]; written {
+		if w.del {
+			return nil, false, nil
+		}
+		return w.value, true, nil
+	}
+	it, err := tx.read(key)
+	if err != nil {
+		return nil, false, err
+	}
+	return it.Value, it.Version != 0, nil
+}
+
+func (tx *Tx) read(key string) (cas.Item, error) {
+	if it, ok := tx.reads[key]; ok {
+		return it, nil
+	}
+	it, ok := tx.hints[key]
+	if ok {
+		delete(tx.hints, key)
+	} else {
+		var err error
+		it, err = tx.store.Get(tx.ctx, key)
+		switch {
+		case errors.Is(err, cas.ErrNotFound):
+			it = cas.Item{Key: key}
+		case err != nil:
+			return cas.Item{}, err
+		}
+	}
+	tx.reads[key] = it
+	return it, nil
+}
+
+// Put buffers a write of value to key. The transaction keeps value until it
+// commits: do not modify it afterwards.
+func (tx *Tx) Put(key string, value []byte) {
+	tx.writes[key] = txWrite{value: value}
+}
+
+// Delete buffers the deletion of key. Deleting a key that does not exist is
+// not an error.
+func (tx *Tx) Delete(key string) {
+	tx.writes[key] = txWrite{del: true}
+}
+
+// Txn runs fn as an optimistic multi-key transaction and commits what it
+// wrote, retrying fn from the start when another writer got in between.
+//
+// Inside fn, tx.Get reads a key (and sees the transaction's own writes),
+// tx.Put and tx.Delete buffer writes. When fn returns nil, the commit checks
+// that every key read still has the version it was read at and applies every
+// write, atomically, through the store's cas.Committer; a key written
+// without being read is read at commit time so that the write is still
+// conditional. A conflict runs fn again (from the key's current state when
+// the conflict carried it); an error from fn aborts without writing.
+//
+// On a store that is not a cas.Committer, a transaction may read any number
+// of keys and write none (the reads are validated by reading them again),
+// or read and write a single key; anything else fails with an error
+// matching errors.ErrUnsupported.
+//
+// fn may run several times; like Update's mutate it must only depend on
+// what it reads through tx. The loop is Retry's: see there for giving up,
+// contexts and panics.
+func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option) error {
+	var c config
+	c.apply(opts)
+	c.op = "txn"
+	var hints map[string]cas.Item
+	return c.run(ctx, func(ctx context.Context) error {
+		tx := &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, hints: hints}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		err := tx.commit()
+		var ce *cas.ConflictError
+		if errors.As(err, &ce) && ce.HasCurrent {
+			hints = map[string]cas.Item{ce.Key: ce.Current}
+		}
+		return err
+	})
+}
+
+// commit validates the reads and applies the writes.
+func (tx *Tx) commit() error {
+	if len(tx.writes) == 0 && len(tx.reads) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(tx.reads)+len(tx.writes))
+	for k := range tx.reads {
+		keys = append(keys, k)
+	}
+	for k := range tx.writes {
+		if _, read := tx.reads[k]; !read {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+
+	committer, notCommitter := cas.AsCommitter(tx.store)
+	if notCommitter != nil {
+		switch {
+		case len(tx.writes) == 0:
+			return tx.validateReads()
+		case len(keys) > 1:
+			return fmt.Errorf("occ: transaction writing with %d keys: %w", len(keys), notCommitter)
+		}
+	}
+
+	ops := make([]cas.Op, 0, len(keys))
+	for _, k := range keys {
+		r, err := tx.read(k) // blind writes are read here
+		if err != nil {
+			return err
+		}
+		w, written := tx.writes[k]
+		switch {
+		case !written:
+			ops = append(ops, cas.Check(k, r.Version))
+		case w.del && r.Version == 0:
+			ops = append(ops, cas.Check(k, 0))
+		case w.del:
+			ops = append(ops, cas.Delete(k, r.Version))
+		default:
+			ops = append(ops, cas.Put(k, r.Version, w.value))
+		}
+	}
+	if notCommitter == nil {
+		_, err := committer.Commit(tx.ctx, ops)
+		return err
+	}
+	return applyOne(tx.ctx, tx.store, ops[0])
+}
+
+// validateReads checks that every key read still has its version. Because
+// versions are never reused, a key found at the same version was at that
+// version all along, so the reads held together at the moment of the last
+// read: the read-only transaction is serializable.
+func (tx *Tx) validateReads() error {
+	for k, r := range tx.reads {
+		it, err := tx.store.Get(tx.ctx, k)
+		switch {
+		case errors.Is(err, cas.ErrNotFound):
+			it = cas.Item{Key: k}
+		case err != nil:
+			return err
+		}
+		if it.Version != r.Version {
+			return &cas.ConflictError{Key: k, Expected: r.Version, Current: it, HasCurrent: true}
+		}
+	}
+	return nil
+}
+
+// applyOne applies a single op on a store without Committer.
+func applyOne(ctx context.Context, s cas.Store, op cas.Op) error {
+	switch op.Kind {
+	case cas.OpPut:
+		_, err := s.CompareAndSwap(ctx, op.Key, op.Expected, op.Value)
+		return err
+	case cas.OpDelete:
+		return s.CompareAndDelete(ctx, op.Key, op.Expected)
+	}
+	// OpCheck of an absent key that the transaction deleted.
+	it, err := s.Get(ctx, op.Key)
+	switch {
+	case errors.Is(err, cas.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	return &cas.ConflictError{Key: op.Key, Expected: op.Expected, Current: it, HasCurrent: true}
+}
