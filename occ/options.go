@@ -11,8 +11,31 @@ import (
 const DefaultMaxAttempts = 10
 
 // Option configures one call of Retry, Update or Txn. Options are plain
-// values: a slice of them may be built once and shared by goroutines.
-type Option func(*config)
+// values: a slice of them may be built once and shared by goroutines, and
+// applying them allocates nothing.
+type Option struct {
+	kind       optionKind
+	n          int
+	backOff    backoff.BackOff
+	newBackOff func() backoff.BackOff
+	retryable  func(error) bool
+	observer   Observer
+	budget     *Budget
+	sleep      func(ctx context.Context, d time.Duration) error
+}
+
+type optionKind uint8
+
+const (
+	optNone optionKind = iota
+	optMaxAttempts
+	optBackOff
+	optBackOffFunc
+	optRetryable
+	optObserver
+	optBudget
+	optSleep
+)
 
 type config struct {
 	maxAttempts int
@@ -26,63 +49,67 @@ type config struct {
 	key         string
 }
 
+// apply sets c from opts. Options are data, not closures, so that c can
+// stay on the caller's stack: an uncontended Update allocates nothing here.
 func (c *config) apply(opts []Option) {
 	c.maxAttempts = DefaultMaxAttempts
 	for _, o := range opts {
-		if o != nil {
-			o(c)
+		switch o.kind {
+		case optMaxAttempts:
+			c.maxAttempts = max(o.n, 1)
+		case optBackOff:
+			c.backOff, c.newBackOff = o.backOff, nil
+		case optBackOffFunc:
+			c.newBackOff, c.backOff = o.newBackOff, nil
+		case optRetryable:
+			if prev := c.retryable; prev != nil {
+				f := o.retryable
+				c.retryable = func(err error) bool { return prev(err) || f(err) }
+			} else {
+				c.retryable = o.retryable
+			}
+		case optObserver:
+			c.observer = o.observer
+		case optBudget:
+			c.budget = o.budget
+		case optSleep:
+			c.sleep = o.sleep
 		}
 	}
 }
 
 // WithMaxAttempts limits the calls of the function to n in all, the first
 // one included. n < 1 is treated as 1 (no retry).
-func WithMaxAttempts(n int) Option {
-	return func(c *config) { c.maxAttempts = max(n, 1) }
-}
+func WithMaxAttempts(n int) Option { return Option{kind: optMaxAttempts, n: n} }
 
 // WithBackOff sets the wait between attempts. b is Reset before the first
 // retry of each call and is then used by that call alone, so one BackOff
 // value must not serve two calls at once; give concurrent calls
 // WithBackOffFunc instead. backoff.Stop from b ends the loop with
 // ErrBackOffStopped. The default is DefaultBackOff.
-func WithBackOff(b backoff.BackOff) Option {
-	return func(c *config) { c.backOff, c.newBackOff = b, nil }
-}
+func WithBackOff(b backoff.BackOff) Option { return Option{kind: optBackOff, backOff: b} }
 
 // WithBackOffFunc makes each call that needs to retry build its own BackOff
 // with f. Use it for options shared by concurrent calls.
 func WithBackOffFunc(f func() backoff.BackOff) Option {
-	return func(c *config) { c.newBackOff, c.backOff = f, nil }
+	return Option{kind: optBackOffFunc, newBackOff: f}
 }
 
 // WithRetryable classifies more errors as retryable, in addition to
 // conflicts (errors matching cas.ErrConflict), which are always retried.
 // Use it for an adapter's transient errors. Several WithRetryable options
 // combine: an error is retried if any of them says so.
-func WithRetryable(f func(err error) bool) Option {
-	return func(c *config) {
-		if prev := c.retryable; prev != nil {
-			c.retryable = func(err error) bool { return prev(err) || f(err) }
-			return
-		}
-		c.retryable = f
-	}
-}
+func WithRetryable(f func(err error) bool) Option { return Option{kind: optRetryable, retryable: f} }
 
 // WithObserver reports every attempt and every call to o.
-func WithObserver(o Observer) Option {
-	return func(c *config) { c.observer = o }
-}
+func WithObserver(o Observer) Option { return Option{kind: optObserver, observer: o} }
 
 // WithBudget makes retries draw from a budget shared with other calls.
-func WithBudget(b *Budget) Option {
-	return func(c *config) { c.budget = b }
-}
+func WithBudget(b *Budget) Option { return Option{kind: optBudget, budget: b} }
 
 // withSleep replaces the wait between attempts (tests only).
 func withSleep(f func(ctx context.Context, d time.Duration) error) Option {
-	return func(c *config) { c.sleep = f }
+	return Option{kind: optSleep, sleep: f}
 }
 
 // DefaultBackOff returns the backoff used when none is given: exponential,

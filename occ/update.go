@@ -39,30 +39,27 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 		haveHint bool
 	)
 	err := c.run(ctx, func(ctx context.Context) error {
-		var (
-			cur    T
-			curVer cas.Version
-			err    error
-		)
+		cur := hint
 		if haveHint {
 			haveHint = false
-			curVer = hint.Version
-			if curVer != 0 {
-				if err := s.Decode(key, hint.Value, &cur); err != nil {
-					return err
-				}
-			}
 		} else {
-			cur, curVer, err = s.Get(ctx, key)
+			var err error
+			cur, err = s.Store().Get(ctx, key)
 			if err != nil && !errors.Is(err, cas.ErrNotFound) {
 				return err
 			}
 		}
-		next, err := mutate(cur, curVer != 0)
+		var v T
+		if cur.Version != 0 {
+			if err := s.Decode(key, cur.Value, &v); err != nil {
+				return err
+			}
+		}
+		next, err := mutate(v, cur.Version != 0)
 		if err != nil {
 			return err
 		}
-		v, err := s.CompareAndSwap(ctx, key, curVer, next)
+		nv, err := s.CompareAndSwap(ctx, key, cur.Version, next)
 		if err != nil {
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
@@ -70,7 +67,7 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 			}
 			return err
 		}
-		written, version = next, v
+		written, version = next, nv
 		return nil
 	})
 	if err != nil {

@@ -1,0 +1,28 @@
+# occkit's one test command is `make test`: on a fresh Debian machine with Go
+# it installs what is missing, starts the servers the tests need on free
+# loopback ports, runs the checks and every test with the race detector, and
+# stops what it started. See scripts/test.sh.
+
+STATICCHECK_VERSION := v0.8.2
+BIN := $(CURDIR)/.bin
+export PATH := $(BIN):$(PATH)
+
+.PHONY: test tools lint unit bench
+
+test:
+	bash scripts/test.sh
+
+tools:
+	bash scripts/ensure-tools.sh
+
+lint: tools
+	bash scripts/lint.sh
+
+# unit runs the Go tests without starting servers (tests that need one fail
+# loudly and say which environment variable they miss).
+unit:
+	go test -race ./...
+
+# bench runs the occ micro-benchmarks; see docs/benchmarks.md.
+bench:
+	go test -run '^$$' -bench . -benchmem -count 6 ./occ/

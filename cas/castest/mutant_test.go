@@ -1,0 +1,256 @@
+package castest_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/cas/castest"
+)
+
+// The suite is only worth something if it fails for broken stores. Each
+// mutant below is a small in-memory store with one deliberate bug; the test
+// runs the suite against it in a child process and expects the named
+// subtest to fail. The control (no bug) must pass the same subtests.
+
+type bug string
+
+const (
+	bugNone          bug = ""
+	bugReuseVersions bug = "reuse-versions"    // per-key versions restart after delete (ABA)
+	bugLostUpdate    bug = "lost-update"       // compare and write are not atomic
+	bugTornCommit    bug = "torn-commit"       // commit applies ops until the first mismatch
+	bugIgnoreFence   bug = "ignore-fence"      // fenced writes do not check tokens
+	bugNoValidation  bug = "no-key-validation" // keys are not validated
+	bugStaleRead     bug = "stale-read"        // Get sometimes returns the previous state
+	bugNoCurrent     bug = "wrong-current"     // conflicts carry a wrong current version
+)
+
+var mutants = []struct {
+	bug      bug
+	subtests []string // each must fail
+}{
+	{bugReuseVersions, []string{"Basic/NoABAAfterDeleteAndRecreate"}},
+	{bugLostUpdate, []string{"Concurrency/UpdateCountsEveryIncrement", "Concurrency/Linearizable"}},
+	{bugTornCommit, []string{"Commit/FailedCheckAppliesNothing"}},
+	{bugIgnoreFence, []string{"Fenced/StaleTokenRejected"}},
+	{bugNoValidation, []string{"Input/InvalidKeys"}},
+	{bugStaleRead, []string{"Concurrency/Linearizable"}},
+	{bugNoCurrent, []string{"Basic/StaleVersionConflicts"}},
+}
+
+const mutantEnv = "CASTEST_MUTANT"
+
+func TestSuiteCatchesMutants(t *testing.T) {
+	if os.Getenv(mutantEnv) != "" {
+		t.Skip("inside a mutant run")
+	}
+	for _, m := range mutants {
+		for _, sub := range m.subtests {
+			t.Run(string(m.bug)+"/"+sub, func(t *testing.T) {
+				if out, failed := runMutant(t, bugNone, sub); failed {
+					t.Fatalf("control store fails %s:\n%s", sub, out)
+				}
+				out, failed := runMutant(t, m.bug, sub)
+				if !failed {
+					t.Fatalf("suite passed a store with bug %q in %s:\n%s", m.bug, sub, out)
+				}
+				if !strings.Contains(out, "--- FAIL: TestMutant/"+sub) {
+					t.Fatalf("bug %q: expected %s to fail, output:\n%s", m.bug, sub, out)
+				}
+			})
+		}
+	}
+}
+
+func runMutant(t *testing.T, b bug, sub string) (string, bool) {
+	t.Helper()
+	parts := strings.Split(sub, "/")
+	pattern := "^TestMutant$"
+	for _, p := range parts {
+		pattern += "/^" + p + "$"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), mutantEnv+"="+string(b)+"#")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("running child test: %v", err)
+	}
+	return string(out), err != nil
+}
+
+// TestMutant runs the suite against the store named by CASTEST_MUTANT; it
+// only runs as a child of TestSuiteCatchesMutants.
+func TestMutant(t *testing.T) {
+	v, ok := os.LookupEnv(mutantEnv)
+	if !ok {
+		t.Skip("runs only as a child process of TestSuiteCatchesMutants")
+	}
+	b := bug(strings.TrimSuffix(v, "#"))
+	castest.Run(t, castest.Harness{
+		NewStore:       func(t *testing.T) cas.Store { return newMutant(b) },
+		ReturnsCurrent: true,
+	})
+}
+
+type rec struct {
+	value   []byte
+	version cas.Version
+	token   uint64
+}
+
+type mutantStore struct {
+	bug    bug
+	mu     sync.Mutex
+	m      map[string]rec
+	clock  cas.Version
+	prev   map[string]rec
+	reads  int
+	limits cas.Limits
+}
+
+func newMutant(b bug) *mutantStore {
+	return &mutantStore{bug: b, m: map[string]rec{}, prev: map[string]rec{}, limits: cas.Limits{}.WithDefaults()}
+}
+
+func (s *mutantStore) checkKey(ctx context.Context, key string) error {
+	if s.bug == bugNoValidation {
+		return ctx.Err()
+	}
+	return s.limits.Get(ctx, key)
+}
+
+func (s *mutantStore) nextVersion(cur cas.Version) cas.Version {
+	if s.bug == bugReuseVersions {
+		return cur + 1 // restarts at 1 after a delete
+	}
+	s.clock++
+	return s.clock
+}
+
+func (s *mutantStore) conflict(key string, expected cas.Version, r rec) error {
+	cur := cas.Item{Key: key, Value: append([]byte{}, r.value...), Version: r.version}
+	if s.bug == bugNoCurrent && r.version != 0 {
+		cur.Version++
+	}
+	return &cas.ConflictError{Key: key, Expected: expected, Current: cur, HasCurrent: true}
+}
+
+func (s *mutantStore) Get(ctx context.Context, key string) (cas.Item, error) {
+	if err := s.checkKey(ctx, key); err != nil {
+		return cas.Item{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m[key]
+	s.reads++
+	if p, ok := s.prev[key]; ok && s.bug == bugStaleRead && s.reads%3 == 0 {
+		r = p
+	}
+	if r.version == 0 {
+		return cas.Item{}, cas.ErrNotFound
+	}
+	return cas.Item{Key: key, Value: append([]byte{}, r.value...), Version: r.version}, nil
+}
+
+func (s *mutantStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	return s.put(ctx, key, expected, 0, false, value)
+}
+
+func (s *mutantStore) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	return s.put(ctx, key, expected, token, true, value)
+}
+
+func (s *mutantStore) put(ctx context.Context, key string, expected cas.Version, token uint64, fenced bool, value []byte) (cas.Version, error) {
+	if err := s.checkKey(ctx, key); err != nil {
+		return 0, err
+	}
+	if err := s.limits.CheckValue("put", key, value); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m[key]
+	if fenced && token < r.token && s.bug != bugIgnoreFence {
+		return 0, &cas.FencedError{Key: key, Token: token, Highest: r.token}
+	}
+	if r.version != expected {
+		return 0, s.conflict(key, expected, r)
+	}
+	if s.bug == bugLostUpdate {
+		s.mu.Unlock()
+		time.Sleep(50 * time.Microsecond)
+		s.mu.Lock()
+		r = s.m[key]
+	}
+	s.prev[key] = r
+	r.value = append([]byte{}, value...)
+	r.version = s.nextVersion(r.version)
+	if fenced {
+		r.token = max(r.token, token)
+	}
+	s.m[key] = r
+	return r.version, nil
+}
+
+func (s *mutantStore) CompareAndDelete(ctx context.Context, key string, expected cas.Version) error {
+	if err := s.checkKey(ctx, key); err != nil {
+		return err
+	}
+	if expected == 0 {
+		return cas.ErrInvalidVersion
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m[key]
+	if r.version != expected {
+		return s.conflict(key, expected, r)
+	}
+	s.prev[key] = r
+	s.m[key] = rec{token: r.token}
+	return nil
+}
+
+func (s *mutantStore) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	if s.bug != bugNoValidation {
+		if err := s.limits.Commit(ctx, ops); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bug != bugTornCommit {
+		for _, op := range ops {
+			if r := s.m[op.Key]; r.version != op.Expected {
+				return nil, s.conflict(op.Key, op.Expected, r)
+			}
+		}
+	}
+	out := make([]cas.Version, len(ops))
+	for i, op := range ops {
+		r := s.m[op.Key]
+		if r.version != op.Expected {
+			return nil, s.conflict(op.Key, op.Expected, r)
+		}
+		s.prev[op.Key] = r
+		switch op.Kind {
+		case cas.OpCheck:
+			out[i] = op.Expected
+		case cas.OpPut:
+			r.value = append([]byte{}, op.Value...)
+			r.version = s.nextVersion(r.version)
+			s.m[op.Key] = r
+			out[i] = r.version
+		case cas.OpDelete:
+			s.m[op.Key] = rec{token: r.token}
+		}
+	}
+	return out, nil
+}

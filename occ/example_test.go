@@ -1,0 +1,160 @@
+package occ_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// A counter that used to be guarded by a mutex (or a distributed lock):
+// each increment reads the current value and writes it back only if nobody
+// else wrote in between, retrying otherwise. No increment is lost.
+func ExampleUpdate() {
+	ctx := context.Background()
+	counters := cas.NewTyped(memcas.New(), cas.JSON[int]())
+
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				// Before: mu.Lock(); visits++; mu.Unlock()
+				_, _, err := occ.Update(ctx, counters, "visits", func(n int, exists bool) (int, error) {
+					return n + 1, nil
+				}, occ.WithMaxAttempts(100))
+				if err != nil {
+					panic(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	n, _, _ := counters.Get(ctx, "visits")
+	fmt.Println("visits:", n)
+	// Output: visits: 800
+}
+
+// Moving money between two accounts: both balances are read inside the
+// transaction, both are written, and the commit applies the two writes
+// atomically only if neither balance changed since it was read.
+func ExampleTxn() {
+	ctx := context.Background()
+	store := memcas.New()
+	accounts := cas.NewTyped(store, cas.JSON[int]())
+	accounts.CompareAndSwap(ctx, "alice", 0, 100)
+	accounts.CompareAndSwap(ctx, "bob", 0, 20)
+
+	errInsufficient := errors.New("insufficient funds")
+	transfer := func(from, to string, amount int) error {
+		return occ.Txn(ctx, store, func(tx *occ.Tx) error {
+			var a, b int
+			if err := getJSON(tx, from, &a); err != nil {
+				return err
+			}
+			if err := getJSON(tx, to, &b); err != nil {
+				return err
+			}
+			if a < amount {
+				return errInsufficient // not retried, nothing written
+			}
+			putJSON(tx, from, a-amount)
+			putJSON(tx, to, b+amount)
+			return nil
+		})
+	}
+
+	fmt.Println(transfer("alice", "bob", 30))
+	fmt.Println(transfer("bob", "alice", 500))
+	a, _, _ := accounts.Get(ctx, "alice")
+	b, _, _ := accounts.Get(ctx, "bob")
+	fmt.Println("alice:", a, "bob:", b)
+	// Output:
+	// <nil>
+	// insufficient funds
+	// alice: 70 bob: 50
+}
+
+func getJSON(tx *occ.Tx, key string, v *int) error {
+	raw, ok, err := tx.Get(key)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("no account %q", key)
+	}
+	return cas.JSON[int]().Unmarshal(raw, v)
+}
+
+func putJSON(tx *occ.Tx, key string, v int) {
+	raw, _ := cas.JSON[int]().Marshal(v)
+	tx.Put(key, raw)
+}
+
+// Retry around arbitrary code: read inside the function, return the
+// conflict unwrapped (or wrapped with %w), and Retry calls the function
+// again. Any other error stops the loop and is returned as is.
+func ExampleRetry() {
+	ctx := context.Background()
+	store := memcas.New()
+	store.CompareAndSwap(ctx, "stock/sku-42", 0, []byte{3})
+
+	errSoldOut := errors.New("sold out")
+	sell := func() error {
+		return occ.Retry(ctx, func(ctx context.Context) error {
+			it, err := store.Get(ctx, "stock/sku-42")
+			if err != nil {
+				return err
+			}
+			if it.Value[0] == 0 {
+				return errSoldOut
+			}
+			_, err = store.CompareAndSwap(ctx, "stock/sku-42", it.Version, []byte{it.Value[0] - 1})
+			return err
+		}, occ.WithMaxAttempts(20))
+	}
+	for range 4 {
+		fmt.Println(sell())
+	}
+	// Output:
+	// <nil>
+	// <nil>
+	// <nil>
+	// sold out
+}
+
+// When the loop gives up, the error says why and still matches the last
+// conflict.
+func ExampleGiveUpError() {
+	ctx := context.Background()
+	alwaysConflicts := func(ctx context.Context) error {
+		return &cas.ConflictError{Key: "hot", Expected: 1}
+	}
+	err := occ.Retry(ctx, alwaysConflicts, occ.WithMaxAttempts(3))
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, occ.ErrAttemptsExhausted), errors.Is(err, cas.ErrConflict))
+	// Output:
+	// occ: gave up after 3 attempts (occ: attempt limit reached): cas: version conflict on key "hot": expected version 1
+	// true true
+}
+
+// A retry budget shared by every writer of a process caps retries to a
+// fraction of first attempts: here 10% of calls, plus a reserve of 50.
+func ExampleBudget() {
+	budget, err := occ.NewBudget(0.1, 50)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	counters := cas.NewTyped(memcas.New(), cas.JSON[int]())
+	_, _, err = occ.Update(ctx, counters, "k", func(n int, _ bool) (int, error) { return n + 1, nil },
+		occ.WithBudget(budget))
+	fmt.Println(err, budget.Stats().Rejected)
+	// Output: <nil> 0
+}

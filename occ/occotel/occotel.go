@@ -1,0 +1,261 @@
+package occotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/occkit/occkit/occ"
+)
+
+// ScopeName is the instrumentation scope (meter name) the instruments are
+// created under.
+const ScopeName = "github.com/occkit/occkit/occ"
+
+// Attribute keys set on measurements.
+const (
+	keyOp      = attribute.Key("op")
+	keyOutcome = attribute.Key("outcome")
+	keyReason  = attribute.Key("reason")
+)
+
+// Give-up reasons, the values of the reason attribute of occ.giveups.
+const (
+	reasonAttempts = iota
+	reasonBudget
+	reasonBackOff
+	reasonContext
+	numReasons
+)
+
+var reasonNames = [numReasons]string{
+	reasonAttempts: "attempts",
+	reasonBudget:   "budget",
+	reasonBackOff:  "backoff",
+	reasonContext:  "context",
+}
+
+// numOutcomes covers every occ.Outcome plus one slot for a value this
+// package does not know (recorded as "unknown").
+const numOutcomes = int(occ.GaveUp) + 2
+
+func outcomeIndex(o occ.Outcome) int {
+	if o > occ.GaveUp {
+		return numOutcomes - 1
+	}
+	return int(o)
+}
+
+// knownOps are the Op values occ reports today; their attribute sets are
+// built by New. Any other Op gets its sets built on first use.
+var knownOps = []string{"retry", "update", "txn"}
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	attrs []attribute.KeyValue
+}
+
+// WithAttributes adds constant attributes to every measurement, such as the
+// name of the store or of the service. They must have bounded cardinality.
+// The attributes op, outcome and reason are set by the Observer and take
+// precedence over constant attributes with the same key. Several
+// WithAttributes options add up.
+func WithAttributes(attrs ...attribute.KeyValue) Option {
+	return func(c *config) { c.attrs = append(c.attrs, attrs...) }
+}
+
+// Observer records occ attempts and calls as OpenTelemetry metrics. Pass it
+// to occ.WithObserver. An Observer is safe for concurrent use and can serve
+// any number of concurrent calls; create it with New (the zero value is not
+// usable).
+//
+// Attempt and call keys are never recorded: they are unbounded.
+type Observer struct {
+	attempts     metric.Int64Counter
+	conflicts    metric.Int64Counter
+	callAttempts metric.Int64Histogram
+	callDuration metric.Float64Histogram
+	giveups      metric.Int64Counter
+	rejections   metric.Int64Counter
+
+	constAttrs []attribute.KeyValue
+
+	// ops maps an Op to its precomputed measurement options. The map is
+	// never modified once published: an unknown Op copies it under mu.
+	ops atomic.Pointer[map[string]*opOptions]
+	mu  sync.Mutex
+}
+
+var _ occ.Observer = (*Observer)(nil)
+
+// opOptions are the measurement options of one Op, built once so that
+// recording allocates nothing. A metric.MeasurementOption serves both as an
+// AddOption and a RecordOption; the slices are kept so that a variadic call
+// does not build a new one.
+type opOptions struct {
+	op         []metric.AddOption                 // {op}
+	outcome    [numOutcomes][]metric.AddOption    // {op, outcome}
+	outcomeRec [numOutcomes][]metric.RecordOption // {op, outcome}
+	reason     [numReasons][]metric.AddOption     // {op, reason}
+}
+
+// New returns an Observer whose instruments are created by a meter named
+// ScopeName from mp; a nil mp means the global otel.GetMeterProvider().
+func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
+	var c config
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c)
+		}
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+
+	o := &Observer{constAttrs: c.attrs}
+	var err, e error
+	o.attempts, e = m.Int64Counter("occ.attempts",
+		metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts of occ.Retry, occ.Update and occ.Txn calls: every call of the function, by outcome."))
+	err = errors.Join(err, e)
+	o.conflicts, e = m.Int64Counter("occ.conflicts",
+		metric.WithUnit("{conflict}"),
+		metric.WithDescription("Attempts that failed with a version conflict."))
+	err = errors.Join(err, e)
+	o.callAttempts, e = m.Int64Histogram("occ.call.attempts",
+		metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts per occ call."),
+		metric.WithExplicitBucketBoundaries(1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 50))
+	err = errors.Join(err, e)
+	o.callDuration, e = m.Float64Histogram("occ.call.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Duration of occ calls, all attempts and waits included."),
+		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	err = errors.Join(err, e)
+	o.giveups, e = m.Int64Counter("occ.giveups",
+		metric.WithUnit("{call}"),
+		metric.WithDescription("occ calls that gave up while still failing with a retryable error, by reason: attempts, budget, backoff or context."))
+	err = errors.Join(err, e)
+	o.rejections, e = m.Int64Counter("occ.budget.rejections",
+		metric.WithUnit("{call}"),
+		metric.WithDescription("occ calls that gave up because the shared retry budget refused a retry."))
+	err = errors.Join(err, e)
+	if err != nil {
+		return nil, fmt.Errorf("occotel: creating instruments: %w", err)
+	}
+
+	ops := make(map[string]*opOptions, len(knownOps))
+	for _, op := range knownOps {
+		ops[op] = o.build(op)
+	}
+	o.ops.Store(&ops)
+	return o, nil
+}
+
+// build returns the measurement options of op.
+func (o *Observer) build(op string) *opOptions {
+	set := func(kv ...attribute.KeyValue) metric.MeasurementOption {
+		all := make([]attribute.KeyValue, 0, len(o.constAttrs)+len(kv))
+		all = append(all, o.constAttrs...)
+		all = append(all, kv...) // later values win on duplicate keys
+		return metric.WithAttributeSet(attribute.NewSet(all...))
+	}
+	opKV := keyOp.String(op)
+	p := &opOptions{op: []metric.AddOption{set(opKV)}}
+	for i := range numOutcomes {
+		name := "unknown"
+		if i < numOutcomes-1 {
+			name = occ.Outcome(i).String()
+		}
+		s := set(opKV, keyOutcome.String(name))
+		p.outcome[i] = []metric.AddOption{s}
+		p.outcomeRec[i] = []metric.RecordOption{s}
+	}
+	for i, name := range reasonNames {
+		p.reason[i] = []metric.AddOption{set(opKV, keyReason.String(name))}
+	}
+	return p
+}
+
+// options returns the measurement options of op, building them on the first
+// use of an Op that New did not know.
+func (o *Observer) options(op string) *opOptions {
+	if p, ok := (*o.ops.Load())[op]; ok {
+		return p
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := *o.ops.Load()
+	if p, ok := old[op]; ok {
+		return p
+	}
+	p := o.build(op)
+	ops := make(map[string]*opOptions, len(old)+1)
+	for k, v := range old {
+		ops[k] = v
+	}
+	ops[op] = p
+	o.ops.Store(&ops)
+	return p
+}
+
+// ObserveAttempt implements occ.Observer: it counts the attempt in
+// occ.attempts and, when it failed with a conflict, in occ.conflicts.
+func (o *Observer) ObserveAttempt(ctx context.Context, a occ.Attempt) {
+	p := o.options(a.Op)
+	o.attempts.Add(ctx, 1, p.outcome[outcomeIndex(a.Outcome)]...)
+	if a.Outcome == occ.Conflict {
+		o.conflicts.Add(ctx, 1, p.op...)
+	}
+}
+
+// ObserveCall implements occ.Observer: it records the call's attempts and
+// duration and, when it gave up, counts it in occ.giveups (and in
+// occ.budget.rejections when the budget was the reason).
+func (o *Observer) ObserveCall(ctx context.Context, c occ.Call) {
+	p := o.options(c.Op)
+	i := outcomeIndex(c.Outcome)
+	o.callAttempts.Record(ctx, int64(c.Attempts), p.outcomeRec[i]...)
+	o.callDuration.Record(ctx, c.Latency.Seconds(), p.outcomeRec[i]...)
+	if c.Outcome != occ.GaveUp {
+		return
+	}
+	r := giveUpReason(c.Err)
+	o.giveups.Add(ctx, 1, p.reason[r]...)
+	if r == reasonBudget {
+		o.rejections.Add(ctx, 1, p.op...)
+	}
+}
+
+// giveUpReason classifies the error of a call that gave up. Only the
+// GiveUpError's Reason is looked at, not its Last error, so that a nested
+// occ call that gave up inside the function does not lend its reason.
+func giveUpReason(err error) int {
+	gu, ok := err.(*occ.GiveUpError) // what occ returns: no allocation
+	if !ok {
+		var wrapped *occ.GiveUpError
+		if !errors.As(err, &wrapped) {
+			return reasonContext
+		}
+		gu = wrapped
+	}
+	switch {
+	case errors.Is(gu.Reason, occ.ErrAttemptsExhausted):
+		return reasonAttempts
+	case errors.Is(gu.Reason, occ.ErrBudgetExhausted):
+		return reasonBudget
+	case errors.Is(gu.Reason, occ.ErrBackOffStopped):
+		return reasonBackOff
+	default:
+		return reasonContext
+	}
+}

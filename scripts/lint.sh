@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# gofmt, go vet and staticcheck over the whole module; fails on any finding.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.bin:$PATH"
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.bin/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt: these files need formatting (run gofmt -w):" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
+echo "lint: gofmt ok"
+go vet ./...
+echo "lint: go vet ok"
+staticcheck ./...
+echo "lint: staticcheck ok"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The body of `make test`: tools, lint, servers, then every test with the
+# race detector. Servers are started by the scripts in scripts/servers/ (one
+# per backend, each exporting the environment variable its tests read and
+# registering its own cleanup); everything they start is stopped on exit,
+# whether the tests pass or not.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.bin:$PATH"
+
+bash scripts/ensure-tools.sh
+bash scripts/lint.sh
+
+OCCKIT_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/occkit-test.XXXXXX")"
+export OCCKIT_RUN_DIR
+cleanups=()
+on_exit() {
+  local status=$?
+  for ((i=${#cleanups[@]}-1; i>=0; i--)); do
+    eval "${cleanups[$i]}" || true
+  done
+  rm -rf "$OCCKIT_RUN_DIR"
+  exit "$status"
+}
+trap on_exit EXIT INT TERM
+
+# Each scripts/servers/<name>.sh is sourced: it installs its server if
+# missing, starts it on a free loopback port under $OCCKIT_RUN_DIR, exports
+# the variable its tests read, and appends its stop command to cleanups.
+shopt -s nullglob
+for s in scripts/servers/*.sh; do
+  echo "test: starting $(basename "$s" .sh)" >&2
+  # shellcheck source=/dev/null
+  source "$s"
+done
+shopt -u nullglob
+
+go test -race -timeout 20m ./...
