@@ -24,11 +24,16 @@ type Budget struct {
 	granted  atomic.Int64
 }
 
-const microTokens = 1_000_000
+const (
+	microTokens = 1_000_000
+	// maxBurst keeps capacity + one deposit far below math.MaxInt64.
+	maxBurst = 1_000_000_000_000
+)
 
 // NewBudget returns a full budget allowing ratio retries per first attempt
 // (0.1 allows retries up to 10% of calls) with a reserve of burst retries.
-// ratio must be in [0, 1000] and burst ≥ 1.
+// ratio must be in [0, 1000] and burst ≥ 1; a burst above 10¹² is taken as
+// 10¹².
 func NewBudget(ratio float64, burst int) (*Budget, error) {
 	if math.IsNaN(ratio) || ratio < 0 || ratio > 1000 {
 		return nil, fmt.Errorf("occ: budget ratio %v out of range [0, 1000]", ratio)
@@ -36,7 +41,7 @@ func NewBudget(ratio float64, burst int) (*Budget, error) {
 	if burst < 1 {
 		return nil, fmt.Errorf("occ: budget burst %d must be at least 1", burst)
 	}
-	b := &Budget{ratio: int64(ratio * microTokens), capacity: int64(burst) * microTokens}
+	b := &Budget{ratio: int64(ratio * microTokens), capacity: int64(min(burst, maxBurst)) * microTokens}
 	b.tokens.Store(b.capacity)
 	return b, nil
 }

@@ -18,7 +18,7 @@ var (
 )
 
 // GiveUpError is the error of a retry loop that stopped while its function
-// was still failing with a retryable error. It matches both its Reason and
+// was still failing with a retryable error, or because its context ended. It matches both its Reason and
 // the last error with errors.Is, so errors.Is(err, cas.ErrConflict) and
 // errors.Is(err, occ.ErrAttemptsExhausted) both hold after a conflict storm.
 type GiveUpError struct {

@@ -17,9 +17,10 @@ import (
 // ctx; between attempts Retry waits as the BackOff says, and a context that
 // ends, also during that wait, stops the loop at once. The result is:
 //   - nil when an attempt succeeds;
-//   - fn's error, unwrapped, when it is not retryable;
+//   - fn's error, unwrapped, when it is not retryable (unless ctx has
+//     ended meanwhile: then the *GiveUpError below, matching both);
 //   - a *GiveUpError when the loop stops while fn still fails with a
-//     retryable error: errors.Is matches both why it stopped
+//     retryable error, or when ctx ends: errors.Is matches both why it stopped
 //     (ErrAttemptsExhausted, ErrBudgetExhausted, ErrBackOffStopped or
 //     ctx.Err()) and fn's last error.
 //
@@ -37,6 +38,9 @@ import (
 //		_, err = store.CompareAndSwap(ctx, "stock/sku-42", it.Version, []byte(strconv.Itoa(n-1)))
 //		return err // a conflict: read again and retry
 //	})
+//
+// An error matching cas.ErrAmbiguous (the write may have been applied) is not
+// retried unless WithRetryable says so: retry it only for idempotent work.
 //
 // Prefer Update for a single key: it does the read, decodes the value and
 // reuses the current state a conflict carries instead of reading again.

@@ -107,6 +107,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	var hints map[string]cas.Item
 	return c.run(ctx, func(ctx context.Context) error {
 		tx := &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, hints: hints}
+		hints = nil // a hint serves the attempt right after the conflict only
 		if err := fn(tx); err != nil {
 			return err
 		}
