@@ -39,27 +39,28 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 		haveHint bool
 	)
 	err := c.run(ctx, func(ctx context.Context) error {
-		cur := hint
+		var (
+			cur T
+			ver cas.Version
+			err error
+		)
 		if haveHint {
 			haveHint = false
+			cur, ver, err = decodeHint(s, key, hint)
 		} else {
-			var err error
-			cur, err = s.Store().Get(ctx, key)
-			if err != nil && !errors.Is(err, cas.ErrNotFound) {
-				return err
+			cur, ver, err = s.Get(ctx, key)
+			if errors.Is(err, cas.ErrNotFound) {
+				err = nil
 			}
 		}
-		var v T
-		if cur.Version != 0 {
-			if err := s.Decode(key, cur.Value, &v); err != nil {
-				return err
-			}
-		}
-		next, err := mutate(v, cur.Version != 0)
 		if err != nil {
 			return err
 		}
-		nv, err := s.CompareAndSwap(ctx, key, cur.Version, next)
+		next, err := mutate(cur, ver != 0)
+		if err != nil {
+			return err
+		}
+		nv, err := s.CompareAndSwap(ctx, key, ver, next)
 		if err != nil {
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
@@ -75,4 +76,14 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 		return zero, 0, err
 	}
 	return written, version, nil
+}
+
+// decodeHint decodes the current item a conflict carried.
+func decodeHint[T any](s *cas.Typed[T], key string, it cas.Item) (T, cas.Version, error) {
+	var v T
+	if it.Version == 0 {
+		return v, 0, nil
+	}
+	err := s.Decode(key, it.Value, &v)
+	return v, it.Version, err
 }
