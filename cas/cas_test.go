@@ -170,3 +170,14 @@ func FuzzCheckKey(f *testing.F) {
 		}
 	})
 }
+
+func TestAmbiguousError(t *testing.T) {
+	native := errors.New("connection reset")
+	err := fmt.Errorf("w: %w", &cas.AmbiguousError{Op: "compare-and-swap", Key: "k", WriteID: "abc", Err: native})
+	if !errors.Is(err, cas.ErrAmbiguous) || !errors.Is(err, native) || errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("AmbiguousError matching is wrong: %v", err)
+	}
+	if !strings.Contains(err.Error(), "write id abc") {
+		t.Fatalf("Error() = %q", err)
+	}
+}

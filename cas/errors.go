@@ -157,3 +157,42 @@ func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // Unwrap returns the backend's native error, if any.
 func (e *FencedError) Unwrap() error { return e.Err }
+
+// AmbiguousError is the error of a write whose outcome is unknown: the
+// request may have reached the backend, but its answer was lost (a dropped
+// connection, a timeout, a leader change). errors.Is(err, ErrAmbiguous) is
+// true for it. Adapters that tag writes with a write id first try to
+// resolve the outcome by reading the key back (their own write id found:
+// success; the expected version gone without their write: a conflict) and
+// return an AmbiguousError only when they cannot tell.
+type AmbiguousError struct {
+	// Op is the operation: "compare-and-swap", "compare-and-delete",
+	// "commit".
+	Op string
+	// Key is the key written (the first key of a commit).
+	Key string
+	// WriteID identifies the write in the backend, when the adapter tags
+	// writes (empty otherwise). A later read that finds it proves the write
+	// applied.
+	WriteID string
+	// Err is the transport or backend error, reachable with errors.As.
+	Err error
+}
+
+// Error implements error.
+func (e *AmbiguousError) Error() string {
+	msg := fmt.Sprintf("cas: outcome of %s on key %q is unknown", e.Op, truncate(e.Key, 64))
+	if e.WriteID != "" {
+		msg += " (write id " + e.WriteID + ")"
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrAmbiguous.
+func (e *AmbiguousError) Is(target error) bool { return target == ErrAmbiguous }
+
+// Unwrap returns the transport or backend error.
+func (e *AmbiguousError) Unwrap() error { return e.Err }
