@@ -1,0 +1,84 @@
+package etcdcas
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// A data key's value is an envelope: one format byte, the 16-byte id of the
+// write that stored it, then the caller's bytes. The write id is what lets
+// the store tell, after a lost answer, whether its own write was applied.
+const (
+	envelopeFormat = 0x01
+	writeIDLen     = 16
+	envelopeHeader = 1 + writeIDLen
+)
+
+// errForeignValue reports a value under the store's prefix that etcdcas did
+// not write.
+var errForeignValue = errors.New("etcdcas: value under the prefix was not written by etcdcas")
+
+type writeID [writeIDLen]byte
+
+func (w writeID) String() string { return hex.EncodeToString(w[:]) }
+
+// writeIDs makes write ids: 8 random bytes fixed per process, then a
+// counter. Unique without a system call per write.
+type writeIDs struct {
+	prefix [8]byte
+	n      atomic.Uint64
+}
+
+func newWriteIDs() *writeIDs {
+	w := &writeIDs{}
+	if _, err := rand.Read(w.prefix[:]); err != nil {
+		panic(fmt.Sprintf("etcdcas: reading random bytes: %v", err))
+	}
+	return w
+}
+
+func (w *writeIDs) next() writeID {
+	var id writeID
+	copy(id[:8], w.prefix[:])
+	binary.BigEndian.PutUint64(id[8:], w.n.Add(1))
+	return id
+}
+
+func encodeEnvelope(id writeID, value []byte) string {
+	b := make([]byte, envelopeHeader+len(value))
+	b[0] = envelopeFormat
+	copy(b[1:], id[:])
+	copy(b[envelopeHeader:], value)
+	return string(b)
+}
+
+// decodeEnvelope returns the write id and the caller's bytes (a copy).
+func decodeEnvelope(raw []byte) (writeID, []byte, error) {
+	var id writeID
+	if len(raw) < envelopeHeader || raw[0] != envelopeFormat {
+		return id, nil, errForeignValue
+	}
+	copy(id[:], raw[1:envelopeHeader])
+	v := make([]byte, len(raw)-envelopeHeader)
+	copy(v, raw[envelopeHeader:])
+	return id, v, nil
+}
+
+// encodeToken encodes a fencing token so that etcd's byte-wise value
+// comparison orders tokens numerically.
+func encodeToken(t uint64) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], t)
+	return string(b[:])
+}
+
+func decodeToken(raw []byte) uint64 {
+	if len(raw) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(raw)
+}

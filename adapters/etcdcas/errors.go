@@ -1,0 +1,69 @@
+package etcdcas
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Retryable reports whether err is a transient etcd failure that certainly
+// did not apply the request (no leader, too many requests, an unhealthy
+// cluster), so that trying again is safe. Pass it to occ.WithRetryable.
+// Ambiguous outcomes (cas.ErrAmbiguous) are not retryable.
+func Retryable(err error) bool {
+	return errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrTooManyRequests) ||
+		errors.Is(err, rpctypes.ErrUnhealthy)
+}
+
+// definite reports errors the server returns before applying anything.
+func definite(err error) bool {
+	if Retryable(err) {
+		return true
+	}
+	for _, e := range []error{rpctypes.ErrRequestTooLarge, rpctypes.ErrTooManyOps, rpctypes.ErrDuplicateKey,
+		rpctypes.ErrNoSpace, rpctypes.ErrNotCapable, rpctypes.ErrPermissionDenied, rpctypes.ErrInvalidAuthToken,
+		rpctypes.ErrEmptyKey, rpctypes.ErrCompacted, rpctypes.ErrFutureRev} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// ambiguous reports whether a write that failed with err may have been
+// applied: the request may have reached the server and the answer was lost
+// (timeouts, a stopped server, a lost connection, the caller's context
+// ending in flight).
+func ambiguous(ctx context.Context, err error) bool {
+	if err == nil || definite(err) {
+		return false
+	}
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(unwrapEtcd(err)) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal, codes.Aborted:
+		return true
+	}
+	for _, e := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+		rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrLeaderChanged, rpctypes.ErrStopped} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// unwrapEtcd turns an rpctypes.EtcdError back into something status.Code
+// understands; other errors are returned as they are.
+func unwrapEtcd(err error) error {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return status.Error(ee.Code(), ee.Error())
+	}
+	return err
+}

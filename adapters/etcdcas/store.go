@@ -1,0 +1,319 @@
+package etcdcas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultPrefix          = "occkit/"
+	DefaultMaxRequestBytes = 1536 * 1024 // etcd's --max-request-bytes default
+	DefaultMaxTxnOps       = 128         // etcd's --max-txn-ops default
+	DefaultResolveTimeout  = 5 * time.Second
+	// MaxPrefixBytes is the longest Config.Prefix.
+	MaxPrefixBytes = 256
+)
+
+// Config configures a Store. The zero value is usable: keys under
+// "occkit/", etcd's default request limits.
+type Config struct {
+	// Prefix is prepended to every etcd key the store writes (default
+	// "occkit/"). Stores with different prefixes are independent.
+	Prefix string
+	// MaxRequestBytes is the server's --max-request-bytes (default
+	// 1.5 MiB). Values and commits that would exceed it fail with
+	// cas.ErrTooLarge before anything is sent.
+	MaxRequestBytes int
+	// MaxTxnOps is the server's --max-txn-ops (default 128): the most
+	// operations one Commit may carry.
+	MaxTxnOps int
+	// MaxKeyBytes is the longest key (default cas.DefaultMaxKeyBytes).
+	MaxKeyBytes int
+	// ResolveTimeout bounds the time spent finding out whether a write
+	// whose answer was lost was applied (default 5 s).
+	ResolveTimeout time.Duration
+}
+
+// Store is a cas.Store on etcd. It is safe for concurrent use.
+type Store struct {
+	cli     *clientv3.Client
+	data    string // prefix of data keys
+	fence   string // prefix of fence keys
+	limits  cas.Limits
+	resolve time.Duration
+	ids     *writeIDs
+}
+
+var (
+	_ cas.Store       = (*Store)(nil)
+	_ cas.FencedStore = (*Store)(nil)
+	_ cas.Committer   = (*Store)(nil)
+)
+
+// New returns a Store that keeps its keys under cfg.Prefix in the etcd
+// cluster cli talks to.
+func New(cli *clientv3.Client, cfg Config) (*Store, error) {
+	if cli == nil {
+		return nil, errors.New("etcdcas: nil client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.MaxTxnOps == 0 {
+		cfg.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if cfg.ResolveTimeout == 0 {
+		cfg.ResolveTimeout = DefaultResolveTimeout
+	}
+	if cfg.MaxKeyBytes == 0 {
+		cfg.MaxKeyBytes = cas.DefaultMaxKeyBytes
+	}
+	if cfg.MaxRequestBytes < 64<<10 {
+		return nil, fmt.Errorf("etcdcas: MaxRequestBytes %d is below 64 KiB", cfg.MaxRequestBytes)
+	}
+	if len(cfg.Prefix) > MaxPrefixBytes {
+		return nil, fmt.Errorf("etcdcas: prefix is %d bytes, limit %d", len(cfg.Prefix), MaxPrefixBytes)
+	}
+	if cfg.MaxTxnOps < 1 || cfg.MaxKeyBytes < 1 || cfg.ResolveTimeout < 0 {
+		return nil, fmt.Errorf("etcdcas: invalid config %+v", cfg)
+	}
+	// A request carries a key up to three times (compare, write, read
+	// back on failure) plus protocol overhead; the caller's bytes get the
+	// rest. The limits assume the longest prefix, so that they do not
+	// change with it.
+	keyBytes := MaxPrefixBytes + 2 + cfg.MaxKeyBytes
+	perOp := 3*keyBytes + envelopeHeader + 64
+	return &Store{
+		cli:   cli,
+		data:  cfg.Prefix + "d/",
+		fence: cfg.Prefix + "f/",
+		limits: cas.Limits{
+			MaxKeyBytes:    cfg.MaxKeyBytes,
+			MaxValueBytes:  cfg.MaxRequestBytes - 2*perOp,
+			MaxCommitOps:   cfg.MaxTxnOps,
+			MaxCommitBytes: cfg.MaxRequestBytes - cfg.MaxTxnOps*(perOp-keyBytes) - 2*keyBytes*cfg.MaxTxnOps,
+		}.WithDefaults(),
+		resolve: cfg.ResolveTimeout,
+		ids:     newWriteIDs(),
+	}, nil
+}
+
+// Limits returns the limits the store enforces.
+func (s *Store) Limits() cas.Limits { return s.limits }
+
+// String returns "etcdcas".
+func (s *Store) String() string { return "etcdcas" }
+
+func (s *Store) dataKey(key string) string  { return s.data + key }
+func (s *Store) fenceKey(key string) string { return s.fence + key }
+
+// item decodes a data key's etcd value.
+func (s *Store) item(key string, kv *mvccpb.KeyValue) (cas.Item, writeID, error) {
+	id, v, err := decodeEnvelope(kv.Value)
+	if err != nil {
+		return cas.Item{}, id, &cas.KeyError{Op: "get", Key: key, Err: err}
+	}
+	return cas.Item{Key: key, Value: v, Version: cas.Version(kv.ModRevision)}, id, nil
+}
+
+// Get implements cas.Store with a linearizable read.
+func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
+	if err := s.limits.Get(ctx, key); err != nil {
+		return cas.Item{}, err
+	}
+	resp, err := s.cli.Get(ctx, s.dataKey(key))
+	if err != nil {
+		return cas.Item{}, fmt.Errorf("etcdcas: get %q: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
+	}
+	it, _, err := s.item(key, resp.Kvs[0])
+	return it, err
+}
+
+// conflict builds the conflict of a write expecting expected, from the
+// data key's range response (empty when the key is absent).
+func (s *Store) conflict(key string, expected cas.Version, rr *clientv3.GetResponse) error {
+	ce := &cas.ConflictError{Key: key, Expected: expected, Current: cas.Item{Key: key}, HasCurrent: true}
+	if rr != nil && len(rr.Kvs) > 0 {
+		it, _, err := s.item(key, rr.Kvs[0])
+		if err != nil {
+			return err
+		}
+		ce.Current = it
+	}
+	return ce
+}
+
+// CompareAndSwap implements cas.Store as one etcd transaction:
+// If(ModRevision(key) == expected) Then(Put) Else(Get), so a conflict
+// carries the current item at no extra round trip.
+func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	if err := s.limits.Put(ctx, key, value); err != nil {
+		return 0, err
+	}
+	dk, id := s.dataKey(key), s.ids.next()
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected))).
+		Then(clientv3.OpPut(dk, encodeEnvelope(id, value))).
+		Else(clientv3.OpGet(dk)).
+		Commit()
+	if err != nil {
+		return s.failedWrite(ctx, "compare-and-swap", key, expected, id, err)
+	}
+	if !resp.Succeeded {
+		return 0, s.conflict(key, expected, (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange()))
+	}
+	return cas.Version(resp.Header.Revision), nil
+}
+
+// CompareAndSwapFenced implements cas.FencedStore. Each fenced key has a
+// fence key beside it holding the largest token that wrote it, compared in
+// the same transaction:
+//
+//	If(Value(fence) > token) Then(Get(fence))          -- stale token
+//	Else(Txn(If(ModRevision(key) == expected)
+//	         Then(Put(key), Put(fence, token))
+//	         Else(Get(key))))
+//
+// Fence keys are never deleted, so a token survives deletes of the key.
+func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	if err := s.limits.Put(ctx, key, value); err != nil {
+		return 0, err
+	}
+	dk, fk, id := s.dataKey(key), s.fenceKey(key), s.ids.next()
+	inner := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected))},
+		[]clientv3.Op{clientv3.OpPut(dk, encodeEnvelope(id, value)), clientv3.OpPut(fk, encodeToken(token))},
+		[]clientv3.Op{clientv3.OpGet(dk)})
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(fk), ">", encodeToken(token))).
+		Then(clientv3.OpGet(fk)).
+		Else(inner).
+		Commit()
+	if err != nil {
+		return s.failedWrite(ctx, "compare-and-swap", key, expected, id, err)
+	}
+	if resp.Succeeded {
+		var highest uint64
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			highest = decodeToken(kvs[0].Value)
+		}
+		return 0, &cas.FencedError{Key: key, Token: token, Highest: highest}
+	}
+	tr := resp.Responses[0].GetResponseTxn()
+	if !tr.Succeeded {
+		return 0, s.conflict(key, expected, (*clientv3.GetResponse)(tr.Responses[0].GetResponseRange()))
+	}
+	return cas.Version(resp.Header.Revision), nil
+}
+
+// CompareAndDelete implements cas.Store as
+// If(ModRevision(key) == expected) Then(Delete) Else(Get).
+func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.Version) error {
+	if err := s.limits.Delete(ctx, key, expected); err != nil {
+		return err
+	}
+	dk := s.dataKey(key)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected))).
+		Then(clientv3.OpDelete(dk)).
+		Else(clientv3.OpGet(dk)).
+		Commit()
+	if err != nil {
+		_, err = s.failedWrite(ctx, "compare-and-delete", key, expected, writeID{}, err)
+		return err
+	}
+	if !resp.Succeeded {
+		return s.conflict(key, expected, (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange()))
+	}
+	return nil
+}
+
+// Commit implements cas.Committer as one etcd transaction with a compare
+// per operation; on failure the Else branch reads every key back, so the
+// conflict names the first mismatching key with its current item.
+func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	if err := s.limits.Commit(ctx, ops); err != nil {
+		return nil, err
+	}
+	cmps := make([]clientv3.Cmp, 0, len(ops))
+	var writes, reads []clientv3.Op
+	var id writeID
+	firstPut := -1
+	for i, op := range ops {
+		dk := s.dataKey(op.Key)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(dk), "=", int64(op.Expected)))
+		reads = append(reads, clientv3.OpGet(dk))
+		switch op.Kind {
+		case cas.OpPut:
+			if firstPut < 0 {
+				firstPut, id = i, s.ids.next()
+			}
+			writes = append(writes, clientv3.OpPut(dk, encodeEnvelope(id, op.Value)))
+		case cas.OpDelete:
+			writes = append(writes, clientv3.OpDelete(dk))
+		}
+	}
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(writes...).Else(reads...).Commit()
+	if err != nil {
+		rev, rerr := s.resolveCommit(ctx, ops, firstPut, id, err)
+		if rerr != nil {
+			return nil, rerr
+		}
+		return commitVersions(ops, rev), nil
+	}
+	if !resp.Succeeded {
+		for i, op := range ops {
+			rr := (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
+			var cur int64
+			if len(rr.Kvs) > 0 {
+				cur = rr.Kvs[0].ModRevision
+			}
+			if cur != int64(op.Expected) {
+				return nil, s.conflict(op.Key, op.Expected, rr)
+			}
+		}
+		return nil, fmt.Errorf("etcdcas: commit refused but every version matched on read-back")
+	}
+	return commitVersions(ops, resp.Header.Revision), nil
+}
+
+func commitVersions(ops []cas.Op, rev int64) []cas.Version {
+	out := make([]cas.Version, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case cas.OpPut:
+			out[i] = cas.Version(rev)
+		case cas.OpCheck:
+			out[i] = op.Expected
+		}
+	}
+	return out
+}
+
+// Keys returns the keys under prefix (of the store's own keyspace), in
+// order. It is meant for tools and anti-entropy, not hot paths.
+func (s *Store) Keys(ctx context.Context, prefix string) ([]string, error) {
+	resp, err := s.cli.Get(ctx, s.data+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("etcdcas: keys %q: %w", prefix, err)
+	}
+	keys := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		keys = append(keys, strings.TrimPrefix(string(kv.Key), s.data))
+	}
+	return keys, nil
+}

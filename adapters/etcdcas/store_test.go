@@ -1,0 +1,59 @@
+package etcdcas_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/occkit/occkit/adapters/etcdcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/cas/castest"
+	"github.com/occkit/occkit/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var prefixes atomic.Int64
+
+// newStore returns a store under a prefix no other test uses.
+func newStore(t testing.TB, cli *clientv3.Client, cfg etcdcas.Config) *etcdcas.Store {
+	t.Helper()
+	cfg.Prefix = fmt.Sprintf("test%d/", prefixes.Add(1))
+	s, err := etcdcas.New(cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client()
+	probe := newStore(t, cli, etcdcas.Config{})
+	castest.Run(t, castest.Harness{
+		NewStore:       func(t *testing.T) cas.Store { return newStore(t, cli, etcdcas.Config{}) },
+		ReturnsCurrent: true,
+		Limits:         probe.Limits(),
+		Workers:        8,
+		OpsPerWorker:   40,
+	})
+}
+
+// TestConformanceSmallLimits runs the suite with a server configured with
+// small request and transaction limits, so that the limits the store
+// derives from its Config are checked against what the server accepts.
+func TestConformanceSmallLimits(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{MaxRequestBytes: 128 << 10, MaxTxnOps: 16})
+	cli := c.Client()
+	cfg := etcdcas.Config{MaxRequestBytes: 128 << 10, MaxTxnOps: 16, MaxKeyBytes: 200}
+	probe := newStore(t, cli, cfg)
+	castest.Run(t, castest.Harness{
+		NewStore:       func(t *testing.T) cas.Store { return newStore(t, cli, cfg) },
+		ReturnsCurrent: true,
+		Limits:         probe.Limits(),
+		Workers:        4,
+		OpsPerWorker:   20,
+	})
+}
