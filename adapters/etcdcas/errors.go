@@ -3,6 +3,7 @@ package etcdcas
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -14,9 +15,36 @@ import (
 // cluster), so that trying again is safe. Pass it to occ.WithRetryable.
 // Ambiguous outcomes (cas.ErrAmbiguous) are not retryable.
 func Retryable(err error) bool {
+	var re *readError
+	if errors.As(err, &re) {
+		return re.transient()
+	}
 	return errors.Is(err, rpctypes.ErrNoLeader) ||
 		errors.Is(err, rpctypes.ErrTooManyRequests) ||
 		errors.Is(err, rpctypes.ErrUnhealthy)
+}
+
+// readError is the error of a failed read. Reading again is always safe,
+// so a transient failure of a read is retryable, unlike that of a write.
+type readError struct {
+	key string
+	err error
+}
+
+func (e *readError) Error() string { return fmt.Sprintf("etcdcas: get %q: %v", e.key, e.err) }
+
+func (e *readError) Unwrap() error { return e.err }
+
+func (e *readError) transient() bool {
+	if errors.Is(e.err, context.Canceled) || errors.Is(e.err, context.DeadlineExceeded) {
+		return false // the caller's context ended: stop
+	}
+	switch status.Code(unwrapEtcd(e.err)) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return errors.Is(e.err, rpctypes.ErrNoLeader) || errors.Is(e.err, rpctypes.ErrTimeout) ||
+		errors.Is(e.err, rpctypes.ErrLeaderChanged) || errors.Is(e.err, rpctypes.ErrStopped)
 }
 
 // definite reports errors the server returns before applying anything.

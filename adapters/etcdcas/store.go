@@ -134,7 +134,7 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	}
 	resp, err := s.cli.Get(ctx, s.dataKey(key))
 	if err != nil {
-		return cas.Item{}, fmt.Errorf("etcdcas: get %q: %w", key, err)
+		return cas.Item{}, &readError{key: key, err: err}
 	}
 	if len(resp.Kvs) == 0 {
 		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}

@@ -1,0 +1,284 @@
+package etcdcas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/occkit/occkit/hybrid"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Defaults for LockerConfig's zero fields.
+const (
+	DefaultLockPrefix = "occkit-lock/"
+	DefaultLockTTL    = 10 * time.Second
+)
+
+// ErrSessionLost reports that the Locker's etcd lease expired or was
+// revoked: every lease it had granted is lost.
+var ErrSessionLost = errors.New("etcdcas: lock session lost")
+
+// LockerConfig configures a Locker. The zero value is usable.
+type LockerConfig struct {
+	// Prefix is prepended to lock keys (default "occkit-lock/").
+	Prefix string
+	// TTL is the etcd lease's time to live, in whole seconds (default
+	// 10 s, at least 1 s). A holder that stops renewing (a crashed or
+	// paused process) loses its locks after about TTL.
+	TTL time.Duration
+}
+
+// Locker is a lease lock on etcd, for hybrid.Update and the benchmarks.
+//
+// All grants of a Locker share one etcd lease (a session), kept alive in
+// the background; when it is lost (the process paused or was cut off past
+// the TTL), every Lease it granted has its Context cancelled. A grant is a
+// key prefix/<key>\x00<lease>-<n> attached to the session lease; the
+// oldest such key of a lock holds it, and the others wait for the deletion
+// of their predecessor only (no thundering herd). The fencing token of a
+// grant is the revision at which its key was created: etcd revisions grow
+// with every write, so every grant of a key gets a larger token than the
+// grants before it. Release deletes the grant's key only if it still has
+// that creation revision: a late or repeated release cannot remove a newer
+// holder's grant (etcd issue #22082).
+//
+// A Locker is safe for concurrent use. Close it to revoke its lease.
+type Locker struct {
+	cli    *clientv3.Client
+	prefix string
+	ttl    int64
+
+	mu      sync.Mutex
+	sess    *session
+	closed  bool
+	seq     atomic.Uint64
+	wg      sync.WaitGroup
+	closeCh chan struct{}
+}
+
+var _ hybrid.Locker = (*Locker)(nil)
+
+type session struct {
+	id      clientv3.LeaseID
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	expires atomic.Int64 // unix nanos
+}
+
+// NewLocker returns a Locker on the cluster cli talks to.
+func NewLocker(cli *clientv3.Client, cfg LockerConfig) (*Locker, error) {
+	if cli == nil {
+		return nil, errors.New("etcdcas: nil client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultLockPrefix
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultLockTTL
+	}
+	if cfg.TTL < time.Second {
+		return nil, fmt.Errorf("etcdcas: lock TTL %v is below etcd's 1 s granularity", cfg.TTL)
+	}
+	return &Locker{cli: cli, prefix: cfg.Prefix, ttl: int64(cfg.TTL / time.Second), closeCh: make(chan struct{})}, nil
+}
+
+// session returns the live session, granting a new lease if needed.
+func (l *Locker) session(ctx context.Context) (*session, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, errors.New("etcdcas: locker closed")
+	}
+	if l.sess != nil && l.sess.ctx.Err() == nil {
+		return l.sess, nil
+	}
+	granted := time.Now()
+	g, err := l.cli.Grant(ctx, l.ttl)
+	if err != nil {
+		return nil, fmt.Errorf("etcdcas: granting lock lease: %w", err)
+	}
+	kctx, kcancel := context.WithCancel(context.Background())
+	ka, err := l.cli.KeepAlive(kctx, g.ID)
+	if err != nil {
+		kcancel()
+		return nil, fmt.Errorf("etcdcas: keeping lock lease alive: %w", err)
+	}
+	sctx, scancel := context.WithCancelCause(context.Background())
+	s := &session{id: g.ID, ctx: sctx, cancel: scancel}
+	s.expires.Store(granted.Add(time.Duration(g.TTL) * time.Second).UnixNano())
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		defer kcancel()
+		for {
+			select {
+			case resp, ok := <-ka:
+				if !ok || resp.TTL <= 0 {
+					s.cancel(ErrSessionLost)
+					return
+				}
+				// A conservative expiry: the renewal was sent before it
+				// was received.
+				s.expires.Store(time.Now().Add(time.Duration(resp.TTL)*time.Second - 100*time.Millisecond).UnixNano())
+			case <-l.closeCh:
+				s.cancel(errors.New("etcdcas: locker closed"))
+				return
+			}
+		}
+	}()
+	l.sess = s
+	return s, nil
+}
+
+// Acquire implements hybrid.Locker: it waits until it holds key, or ctx
+// ends, or the session is lost.
+func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, errors.New("etcdcas: empty lock key")
+	}
+	s, err := l.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pfx := l.prefix + key + "\x00"
+	myKey := fmt.Sprintf("%s%x-%d", pfx, int64(s.id), l.seq.Add(1))
+	resp, err := l.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)).
+		Then(clientv3.OpPut(myKey, "", clientv3.WithLease(s.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("etcdcas: acquiring %q: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return nil, fmt.Errorf("etcdcas: acquiring %q: grant key %q exists", key, myKey)
+	}
+	rev := resp.Header.Revision
+	lease := &Lease{l: l, key: key, myKey: myKey, token: uint64(rev), sess: s}
+	lease.ctx, lease.cancel = context.WithCancelCause(s.ctx)
+	owner := resp.Responses[1].GetResponseRange().Kvs
+	if len(owner) == 0 || owner[0].CreateRevision != rev {
+		if err := l.waitPredecessors(ctx, s, pfx, rev); err != nil {
+			// Give the grant back; by revision, so only this one.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = lease.Release(rctx)
+			return nil, err
+		}
+	}
+	return lease, nil
+}
+
+// waitPredecessors waits until no grant of the lock created before rev
+// remains.
+func (l *Locker) waitPredecessors(ctx context.Context, s *session, pfx string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	for {
+		resp, err := l.cli.Get(wctx, pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)
+		if err != nil {
+			return l.waitErr(ctx, s, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		pred := string(resp.Kvs[0].Key)
+		wch := l.cli.Watch(wctx, pred, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+		deleted := false
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				return l.waitErr(ctx, s, err)
+			}
+			if len(wr.Events) > 0 {
+				deleted = true
+				break
+			}
+		}
+		if !deleted {
+			return l.waitErr(ctx, s, errors.New("etcdcas: watch closed"))
+		}
+	}
+}
+
+func (l *Locker) waitErr(ctx context.Context, s *session, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if s.ctx.Err() != nil {
+		return context.Cause(s.ctx)
+	}
+	return fmt.Errorf("etcdcas: waiting for lock: %w", err)
+}
+
+// Close stops renewing the Locker's lease and revokes it, releasing every
+// grant. Leases it granted have their Context cancelled.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	s := l.sess
+	close(l.closeCh)
+	l.mu.Unlock()
+	l.wg.Wait()
+	if s == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := l.cli.Revoke(ctx, s.id); err != nil {
+		return fmt.Errorf("etcdcas: revoking lock lease: %w", err)
+	}
+	return nil
+}
+
+// Lease is one grant of a Locker. Its methods are safe for concurrent use.
+type Lease struct {
+	l      *Locker
+	key    string
+	myKey  string
+	token  uint64
+	sess   *session
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+var _ hybrid.Lease = (*Lease)(nil)
+
+// Token implements hybrid.Lease: the revision at which this grant's key was
+// created.
+func (g *Lease) Token() uint64 { return g.token }
+
+// Context implements hybrid.Lease: it is cancelled when the session's etcd
+// lease is lost or the grant is released.
+func (g *Lease) Context() context.Context { return g.ctx }
+
+// Expires returns when the session's etcd lease expires unless renewed, as
+// the client last learned it (renewals may have stopped without the client
+// knowing yet: a paused process notices late).
+func (g *Lease) Expires() time.Time { return time.Unix(0, g.sess.expires.Load()) }
+
+// Release implements hybrid.Lease: it deletes this grant's key only if the
+// key still has this grant's creation revision, so that a late or repeated
+// Release never removes a newer holder's grant.
+func (g *Lease) Release(ctx context.Context) error {
+	g.cancel(errors.New("etcdcas: lease released"))
+	_, err := g.l.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(g.myKey), "=", int64(g.token))).
+		Then(clientv3.OpDelete(g.myKey)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcdcas: releasing %q: %w", g.key, err)
+	}
+	return nil
+}
