@@ -115,7 +115,12 @@ func (s *Store) Limits() cas.Limits { return s.limits }
 // String returns "etcdcas".
 func (s *Store) String() string { return "etcdcas" }
 
-func (s *Store) dataKey(key string) string  { return s.data + key }
+func (s *Store) dataKey(key string) string { return s.data + key }
+
+// DataKey returns the etcd key that holds key's value: Prefix + "d/" + key.
+// Its value is an envelope (a format byte, the 16-byte id of the write that
+// stored it, then the value).
+func (s *Store) DataKey(key string) string  { return s.dataKey(key) }
 func (s *Store) fenceKey(key string) string { return s.fence + key }
 
 // item decodes a data key's etcd value.

@@ -46,14 +46,30 @@ type member struct {
 	name      string
 	cfg       *embed.Config
 	etcd      *embed.Etcd
-	clientURL string
+	clientURL string // the proxy in front of the member's client port
+	proxy     *proxy
 	stopped   bool
+	closed    chan struct{} // closed when the member's shutdown is complete
 }
 
 // Start starts a cluster and registers its shutdown with t.Cleanup. It
 // fails the test if the cluster does not elect a leader within 30 s.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
+	// Free ports are found by binding and releasing them, so another
+	// process may take one before etcd binds it: try again with new ports.
+	for attempt := 1; ; attempt++ {
+		c, err := start(t, opts)
+		if err == nil {
+			return c
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("etcdtest: %v", err)
+		}
+	}
+}
+
+func start(t testing.TB, opts Options) (*Cluster, error) {
 	if opts.Members <= 0 {
 		opts.Members = 1
 	}
@@ -65,10 +81,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	dir, err := os.MkdirTemp("", "occkit-etcd-")
 	if err != nil {
-		t.Fatalf("etcdtest: %v", err)
+		return nil, err
 	}
 	c := &Cluster{t: t, dir: dir}
-	t.Cleanup(c.close)
 
 	var initial []string
 	for i := range opts.Members {
@@ -90,7 +105,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 			cfg.MaxTxnOps = opts.MaxTxnOps
 		}
 		initial = append(initial, fmt.Sprintf("%s=%s", name, peer))
-		c.members = append(c.members, &member{name: name, cfg: cfg, clientURL: client.String()})
+		px, err := newProxy(client.Host)
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("proxy: %w", err)
+		}
+		c.members = append(c.members, &member{name: name, cfg: cfg, clientURL: "http://" + px.addr(), proxy: px, closed: make(chan struct{})})
 	}
 	for _, m := range c.members {
 		m.cfg.InitialCluster = strings.Join(initial, ",")
@@ -108,11 +128,17 @@ func Start(t testing.TB, opts Options) *Cluster {
 			errs <- err
 		}()
 	}
+	var startErr error
 	for range c.members {
-		if err := <-errs; err != nil {
-			t.Fatalf("etcdtest: starting member: %v", err)
+		if err := <-errs; err != nil && startErr == nil {
+			startErr = fmt.Errorf("starting member: %w", err)
 		}
 	}
+	if startErr != nil {
+		c.close()
+		return nil, startErr
+	}
+	t.Cleanup(c.close)
 	for _, m := range c.members {
 		select {
 		case <-m.etcd.Server.ReadyNotify():
@@ -121,7 +147,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 	}
 	c.WaitLeader(30 * time.Second)
-	return c
+	return c, nil
 }
 
 // freeURL returns an http URL on a free loopback port.
@@ -237,8 +263,15 @@ func (c *Cluster) HardStop(i int) {
 	}
 	m.stopped = true
 	c.mu.Unlock()
+	// Cut the clients off first, as a crash would, then stop raft without
+	// handing leadership over. The embedded server's own shutdown can take
+	// seconds; it finishes in the background.
+	m.proxy.cut()
 	m.etcd.Server.HardStop()
-	m.etcd.Close()
+	go func() {
+		m.etcd.Close()
+		close(m.closed)
+	}()
 }
 
 // close stops clients, then members.
@@ -255,9 +288,16 @@ func (c *Cluster) close() {
 		stopped := m.stopped
 		m.stopped = true
 		c.mu.Unlock()
-		if !stopped && m.etcd != nil {
-			m.etcd.Close()
+		if !stopped {
+			m.proxy.cut()
+			if m.etcd != nil {
+				m.etcd.Close()
+			}
+			close(m.closed)
 		}
+	}
+	for _, m := range c.members {
+		<-m.closed
 	}
 	os.RemoveAll(c.dir)
 }

@@ -1,0 +1,153 @@
+package etcdcas_test
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/adapters/etcdcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/etcdtest"
+	"github.com/occkit/occkit/occ"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestLeaderLoss runs concurrent occ.Update increments on a 3-member
+// cluster while the leader is hard-stopped. Afterwards the counter must
+// equal the confirmed successes plus the ambiguous writes that really
+// applied (found by write id in the key's history): nothing lost, nothing
+// applied twice, every ambiguous outcome either resolved by the store or
+// reported to the caller.
+func TestLeaderLoss(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	cli := c.Client()
+	store := newStore(t, cli, etcdcas.Config{ResolveTimeout: 5 * time.Second})
+	counters := cas.NewTyped(store, cas.JSON[int]())
+	ctx := etcdtest.Ctx(t, 60*time.Second)
+	if _, err := counters.CompareAndSwap(ctx, "n", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		ok, other atomic.Int64
+		mu        sync.Mutex
+		ambiguous []string // write ids
+		afterLoss atomic.Int64
+		lost      atomic.Bool
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+				_, _, err := occ.Update(cctx, counters, "n", func(n int, _ bool) (int, error) { return n + 1, nil },
+					occ.WithMaxAttempts(50), occ.WithRetryable(etcdcas.Retryable))
+				cancel()
+				var amb *cas.AmbiguousError
+				switch {
+				case err == nil:
+					ok.Add(1)
+					if lost.Load() {
+						afterLoss.Add(1)
+					}
+				case errors.As(err, &amb):
+					if amb.WriteID == "" {
+						t.Errorf("ambiguous write without a write id: %v", err)
+					}
+					mu.Lock()
+					ambiguous = append(ambiguous, amb.WriteID)
+					mu.Unlock()
+				default:
+					// Gave up (the call's deadline passed while the cluster
+					// recovered): the store resolved the outcome, so the
+					// write did not apply.
+					other.Add(1)
+					t.Logf("update failed: %v", err)
+				}
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	leader := c.WaitLeader(10 * time.Second)
+	before := ok.Load()
+	c.HardStop(leader)
+	lost.Store(true)
+	t.Logf("hard-stopped leader m%d after %d successful increments", leader, before)
+	time.Sleep(2500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	final, _, err := counters.Get(ctx, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, puts := writeHistory(t, ctx, cli, store, "n")
+	applied := 0
+	for _, id := range ambiguous {
+		switch ids[id] {
+		case 0:
+		case 1:
+			applied++
+		default:
+			t.Errorf("ambiguous write %s applied %d times", id, ids[id])
+		}
+	}
+	t.Logf("successes %d (%d after the leader loss), ambiguous %d (%d applied), failed and not applied %d, final counter %d",
+		ok.Load(), afterLoss.Load(), len(ambiguous), applied, other.Load(), final)
+	if int64(final) != ok.Load()+int64(applied) {
+		t.Fatalf("counter %d != successes %d + applied ambiguous %d: an update was lost or doubled", final, ok.Load(), applied)
+	}
+	if puts != final+1 {
+		t.Fatalf("%d writes in the key's history for a counter at %d (+1 create)", puts, final)
+	}
+	if afterLoss.Load() == 0 {
+		t.Fatalf("no increment succeeded after the leader was lost")
+	}
+}
+
+// writeHistory returns, for the data key of key, how many times each write
+// id appears in its history, and the number of writes.
+func writeHistory(t *testing.T, ctx context.Context, cli *clientv3.Client, s *etcdcas.Store, key string) (map[string]int, int) {
+	t.Helper()
+	dk := s.DataKey(key)
+	cur, err := cli.Get(ctx, dk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upto := cur.Header.Revision
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ids := map[string]int{}
+	puts := 0
+	for wr := range cli.Watch(wctx, dk, clientv3.WithRev(1)) {
+		if err := wr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypePut {
+				puts++
+				ids[hex.EncodeToString(ev.Kv.Value[1:17])]++
+			}
+			if ev.Kv.ModRevision >= cur.Kvs[0].ModRevision {
+				return ids, puts
+			}
+		}
+		if wr.Header.Revision >= upto && len(wr.Events) == 0 {
+			break
+		}
+	}
+	t.Fatal("history ended before the current revision")
+	return nil, 0
+}
