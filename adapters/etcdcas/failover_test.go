@@ -85,7 +85,12 @@ func TestLeaderLoss(t *testing.T) {
 	c.HardStop(leader)
 	lost.Store(true)
 	t.Logf("hard-stopped leader m%d after %d successful increments", leader, before)
-	time.Sleep(2500 * time.Millisecond)
+	// Writes in flight at the crash can hang until the server gives up on
+	// them (a few seconds); keep going until the cluster has clearly
+	// recovered, or 20 s.
+	for deadline := time.Now().Add(20 * time.Second); afterLoss.Load() < 50 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	close(stop)
 	wg.Wait()
 
