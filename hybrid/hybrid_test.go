@@ -1,0 +1,239 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/adapters/etcdcas"
+	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/etcdtest"
+	"github.com/occkit/occkit/occ"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// See adapters/etcdcas: embedded etcd's peer HTTP connections.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+	)
+}
+
+// backend is a fenced store and lockers on the same system: lockers A and
+// B stand for two processes, and expireA makes A's leases expire as a pause
+// of process A past the TTL would (renewals stop).
+type backend struct {
+	name  string
+	ttl   time.Duration
+	setup func(t *testing.T) (fs cas.FencedStore, a, b hybrid.Locker, expireA func(ctx context.Context))
+}
+
+func backends() []backend {
+	return []backend{
+		{"memory", 300 * time.Millisecond, func(t *testing.T) (cas.FencedStore, hybrid.Locker, hybrid.Locker, func(context.Context)) {
+			// One in-process locker: a lease that is not released expires
+			// after its TTL by itself.
+			l := hybrid.NewLocalLocker(300 * time.Millisecond)
+			return memcas.New(), l, l, func(context.Context) {}
+		}},
+		{"etcd", time.Second, func(t *testing.T) (cas.FencedStore, hybrid.Locker, hybrid.Locker, func(context.Context)) {
+			c := etcdtest.Start(t, etcdtest.Options{})
+			cli := c.Client()
+			s, err := etcdcas.New(cli, etcdcas.Config{Prefix: "story/"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			newLocker := func() hybrid.Locker {
+				l, err := etcdcas.NewLocker(c.Client(), etcdcas.LockerConfig{TTL: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { l.Close() })
+				return l
+			}
+			a, b := newLocker(), newLocker()
+			expireA := func(ctx context.Context) {
+				// Only A holds an etcd lease at this point: revoke it, as
+				// its expiry after a pause of process A would.
+				leases, err := cli.Leases(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, l := range leases.Leases {
+					cli.Revoke(ctx, l.ID)
+				}
+			}
+			return s, a, b, expireA
+		}},
+	}
+}
+
+// pausingStore pauses the first fenced write of the goroutine that arms it
+// for a while before sending it, as a GC pause between the lease check and
+// the write would; the request is then sent regardless of the caller's
+// context, as one already in the socket would be.
+type pausingStore struct {
+	cas.FencedStore
+	armed   atomic.Bool
+	paused  chan struct{} // closed when the pause starts
+	pause   time.Duration
+	refused atomic.Int64
+}
+
+func (p *pausingStore) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	if p.armed.CompareAndSwap(true, false) {
+		close(p.paused)
+		time.Sleep(p.pause)
+		ctx = context.WithoutCancel(ctx)
+	}
+	v, err := p.FencedStore.CompareAndSwapFenced(ctx, key, expected, token, value)
+	if errors.Is(err, cas.ErrFenced) {
+		p.refused.Add(1)
+	}
+	return v, err
+}
+
+// TestStory is the story behind the hybrid mode, on every fenced store:
+// stock 10; buyer A takes the lease, reads 10 and pauses past the TTL just
+// before its write; buyer B takes the lease (a larger token), sells, writes
+// 9; A wakes and sends its write with its old token: refused with ErrFenced;
+// A retries with a fresh lease and writes 8. remaining = initial - sales.
+func TestStory(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			fs, lockerA, lockerB, expireA := b.setup(t)
+			ps := &pausingStore{FencedStore: fs, paused: make(chan struct{}), pause: 2 * b.ttl}
+			stock := cas.NewTyped[int](ps, cas.JSON[int]())
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if _, err := stock.CompareAndSwap(ctx, "stock", 0, 10); err != nil {
+				t.Fatal(err)
+			}
+			sell := func(n int, _ bool) (int, error) {
+				if n == 0 {
+					return 0, errors.New("sold out")
+				}
+				return n - 1, nil
+			}
+			ps.armed.Store(true)
+			var aAttempts int
+			aDone := make(chan error, 1)
+			go func() {
+				_, _, err := hybrid.Update(ctx, lockerA, stock, "stock", sell,
+					occ.WithObserver(occ.ObserverFuncs{Call: func(_ context.Context, c occ.Call) { aAttempts = c.Attempts }}))
+				aDone <- err
+			}()
+			<-ps.paused // A has read 10 and holds its write
+			expireA(ctx)
+			if _, _, err := hybrid.Update(ctx, lockerB, stock, "stock", sell); err != nil {
+				t.Fatalf("buyer B: %v", err)
+			}
+			mid, _, _ := stock.Get(ctx, "stock")
+			if err := <-aDone; err != nil {
+				t.Fatalf("buyer A: %v", err)
+			}
+			final, _, err := stock.Get(ctx, "stock")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: after B stock %d; A's late write refused %d time(s) with ErrFenced; A took %d attempts; final stock %d",
+				b.name, mid, ps.refused.Load(), aAttempts, final)
+			if mid != 9 {
+				t.Errorf("after B's sale the stock is %d, want 9", mid)
+			}
+			if ps.refused.Load() != 1 {
+				t.Errorf("A's stale write was refused %d times, want 1", ps.refused.Load())
+			}
+			if final != 10-2 {
+				t.Fatalf("final stock %d after two reported sales, want 8", final)
+			}
+		})
+	}
+}
+
+// TestLeaseLostBeforeWrite: a holder paused inside its critical section
+// (before the lease check) finds its lease gone and retries with a new one
+// without sending the stale write.
+func TestLeaseLostBeforeWrite(t *testing.T) {
+	store := memcas.New()
+	locker := hybrid.NewLocalLocker(400 * time.Millisecond)
+	stock := cas.NewTyped(store, cas.JSON[int]())
+	ctx := context.Background()
+	calls := 0
+	n, _, err := hybrid.Update(ctx, locker, stock, "k", func(n int, _ bool) (int, error) {
+		calls++
+		if calls == 1 {
+			time.Sleep(600 * time.Millisecond) // past the TTL
+		}
+		return n + 1, nil
+	})
+	if err != nil || n != 1 || calls != 2 {
+		t.Fatalf("Update = %d, %v after %d calls; want 1 after 2 (the first refused for a lost lease)", n, err, calls)
+	}
+}
+
+func TestSafetyMargin(t *testing.T) {
+	store := memcas.New()
+	// A margin larger than the TTL: every write must be refused.
+	locker := hybrid.WithSafetyMargin(hybrid.NewLocalLocker(time.Second), 2*time.Second)
+	stock := cas.NewTyped(store, cas.JSON[int]())
+	_, _, err := hybrid.Update(context.Background(), locker, stock, "k", func(n int, _ bool) (int, error) { return n + 1, nil },
+		occ.WithMaxAttempts(2))
+	if !errors.Is(err, hybrid.ErrLeaseExpiring) || !errors.Is(err, occ.ErrAttemptsExhausted) {
+		t.Fatalf("Update with margin > TTL: %v, want ErrLeaseExpiring after 2 attempts", err)
+	}
+	if _, err := store.Get(context.Background(), "k"); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("a refused write was sent: %v", err)
+	}
+}
+
+func TestNotFenced(t *testing.T) {
+	type plain struct{ cas.Store }
+	stock := cas.NewTyped[int](plain{memcas.New()}, cas.JSON[int]())
+	_, _, err := hybrid.Update(context.Background(), hybrid.NewLocalLocker(time.Second), stock, "k",
+		func(n int, _ bool) (int, error) { return n + 1, nil })
+	if !errors.Is(err, hybrid.ErrNotFenced) {
+		t.Fatalf("Update on an unfenced store: %v, want ErrNotFenced", err)
+	}
+}
+
+// TestHotKey: 8 goroutines on one key, nothing lost, on every backend.
+func TestHotKey(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			fs, lockerA, lockerB, _ := b.setup(t)
+			lockers := []hybrid.Locker{lockerA, lockerB}
+			counter := cas.NewTyped[int](fs, cas.JSON[int]())
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var ok atomic.Int64
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 25 {
+						if _, _, err := hybrid.Update(ctx, lockers[w%2], counter, "hot", func(n int, _ bool) (int, error) { return n + 1, nil }); err != nil {
+							t.Error(err)
+							return
+						}
+						ok.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			n, _, err := counter.Get(ctx, "hot")
+			if err != nil || int64(n) != ok.Load() || n != 200 {
+				t.Fatalf("counter %d (%v), successes %d, want 200", n, err, ok.Load())
+			}
+		})
+	}
+}

@@ -1,0 +1,164 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// DefaultSafetyMargin is the least lease time that must remain for Update
+// to send its write, for leases that say when they expire (an Expires()
+// time.Time method) and lockers not wrapped by WithSafetyMargin.
+const DefaultSafetyMargin = 100 * time.Millisecond
+
+// Update is a read-modify-write of one key under a lease: acquire a lease
+// on key, read, mutate, then write with a fenced compare-and-swap that
+// checks both the version read and the lease's token, and release.
+//
+// The lock makes conflicts rare on a hot key, so few attempts are wasted;
+// the fenced write makes the lock's failure harmless: if the lease was lost
+// (the holder paused past its TTL and another holder wrote since), the
+// write is refused with cas.ErrFenced instead of overwriting newer work.
+//
+// The work runs with a context cancelled when the lease is lost. Before the
+// write, Update refuses to send it when less than the safety margin of the
+// lease remains (ErrLeaseExpiring). A conflicted, fenced-off, lost or
+// expiring attempt is retried through occ with a fresh lease; other errors
+// (mutate's, the store's) end the call as in occ.Update. The typed store's
+// underlying Store must be a cas.FencedStore (ErrNotFenced otherwise).
+//
+//	locker := hybrid.NewLocalLocker(2 * time.Second)
+//	stock := cas.NewTyped(store, cas.JSON[int]())
+//	left, _, err := hybrid.Update(ctx, locker, stock, "sku-42", func(n int, _ bool) (int, error) {
+//		if n == 0 {
+//			return 0, ErrSoldOut
+//		}
+//		return n - 1, nil
+//	})
+func Update[T any](ctx context.Context, l Locker, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, cas.Version, error) {
+	var zero T
+	fs, ok := s.Store().(cas.FencedStore)
+	if !ok {
+		return zero, 0, fmt.Errorf("hybrid: %T: %w", s.Store(), ErrNotFenced)
+	}
+	var (
+		written T
+		version cas.Version
+	)
+	opts = append(opts[:len(opts):len(opts)], occ.WithRetryable(retryWithNewLease))
+	err := occ.Retry(ctx, func(ctx context.Context) error {
+		lease, err := l.Acquire(ctx, key)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			// A release that fails leaves the lease to expire; the update
+			// itself is decided by the fenced write.
+			_ = lease.Release(rctx)
+		}()
+		wctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(lease.Context(), func() { cancel(ErrLeaseLost) })
+		defer stop()
+
+		cur, ver, err := s.Get(wctx, key)
+		if err != nil && !errors.Is(err, cas.ErrNotFound) {
+			return leaseErr(wctx, err)
+		}
+		next, err := mutate(cur, ver != 0)
+		if err != nil {
+			return err
+		}
+		if err := checkMargin(lease); err != nil {
+			return err
+		}
+		b, err := s.Encode(key, next)
+		if err != nil {
+			return err
+		}
+		nv, err := fs.CompareAndSwapFenced(wctx, key, ver, lease.Token(), b)
+		if err != nil {
+			return leaseErr(wctx, err)
+		}
+		written, version = next, nv
+		return nil
+	}, opts...)
+	if err != nil {
+		return zero, 0, err
+	}
+	return written, version, nil
+}
+
+// retryWithNewLease classifies the failures a fresh lease can cure.
+func retryWithNewLease(err error) bool {
+	return errors.Is(err, cas.ErrFenced) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseExpiring)
+}
+
+// leaseErr reports err as ErrLeaseLost when the lease's loss is what ended
+// the work.
+func leaseErr(wctx context.Context, err error) error {
+	if errors.Is(context.Cause(wctx), ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+	}
+	return err
+}
+
+// checkMargin refuses a write when the lease is lost or about to expire.
+func checkMargin(lease Lease) error {
+	if err := lease.Context().Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(lease.Context()))
+	}
+	exp, ok := lease.(interface{ Expires() time.Time })
+	if !ok {
+		return nil
+	}
+	margin := DefaultSafetyMargin
+	if m, ok := lease.(interface{ SafetyMargin() time.Duration }); ok {
+		margin = m.SafetyMargin()
+	}
+	if left := time.Until(exp.Expires()); left < margin {
+		return fmt.Errorf("%w: %v left, margin %v", ErrLeaseExpiring, left.Round(time.Millisecond), margin)
+	}
+	return nil
+}
+
+// WithSafetyMargin returns a Locker whose leases make Update refuse to
+// write when less than margin of the lease remains. It only affects
+// leases that say when they expire (an Expires() time.Time method, as the
+// local, etcd and Redis leases do).
+func WithSafetyMargin(l Locker, margin time.Duration) Locker {
+	return marginLocker{l: l, margin: margin}
+}
+
+type marginLocker struct {
+	l      Locker
+	margin time.Duration
+}
+
+func (m marginLocker) Acquire(ctx context.Context, key string) (Lease, error) {
+	g, err := m.l.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return marginLease{Lease: g, margin: m.margin}, nil
+}
+
+type marginLease struct {
+	Lease
+	margin time.Duration
+}
+
+func (m marginLease) SafetyMargin() time.Duration { return m.margin }
+
+func (m marginLease) Expires() time.Time {
+	if e, ok := m.Lease.(interface{ Expires() time.Time }); ok {
+		return e.Expires()
+	}
+	return time.Now().Add(m.margin + time.Hour) // unknown: never refuse
+}
