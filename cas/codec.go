@@ -6,7 +6,9 @@ import (
 )
 
 // Codec turns values of type T into bytes and back. Implementations must be
-// safe for concurrent use.
+// safe for concurrent use, and Unmarshal must not keep or alias data: the
+// bytes may be shared (occ's version cache hands the same cached bytes to
+// every update of a key).
 type Codec[T any] interface {
 	Marshal(v T) ([]byte, error)
 	Unmarshal(data []byte, v *T) error
@@ -21,16 +23,17 @@ func (jsonCodec[T]) Marshal(v T) ([]byte, error) { return json.Marshal(v) }
 
 func (jsonCodec[T]) Unmarshal(data []byte, v *T) error { return json.Unmarshal(data, v) }
 
-// Bytes returns a Codec for raw []byte values: it neither copies nor
-// transforms them.
+// Bytes returns a Codec for raw []byte values. Both directions copy, so a
+// caller may modify what it decoded or encoded without touching bytes
+// someone else holds (a cached entry, say).
 func Bytes() Codec[[]byte] { return bytesCodec{} }
 
 type bytesCodec struct{}
 
-func (bytesCodec) Marshal(v []byte) ([]byte, error) { return v, nil }
+func (bytesCodec) Marshal(v []byte) ([]byte, error) { return append([]byte{}, v...), nil }
 
 func (bytesCodec) Unmarshal(data []byte, v *[]byte) error {
-	*v = data
+	*v = append([]byte{}, data...)
 	return nil
 }
 

@@ -22,6 +22,7 @@ type Option struct {
 	observer   Observer
 	budget     *Budget
 	sleep      func(ctx context.Context, d time.Duration) error
+	cache      *Cache
 }
 
 type optionKind uint8
@@ -35,6 +36,7 @@ const (
 	optObserver
 	optBudget
 	optSleep
+	optCache
 )
 
 type config struct {
@@ -45,6 +47,7 @@ type config struct {
 	observer    Observer
 	budget      *Budget
 	sleep       func(ctx context.Context, d time.Duration) error // test hook
+	cache       *Cache
 	op          string
 	key         string
 }
@@ -74,6 +77,8 @@ func (c *config) apply(opts []Option) {
 			c.budget = o.budget
 		case optSleep:
 			c.sleep = o.sleep
+		case optCache:
+			c.cache = o.cache
 		}
 	}
 }

@@ -20,6 +20,7 @@ type Tx struct {
 	reads  map[string]cas.Item
 	writes map[string]txWrite
 	hints  map[string]cas.Item
+	cache  *Cache // nil unless WithCache names this store
 }
 
 type txWrite struct {
@@ -55,7 +56,7 @@ func (tx *Tx) read(key string) (cas.Item, error) {
 	it, ok := tx.hints[key]
 	if ok {
 		delete(tx.hints, key)
-	} else {
+	} else if it, ok = tx.cachedRead(key); !ok {
 		var err error
 		it, err = tx.store.Get(tx.ctx, key)
 		switch {
@@ -63,6 +64,9 @@ func (tx *Tx) read(key string) (cas.Item, error) {
 			it = cas.Item{Key: key}
 		case err != nil:
 			return cas.Item{}, err
+		}
+		if tx.cache != nil {
+			tx.cache.put(it)
 		}
 	}
 	tx.reads[key] = it
@@ -105,16 +109,26 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	c.apply(opts)
 	c.op = "txn"
 	var hints map[string]cas.Item
+	cache := c.cache
+	if !cache.serves(s) {
+		cache = nil
+	}
 	return c.run(ctx, func(ctx context.Context) error {
-		tx := &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, hints: hints}
+		tx := &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, hints: hints, cache: cache}
 		hints = nil // a hint serves the attempt right after the conflict only
 		if err := fn(tx); err != nil {
 			return err
 		}
 		err := tx.commit()
 		var ce *cas.ConflictError
-		if errors.As(err, &ce) && ce.HasCurrent {
+		switch {
+		case errors.As(err, &ce) && ce.HasCurrent:
 			hints = map[string]cas.Item{ce.Key: ce.Current}
+			if cache != nil {
+				cache.put(ce.Current)
+			}
+		case ce != nil && cache != nil:
+			cache.forget(ce.Key)
 		}
 		return err
 	})
@@ -164,11 +178,36 @@ func (tx *Tx) commit() error {
 			ops = append(ops, cas.Put(k, r.Version, w.value))
 		}
 	}
+	var versions []cas.Version
+	var err error
 	if notCommitter == nil {
-		_, err := committer.Commit(tx.ctx, ops)
-		return err
+		versions, err = committer.Commit(tx.ctx, ops)
+	} else {
+		var v cas.Version
+		v, err = applyOne(tx.ctx, tx.store, ops[0])
+		versions = []cas.Version{v}
 	}
-	return applyOne(tx.ctx, tx.store, ops[0])
+	if err == nil && tx.cache != nil {
+		for i, op := range ops {
+			switch op.Kind {
+			case cas.OpPut:
+				tx.cache.put(cas.Item{Key: op.Key, Value: op.Value, Version: versions[i]})
+			case cas.OpDelete:
+				tx.cache.put(cas.Item{Key: op.Key})
+			}
+		}
+	}
+	return err
+}
+
+// cachedRead returns key's cached state when the transaction uses a cache.
+// The commit validates it like any other read, so a stale entry costs a
+// conflict and a retry, never a wrong commit.
+func (tx *Tx) cachedRead(key string) (cas.Item, bool) {
+	if tx.cache == nil {
+		return cas.Item{}, false
+	}
+	return tx.cache.get(key)
 }
 
 // validateReads checks that every key read still has its version. Because
@@ -191,22 +230,22 @@ func (tx *Tx) validateReads() error {
 	return nil
 }
 
-// applyOne applies a single op on a store without Committer.
-func applyOne(ctx context.Context, s cas.Store, op cas.Op) error {
+// applyOne applies a single op on a store without Committer and returns
+// the version Commit would have.
+func applyOne(ctx context.Context, s cas.Store, op cas.Op) (cas.Version, error) {
 	switch op.Kind {
 	case cas.OpPut:
-		_, err := s.CompareAndSwap(ctx, op.Key, op.Expected, op.Value)
-		return err
+		return s.CompareAndSwap(ctx, op.Key, op.Expected, op.Value)
 	case cas.OpDelete:
-		return s.CompareAndDelete(ctx, op.Key, op.Expected)
+		return 0, s.CompareAndDelete(ctx, op.Key, op.Expected)
 	}
 	// OpCheck of an absent key that the transaction deleted.
 	it, err := s.Get(ctx, op.Key)
 	switch {
 	case errors.Is(err, cas.ErrNotFound):
-		return nil
+		return 0, nil
 	case err != nil:
-		return err
+		return 0, err
 	}
-	return &cas.ConflictError{Key: op.Key, Expected: op.Expected, Current: it, HasCurrent: true}
+	return 0, &cas.ConflictError{Key: op.Key, Expected: op.Expected, Current: it, HasCurrent: true}
 }

@@ -38,16 +38,26 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 		hint     cas.Item
 		haveHint bool
 	)
+	cache := c.cache
+	if !cache.serves(s.Store()) {
+		cache = nil
+	}
+	if cache != nil {
+		hint, haveHint = cache.get(key)
+	}
 	err := c.run(ctx, func(ctx context.Context) error {
 		var (
 			cur T
 			ver cas.Version
 			err error
 		)
-		if haveHint {
+		switch {
+		case haveHint:
 			haveHint = false
 			cur, ver, err = decodeHint(s, key, hint)
-		} else {
+		case cache != nil:
+			cur, ver, err = readThrough(ctx, s, cache, key)
+		default:
 			cur, ver, err = s.Get(ctx, key)
 			if errors.Is(err, cas.ErrNotFound) {
 				err = nil
@@ -60,7 +70,12 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 		if err != nil {
 			return err
 		}
-		nv, err := s.CompareAndSwap(ctx, key, ver, next)
+		var nv cas.Version
+		if cache != nil {
+			nv, err = writeThrough(ctx, s, cache, key, ver, next)
+		} else {
+			nv, err = s.CompareAndSwap(ctx, key, ver, next)
+		}
 		if err != nil {
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
@@ -86,4 +101,42 @@ func decodeHint[T any](s *cas.Typed[T], key string, it cas.Item) (T, cas.Version
 	}
 	err := s.Decode(key, it.Value, &v)
 	return v, it.Version, err
+}
+
+// readThrough reads key from the store and caches what it found (an
+// absent key too: that saves the read of a create).
+func readThrough[T any](ctx context.Context, s *cas.Typed[T], c *Cache, key string) (T, cas.Version, error) {
+	it, err := s.Store().Get(ctx, key)
+	switch {
+	case errors.Is(err, cas.ErrNotFound):
+		it = cas.Item{Key: key}
+	case err != nil:
+		var zero T
+		return zero, 0, err
+	}
+	c.put(it)
+	return decodeHint(s, key, it)
+}
+
+// writeThrough writes next and caches the result: the new state on
+// success, the current one a conflict carried, or nothing when the
+// conflict did not say.
+func writeThrough[T any](ctx context.Context, s *cas.Typed[T], c *Cache, key string, expected cas.Version, next T) (cas.Version, error) {
+	b, err := s.Encode(key, next)
+	if err != nil {
+		return 0, err
+	}
+	nv, err := s.Store().CompareAndSwap(ctx, key, expected, b)
+	if err == nil {
+		c.put(cas.Item{Key: key, Value: b, Version: nv})
+		return nv, nil
+	}
+	var ce *cas.ConflictError
+	switch {
+	case errors.As(err, &ce) && ce.HasCurrent && ce.Key == key:
+		c.put(ce.Current)
+	default:
+		c.forget(key)
+	}
+	return 0, err
 }
