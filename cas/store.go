@@ -111,3 +111,13 @@ type Committer interface {
 	// nothing. A key may appear at most once.
 	Commit(ctx context.Context, ops []Op) ([]Version, error)
 }
+
+// Lister is a Store that can list its keys: tools and anti-entropy
+// (versionvector.SyncPrefix) use it. Not meant for hot paths.
+type Lister interface {
+	Store
+
+	// KeysWithPrefix returns the keys that exist and start with prefix
+	// (every key for the empty prefix), in any order.
+	KeysWithPrefix(ctx context.Context, prefix string) ([]string, error)
+}

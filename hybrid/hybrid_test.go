@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/etcdtest"
+	"github.com/occkit/occkit/internal/pgtest"
 	"github.com/occkit/occkit/occ"
 	"go.uber.org/goleak"
 )
@@ -69,6 +72,49 @@ func backends() []backend {
 				}
 				for _, l := range leases.Leases {
 					cli.Revoke(ctx, l.ID)
+				}
+			}
+			return s, a, b, expireA
+		}},
+		{"postgres", 200 * time.Millisecond, func(t *testing.T) (cas.FencedStore, hybrid.Locker, hybrid.Locker, func(context.Context)) {
+			ctx := context.Background()
+			pool := pgtest.Pool(t)
+			s, err := pgcas.New(pool, pgcas.Config{Table: "stock"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.CreateTable(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Session advisory locks: a lease lives as long as its
+			// connection. Each "process" has a pool of its own.
+			newLocker := func(p *pgxpool.Pool) hybrid.Locker {
+				l, err := pgcas.NewAdvisoryLocker(p, pgcas.LockerConfig{CheckInterval: 50 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			// Waiting acquirers hold a connection each too: the lockers get
+			// pools of their own, sized for every worker, so that lock
+			// waits cannot starve the store's reads and writes.
+			lockPool := func() *pgxpool.Pool {
+				cfg := pool.Config()
+				cfg.MaxConns = 16
+				return pgtest.Open(t, cfg)
+			}
+			a := newLocker(lockPool())
+			if err := a.(*pgcas.AdvisoryLocker).CreateSequence(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b := newLocker(lockPool())
+			expireA := func(ctx context.Context) {
+				// Process A is paused long enough for the database to drop
+				// its connection (a TCP keepalive or idle timeout would):
+				// end the sessions holding advisory locks, which frees them.
+				if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+					WHERE locktype = 'advisory' AND pid <> pg_backend_pid()`); err != nil {
+					t.Error(err)
 				}
 			}
 			return s, a, b, expireA

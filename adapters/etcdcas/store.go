@@ -56,6 +56,7 @@ var (
 	_ cas.Store       = (*Store)(nil)
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
+	_ cas.Lister      = (*Store)(nil)
 )
 
 // New returns a Store that keeps its keys under cfg.Prefix in the etcd
@@ -309,9 +310,10 @@ func commitVersions(ops []cas.Op, rev int64) []cas.Version {
 	return out
 }
 
-// Keys returns the keys under prefix (of the store's own keyspace), in
-// order. It is meant for tools and anti-entropy, not hot paths.
-func (s *Store) Keys(ctx context.Context, prefix string) ([]string, error) {
+// KeysWithPrefix implements cas.Lister: the keys under prefix (of the
+// store's own keyspace), in order. It is meant for tools and anti-entropy,
+// not hot paths.
+func (s *Store) KeysWithPrefix(ctx context.Context, prefix string) ([]string, error) {
 	resp, err := s.cli.Get(ctx, s.data+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, fmt.Errorf("etcdcas: keys %q: %w", prefix, err)

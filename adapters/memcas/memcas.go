@@ -29,6 +29,7 @@ package memcas
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -84,6 +85,7 @@ var (
 	_ cas.Store       = (*Store)(nil)
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
+	_ cas.Lister      = (*Store)(nil)
 )
 
 // Limits returns the limits the store enforces.
@@ -236,6 +238,25 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 		}
 	}
 	return out, nil
+}
+
+// KeysWithPrefix implements cas.Lister.
+func (s *Store) KeysWithPrefix(ctx context.Context, prefix string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var keys []string
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		for k, e := range sh.m {
+			if e.version != 0 && strings.HasPrefix(k, prefix) {
+				keys = append(keys, k)
+			}
+		}
+		sh.mu.RUnlock()
+	}
+	return keys, nil
 }
 
 func conflict(key string, expected cas.Version, e entry) error {

@@ -1,0 +1,264 @@
+package pgcas_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/pgtest"
+	"github.com/occkit/occkit/occ"
+)
+
+// roundTrips counts what a pool sends: statements (each a round trip once
+// prepared), batches (one round trip each) and prepares (one round trip
+// on a connection's first use of a statement).
+type roundTrips struct {
+	queries, batches, prepares atomic.Int64
+}
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.queries.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.batches.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (r *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	r.prepares.Add(1)
+	return ctx
+}
+func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+func (r *roundTrips) total() int64 { return r.queries.Load() + r.batches.Load() + r.prepares.Load() }
+
+func (r *roundTrips) reset() { r.queries.Store(0); r.batches.Store(0); r.prepares.Store(0) }
+
+func (r *roundTrips) configure(c *pgxpool.Config) { c.ConnConfig.Tracer = r; c.MaxConns = 1 }
+
+func increment(n int, _ bool) (int, error) { return n + 1, nil }
+
+// TestRoundTrips counts the round trips of occ.Update on a Store: 2 when
+// uncontended (read, compare-and-swap), 1 more per conflict (the conflict
+// carries the current row: no second read).
+func TestRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	var rt roundTrips
+	pool := pgtest.Pool(t, rt.configure)
+	s, err := pgcas.New(pool, pgcas.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := newStoreOn(t, s) // an untraced writer on the same table
+	counters := cas.NewTyped[int](s, cas.JSON[int]())
+
+	// Warm up: prepare every statement the counted calls use.
+	for range 2 {
+		if _, _, err := occ.Update(ctx, counters, "c", increment); err != nil {
+			t.Fatal(err)
+		}
+	}
+	interfere := func(key string) func(int, bool) (int, error) {
+		first := true
+		return func(n int, ok bool) (int, error) {
+			if first {
+				first = false
+				it, _ := other.Get(ctx, key)
+				if _, err := other.CompareAndSwap(ctx, key, it.Version, []byte("100")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return n + 1, nil
+		}
+	}
+	if _, _, err := occ.Update(ctx, counters, "c", interfere("c")); err != nil {
+		t.Fatal(err)
+	}
+
+	rt.reset()
+	if _, _, err := occ.Update(ctx, counters, "c", increment); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.total(); got != 2 {
+		t.Errorf("uncontended occ.Update: %d round trips, want 2", got)
+	}
+	rt.reset()
+	n, _, err := occ.Update(ctx, counters, "c", interfere("c"), occ.WithBackOff(&backoff.ZeroBackOff{}))
+	if err != nil || n != 101 {
+		t.Fatalf("update after a conflict = %d, %v", n, err)
+	}
+	if got := rt.total(); got != 3 {
+		t.Errorf("occ.Update with one conflict: %d round trips, want 3 (one more, not two)", got)
+	}
+	rt.reset()
+	if _, err := s.Commit(ctx, []cas.Op{cas.Put("a", 0, []byte("1")), cas.Put("b", 0, []byte("1")), cas.Check("c", 0)}); err == nil {
+		t.Fatal("commit checking an existing key as absent succeeded")
+	}
+	if _, err := s.Commit(ctx, []cas.Op{cas.Put("a", 0, []byte("1")), cas.Put("b", 0, []byte("1"))}); err != nil {
+		t.Fatal(err)
+	}
+	if q, b := rt.queries.Load(), rt.batches.Load(); q != 0 || b != 2 {
+		t.Errorf("two commits: %d statements and %d batches, want 0 and 2", q, b)
+	}
+}
+
+// newStoreOn returns another store on s's table, through a pool of its
+// own on the same schema.
+func newStoreOn(t testing.TB, s *pgcas.Store) *pgcas.Store {
+	t.Helper()
+	cfg := s.Pool().Config()
+	cfg.ConnConfig.Tracer = nil
+	cfg.MaxConns = 4
+	o, err := pgcas.New(pgtest.Open(t, cfg), pgcas.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// BenchmarkCompareAndSwap compares Store.CompareAndSwap with the
+// hand-written conditional UPDATE it replaces, on the same table, one
+// connection, no contention. Run both in one process and compare the
+// ratio (see docs/postgres.md).
+func BenchmarkCompareAndSwap(b *testing.B) {
+	ctx := context.Background()
+	pool := pgtest.Pool(b, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	s, err := pgcas.New(pool, pgcas.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.CreateTable(ctx); err != nil {
+		b.Fatal(err)
+	}
+	value := []byte(`{"stock":42}`)
+	// start returns key's version, creating it if needed (sub-benchmarks
+	// run several times).
+	start := func(b *testing.B, key string) cas.Version {
+		it, err := s.Get(ctx, key)
+		if errors.Is(err, cas.ErrNotFound) {
+			var v cas.Version
+			v, err = s.CompareAndSwap(ctx, key, 0, value)
+			it.Version = v
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		return it.Version
+	}
+	b.Run("pgcas", func(b *testing.B) {
+		v := start(b, "k-pgcas")
+		var err error
+		for b.Loop() {
+			if v, err = s.CompareAndSwap(ctx, "k-pgcas", v, value); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("hand-written", func(b *testing.B) {
+		v := start(b, "k-hand")
+		const update = `UPDATE occkit_cas SET value = $2, version = DEFAULT WHERE key = $1 AND version = $3 RETURNING version`
+		n := int64(v)
+		for b.Loop() {
+			if err := pool.QueryRow(ctx, update, "k-hand", value, n).Scan(&n); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkUpdateVsSelectForUpdate increments counters on 1000 keys from
+// 16 goroutines, optimistically (occ.Update over a Store) and
+// pessimistically (Store.UpdateLocked: SELECT ... FOR UPDATE in a
+// transaction). The sum of the counters must equal the successful
+// increments at the end. Compare ns/op of the two: the throughput ratio.
+func BenchmarkUpdateVsSelectForUpdate(b *testing.B) {
+	const keys, workers = 1000, 16
+	ctx := context.Background()
+	s := newStore(b, pgcas.Config{})
+	// One connection per worker, as a service would size its pool.
+	s2, err := pgcas.New(pgtest.Open(b, withMaxConns(s.Pool().Config(), workers)), pgcas.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ops := make([]cas.Op, 0, 100)
+	for i := range keys {
+		ops = append(ops, cas.Put(fmt.Sprintf("k%04d", i), 0, []byte("0")))
+		if len(ops) == cap(ops) {
+			if _, err := s.Commit(ctx, ops); err != nil {
+				b.Fatal(err)
+			}
+			ops = ops[:0]
+		}
+	}
+	counters := cas.NewTyped[int](s2, cas.JSON[int]())
+	var seed atomic.Uint64
+	strategies := []struct {
+		name string
+		inc  func(key string) error
+	}{
+		{"occ.Update", func(key string) error {
+			_, _, err := occ.Update(ctx, counters, key, increment, occ.WithMaxAttempts(100))
+			return err
+		}},
+		{"SELECT-FOR-UPDATE", func(key string) error {
+			_, err := s2.UpdateLocked(ctx, key, func(cur []byte, _ bool) ([]byte, error) {
+				var n int
+				if err := cas.JSON[int]().Unmarshal(cur, &n); err != nil {
+					return nil, err
+				}
+				return fmt.Appendf(nil, "%d", n+1), nil
+			})
+			return err
+		}},
+	}
+	var total int64 // increments over all runs
+	for _, st := range strategies {
+		b.Run(st.name, func(b *testing.B) {
+			var done, failed atomic.Int64
+			b.SetParallelism((workers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(seed.Add(1), 3))
+				for pb.Next() {
+					if err := st.inc(fmt.Sprintf("k%04d", rng.IntN(keys))); err != nil {
+						if !errors.Is(err, occ.ErrAttemptsExhausted) {
+							b.Error(err)
+						}
+						failed.Add(1)
+						continue
+					}
+					done.Add(1)
+				}
+			})
+			total += done.Load()
+			var sum int64
+			if err := s.Pool().QueryRow(ctx, `SELECT coalesce(sum(convert_from(value, 'UTF8')::bigint), 0) FROM occkit_cas WHERE value IS NOT NULL`).Scan(&sum); err != nil {
+				b.Fatal(err)
+			}
+			if sum != total {
+				b.Fatalf("counters sum to %d, but %d increments succeeded: lost or doubled updates", sum, total)
+			}
+			b.ReportMetric(float64(failed.Load())/float64(b.N), "gaveup/op")
+		})
+	}
+}
+
+func withMaxConns(c *pgxpool.Config, n int32) *pgxpool.Config {
+	c.MaxConns = n
+	return c
+}

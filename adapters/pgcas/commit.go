@@ -1,0 +1,208 @@
+package pgcas
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// Commit implements cas.Committer: one implicit transaction, sent as one
+// pgx batch (one round trip once the connection has prepared the
+// statements).
+//
+// The operations run in key order, whatever their order in ops, so that
+// concurrent commits lock rows in the same order and cannot deadlock each
+// other. Each is the statement CompareAndSwap or CompareAndDelete would run
+// (a check locks the row it checked with FOR SHARE; checking that a key is
+// absent inserts a tombstone for it, the only way to lock an absence), and
+// each marks the transaction when it fails. A final guard statement raises
+// an error when the transaction is marked, which rolls back everything:
+// PostgreSQL runs the statements of one pipeline up to its Sync in one
+// transaction. The conflict names the first failed operation in ops order,
+// with its key's current item.
+func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	if err := s.limits.Commit(ctx, ops); err != nil {
+		return nil, err
+	}
+	order := make([]int, len(ops))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ops[a].Key, ops[b].Key) })
+	id := newWriteID()
+	for run := 1; ; run++ {
+		vs, rerun, err := s.commitOnce(ctx, ops, order, id, run < maxWriteRuns)
+		if !rerun {
+			return vs, err
+		}
+	}
+}
+
+// commitOnce runs the commit once. rerun is true when it was rolled back
+// only because a create or an absence check met a row committed after its
+// statement's snapshot (so the conflict would carry no current item) and
+// mayRerun allows running it again.
+func (s *Store) commitOnce(ctx context.Context, ops []cas.Op, order []int, id writeID, mayRerun bool) (vs []cas.Version, rerun bool, err error) {
+	b := &pgx.Batch{}
+	for _, i := range order {
+		op := ops[i]
+		switch op.Kind {
+		case cas.OpCheck:
+			if op.Expected == 0 {
+				b.Queue(s.commitCheckNone, op.Key, id)
+			} else {
+				b.Queue(s.commitCheck, op.Key, pgVersion(op.Expected))
+			}
+		case cas.OpPut:
+			value := op.Value
+			if value == nil {
+				value = []byte{}
+			}
+			if op.Expected == 0 {
+				b.Queue(s.commitCreate, op.Key, value, id)
+			} else {
+				b.Queue(s.commitSwap, op.Key, value, id, pgVersion(op.Expected))
+			}
+		case cas.OpDelete:
+			b.Queue(s.commitDelete, op.Key, id, pgVersion(op.Expected))
+		}
+	}
+	b.Queue(s.commitGuard)
+
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("pgcas: commit: %w", err)
+	}
+	defer conn.Release()
+	br := conn.SendBatch(ctx, b)
+	results := make([]result, len(ops))
+	var failed []int // indexes into ops
+	var batchErr error
+	for _, i := range order {
+		r := &results[i]
+		var flag *string
+		if err := br.QueryRow().Scan(&r.newVersion, &r.curVersion, &r.curValue, &r.curToken, &flag); err != nil {
+			batchErr = err
+			break
+		}
+		if flag != nil {
+			failed = append(failed, i)
+		}
+	}
+	if batchErr == nil {
+		_, batchErr = br.Exec() // the guard
+	}
+	if closeErr := br.Close(); batchErr == nil {
+		batchErr = closeErr // the implicit COMMIT at the Sync
+	}
+
+	if len(failed) > 0 {
+		// An operation failed, so the guard rolled everything back
+		// (whether or not its error reached us: the transaction cannot
+		// commit with the mark set).
+		first := slices.Min(failed)
+		r, op := &results[first], ops[first]
+		if op.Expected == 0 && r.curVersion == nil && mayRerun {
+			return nil, true, nil
+		}
+		return nil, false, r.conflict(op.Key, op.Expected, op.Expected != 0 || r.curVersion != nil)
+	}
+	if batchErr != nil {
+		vs, err := s.commitFailed(ctx, ops, id, batchErr)
+		return vs, false, err
+	}
+	out := make([]cas.Version, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case cas.OpCheck:
+			out[i] = op.Expected
+		case cas.OpPut:
+			out[i] = cas.Version(*results[i].newVersion)
+		}
+	}
+	return out, false, nil
+}
+
+// commitFailed maps the failure of a commit no operation of which reported
+// a failed check.
+func (s *Store) commitFailed(ctx context.Context, ops []cas.Op, id writeID, err error) ([]cas.Version, error) {
+	key := ops[0].Key
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// The server refused a statement or the COMMIT: the transaction
+		// was rolled back.
+		return nil, s.serverError("commit", key, ops[0].Expected, pgErr)
+	}
+	if !sent(err) {
+		return nil, fmt.Errorf("pgcas: commit: not sent: %w", err)
+	}
+	var writes []string
+	for _, op := range ops {
+		if op.Kind != cas.OpCheck {
+			writes = append(writes, op.Key)
+		}
+	}
+	if len(writes) == 0 {
+		// Only checks: nothing visible was written, whatever happened.
+		return nil, fmt.Errorf("pgcas: commit: connection lost, checks not confirmed: %w", err)
+	}
+	if vs, ok := s.resolveCommit(ctx, ops, writes, id); ok {
+		return vs, nil
+	}
+	return nil, &cas.AmbiguousError{Op: "commit", Key: writes[0], WriteID: id.String(), Err: err}
+}
+
+// resolveCommit reads the written keys back and reports whether the commit
+// tagged id applied: all of them carry id. A commit is atomic, so one key
+// carrying id proves it applied; the versions are known only if no key has
+// been written since, and the outcome counts as resolved only then.
+func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, writes []string, id writeID) ([]cas.Version, bool) {
+	if ctx.Err() != nil {
+		return nil, false
+	}
+	rows, err := s.pool.Query(ctx, s.sqlResolveMany, writes)
+	if err != nil {
+		return nil, false
+	}
+	type row struct {
+		version int64
+		deleted bool
+		id      writeID
+	}
+	found := map[string]row{}
+	for rows.Next() {
+		var k string
+		var r row
+		if err := rows.Scan(&k, &r.version, &r.deleted, &r.id); err != nil {
+			rows.Close()
+			return nil, false
+		}
+		found[k] = r
+	}
+	if rows.Err() != nil {
+		return nil, false
+	}
+	out := make([]cas.Version, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case cas.OpCheck:
+			out[i] = op.Expected
+		case cas.OpPut, cas.OpDelete:
+			r, ok := found[op.Key]
+			if !ok || r.id != id || r.deleted != (op.Kind == cas.OpDelete) {
+				return nil, false
+			}
+			if op.Kind == cas.OpPut {
+				out[i] = cas.Version(r.version)
+			}
+		}
+	}
+	return out, true
+}

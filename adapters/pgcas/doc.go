@@ -1,0 +1,94 @@
+// Package pgcas is occkit on PostgreSQL, through pgx v5: a versioned
+// key-value [Store] (a [cas.Store], [cas.FencedStore] and [cas.Committer]),
+// [Table], a version-checked repository over the application's own tables,
+// [RunTx], serializable transactions retried on serialization failures,
+// and advisory-lock leases with fencing tokens ([AdvisoryLocker]).
+//
+//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	store, _ := pgcas.New(pool, pgcas.Config{}) // table "occkit_cas"
+//	_ = store.CreateTable(ctx)
+//	stock := cas.NewTyped(store, cas.JSON[int]())
+//	n, _, err := occ.Update(ctx, stock, "sku-42", func(n int, _ bool) (int, error) {
+//		if n == 0 {
+//			return 0, ErrSoldOut
+//		}
+//		return n - 1, nil
+//	})
+//
+// # Table layout
+//
+// A Store keeps every key in one row of its table ([Config] names it;
+// [Store.CreateTable] creates it):
+//
+//	CREATE TABLE IF NOT EXISTS "occkit_cas" (
+//	    key         text COLLATE "C" PRIMARY KEY,
+//	    value       bytea,                                -- NULL: deleted (a tombstone, invisible to Get)
+//	    version     bigint GENERATED ALWAYS AS IDENTITY,  -- from the table's own sequence: never reused
+//	    fence_token bigint NOT NULL DEFAULT 0,            -- largest fencing token that has written the key
+//	    write_id    uuid   NOT NULL                       -- the last write's id, to resolve lost replies
+//	)
+//
+// Table and schema names are always quoted with pgx.Identifier, never
+// spliced into SQL: any name is safe, and a name PostgreSQL would truncate
+// (over 63 bytes) is refused.
+//
+// # How versions are made
+//
+// Every write sets the version to the next value of the table's identity
+// sequence (version = DEFAULT), evaluated after the row lock is taken. The
+// sequence only grows and is shared by all keys, so a key's versions
+// strictly increase and are never reused, also across delete and
+// re-create; an update of the row by anyone else changes its version. Keep
+// the identity's CACHE at 1 (the default): a larger cache hands each
+// session its own range, and versions would no longer grow with time.
+//
+// # Statements and round trips
+//
+// Get is one SELECT. CompareAndSwap, CompareAndSwapFenced and
+// CompareAndDelete are one statement each, one round trip: a data-modifying
+// CTE does the conditional UPDATE (or INSERT ... ON CONFLICT for expected
+// version 0), and when it matched nothing the same statement reads the
+// key's current row, so every *cas.ConflictError carries the current item
+// (HasCurrent is true). That read uses FOR SHARE so that it sees the latest
+// committed row, not the statement's snapshot. [Store.Commit] sends all its
+// operations and a guard in one pgx batch, one implicit transaction, one
+// round trip. A connection prepares each statement once, on first use (pgx's
+// statement cache).
+//
+// A delete leaves a tombstone row: value NULL, the fencing token and the
+// delete's write id kept. Tombstones cost a row each; those with
+// fence_token = 0 may be removed at any time
+// (DELETE FROM occkit_cas WHERE value IS NULL AND fence_token = 0), since
+// versions come from the sequence, not from the row.
+//
+// The store expects the default READ COMMITTED isolation for its
+// statements. Under a stricter default_transaction_isolation, concurrent
+// writes fail with SQLSTATE 40001 instead, which the store returns as a
+// conflict without the current item.
+//
+// # Errors and lost replies
+//
+// Errors match the cas sentinels with errors.Is and keep pgx's error
+// reachable with errors.As (*pgconn.PgError). SQLSTATE 40001 and 40P01 are
+// conflicts. A request that failed before it was sent is a plain error.
+// When the connection breaks after a write was sent, the store reads the
+// key back: its own write id in the row proves the write applied, and the
+// call succeeds; otherwise it returns a *cas.AmbiguousError with the key
+// and the write id (the row's write_id column names the last write), never
+// a conflict, and never retries.
+//
+// # Limits
+//
+// Keys and values are checked by [cas.Limits] before anything is sent:
+// by default 1 KiB keys, 1 MiB values and 100 operations per commit, set
+// with Config.Limits up to [MaxKeyBytesLimit] (a btree entry must fit a
+// third of a page) and [MaxValueBytesLimit] (PostgreSQL's 1 GB field).
+// Fencing tokens are bigints: a token above math.MaxInt64 fails with
+// cas.ErrTooLarge.
+//
+// # Concurrency
+//
+// Store, Table and AdvisoryLocker are safe for concurrent use: they hold
+// only the pool and prepared SQL text. A [Lease] belongs to the goroutine
+// that acquired it.
+package pgcas

@@ -1,0 +1,460 @@
+package pgcas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// TableConfig describes a table of the application's own for Table.
+type TableConfig struct {
+	// Table is the table's name (one identifier, always quoted). Required.
+	Table string
+	// Schema is the schema holding the table. Empty means the first
+	// schema of the connection's search_path.
+	Schema string
+	// KeyColumn is the primary key column. Empty means "id".
+	KeyColumn string
+	// VersionColumn is the integer version column. Empty means
+	// "version".
+	VersionColumn string
+	// FenceColumn is an optional integer column holding the largest
+	// fencing token that has written the row, for UpdateFenced. Empty
+	// means none.
+	FenceColumn string
+}
+
+// Table is a repository over a table of the application's own whose rows
+// carry a version column: reads return the version, and every write is
+// conditional on it, in one statement. It replaces "SELECT ... FOR UPDATE,
+// change, UPDATE" in repository code with an optimistic read-modify-write
+// that occ.Retry runs again on a conflict (see the package documentation).
+//
+// Rows map to T, a struct, the way pgx.RowToStructByName maps them: each
+// exported field is a column named by its `db` tag (required: Table
+// writes SQL with these names), `db:"-"` skips a field, and embedded
+// structs are flattened. T must have fields for the key and version
+// columns (and the fence column, when configured); the version field is
+// any integer type.
+//
+// Versions start at 1 when Insert writes a row and grow by 1 with every
+// Update. Unlike Store versions they are per row: a row deleted and
+// inserted again starts at 1 again, so do not hold a version across a
+// delete (key rows by an id that is never reused, as usual).
+//
+// A Table is safe for concurrent use.
+type Table[T any] struct {
+	pool    *pgxpool.Pool
+	name    string // quoted table
+	cols    []column
+	key     int // index into cols
+	version int
+	fence   int // -1: none
+	selCols string
+	sqlGet  string
+	sqlUpd  string
+	sqlUpdF string
+	sqlDel  string
+}
+
+type column struct {
+	name   string // unquoted
+	quoted string
+	index  []int // reflect field path
+}
+
+// NewTable returns a Table over cfg's table, whose rows map to T. It does
+// not talk to the server.
+func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
+	if pool == nil {
+		return nil, errors.New("pgcas: NewTable: nil pool")
+	}
+	if cfg.Table == "" {
+		return nil, errors.New("pgcas: NewTable: TableConfig.Table is empty")
+	}
+	name, err := quoteTable(cfg.Schema, cfg.Table, "")
+	if err != nil {
+		return nil, fmt.Errorf("pgcas: NewTable: %w", err)
+	}
+	rt := reflect.TypeFor[T]()
+	if rt.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("pgcas: NewTable: %v is not a struct", rt)
+	}
+	t := &Table[T]{pool: pool, name: name, key: -1, version: -1, fence: -1}
+	if err := t.addFields(rt, nil); err != nil {
+		return nil, fmt.Errorf("pgcas: NewTable[%v]: %w", rt, err)
+	}
+	find := func(col, def, what string) (int, error) {
+		if col == "" {
+			col = def
+		}
+		for i, c := range t.cols {
+			if c.name == col {
+				return i, nil
+			}
+		}
+		return -1, fmt.Errorf("pgcas: NewTable[%v]: no field for the %s column %q", rt, what, col)
+	}
+	if t.key, err = find(cfg.KeyColumn, "id", "key"); err != nil {
+		return nil, err
+	}
+	if t.version, err = find(cfg.VersionColumn, "version", "version"); err != nil {
+		return nil, err
+	}
+	if !isInteger(rt.FieldByIndex(t.cols[t.version].index).Type) {
+		return nil, fmt.Errorf("pgcas: NewTable[%v]: the version field is not an integer", rt)
+	}
+	if cfg.FenceColumn != "" {
+		if t.fence, err = find(cfg.FenceColumn, "", "fence"); err != nil {
+			return nil, err
+		}
+		if !isInteger(rt.FieldByIndex(t.cols[t.fence].index).Type) {
+			return nil, fmt.Errorf("pgcas: NewTable[%v]: the fence field is not an integer", rt)
+		}
+	}
+	if t.key == t.version || t.key == t.fence || (t.fence >= 0 && t.fence == t.version) {
+		return nil, fmt.Errorf("pgcas: NewTable[%v]: key, version and fence must be distinct columns", rt)
+	}
+	t.prepareSQL()
+	return t, nil
+}
+
+// addFields collects the columns of struct type rt, as pgx maps them.
+func (t *Table[T]) addFields(rt reflect.Type, path []int) error {
+	for i := range rt.NumField() {
+		sf := rt.Field(i)
+		index := append(append([]int(nil), path...), i)
+		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
+			if err := t.addFields(sf.Type, index); err != nil {
+				return err
+			}
+			continue
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		tag, ok := sf.Tag.Lookup("db")
+		tag, _, _ = strings.Cut(tag, ",")
+		if tag == "-" {
+			continue
+		}
+		if !ok || tag == "" {
+			return fmt.Errorf("field %s has no `db` tag naming its column", sf.Name)
+		}
+		if err := checkIdentifier(tag); err != nil {
+			return fmt.Errorf("field %s: %w", sf.Name, err)
+		}
+		for _, c := range t.cols {
+			if c.name == tag {
+				return fmt.Errorf("two fields map to column %q", tag)
+			}
+		}
+		t.cols = append(t.cols, column{name: tag, quoted: pgx.Identifier{tag}.Sanitize(), index: index})
+	}
+	return nil
+}
+
+func isInteger(rt reflect.Type) bool {
+	switch rt.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// The statements. Update and Delete are one statement each that tells a
+// stale version from a missing row: when the write matches no row, the
+// same statement reads the row's current state (FOR SHARE, to see the
+// latest committed version, as Store does).
+func (t *Table[T]) prepareSQL() {
+	names := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		names[i] = c.quoted
+	}
+	t.selCols = strings.Join(names, ", ")
+	k, v := t.cols[t.key].quoted, t.cols[t.version].quoted
+	t.sqlGet = `SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = $1`
+
+	// $1 key, $2 expected version, $3.. the writable columns, then the
+	// token.
+	var set []string
+	arg := 3
+	for i, c := range t.cols {
+		if !t.writable(i) {
+			continue
+		}
+		set = append(set, fmt.Sprintf("%s = $%d", c.quoted, arg))
+		arg++
+	}
+	set = append(set, v+" = "+v+" + 1")
+	fence := "NULL::bigint"
+	if t.fence >= 0 {
+		fence = "c." + t.cols[t.fence].quoted + "::bigint"
+	}
+	tail := `, cur AS (
+    SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = $1 AND NOT EXISTS (SELECT FROM w) FOR SHARE)
+SELECT w.` + k + ` IS NOT NULL, c.` + k + ` IS NOT NULL, c.` + v + `::bigint, ` + fence + `,
+    ` + t.qualified("w") + `, ` + t.qualified("c") + `
+FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
+	update := func(where, extraSet string) string {
+		s := set
+		if extraSet != "" {
+			s = append(append([]string(nil), set...), extraSet)
+		}
+		return `WITH w AS (
+    UPDATE ` + t.name + ` SET ` + strings.Join(s, ", ") + `
+    WHERE ` + k + ` = $1 AND ` + v + ` = $2` + where + `
+    RETURNING ` + t.selCols + `)` + tail
+	}
+	t.sqlUpd = update("", "")
+	if t.fence >= 0 {
+		f := t.cols[t.fence].quoted
+		t.sqlUpdF = update(fmt.Sprintf(" AND %s <= $%d", f, arg), fmt.Sprintf("%s = $%d", f, arg))
+	}
+	t.sqlDel = `WITH w AS (
+    DELETE FROM ` + t.name + ` WHERE ` + k + ` = $1 AND ` + v + ` = $2
+    RETURNING ` + t.selCols + `)` + tail
+}
+
+// writable reports whether Update sets column i from the row: not the key,
+// the version or the fence column (which only UpdateFenced changes, to its
+// token).
+func (t *Table[T]) writable(i int) bool { return i != t.key && i != t.version && i != t.fence }
+
+// qualified returns every column prefixed with alias.
+func (t *Table[T]) qualified(alias string) string {
+	out := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		out[i] = alias + "." + c.quoted
+	}
+	return strings.Join(out, ", ")
+}
+
+// Get returns the row with key, or an error matching cas.ErrNotFound.
+func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
+	var row T
+	rows, err := t.pool.Query(ctx, t.sqlGet, key)
+	if err != nil {
+		return row, t.opError("get", key, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return row, t.opError("get", key, err)
+		}
+		return row, &cas.KeyError{Op: "get", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
+	}
+	if err := rows.Scan(t.targets(&row)...); err != nil {
+		return row, t.opError("get", key, err)
+	}
+	rows.Close()
+	return row, rows.Err()
+}
+
+// Insert writes row as a new row at version 1 (whatever its version field
+// says) and returns the row as stored, with the columns the database
+// filled in. A zero key field is left out of the INSERT, for keys the
+// database generates (identity, serial, defaults). A row that already
+// exists fails with a *cas.ConflictError (expected version 0).
+func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
+	rv := reflect.ValueOf(&row).Elem()
+	var cols, params []string
+	var args []any
+	for i, c := range t.cols {
+		f := rv.FieldByIndex(c.index)
+		switch {
+		case i == t.version:
+			cols, params = append(cols, c.quoted), append(params, "1")
+			continue
+		case i == t.key && f.IsZero():
+			continue
+		}
+		args = append(args, f.Interface())
+		cols, params = append(cols, c.quoted), append(params, fmt.Sprintf("$%d", len(args)))
+	}
+	sql := `INSERT INTO ` + t.name + ` (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(params, ", ") +
+		`) RETURNING ` + t.selCols
+	var out T
+	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
+	if err := t.pool.QueryRow(ctx, sql, args...).Scan(t.targets(&out)...); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.ConstraintName != "" {
+			return out, &cas.ConflictError{Key: fmt.Sprint(key), Expected: 0, Err: pgErr}
+		}
+		return out, t.opError("insert", key, err)
+	}
+	return out, nil
+}
+
+// Update writes row if the stored row's version is still row's version
+// field, incrementing the version, and returns the row as stored. In the
+// same round trip it tells the two ways of failing apart:
+//   - a stale version: a *cas.ConflictError (errors.Is(err,
+//     cas.ErrConflict)), and the returned T is the row's current state, so
+//     that a retry can start from it without reading again;
+//   - no row with this key: an error matching cas.ErrNotFound (and not
+//     cas.ErrConflict), and the zero T.
+//
+// A lost reply is a *cas.AmbiguousError: the update may have applied.
+func (t *Table[T]) Update(ctx context.Context, row T) (T, error) {
+	return t.update(ctx, row, 0, false)
+}
+
+// UpdateFenced is Update with a fencing token: it writes only if token is
+// at least the row's fence column (then stores token there), and fails
+// with a *cas.FencedError (errors.Is(err, cas.ErrFenced)) otherwise,
+// checked before the version. It needs TableConfig.FenceColumn, and fails
+// with an error matching errors.ErrUnsupported without it.
+func (t *Table[T]) UpdateFenced(ctx context.Context, row T, token uint64) (T, error) {
+	if t.fence < 0 {
+		var zero T
+		return zero, fmt.Errorf("pgcas: UpdateFenced on table %s without a fence column: %w", t.name, errors.ErrUnsupported)
+	}
+	if token > math.MaxInt64 {
+		var zero T
+		return zero, fmt.Errorf("pgcas: fencing token %d: %w: above PostgreSQL's bigint maximum", token, cas.ErrTooLarge)
+	}
+	return t.update(ctx, row, token, true)
+}
+
+func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool) (T, error) {
+	rv := reflect.ValueOf(&row).Elem()
+	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
+	expected := rv.FieldByIndex(t.cols[t.version].index)
+	args := []any{key, expected.Interface()}
+	for i, c := range t.cols {
+		if t.writable(i) {
+			args = append(args, rv.FieldByIndex(c.index).Interface())
+		}
+	}
+	sql := t.sqlUpd
+	if fenced {
+		sql = t.sqlUpdF
+		args = append(args, int64(token))
+	}
+	var zero T
+	out, cur, r, err := t.run(ctx, sql, args...)
+	if err != nil {
+		return zero, t.writeError(ctx, "update", key, err)
+	}
+	switch {
+	case r.written:
+		return out, nil
+	case !r.exists:
+		return zero, &cas.KeyError{Op: "update", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
+	case fenced && r.fence != nil && token < uint64(*r.fence):
+		return cur, &cas.FencedError{Key: fmt.Sprint(key), Token: token, Highest: uint64(*r.fence)}
+	}
+	return cur, &cas.ConflictError{Key: fmt.Sprint(key), Expected: toVersion(expected), HasCurrent: false}
+}
+
+// Delete deletes the row with key if its version is expected. It fails
+// like Update: a *cas.ConflictError for a stale version, an error matching
+// cas.ErrNotFound when there is no such row.
+func (t *Table[T]) Delete(ctx context.Context, key any, expected int64) error {
+	_, _, r, err := t.run(ctx, t.sqlDel, key, expected)
+	if err != nil {
+		return t.writeError(ctx, "delete", key, err)
+	}
+	switch {
+	case r.written:
+		return nil
+	case !r.exists:
+		return &cas.KeyError{Op: "delete", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
+	}
+	return &cas.ConflictError{Key: fmt.Sprint(key), Expected: cas.Version(max(expected, 0))}
+}
+
+// tableResult is the head of the one row Update and Delete return.
+type tableResult struct {
+	written, exists bool
+	version         *int64
+	fence           *int64
+}
+
+// run runs a conditional write and scans its row: the flags, then the
+// written row (w) and the current row (c), NULL where absent.
+func (t *Table[T]) run(ctx context.Context, sql string, args ...any) (written, current T, r tableResult, err error) {
+	wv, cv := t.nullable(), t.nullable()
+	dest := append([]any{&r.written, &r.exists, &r.version, &r.fence}, wv...)
+	dest = append(dest, cv...)
+	if err = t.pool.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+		return written, current, r, err
+	}
+	if r.written {
+		t.assign(&written, wv)
+	}
+	if r.exists {
+		t.assign(&current, cv)
+	}
+	return written, current, r, nil
+}
+
+// targets returns pointers to the fields of *row, in column order.
+func (t *Table[T]) targets(row *T) []any {
+	rv := reflect.ValueOf(row).Elem()
+	out := make([]any, len(t.cols))
+	for i, c := range t.cols {
+		out[i] = rv.FieldByIndex(c.index).Addr().Interface()
+	}
+	return out
+}
+
+// nullable returns scan targets that accept NULL for every column: a
+// pointer to a pointer to the field's type.
+func (t *Table[T]) nullable() []any {
+	rt := reflect.TypeFor[T]()
+	out := make([]any, len(t.cols))
+	for i, c := range t.cols {
+		out[i] = reflect.New(reflect.PointerTo(rt.FieldByIndex(c.index).Type)).Interface()
+	}
+	return out
+}
+
+// assign copies the values scanned into nullable targets into *row.
+func (t *Table[T]) assign(row *T, vals []any) {
+	rv := reflect.ValueOf(row).Elem()
+	for i, c := range t.cols {
+		p := reflect.ValueOf(vals[i]).Elem() // *F
+		if !p.IsNil() {
+			rv.FieldByIndex(c.index).Set(p.Elem())
+		}
+	}
+}
+
+func toVersion(v reflect.Value) cas.Version {
+	switch {
+	case v.CanInt():
+		return cas.Version(max(v.Int(), 0))
+	case v.CanUint():
+		return cas.Version(v.Uint())
+	}
+	return 0
+}
+
+func (t *Table[T]) opError(op string, key any, err error) error {
+	return fmt.Errorf("pgcas: %s %s key %v: %w", op, t.name, key, err)
+}
+
+// writeError maps the failure of a conditional write. A row of an
+// application table carries no write id, so a lost reply stays ambiguous.
+func (t *Table[T]) writeError(_ context.Context, op string, key any, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && (pgErr.Code == codeSerializationFailure || pgErr.Code == codeDeadlockDetected):
+		return &cas.ConflictError{Key: fmt.Sprint(key), Err: pgErr}
+	case errors.As(err, &pgErr), !sent(err):
+		return t.opError(op, key, err)
+	}
+	return &cas.AmbiguousError{Op: op, Key: fmt.Sprint(key), Err: err}
+}

@@ -1,0 +1,275 @@
+package pgcas_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/pgtest"
+	"github.com/occkit/occkit/occ"
+)
+
+// item is a row of the inventory table of these tests (and of the
+// migration in docs/postgres.md).
+type item struct {
+	SKU     string `db:"sku"`
+	Name    string `db:"name"`
+	Stock   int    `db:"stock"`
+	Version int64  `db:"version"`
+}
+
+const inventoryDDL = `CREATE TABLE inventory (
+    sku     text PRIMARY KEY,
+    name    text NOT NULL,
+    stock   integer NOT NULL CHECK (stock >= 0),
+    version bigint NOT NULL DEFAULT 1
+)`
+
+func inventory(t *testing.T, pool *pgxpool.Pool) *pgcas.Table[item] {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), inventoryDDL); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "inventory", KeyColumn: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl
+}
+
+func TestTable(t *testing.T) {
+	ctx := context.Background()
+	tbl := inventory(t, pgtest.Pool(t))
+
+	if _, err := tbl.Get(ctx, "none"); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("get missing: %v", err)
+	}
+	in, err := tbl.Insert(ctx, item{SKU: "sku-1", Name: "lamp", Stock: 10, Version: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Version != 1 || in.Stock != 10 {
+		t.Fatalf("inserted %+v, want version 1", in)
+	}
+	if _, err := tbl.Insert(ctx, item{SKU: "sku-1", Name: "again"}); !errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("insert of an existing key: %v, want ErrConflict", err)
+	}
+
+	got, err := tbl.Get(ctx, "sku-1")
+	if err != nil || got != in {
+		t.Fatalf("get = %+v, %v; want %+v", got, err, in)
+	}
+	got.Stock--
+	up, err := tbl.Update(ctx, got)
+	if err != nil || up.Version != 2 || up.Stock != 9 {
+		t.Fatalf("update = %+v, %v; want stock 9 at version 2", up, err)
+	}
+
+	// A stale version: a conflict, with the current row in the same trip.
+	stale := in
+	stale.Stock = 0
+	cur, err := tbl.Update(ctx, stale)
+	if !errors.Is(err, cas.ErrConflict) || errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("stale update: %v, want ErrConflict only", err)
+	}
+	if cur != up {
+		t.Fatalf("the conflict returned %+v, want the current row %+v", cur, up)
+	}
+
+	// A missing row: not found, not a conflict.
+	_, err = tbl.Update(ctx, item{SKU: "none", Name: "x", Version: 1})
+	if !errors.Is(err, cas.ErrNotFound) || errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("update of a missing row: %v, want ErrNotFound only", err)
+	}
+
+	if err := tbl.Delete(ctx, "sku-1", 1); !errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("stale delete: %v, want ErrConflict", err)
+	}
+	if err := tbl.Delete(ctx, "none", 1); !errors.Is(err, cas.ErrNotFound) || errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("delete of a missing row: %v, want ErrNotFound only", err)
+	}
+	if err := tbl.Delete(ctx, "sku-1", up.Version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Get(ctx, "sku-1"); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+}
+
+// order has a key the database generates, an embedded struct, a skipped
+// field and a fence column.
+type order struct {
+	ID int64 `db:"id"`
+	audit
+	Note    string `db:"-"`
+	Version int32  `db:"row_version"`
+	Token   uint64 `db:"lease_token"`
+}
+
+type audit struct {
+	Status string `db:"Status"` // a quoted, mixed-case column
+}
+
+func TestTableGeneratedKeyAndFencing(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE "orders; --" (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		"Status" text NOT NULL,
+		row_version integer NOT NULL,
+		lease_token bigint NOT NULL DEFAULT 0)`); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := pgcas.NewTable[order](pool, pgcas.TableConfig{
+		Table: "orders; --", VersionColumn: "row_version", FenceColumn: "lease_token",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := tbl.Insert(ctx, order{audit: audit{Status: "new"}, Note: "ignored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ID == 0 || o.Version != 1 || o.Status != "new" {
+		t.Fatalf("inserted %+v", o)
+	}
+	o.Status = "paid"
+	o, err = tbl.UpdateFenced(ctx, o, 5)
+	if err != nil || o.Token != 5 || o.Version != 2 {
+		t.Fatalf("fenced update = %+v, %v", o, err)
+	}
+	o.Status = "stale holder"
+	_, err = tbl.UpdateFenced(ctx, o, 4)
+	var fe *cas.FencedError
+	if !errors.As(err, &fe) || fe.Token != 4 || fe.Highest != 5 || errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("stale token: %v, want a *cas.FencedError", err)
+	}
+	// The stale token is reported before the version.
+	o.Version = 1
+	if _, err := tbl.UpdateFenced(ctx, o, 3); !errors.Is(err, cas.ErrFenced) {
+		t.Fatalf("stale token and version: %v, want ErrFenced", err)
+	}
+	o.Version = 2
+	o.Status = "shipped"
+	if o, err = tbl.Update(ctx, o); err != nil || o.Token != 5 {
+		t.Fatalf("a plain update keeps the token: %+v, %v", o, err)
+	}
+}
+
+func TestNewTableErrors(t *testing.T) {
+	pool := pgtest.Pool(t)
+	type noTag struct {
+		ID      int64 `db:"id"`
+		Version int64
+	}
+	type noVersion struct {
+		ID int64 `db:"id"`
+	}
+	type textVersion struct {
+		ID      int64  `db:"id"`
+		Version string `db:"version"`
+	}
+	tests := []struct {
+		name string
+		new  func() error
+		want string
+	}{
+		{"NoTable", func() error { _, err := pgcas.NewTable[item](pool, pgcas.TableConfig{}); return err }, "Table is empty"},
+		{"NotStruct", func() error { _, err := pgcas.NewTable[int](pool, pgcas.TableConfig{Table: "t"}); return err }, "not a struct"},
+		{"NoTag", func() error { _, err := pgcas.NewTable[noTag](pool, pgcas.TableConfig{Table: "t"}); return err }, "no `db` tag"},
+		{"NoVersion", func() error { _, err := pgcas.NewTable[noVersion](pool, pgcas.TableConfig{Table: "t"}); return err }, "version column"},
+		{"TextVersion", func() error { _, err := pgcas.NewTable[textVersion](pool, pgcas.TableConfig{Table: "t"}); return err }, "not an integer"},
+		{"NoFence", func() error {
+			_, err := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "t", KeyColumn: "sku", FenceColumn: "tok"})
+			return err
+		}, "fence column"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.new(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+	tbl, _ := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "t", KeyColumn: "sku"})
+	if _, err := tbl.UpdateFenced(context.Background(), item{}, 1); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("UpdateFenced without a fence column: %v", err)
+	}
+}
+
+// errSoldOut ends a purchase: not retried.
+var errSoldOut = errors.New("sold out")
+
+// buy is the repository method of docs/postgres.md: decrement stock by
+// one, optimistically, retrying from the current row a conflict returns.
+func buy(ctx context.Context, tbl *pgcas.Table[item], sku string) error {
+	var (
+		cur  item
+		have bool
+	)
+	return occ.Retry(ctx, func(ctx context.Context) error {
+		if !have {
+			var err error
+			if cur, err = tbl.Get(ctx, sku); err != nil {
+				return err
+			}
+		}
+		if cur.Stock == 0 {
+			return errSoldOut
+		}
+		cur.Stock--
+		next, err := tbl.Update(ctx, cur)
+		// On a conflict next is the current row: start from it.
+		cur, have = next, errors.Is(err, cas.ErrConflict)
+		return err
+	}, occ.WithMaxAttempts(100))
+}
+
+// TestInventory: 8 goroutines buy from one stock until it is sold out. The
+// stock never goes negative and every unit is sold exactly once.
+func TestInventory(t *testing.T) {
+	ctx := context.Background()
+	const initial, workers = 120, 8
+	tbl := inventory(t, pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = workers }))
+	if _, err := tbl.Insert(ctx, item{SKU: "hot", Name: "concert ticket", Stock: initial}); err != nil {
+		t.Fatal(err)
+	}
+	var sold atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				err := buy(ctx, tbl, "hot")
+				switch {
+				case err == nil:
+					sold.Add(1)
+				case errors.Is(err, errSoldOut):
+					return
+				default:
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	it, err := tbl.Get(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.Stock < 0 || sold.Load()+int64(it.Stock) != initial {
+		t.Fatalf("sold %d + remaining %d != initial %d", sold.Load(), it.Stock, initial)
+	}
+	if it.Stock != 0 || it.Version != initial+1 {
+		t.Fatalf("final row %+v, want sold out at version %d", it, initial+1)
+	}
+}

@@ -1,0 +1,199 @@
+package pgcas_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/pgtest"
+	"github.com/occkit/occkit/occ"
+)
+
+var errLastDoctor = errors.New("the last doctor on call cannot leave")
+
+// offCall is the write-skew classic: a doctor may go off call only if
+// another one stays on call. Under SERIALIZABLE, two doctors doing it at
+// once cannot both succeed: one transaction fails with 40001.
+func offCall(ctx context.Context, pool *pgxpool.Pool, name string, barrier *sync.WaitGroup, attempts *atomic.Int64, opts ...occ.Option) error {
+	first := true
+	return pgcas.RunTx(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
+		attempts.Add(1)
+		var onCall int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM doctors WHERE on_call`).Scan(&onCall); err != nil {
+			return err
+		}
+		if first {
+			// Both transactions read before either writes.
+			first = false
+			barrier.Done()
+			barrier.Wait()
+		}
+		if onCall < 2 {
+			return errLastDoctor
+		}
+		_, err := tx.Exec(ctx, `UPDATE doctors SET on_call = false WHERE name = $1`, name)
+		return err
+	}, opts...)
+}
+
+func doctors(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE doctors (name text PRIMARY KEY, on_call bool NOT NULL);
+		INSERT INTO doctors VALUES ('alice', true), ('bob', true)`); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+// both runs offCall for alice and bob at once and returns their errors.
+func both(pool *pgxpool.Pool, attempts *atomic.Int64, opts ...occ.Option) [2]error {
+	var barrier, done sync.WaitGroup
+	barrier.Add(2)
+	var errs [2]error
+	for i, name := range []string{"alice", "bob"} {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			errs[i] = offCall(context.Background(), pool, name, &barrier, attempts, opts...)
+		}()
+	}
+	done.Wait()
+	return errs
+}
+
+func TestRunTxSerializationFailureIsAConflict(t *testing.T) {
+	pool := doctors(t)
+	var attempts atomic.Int64
+	errs := both(pool, &attempts, occ.WithMaxAttempts(1))
+	var failed error
+	for _, err := range errs {
+		if err != nil {
+			if failed != nil {
+				t.Fatalf("both transactions failed: %v", errs)
+			}
+			failed = err
+		}
+	}
+	if failed == nil {
+		t.Fatal("both transactions committed: write skew under SERIALIZABLE")
+	}
+	var pgErr *pgconn.PgError
+	if !errors.Is(failed, cas.ErrConflict) || !errors.As(failed, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("err = %v, want ErrConflict with a *pgconn.PgError 40001", failed)
+	}
+	if !errors.Is(failed, occ.ErrAttemptsExhausted) {
+		t.Fatalf("err = %v, want the attempt limit as the reason", failed)
+	}
+}
+
+func TestRunTxRetriesSerializationFailure(t *testing.T) {
+	pool := doctors(t)
+	var attempts atomic.Int64
+	var conflicts atomic.Int64
+	obs := occ.ObserverFuncs{Attempt: func(_ context.Context, a occ.Attempt) {
+		if a.Outcome == occ.Conflict {
+			conflicts.Add(1)
+		}
+	}}
+	errs := both(pool, &attempts, occ.WithObserver(obs))
+	// One committed; the other failed with 40001, ran again, saw one
+	// doctor left and stopped with its own error, unwrapped.
+	if !(errs[0] == nil && errors.Is(errs[1], errLastDoctor) || errs[1] == nil && errors.Is(errs[0], errLastDoctor)) {
+		t.Fatalf("errors = %v, want one nil and one errLastDoctor", errs)
+	}
+	if attempts.Load() != 3 || conflicts.Load() != 1 {
+		t.Fatalf("%d attempts, %d conflicts; want 3 and 1", attempts.Load(), conflicts.Load())
+	}
+	var onCall int
+	pool.QueryRow(context.Background(), `SELECT count(*) FROM doctors WHERE on_call`).Scan(&onCall)
+	if onCall != 1 {
+		t.Fatalf("%d doctors on call, want 1", onCall)
+	}
+}
+
+// Fault: dropped connection after COMMIT was sent (and applied). The
+// outcome is unknown to the client: ErrAmbiguous, and the function is not
+// run again.
+func TestRunTxAmbiguousCommit(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	pool := pgtest.Pool(t, f.Configure)
+	if _, err := pool.Exec(ctx, `CREATE TABLE events (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		calls++
+		_, err := tx.Exec(ctx, `INSERT INTO events VALUES (1)`)
+		f.LoseReply("commit")
+		return err
+	})
+	if f.Fired() != 1 {
+		t.Fatalf("fault fired %d times", f.Fired())
+	}
+	if !errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || calls != 1 {
+		t.Fatalf("err = %v after %d calls, want ErrAmbiguous after 1", err, calls)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("events = %d, %v; want the one committed row (applied once)", n, err)
+	}
+}
+
+// Fault: the connection breaks before COMMIT is sent: rolled back, a
+// plain error, not retried.
+func TestRunTxCommitNotSent(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	pool := pgtest.Pool(t, f.Configure)
+	if _, err := pool.Exec(ctx, `CREATE TABLE events (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		calls++
+		_, err := tx.Exec(ctx, `INSERT INTO events VALUES (1)`)
+		f.FailSend("commit")
+		return err
+	})
+	if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || calls != 1 {
+		t.Fatalf("err = %v after %d calls, want a plain error after 1", err, calls)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("events = %d, %v; want none", n, err)
+	}
+}
+
+func TestRunTxErrors(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	mine := errors.New("mine")
+	calls := 0
+	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error { calls++; return mine })
+	if err != mine || calls != 1 {
+		t.Fatalf("err = %v after %d calls, want fn's error as is after 1", err, calls)
+	}
+	// A failed statement that is not a serialization failure: not retried.
+	err = pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT * FROM no_such_table`)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42P01" || errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("err = %v", err)
+	}
+	// Deadlock is retryable too.
+	if !pgcas.IsRetryable(&pgconn.PgError{Code: "40P01"}) || pgcas.IsRetryable(&pgconn.PgError{Code: "23505"}) {
+		t.Fatal("IsRetryable is wrong")
+	}
+}
