@@ -66,9 +66,10 @@ func BenchmarkCAS(b *testing.B) {
 }
 
 // BenchmarkUpdateVsMutex runs the same read-modify-write (increment a
-// counter) from 16 workers over 1000 keys, first with occ.Update on etcdcas,
-// then under etcd's concurrency.Mutex, and reports both throughputs and
-// their ratio from the one run. The counters are checked at the end.
+// counter) from 16 workers over 1000 keys with occ.Update on etcdcas, with
+// occ.Update and a warm-as-it-goes version cache, and under etcd's
+// concurrency.Mutex, and reports the throughputs and their ratios from the
+// one run. The counters are checked at the end.
 //
 //	go test -run '^$' -bench 'UpdateVsMutex' -benchtime 4000x ./adapters/etcdcas/
 func BenchmarkUpdateVsMutex(b *testing.B) {
@@ -101,10 +102,18 @@ func BenchmarkUpdateVsMutex(b *testing.B) {
 
 	store := newStore(b, cli, etcdcas.Config{})
 	counters := cas.NewTyped(store, cas.JSON[int]())
+	incr := func(n int, _ bool) (int, error) { return n + 1, nil }
 	occRate := run("occ", func(_ int, rng *rand.Rand) error {
 		k := "c" + strconv.Itoa(rng.IntN(keys))
-		_, _, err := occ.Update(ctx, counters, k, func(n int, _ bool) (int, error) { return n + 1, nil },
-			occ.WithMaxAttempts(100))
+		_, _, err := occ.Update(ctx, counters, k, incr, occ.WithMaxAttempts(100))
+		return err
+	})
+	cachedStore := newStore(b, cli, etcdcas.Config{})
+	cached := cas.NewTyped(cachedStore, cas.JSON[int]())
+	cache := occ.NewCache(cachedStore, 10000)
+	cachedRate := run("occ-cached", func(_ int, rng *rand.Rand) error {
+		k := "c" + strconv.Itoa(rng.IntN(keys))
+		_, _, err := occ.Update(ctx, cached, k, incr, occ.WithMaxAttempts(100), occ.WithCache(cache))
 		return err
 	})
 
@@ -138,11 +147,15 @@ func BenchmarkUpdateVsMutex(b *testing.B) {
 	})
 
 	// Invariants: every increment counted, under both strategies.
-	var occTotal, lockTotal int
+	var occTotal, cachedTotal, lockTotal int
 	for k := range keys {
 		n, _, err := counters.Get(ctx, "c"+strconv.Itoa(k))
 		if err == nil {
 			occTotal += n
+		}
+		n, _, err = cached.Get(ctx, "c"+strconv.Itoa(k))
+		if err == nil {
+			cachedTotal += n
 		}
 		resp, err := cli.Get(ctx, pfx+"data/"+strconv.Itoa(k))
 		if err == nil && len(resp.Kvs) > 0 {
@@ -150,10 +163,12 @@ func BenchmarkUpdateVsMutex(b *testing.B) {
 			lockTotal += v
 		}
 	}
-	if int64(occTotal) != ops || int64(lockTotal) != ops {
-		b.Fatalf("counters: occ %d, mutex %d, want %d each", occTotal, lockTotal, ops)
+	if int64(occTotal) != ops || int64(cachedTotal) != ops || int64(lockTotal) != ops {
+		b.Fatalf("counters: occ %d, occ-cached %d, mutex %d, want %d each", occTotal, cachedTotal, lockTotal, ops)
 	}
 	b.ReportMetric(occRate, "occ-ops/s")
+	b.ReportMetric(cachedRate, "occ-cached-ops/s")
 	b.ReportMetric(lockRate, "mutex-ops/s")
 	b.ReportMetric(occRate/lockRate, "occ/mutex")
+	b.ReportMetric(cachedRate/lockRate, "occ-cached/mutex")
 }
