@@ -110,6 +110,9 @@ func New(cli *clientv3.Client, cfg Config) (*Store, error) {
 	}, nil
 }
 
+// Prefix returns the store's prefix (Config.Prefix).
+func (s *Store) Prefix() string { return s.data[:len(s.data)-2] }
+
 // Limits returns the limits the store enforces.
 func (s *Store) Limits() cas.Limits { return s.limits }
 
