@@ -85,6 +85,8 @@ type Observer struct {
 	callDuration metric.Float64Histogram
 	giveups      metric.Int64Counter
 	rejections   metric.Int64Counter
+	switches     metric.Int64Counter
+	switchOpts   [2][]metric.AddOption // to optimistic, to locked
 
 	constAttrs []attribute.KeyValue
 
@@ -149,8 +151,16 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		metric.WithUnit("{call}"),
 		metric.WithDescription("occ calls that gave up because the shared retry budget refused a retry."))
 	err = errors.Join(err, e)
+	o.switches, e = m.Int64Counter("occ.adaptive.switches",
+		metric.WithUnit("{switch}"),
+		metric.WithDescription("Keys that hybrid.Adaptive switched between optimistic updates and the lease path, by the mode switched to."))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("occotel: creating instruments: %w", err)
+	}
+	for i, to := range []string{"optimistic", "locked"} {
+		attrs := append(append([]attribute.KeyValue{}, o.constAttrs...), attribute.String("to", to))
+		o.switchOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
 	}
 
 	ops := make(map[string]*opOptions, len(knownOps))
@@ -258,4 +268,19 @@ func giveUpReason(err error) int {
 	default:
 		return reasonContext
 	}
+}
+
+// AdaptiveSwitch counts a switch of hybrid.Adaptive in
+// occ.adaptive.switches (attribute to = "locked" or "optimistic"). Its
+// signature is that of hybrid.AdaptiveConfig.OnSwitch:
+//
+//	hybrid.NewAdaptive(locker, hybrid.AdaptiveConfig{OnSwitch: obs.AdaptiveSwitch})
+//
+// The key is not recorded (unbounded cardinality).
+func (o *Observer) AdaptiveSwitch(key string, locked bool, score float64) {
+	i := 0
+	if locked {
+		i = 1
+	}
+	o.switches.Add(context.Background(), 1, o.switchOpts[i]...)
 }

@@ -677,3 +677,33 @@ func TestNoAllocs(t *testing.T) {
 		}
 	}
 }
+
+func TestAdaptiveSwitch(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := occotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs.AdaptiveSwitch("k", true, 1.5)
+	obs.AdaptiveSwitch("k", false, 0.1)
+	obs.AdaptiveSwitch("j", true, 2)
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "occ.adaptive.switches" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				to, _ := dp.Attributes.Value("to")
+				got[to.AsString()] += dp.Value
+			}
+		}
+	}
+	if got["locked"] != 2 || got["optimistic"] != 1 {
+		t.Fatalf("switches = %v, want locked 2, optimistic 1", got)
+	}
+}
