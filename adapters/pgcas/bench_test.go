@@ -117,6 +117,39 @@ func TestRoundTrips(t *testing.T) {
 	if q, b := rt.queries.Load(), rt.batches.Load(); q != 0 || b != 2 {
 		t.Errorf("two commits: %d statements and %d batches, want 0 and 2", q, b)
 	}
+
+	// With the version cache: cold = read + write; warm = the write alone;
+	// stale (another process wrote) = a refused write + a write, no read.
+	cache := occ.NewCache(s, 100)
+	for _, step := range []struct {
+		name   string
+		mutate func(int, bool) (int, error)
+		want   int64
+	}{
+		{"cold cache", increment, 2},
+		{"warm cache", increment, 1},
+		{"warm cache again", increment, 1},
+	} {
+		rt.reset()
+		if _, _, err := occ.Update(ctx, counters, "c", step.mutate, occ.WithCache(cache)); err != nil {
+			t.Fatal(err)
+		}
+		if got := rt.total(); got != step.want {
+			t.Errorf("%s: %d round trips, want %d", step.name, got, step.want)
+		}
+	}
+	it, _ := other.Get(ctx, "c")
+	if _, err := other.CompareAndSwap(ctx, "c", it.Version, []byte("500")); err != nil {
+		t.Fatal(err)
+	}
+	rt.reset()
+	n, _, err = occ.Update(ctx, counters, "c", increment, occ.WithCache(cache), occ.WithBackOff(&backoff.ZeroBackOff{}))
+	if err != nil || n != 501 {
+		t.Fatalf("cached update after a foreign write = %d, %v; want 501", n, err)
+	}
+	if got := rt.total(); got != 2 {
+		t.Errorf("stale cache entry: %d round trips, want 2 (refused write, write; no read)", got)
+	}
 }
 
 // newStoreOn returns another store on s's table, through a pool of its
