@@ -12,10 +12,12 @@ import (
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/adapters/memcas"
 	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/adapters/rediscas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/etcdtest"
 	"github.com/occkit/occkit/internal/pgtest"
+	"github.com/occkit/occkit/internal/redistest"
 	"github.com/occkit/occkit/occ"
 	"go.uber.org/goleak"
 )
@@ -72,6 +74,31 @@ func backends() []backend {
 				}
 				for _, l := range leases.Leases {
 					cli.Revoke(ctx, l.ID)
+				}
+			}
+			return s, a, b, expireA
+		}},
+		{"redis", time.Second, func(t *testing.T) (cas.FencedStore, hybrid.Locker, hybrid.Locker, func(context.Context)) {
+			admin := redistest.Client(t)
+			prefix := redistest.Prefix(t)
+			s, err := rediscas.New(admin, rediscas.Config{Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			newLocker := func() *rediscas.Locker {
+				// A client of its own: another process.
+				l, err := rediscas.NewLocker(redistest.Client(t), rediscas.LockerConfig{Prefix: prefix + "lock:", TTL: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			a, b := newLocker(), newLocker()
+			expireA := func(ctx context.Context) {
+				// Only A holds a lock at this point, on "stock": delete
+				// it, as its expiry after a pause of process A would.
+				if err := admin.Del(ctx, a.LockKey("stock")).Err(); err != nil {
+					t.Error(err)
 				}
 			}
 			return s, a, b, expireA

@@ -1,0 +1,381 @@
+package rediscas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults and bounds of Config's fields.
+const (
+	DefaultPrefix         = "occkit:"
+	DefaultMaxValueBytes  = 1 << 20
+	DefaultResolveTimeout = 5 * time.Second
+	DefaultTombstoneTTL   = time.Minute
+	DefaultHistory        = 8
+	// MaxHistory is the largest Config.History.
+	MaxHistory = 64
+	// MaxValueLimit is the largest Config.MaxValueBytes: Redis refuses a
+	// bulk string over 512 MiB (proto-max-bulk-len).
+	MaxValueLimit = 512<<20 - 64<<10
+	// MaxCommitBytes is the largest sum of key and value bytes in one
+	// Commit, well below Redis's 1 GiB client query buffer.
+	MaxCommitBytes = 512 << 20
+	// MaxPrefixBytes is the longest Config.Prefix.
+	MaxPrefixBytes = 256
+)
+
+// Config configures a Store. The zero value is usable: keys under
+// "occkit:", values up to 1 MiB.
+type Config struct {
+	// Prefix is prepended to every Redis key the store uses (default
+	// "occkit:"). Stores with different prefixes are independent. With a
+	// Redis Cluster (or a Ring) the prefix must contain a hash tag, such as
+	// "{orders}:", so that every key of the store and its version counter
+	// live in one slot: the scripts touch several keys at once.
+	Prefix string
+	// MaxValueBytes is the largest value (default 1 MiB, at most
+	// MaxValueLimit). Larger values fail with cas.ErrTooLarge before
+	// anything is sent.
+	MaxValueBytes int
+	// MaxKeyBytes is the longest key (default cas.DefaultMaxKeyBytes).
+	MaxKeyBytes int
+	// MaxCommitOps is the most operations one Commit may carry (default
+	// cas.DefaultMaxCommitOps).
+	MaxCommitOps int
+	// ResolveTimeout bounds the time spent finding out whether a write
+	// whose answer was lost was applied (default 5 s).
+	ResolveTimeout time.Duration
+	// TombstoneTTL is how long a deleted key's tombstone (its history) is
+	// kept, so that a write whose answer was lost can be resolved (default
+	// 1 min). Tombstones of keys with a fencing token are kept for good: the
+	// token must survive the delete.
+	TombstoneTTL time.Duration
+	// History is how many of a key's last writes its hash remembers, 24
+	// bytes each (default 8, at most MaxHistory): a write whose answer was
+	// lost is resolved as long as fewer than History writes of the key
+	// followed it (see the package documentation).
+	History int
+}
+
+// Store is a cas.Store, cas.FencedStore and cas.Committer on Redis. It is
+// safe for concurrent use.
+type Store struct {
+	cli     redis.UniversalClient
+	data    string // prefix of data hashes
+	counter string // the version counter
+	limits  cas.Limits
+	resolve time.Duration
+	ttlMs   string // tombstone TTL in milliseconds
+	keep    string // bytes of old history a write keeps: (History-1) entries
+	ids     *writeIDs
+}
+
+var (
+	_ cas.Store       = (*Store)(nil)
+	_ cas.FencedStore = (*Store)(nil)
+	_ cas.Committer   = (*Store)(nil)
+)
+
+// New returns a Store that keeps its keys under cfg.Prefix on the Redis
+// server (or cluster) cli talks to. Writes are sent at most once whatever
+// the client's MaxRetries (see the package documentation).
+func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
+	if cli == nil {
+		return nil, errors.New("rediscas: nil client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.MaxValueBytes == 0 {
+		cfg.MaxValueBytes = DefaultMaxValueBytes
+	}
+	if cfg.ResolveTimeout == 0 {
+		cfg.ResolveTimeout = DefaultResolveTimeout
+	}
+	if cfg.TombstoneTTL == 0 {
+		cfg.TombstoneTTL = DefaultTombstoneTTL
+	}
+	if cfg.History == 0 {
+		cfg.History = DefaultHistory
+	}
+	switch {
+	case len(cfg.Prefix) > MaxPrefixBytes:
+		return nil, fmt.Errorf("rediscas: prefix is %d bytes, limit %d", len(cfg.Prefix), MaxPrefixBytes)
+	case cfg.MaxValueBytes < 0 || cfg.MaxValueBytes > MaxValueLimit:
+		return nil, fmt.Errorf("rediscas: MaxValueBytes %d is outside [1, %d]", cfg.MaxValueBytes, MaxValueLimit)
+	case cfg.MaxKeyBytes < 0 || cfg.MaxCommitOps < 0 || cfg.ResolveTimeout < 0:
+		return nil, fmt.Errorf("rediscas: invalid config %+v", cfg)
+	case cfg.TombstoneTTL < time.Millisecond:
+		return nil, fmt.Errorf("rediscas: TombstoneTTL %v is below 1 ms", cfg.TombstoneTTL)
+	case cfg.History < 1 || cfg.History > MaxHistory:
+		return nil, fmt.Errorf("rediscas: History %d is outside [1, %d]", cfg.History, MaxHistory)
+	}
+	if sharded(cli) && !hasHashTag(cfg.Prefix) {
+		return nil, fmt.Errorf("rediscas: %T spreads keys over slots: Config.Prefix %q needs a hash tag, such as \"{occkit}:\", so that a store's keys and its version counter share one slot", cli, cfg.Prefix)
+	}
+	return &Store{
+		cli:     cli,
+		data:    cfg.Prefix + "d:",
+		counter: cfg.Prefix + "version",
+		limits: cas.Limits{
+			MaxKeyBytes:    cfg.MaxKeyBytes,
+			MaxValueBytes:  cfg.MaxValueBytes,
+			MaxCommitOps:   cfg.MaxCommitOps,
+			MaxCommitBytes: MaxCommitBytes,
+		}.WithDefaults(),
+		resolve: cfg.ResolveTimeout,
+		ttlMs:   strconv.FormatInt(cfg.TombstoneTTL.Milliseconds(), 10),
+		keep:    strconv.Itoa((cfg.History - 1) * historyEntryLen),
+		ids:     newWriteIDs(),
+	}, nil
+}
+
+// sharded reports whether cli spreads keys over several servers by slot.
+func sharded(cli redis.UniversalClient) bool {
+	switch cli.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		return true
+	}
+	return false
+}
+
+// hasHashTag reports whether s contains a Redis Cluster hash tag: a "{"
+// followed, later, by a "}" with at least one byte between them.
+func hasHashTag(s string) bool {
+	i := strings.IndexByte(s, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(s[i+1:], '}')
+	return j > 0
+}
+
+// Limits returns the limits the store enforces.
+func (s *Store) Limits() cas.Limits { return s.limits }
+
+// String returns "rediscas".
+func (s *Store) String() string { return "rediscas" }
+
+// DataKey returns the Redis key of the hash that holds key: Prefix + "d:" +
+// key.
+func (s *Store) DataKey(key string) string { return s.data + key }
+
+// CounterKey returns the Redis key of the store's version counter: Prefix +
+// "version".
+func (s *Store) CounterKey() string { return s.counter }
+
+// Get implements cas.Store with one HMGET of the key's hash.
+func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
+	if err := s.limits.Get(ctx, key); err != nil {
+		return cas.Item{}, err
+	}
+	vals, err := s.cli.HMGet(ctx, s.DataKey(key), "v", "n").Result()
+	if err != nil {
+		return cas.Item{}, &readError{key: key, err: err}
+	}
+	v, live := vals[0].(string)
+	if !live {
+		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
+	}
+	n, _ := vals[1].(string)
+	ver, err := parseVersion(n)
+	if err != nil {
+		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: err}
+	}
+	return cas.Item{Key: key, Value: []byte(v), Version: cas.Version(ver)}, nil
+}
+
+// CompareAndSwap implements cas.Store with one script: it compares the
+// hash's version with expected and writes value, a new version from the
+// store's counter and the write's history entry, or returns the current
+// item.
+func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	if err := s.limits.Put(ctx, key, value); err != nil {
+		return 0, err
+	}
+	return s.put(ctx, key, expected, "", 0, value)
+}
+
+// CompareAndSwapFenced implements cas.FencedStore: the same script as
+// CompareAndSwap, which first refuses a token smaller than the hash's
+// fence field, then records token there.
+func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	if err := s.limits.Put(ctx, key, value); err != nil {
+		return 0, err
+	}
+	return s.put(ctx, key, expected, encodeToken(token), token, value)
+}
+
+func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence string, token uint64, value []byte) (cas.Version, error) {
+	w := pending{op: "compare-and-swap", key: key, expected: expected, id: s.ids.next()}
+	keys := []string{s.DataKey(key), s.counter}
+	args := []any{formatVersion(expected), value, historyEntry(w.id, uint64(expected)), fence, s.keep}
+	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, putScript, keys, args...) }
+	w.answer = func(r reply) (cas.Version, error) {
+		switch r.status {
+		case "ok":
+			v, err := parseVersion(r.field(0))
+			return cas.Version(v), err
+		case "fenced":
+			highest, _ := strconv.ParseUint(r.field(0), 10, 64)
+			return 0, &cas.FencedError{Key: key, Token: token, Highest: highest}
+		case "conflict":
+			return 0, conflict(key, expected, r.fields)
+		}
+		return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
+	}
+	return s.write(ctx, w)
+}
+
+// write sends w and interprets its answer, resolving a lost one.
+func (s *Store) write(ctx context.Context, w pending) (cas.Version, error) {
+	res, err := w.send(ctx)
+	if err != nil {
+		return s.failedWrite(ctx, w, err)
+	}
+	r, err := parseReply(res)
+	if err != nil {
+		return 0, err
+	}
+	return w.answer(r)
+}
+
+func formatVersion(v cas.Version) string { return strconv.FormatUint(uint64(v), 10) }
+
+// conflict builds a conflict from a script's current state: {"0"} for an
+// absent key, {version, value} otherwise.
+func conflict(key string, expected cas.Version, cur []string) error {
+	ce := &cas.ConflictError{Key: key, Expected: expected, Current: cas.Item{Key: key}, HasCurrent: true}
+	if len(cur) >= 2 {
+		v, err := parseVersion(cur[0])
+		if err != nil {
+			return err
+		}
+		ce.Current.Version, ce.Current.Value = cas.Version(v), []byte(cur[1])
+	}
+	return ce
+}
+
+// CompareAndDelete implements cas.Store with one script: it removes the
+// value if the version is expected and leaves a tombstone with the key's
+// history (this delete's entry first) and its fence.
+func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.Version) error {
+	if err := s.limits.Delete(ctx, key, expected); err != nil {
+		return err
+	}
+	w := pending{op: "compare-and-delete", key: key, expected: expected, del: true, id: s.ids.next()}
+	keys := []string{s.DataKey(key)}
+	args := []any{formatVersion(expected), historyEntry(w.id, uint64(expected)), s.ttlMs, s.keep}
+	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, deleteScript, keys, args...) }
+	w.answer = func(r reply) (cas.Version, error) {
+		switch r.status {
+		case "ok":
+			return 0, nil
+		case "conflict":
+			return 0, conflict(key, expected, r.fields)
+		}
+		return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
+	}
+	_, err := s.write(ctx, w)
+	return err
+}
+
+// Commit implements cas.Committer with one script over the version counter
+// and every key of ops: it checks every version, then writes, so either
+// every operation applies or none does. All keys of a store share its
+// prefix, so on a Redis Cluster they share the prefix's hash tag and slot.
+func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	if err := s.limits.Commit(ctx, ops); err != nil {
+		return nil, err
+	}
+	id := s.ids.next()
+	keys := make([]string, 0, 1+len(ops))
+	keys = append(keys, s.counter)
+	args := make([]any, 0, 4+4*len(ops))
+	marker, firstDelete := 0, 0
+	args = append(args, string(id[:]), s.ttlMs, "", s.keep)
+	for i, op := range ops {
+		keys = append(keys, s.DataKey(op.Key))
+		var kind string
+		switch op.Kind {
+		case cas.OpPut:
+			kind = "p"
+			if marker == 0 {
+				marker = i + 1
+			}
+		case cas.OpDelete:
+			kind = "d"
+			if firstDelete == 0 {
+				firstDelete = i + 1
+			}
+		default:
+			kind = "c"
+		}
+		value := op.Value
+		if op.Kind != cas.OpPut {
+			value = nil
+		}
+		args = append(args, kind, formatVersion(op.Expected), raw8(uint64(op.Expected)), value)
+	}
+	if marker == 0 {
+		marker = firstDelete
+	}
+	args[2] = strconv.Itoa(marker)
+	send := func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, commitScript, keys, args...) }
+	answer := func(r reply) (cas.Version, error) {
+		switch r.status {
+		case "ok":
+			v, err := parseVersion(r.field(0))
+			return cas.Version(v), err
+		case "conflict":
+			i, err := strconv.Atoi(r.field(0))
+			if err != nil || i < 1 || i > len(ops) {
+				return 0, fmt.Errorf("rediscas: unexpected commit conflict index %q", r.field(0))
+			}
+			return 0, conflict(ops[i-1].Key, ops[i-1].Expected, r.fields[1:])
+		}
+		return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
+	}
+	if marker == 0 {
+		// Only checks: nothing is written, so an answer lost is an error,
+		// never an ambiguous outcome.
+		res, err := send(ctx)
+		if err != nil {
+			return nil, &cas.KeyError{Op: "commit", Key: ops[0].Key, Err: wrapErr(err)}
+		}
+		r, err := parseReply(res)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := answer(r); err != nil {
+			return nil, err
+		}
+		return commitVersions(ops, 0), nil
+	}
+	m := ops[marker-1]
+	ver, err := s.write(ctx, pending{op: "commit", key: m.Key, expected: m.Expected, del: m.Kind == cas.OpDelete, id: id, send: send, answer: answer})
+	if err != nil {
+		return nil, err
+	}
+	return commitVersions(ops, ver), nil
+}
+
+func commitVersions(ops []cas.Op, ver cas.Version) []cas.Version {
+	out := make([]cas.Version, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case cas.OpPut:
+			out[i] = ver
+		case cas.OpCheck:
+			out[i] = op.Expected
+		}
+	}
+	return out
+}

@@ -1,0 +1,89 @@
+package rediscas
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"sync/atomic"
+)
+
+// writeID identifies one write (a put, a delete or a commit). The scripts
+// keep it in the key's history so that the store can tell, after an answer
+// was lost, whether its own write applied.
+type writeID [16]byte
+
+func (w writeID) String() string { return hex.EncodeToString(w[:]) }
+
+// writeIDs makes write ids: 8 random bytes fixed per store, then a counter.
+// Unique without a system call per write.
+type writeIDs struct {
+	prefix [8]byte
+	n      atomic.Uint64
+}
+
+func newWriteIDs() *writeIDs {
+	w := &writeIDs{}
+	if _, err := rand.Read(w.prefix[:]); err != nil {
+		panic(fmt.Sprintf("rediscas: reading random bytes: %v", err))
+	}
+	return w
+}
+
+func (w *writeIDs) next() writeID {
+	var id writeID
+	copy(id[:8], w.prefix[:])
+	binary.BigEndian.PutUint64(id[8:], w.n.Add(1))
+	return id
+}
+
+// historyEntryLen is the size of one entry of a key's history.
+const historyEntryLen = 24
+
+// historyEntry is a write's entry in a key's history: its id, then the
+// version it replaces (expected), 8 bytes big-endian.
+func historyEntry(id writeID, expected uint64) string {
+	var b [historyEntryLen]byte
+	copy(b[:16], id[:])
+	binary.BigEndian.PutUint64(b[16:], expected)
+	return string(b[:])
+}
+
+// entry is one write in a key's history.
+type entry struct {
+	id       writeID
+	replaced uint64 // the version the write replaced; 0: it created the key
+}
+
+// parseHistory splits a history into its entries, newest first.
+func parseHistory(hist string) []entry {
+	out := make([]entry, 0, len(hist)/historyEntryLen)
+	for len(hist) >= historyEntryLen {
+		var e entry
+		copy(e.id[:], hist[:16])
+		e.replaced = binary.BigEndian.Uint64([]byte(hist[16:historyEntryLen]))
+		out = append(out, e)
+		hist = hist[historyEntryLen:]
+	}
+	return out
+}
+
+func raw8(v uint64) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return string(b[:])
+}
+
+// randomID returns 16 random bytes in hex: a lock holder's id.
+func randomID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("rediscas: reading random bytes: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// encodeToken writes a fencing token as 20 decimal digits, zero-padded, so
+// that the scripts compare tokens as strings exactly, over the whole uint64
+// range (Lua 5.1 numbers are doubles).
+func encodeToken(t uint64) string { return fmt.Sprintf("%020d", t) }

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Redis for the tests of adapters/rediscas (and anything else that reads
+# OCCKIT_REDIS_URL).
+#
+# Sourced by scripts/test.sh: installs Debian's redis-server if it is
+# missing (and makes sure the distribution's own redis service is not left
+# running), starts a throwaway server (127.0.0.1 only, a free port, no
+# persistence, its directory under $OCCKIT_RUN_DIR), waits for PONG, exports
+# OCCKIT_REDIS_URL and appends its stop command to the array `cleanups`.
+# When OCCKIT_REDIS_URL is already set, that server is used and nothing is
+# started.
+#
+# Run on its own (`bash scripts/servers/redis.sh`), it starts the same
+# server, leaves it running and prints the two lines to use it:
+#   export OCCKIT_REDIS_URL=redis://127.0.0.1:PORT
+#   stop: <command that stops it and removes its directory>
+
+occkit_redis_main() {
+  local bin=/usr/bin/redis-server
+
+  if [ -n "${OCCKIT_REDIS_URL:-}" ]; then
+    echo "redis: using OCCKIT_REDIS_URL from the environment; starting nothing" >&2
+    return 0
+  fi
+
+  if [ ! -x "$bin" ]; then
+    occkit_redis_install || return 1
+  fi
+
+  local run_dir="${OCCKIT_RUN_DIR:-}"
+  if [ -z "$run_dir" ]; then
+    run_dir="$(mktemp -d "${TMPDIR:-/tmp}/occkit-redis.XXXXXX")"
+  fi
+  local dir
+  dir="$(mktemp -d "$run_dir/redis.XXXXXX")"
+  # What the stop command removes: the server's directory, or all of
+  # $run_dir when this script made it.
+  local remove="$dir"
+  if [ -z "${OCCKIT_RUN_DIR:-}" ]; then remove="$run_dir"; fi
+
+  # A free port: ask for one, start on it; if another process takes it in
+  # between, start again on a new one.
+  local port="" pid="" attempt i
+  for attempt in 1 2 3 4 5; do
+    port="$(occkit_redis_free_port)"
+    "$bin" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+      --dir "$dir" --daemonize no --logfile "$dir/server.log" \
+      --pidfile "$dir/redis.pid" >/dev/null 2>&1 &
+    pid=$!
+    for i in $(seq 1 100); do
+      if occkit_redis_ping "$port"; then break; fi
+      if ! kill -0 "$pid" 2>/dev/null; then break; fi
+      sleep 0.1
+    done
+    if occkit_redis_ping "$port"; then break; fi
+    echo "redis: start on port $port failed (attempt $attempt), retrying" >&2
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    port="" pid=""
+  done
+  if [ -z "$port" ]; then
+    echo "redis: could not start the server; its log:" >&2
+    cat "$dir/server.log" >&2 || true
+    return 1
+  fi
+
+  # Stop by pid (this server only), wait for it to exit, remove its files.
+  local stop
+  stop="kill $pid 2>/dev/null; for _ in \$(seq 1 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; kill -9 $pid 2>/dev/null; rm -rf $(printf '%q' "$remove")"
+  OCCKIT_REDIS_URL="redis://127.0.0.1:$port"
+  export OCCKIT_REDIS_URL
+  if declare -p cleanups >/dev/null 2>&1; then
+    cleanups+=("$stop")
+  fi
+  OCCKIT_REDIS_STOP="$stop"
+  echo "redis: $("$bin" --version | awk '{print $3}' | sed 's/^v=//') on 127.0.0.1:$port (pid $pid, files in $dir)" >&2
+}
+
+# occkit_redis_ping reports whether a Redis server answers PING on port,
+# using bash's /dev/tcp (redis-cli may be absent).
+occkit_redis_ping() {
+  (
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf 'PING\r\n' >&3
+    reply=""
+    read -r -t 2 reply <&3 || true
+    [ "${reply%$'\r'}" = "+PONG" ]
+  ) 2>/dev/null
+}
+
+# occkit_redis_install installs Debian's redis-server without leaving the
+# distribution's service running: policy-rc.d (exit 101) tells invoke-rc.d
+# not to start it, and if it was started anyway it is stopped and disabled.
+occkit_redis_install() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "redis: installing redis-server from Debian's packages" >&2
+  local made_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
+    $sudo chmod 0755 /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  local status=0
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq || status=$?
+  if [ "$status" -eq 0 ]; then
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null || status=$?
+  fi
+  if [ -n "$made_policy" ]; then
+    $sudo rm -f /usr/sbin/policy-rc.d
+  fi
+  occkit_redis_stop_service
+  if [ "$status" -ne 0 ] || [ ! -x /usr/bin/redis-server ]; then
+    echo "redis: installing redis-server failed" >&2
+    return 1
+  fi
+}
+
+# occkit_redis_stop_service stops and disables Debian's redis-server
+# service if it runs (systemd or not), tolerating its absence.
+occkit_redis_stop_service() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now redis-server >/dev/null 2>&1 || true
+  fi
+  if command -v service >/dev/null 2>&1; then
+    $sudo service redis-server stop >/dev/null 2>&1 || true
+  fi
+  if command -v update-rc.d >/dev/null 2>&1; then
+    $sudo update-rc.d redis-server disable >/dev/null 2>&1 || true
+  fi
+  local pidfile pid
+  for pidfile in /run/redis/redis-server.pid /var/run/redis/redis-server.pid; do
+    if [ -r "$pidfile" ]; then
+      pid="$(cat "$pidfile" 2>/dev/null || true)"
+      if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        $sudo kill "$pid" 2>/dev/null || true
+      fi
+    fi
+  done
+}
+
+# occkit_redis_free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+occkit_redis_free_port() {
+  local port
+  while :; do
+    port=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return
+    fi
+  done
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  # Run on its own: start, print how to use and stop it, leave it running.
+  set -euo pipefail
+  unset OCCKIT_REDIS_URL
+  occkit_redis_main
+  echo "export OCCKIT_REDIS_URL='$OCCKIT_REDIS_URL'"
+  echo "stop: $OCCKIT_REDIS_STOP"
+else
+  occkit_redis_main
+fi
