@@ -21,7 +21,7 @@ import (
 )
 
 // countingClient returns a client that counts its unary RPCs (round trips).
-func countingClient(t *testing.T, c *etcdtest.Cluster) (*clientv3.Client, *atomic.Int64) {
+func countingClient(t testing.TB, c *etcdtest.Cluster) (*clientv3.Client, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
 	cli, err := clientv3.New(clientv3.Config{
@@ -121,7 +121,7 @@ func BenchmarkCacheForeignWriters(b *testing.B) {
 	for _, foreign := range []int{0, 8} {
 		b.Run(fmt.Sprintf("foreign=%d", foreign), func(b *testing.B) {
 			c := etcdtest.Start(b, etcdtest.Options{})
-			cli, rts := countingClientB(b, c)
+			cli, rts := countingClient(b, c)
 			store := newStore(b, cli, etcdcas.Config{})
 			other, err := etcdcas.New(c.Client(), etcdcas.Config{Prefix: store.Prefix()})
 			if err != nil {
@@ -191,23 +191,4 @@ func BenchmarkCacheForeignWriters(b *testing.B) {
 			b.ReportMetric(float64(foreignDone.Load())/elapsed.Seconds(), "foreign-ops/s")
 		})
 	}
-}
-
-func countingClientB(b *testing.B, c *etcdtest.Cluster) (*clientv3.Client, *atomic.Int64) {
-	var n atomic.Int64
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   c.Endpoints(),
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				n.Add(1)
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cli.Close() })
-	return cli, &n
 }
