@@ -1,0 +1,290 @@
+// Command occbench is occkit's contention lab: it runs workloads
+// (counter, inventory, transfer) with optimistic, hybrid, adaptive and
+// pessimistic strategies on real backends at chosen levels of contention,
+// checks each workload's invariant after every cell, and reports
+// throughput, latency, attempts and the goal checks.
+//
+//	go run ./benchmarks/cmd/occbench                      # the default grid, at most 3 minutes
+//	go run ./benchmarks/cmd/occbench --quick --out /tmp/lab
+//	go run ./benchmarks/cmd/occbench --backends memory --workloads counter \
+//	    --keys 1,10,1000 --theta 0,0.99,1.2 --workers 4,16 --work 0,1ms
+//
+// With no flags it runs, on every backend it can open (memory; etcd in
+// process; PostgreSQL from OCCKIT_PG_URL, or a throwaway server it starts
+// with scripts/servers/postgres.sh when PostgreSQL 15 is installed), a
+// low-contention point (8 workers, 1000 keys, uniform) and a
+// high-contention one (8 workers, 1 key) for every workload and the
+// backend's default strategies, and says which backends it skipped and
+// why. The markdown table and the goal checks go to stdout, progress to
+// stderr; --out DIR also writes results.json, results.csv, charts/*.png
+// and report.html. A broken invariant is printed loudly and makes the
+// exit status 1.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/occkit/occkit/benchmarks"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout))
+}
+
+// run is the command: results to stdout, progress and messages to
+// os.Stderr. It returns the exit status: 0, 1 when an invariant broke or a
+// cell or backend failed, 2 for a usage error.
+func run(args []string, stdout io.Writer) int {
+	fs := flag.NewFlagSet("occbench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: occbench [flags]\n\nThe contention lab: strategies against locks, with invariant checks.\n\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\nbackends:   %s\nstrategies: %s\nworkloads:  %s\n",
+			strings.Join(benchmarks.Backends(), ", "), strings.Join(benchmarks.Strategies(), ", "), strings.Join(benchmarks.Workloads(), ", "))
+	}
+	var (
+		backendsF   = fs.String("backends", "", "comma-separated backends (default: every one that can be opened, skipping the others)")
+		strategiesF = fs.String("strategies", "", "comma-separated strategies (default: each backend's default strategies)")
+		workloadsF  = fs.String("workloads", "", "comma-separated workloads (default: all)")
+		workersF    = fs.String("workers", "", "comma-separated worker counts (default 8)")
+		keysF       = fs.String("keys", "", "comma-separated key counts (default: the pair 1000 uniform and 1)")
+		thetaF      = fs.String("theta", "", "comma-separated Zipf exponents in [0, 2] for key choice (0 uniform; applies to more than 2 keys)")
+		workF       = fs.String("work", "", "comma-separated times spent inside the critical section, e.g. 0,1ms (default 0)")
+		durationF   = fs.Duration("duration", 0, "measured time per cell (default 1s)")
+		warmupF     = fs.Duration("warmup", 0, "warm-up per cell before measuring (default 200ms)")
+		opsF        = fs.Int64("ops", 0, "operations per cell instead of a duration (all measured)")
+		seedF       = fs.Uint64("seed", 1, "seed for key choice and amounts")
+		maxAttF     = fs.Int("max-attempts", 0, fmt.Sprintf("attempt limit per operation (default %d)", benchmarks.DefaultMaxAttempts))
+		outF        = fs.String("out", "", "directory for results.json, results.csv, charts/ and report.html")
+		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): a smoke run, not a measurement")
+		noStartF    = fs.Bool("no-start", false, "never start servers (PostgreSQL only from OCCKIT_PG_URL)")
+		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	g := benchmarks.Grid{
+		Backends: list(*backendsF), Strategies: list(*strategiesF), Workloads: list(*workloadsF),
+		Duration: *durationF, Warmup: *warmupF, Ops: *opsF, Seed: *seedF, MaxAttempts: *maxAttF,
+	}
+	var err error
+	if g.Workers, err = ints(*workersF); err != nil {
+		return usage(fs, "--workers", err)
+	}
+	if g.Keys, err = ints(*keysF); err != nil {
+		return usage(fs, "--keys", err)
+	}
+	if g.Thetas, err = floats(*thetaF); err != nil {
+		return usage(fs, "--theta", err)
+	}
+	if g.Works, err = durations(*workF); err != nil {
+		return usage(fs, "--work", err)
+	}
+	if *quickF {
+		if g.Duration == 0 && g.Ops == 0 {
+			g.Duration = 300 * time.Millisecond
+		}
+		if g.Warmup == 0 {
+			g.Warmup = 100 * time.Millisecond
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	started, load := time.Now(), benchmarks.LoadAverage()
+	maxWorkers := benchmarks.DefaultWorkers
+	for _, w := range g.Workers {
+		maxWorkers = max(maxWorkers, w)
+	}
+	lab, err := benchmarks.OpenLab(ctx, g.Backends, benchmarks.Env{StartServers: !*noStartF, MaxWorkers: maxWorkers, Log: os.Stderr})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "occbench:", err)
+		return 2
+	}
+	defer func() {
+		if err := lab.Close(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "occbench: closing backends:", err)
+		}
+	}()
+	for _, s := range lab.Skipped() {
+		fmt.Fprintf(os.Stderr, "occbench: skipping backend %s: %s\n", s.Name, s.Reason)
+	}
+	if len(g.Backends) > 0 && len(lab.Skipped()) > 0 {
+		fmt.Fprintln(os.Stderr, "occbench: a backend named with --backends is unavailable")
+		return 1
+	}
+	cells, planSkips, err := g.Plan(lab)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "occbench:", err)
+		return 2
+	}
+	if len(cells) == 0 {
+		fmt.Fprintln(os.Stderr, "occbench: nothing to run")
+		return 2
+	}
+	if *durationF == 0 && *opsF == 0 && *budgetF > 0 {
+		fitBudget(cells, *budgetF-time.Since(started))
+	}
+	per := cells[0].Duration + cells[0].Warmup
+	if per > 0 {
+		fmt.Fprintf(os.Stderr, "occbench: %d cells on %s, about %v\n", len(cells), strings.Join(lab.Open(), ", "),
+			(time.Duration(len(cells)) * (per + cellOverhead)).Round(time.Second))
+	}
+
+	outcomes := lab.RunGrid(ctx, cells, progress(len(cells)))
+	report := benchmarks.NewReport(lab, g, outcomes, planSkips, started, "occbench "+strings.Join(args, " "))
+	report.Meta.LoadAtStart = load
+	if err := report.WriteMarkdown(stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "occbench:", err)
+		return 1
+	}
+	status := 0
+	if *outF != "" {
+		if err := report.WriteFiles(*outF); err != nil {
+			fmt.Fprintln(os.Stderr, "occbench: writing results:", err)
+			status = 1
+		} else {
+			fmt.Fprintf(os.Stderr, "occbench: wrote %s/results.json, results.csv, charts/, report.html\n", strings.TrimRight(*outF, "/"))
+		}
+	}
+	for _, c := range report.Cells {
+		if !c.InvariantOK {
+			fmt.Fprintf(os.Stderr, "\noccbench: !!! INVARIANT VIOLATED !!! %s %s %s %s: %s\n", c.Backend, c.Workload, c.Strategy, c.Point(), c.Invariant)
+			status = 1
+		}
+	}
+	if n := len(report.Meta.Failed); n > 0 {
+		fmt.Fprintf(os.Stderr, "occbench: %d cell(s) could not run (see above)\n", n)
+		status = 1
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "occbench: interrupted; the results above are partial")
+		status = 1
+	}
+	fmt.Fprintf(os.Stderr, "occbench: %d cells in %v\n", len(report.Cells), time.Since(started).Round(time.Second))
+	return status
+}
+
+// cellOverhead is what a cell costs beyond its warm-up and measured time:
+// a fresh store, seeding its keys, the strategy's set-up, operations
+// finishing after the window, reading every key back.
+const cellOverhead = 350 * time.Millisecond
+
+// fitBudget shortens every cell's warm-up and measured time, in
+// proportion, when running them all as they are would overrun budget.
+func fitBudget(cells []benchmarks.Cell, budget time.Duration) {
+	const margin = 5 * time.Second
+	per := cells[0].Duration + cells[0].Warmup
+	avail := (budget-margin)/time.Duration(len(cells)) - cellOverhead
+	if per <= 0 || avail >= per {
+		return
+	}
+	scale := max(float64(avail)/float64(per), float64(300*time.Millisecond)/float64(cells[0].Duration))
+	for i := range cells {
+		cells[i].Duration = time.Duration(float64(cells[i].Duration) * scale).Round(time.Millisecond)
+		cells[i].Warmup = max(time.Duration(float64(cells[i].Warmup)*scale).Round(time.Millisecond), 50*time.Millisecond)
+	}
+	fmt.Fprintf(os.Stderr, "occbench: %d cells would overrun the %v budget: each measures %v after %v of warm-up\n",
+		len(cells), budget.Round(time.Second), cells[0].Duration, cells[0].Warmup)
+}
+
+// progress returns a grid callback drawing a progress bar on a terminal,
+// or printing a line per cell otherwise.
+func progress(total int) func(int, *benchmarks.Cell) {
+	if !term.IsTerminal(int(os.Stderr.Fd())) {
+		return func(done int, next *benchmarks.Cell) {
+			if next != nil {
+				fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", done+1, total, benchmarks.CellName(*next))
+			}
+		}
+	}
+	bar := progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(os.Stderr),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetWidth(24),
+		progressbar.OptionClearOnFinish(),
+	)
+	return func(done int, next *benchmarks.Cell) {
+		if next == nil {
+			_ = bar.Set(done)
+			_ = bar.Finish()
+			return
+		}
+		bar.Describe(fmt.Sprintf("%-60s", benchmarks.CellName(*next)))
+		_ = bar.Set(done)
+	}
+}
+
+func usage(fs *flag.FlagSet, flagName string, err error) int {
+	fmt.Fprintf(fs.Output(), "occbench: %s: %v\n", flagName, err)
+	return 2
+}
+
+func list(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range list(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func floats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range list(s) {
+		x, err := strconv.ParseFloat(f, 64)
+		if err != nil || x < 0 || x > benchmarks.MaxTheta {
+			return nil, fmt.Errorf("%q is not a number in [0, %v]", f, benchmarks.MaxTheta)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func durations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range list(s) {
+		if f == "0" {
+			out = append(out, 0)
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%q is not a duration", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
