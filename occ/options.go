@@ -50,6 +50,11 @@ type config struct {
 	cache       *Cache
 	op          string
 	key         string
+
+	// Loop state shared by run and the Update/Txn attempt functions.
+	retryNow   bool // set by an attempt whose conflict carried the current state
+	retriedNow bool // the one immediate retry of the call was used
+	waited     bool // the loop waited before the current attempt
 }
 
 // apply sets c from opts. Options are data, not closures, so that c can

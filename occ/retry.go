@@ -89,6 +89,16 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if attempt >= c.maxAttempts {
 			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
+		if c.retryNow && !c.retriedNow {
+			// The attempt learned the current state from its conflict:
+			// retry from it at once, once per call, before it goes stale.
+			c.retryNow, c.retriedNow, c.waited = false, true, false
+			if c.budget != nil && !c.budget.withdraw() {
+				return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
+			}
+			continue
+		}
+		c.retryNow = false
 		if b == nil {
 			b = c.backOffForCall()
 		}
@@ -102,6 +112,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if waitErr := c.wait(ctx, d); waitErr != nil {
 			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: waitErr, Attempts: attempt, Last: err})
 		}
+		c.waited = true
 	}
 }
 

@@ -21,6 +21,8 @@ type Tx struct {
 	writes map[string]txWrite
 	hints  map[string]cas.Item
 	cache  *Cache // nil unless WithCache names this store
+	// readCache is whether reads may come from cache (not after a wait).
+	readCache bool
 }
 
 type txWrite struct {
@@ -93,8 +95,9 @@ func (tx *Tx) Delete(key string) {
 // that every key read still has the version it was read at and applies every
 // write, atomically, through the store's cas.Committer; a key written
 // without being read is read at commit time so that the write is still
-// conditional. A conflict runs fn again (from the key's current state when
-// the conflict carried it); an error from fn aborts without writing.
+// conditional. A conflict runs fn again: at once, from the key's current
+// state when the conflict carried it (once per call), otherwise after the
+// backoff's wait with fresh reads. An error from fn aborts without writing.
 //
 // On a store that is not a cas.Committer, a transaction may read any number
 // of keys and write none (the reads are validated by reading them again),
@@ -116,6 +119,13 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	return c.run(ctx, func(ctx context.Context) error {
 		tx := &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, hints: hints, cache: cache}
 		hints = nil // a hint serves the attempt right after the conflict only
+		if c.waited {
+			// After a backoff wait, hints and cached states are likely
+			// stale: read (and refresh the cache).
+			tx.hints, tx.readCache = nil, false
+		} else {
+			tx.readCache = cache != nil
+		}
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -124,6 +134,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 		switch {
 		case errors.As(err, &ce) && ce.HasCurrent:
 			hints = map[string]cas.Item{ce.Key: ce.Current}
+			c.retryNow = true
 			if cache != nil {
 				cache.put(ce.Current)
 			}
@@ -204,7 +215,7 @@ func (tx *Tx) commit() error {
 // The commit validates it like any other read, so a stale entry costs a
 // conflict and a retry, never a wrong commit.
 func (tx *Tx) cachedRead(key string) (cas.Item, bool) {
-	if tx.cache == nil {
+	if !tx.readCache {
 		return cas.Item{}, false
 	}
 	return tx.cache.get(key)

@@ -14,8 +14,12 @@ import (
 // value written and its version.
 //
 // A conflict that carries the key's current state (PostgreSQL, etcd,
-// DynamoDB and memcas return it in the same round trip) restarts from that
-// state without reading the key again, so a retry costs one round trip.
+// DynamoDB, Redis and memcas return it in the same round trip) is retried
+// at once from that state, without reading the key again: that retry costs
+// one round trip. A later conflict in the same call waits as the backoff
+// says and then reads the key afresh, since on a key hot enough to
+// conflict twice a state learned before a wait is stale by its end (and a
+// writer that kept retrying from stale states would starve).
 //
 // mutate may run several times and must depend only on its arguments; an
 // error from it ends the loop and is returned as is (unless WithRetryable
@@ -51,6 +55,11 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 			ver cas.Version
 			err error
 		)
+		if c.waited {
+			// After a backoff wait, what the last conflict (or the cache)
+			// said is likely stale on a contended key: read.
+			haveHint = false
+		}
 		switch {
 		case haveHint:
 			haveHint = false
@@ -79,7 +88,7 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 		if err != nil {
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
-				hint, haveHint = ce.Current, true
+				hint, haveHint, c.retryNow = ce.Current, true, true
 			}
 			return err
 		}

@@ -1,0 +1,72 @@
+package occ
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/cas"
+)
+
+// slowStore adds a round trip's latency to every call, as a networked
+// store has.
+type slowStore struct {
+	cas.Store
+	rtt time.Duration
+}
+
+func (s slowStore) Get(ctx context.Context, key string) (cas.Item, error) {
+	time.Sleep(s.rtt)
+	return s.Store.Get(ctx, key)
+}
+
+func (s slowStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	time.Sleep(s.rtt)
+	return s.Store.CompareAndSwap(ctx, key, expected, value)
+}
+
+// TestHotKeyEveryWorkerCommits: 8 workers update one key on a store with
+// network-like latency, with the default backoff. Every worker must commit
+// within the window. A loop that retried from the state a conflict carried
+// after its backoff wait would starve all but one worker: by the end of the
+// wait, that state is stale on a key this hot.
+func TestHotKeyEveryWorkerCommits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	store := slowStore{Store: memcas.New(), rtt: 300 * time.Microsecond}
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	const workers = 8
+	var commits [workers]atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, _, err := Update(ctx, counter, "hot", incrInt, WithMaxAttempts(1000)); err == nil {
+					commits[w].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total, least := int64(0), int64(-1)
+	for w := range workers {
+		n := commits[w].Load()
+		total += n
+		if least < 0 || n < least {
+			least = n
+		}
+	}
+	got, _, _ := counter.Get(context.Background(), "hot")
+	t.Logf("%d commits in all, the least by one worker %d, counter %d", total, least, got)
+	if int64(got) != total {
+		t.Fatalf("counter %d, commits %d", got, total)
+	}
+	if least == 0 {
+		t.Fatalf("a worker never committed in the window: starved")
+	}
+}
