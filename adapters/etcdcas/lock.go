@@ -176,7 +176,11 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 }
 
 // waitPredecessors waits until no grant of the lock created before rev
-// remains.
+// remains. It watches the nearest predecessor from the current revision
+// (a watch from a past revision is only caught up by etcd every 100 ms,
+// which made every hand-off of a contended lock take that long) and then
+// checks that the predecessor still exists, so that a deletion between the
+// read and the watch is not missed.
 func (l *Locker) waitPredecessors(ctx context.Context, s *session, pfx string, rev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -190,22 +194,42 @@ func (l *Locker) waitPredecessors(ctx context.Context, s *session, pfx string, r
 		if len(resp.Kvs) == 0 {
 			return nil
 		}
-		pred := string(resp.Kvs[0].Key)
-		wch := l.cli.Watch(wctx, pred, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
-		deleted := false
-		for wr := range wch {
-			if err := wr.Err(); err != nil {
-				return l.waitErr(ctx, s, err)
-			}
-			if len(wr.Events) > 0 {
-				deleted = true
-				break
-			}
-		}
-		if !deleted {
-			return l.waitErr(ctx, s, errors.New("etcdcas: watch closed"))
+		if err := l.waitDeleted(wctx, string(resp.Kvs[0].Key)); err != nil {
+			return l.waitErr(ctx, s, err)
 		}
 	}
+}
+
+// waitDeleted returns when key does not exist.
+func (l *Locker) waitDeleted(ctx context.Context, key string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := l.cli.Watch(ctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	created, ok := <-wch
+	if !ok {
+		return errors.New("etcdcas: watch closed")
+	}
+	if err := created.Err(); err != nil {
+		return err
+	}
+	// The watch sees every deletion from here on; the key may already be
+	// gone.
+	g, err := l.cli.Get(ctx, key, clientv3.WithCountOnly())
+	if err != nil {
+		return err
+	}
+	if g.Count == 0 {
+		return nil
+	}
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		if len(wr.Events) > 0 {
+			return nil
+		}
+	}
+	return errors.New("etcdcas: watch closed")
 }
 
 func (l *Locker) waitErr(ctx context.Context, s *session, err error) error {
