@@ -1,0 +1,479 @@
+package dynamocas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/occkit/occkit/cas"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultKeyAttribute     = "pk"
+	DefaultVersionAttribute = "version"
+	DefaultValueAttribute   = "value"
+	DefaultFenceAttribute   = "fence"
+	DefaultWriteIDAttribute = "writeid"
+	DefaultResolveTimeout   = 5 * time.Second
+)
+
+// DynamoDB's limits, from which the store derives its cas.Limits.
+const (
+	// MaxItemBytes is DynamoDB's largest item: 400 KB, attribute names
+	// and values included.
+	MaxItemBytes = 400 * 1024
+	// MaxPartitionKeyBytes is DynamoDB's longest partition key value.
+	MaxPartitionKeyBytes = 2048
+	// MaxTransactItems is the most actions one TransactWriteItems may carry.
+	MaxTransactItems = 100
+	// MaxTransactBytes is the largest aggregate size of the items of one
+	// TransactWriteItems: 4 MB.
+	MaxTransactBytes = 4 * 1024 * 1024
+	// MaxAttributeNameBytes is the longest attribute name Config accepts.
+	MaxAttributeNameBytes = 255
+
+	numberBytes = 21 // the most a number attribute's value may count for
+	slackBytes  = 64 // margin for the server's own rounding
+)
+
+// Config configures a Store. Table is required; every other zero field
+// means its default.
+type Config struct {
+	// Table is the DynamoDB table (its name or ARN). Required.
+	Table string
+	// KeyAttribute is the table's partition key, a string attribute
+	// (default "pk").
+	KeyAttribute string
+	// VersionAttribute holds the key's version, a number (default
+	// "version").
+	VersionAttribute string
+	// ValueAttribute holds the value, a binary attribute present only
+	// while the key exists (default "value").
+	ValueAttribute string
+	// FenceAttribute holds the largest fencing token that wrote the key
+	// (default "fence").
+	FenceAttribute string
+	// WriteIDAttribute holds the 16-byte id of the last write (default
+	// "writeid").
+	WriteIDAttribute string
+	// MaxKeyBytes is the longest key (default cas.DefaultMaxKeyBytes,
+	// 1024; at most MaxPartitionKeyBytes).
+	MaxKeyBytes int
+	// ResolveTimeout bounds the time spent finding out whether a write
+	// whose answer was lost was applied (default 5 s).
+	ResolveTimeout time.Duration
+}
+
+type attrNames struct {
+	key, version, value, fence, writeID string
+}
+
+// Store is a cas.Store on a DynamoDB table. It implements cas.FencedStore
+// and cas.Committer. It is safe for concurrent use.
+type Store struct {
+	cli     *dynamodb.Client
+	table   string
+	names   attrNames
+	limits  cas.Limits
+	resolve time.Duration
+	ids     *writeIDs
+}
+
+var (
+	_ cas.Store       = (*Store)(nil)
+	_ cas.FencedStore = (*Store)(nil)
+	_ cas.Committer   = (*Store)(nil)
+)
+
+// New returns a Store on cfg.Table, reached through cli. It does not talk
+// to the server; see CreateTable.
+func New(cli *dynamodb.Client, cfg Config) (*Store, error) {
+	if cli == nil {
+		return nil, errors.New("dynamocas: nil client")
+	}
+	if cfg.Table == "" {
+		return nil, errors.New("dynamocas: Config.Table is required")
+	}
+	def := func(p *string, d string) {
+		if *p == "" {
+			*p = d
+		}
+	}
+	def(&cfg.KeyAttribute, DefaultKeyAttribute)
+	def(&cfg.VersionAttribute, DefaultVersionAttribute)
+	def(&cfg.ValueAttribute, DefaultValueAttribute)
+	def(&cfg.FenceAttribute, DefaultFenceAttribute)
+	def(&cfg.WriteIDAttribute, DefaultWriteIDAttribute)
+	if cfg.MaxKeyBytes == 0 {
+		cfg.MaxKeyBytes = cas.DefaultMaxKeyBytes
+	}
+	if cfg.ResolveTimeout == 0 {
+		cfg.ResolveTimeout = DefaultResolveTimeout
+	}
+	if cfg.MaxKeyBytes < 1 || cfg.MaxKeyBytes > MaxPartitionKeyBytes {
+		return nil, fmt.Errorf("dynamocas: MaxKeyBytes %d is outside 1..%d", cfg.MaxKeyBytes, MaxPartitionKeyBytes)
+	}
+	if cfg.ResolveTimeout < 0 {
+		return nil, fmt.Errorf("dynamocas: negative ResolveTimeout %v", cfg.ResolveTimeout)
+	}
+	names := attrNames{cfg.KeyAttribute, cfg.VersionAttribute, cfg.ValueAttribute, cfg.FenceAttribute, cfg.WriteIDAttribute}
+	seen := map[string]bool{}
+	for _, n := range []string{names.key, names.version, names.value, names.fence, names.writeID} {
+		if len(n) > MaxAttributeNameBytes {
+			return nil, fmt.Errorf("dynamocas: attribute name %.20q... is %d bytes, limit %d", n, len(n), MaxAttributeNameBytes)
+		}
+		if seen[n] {
+			return nil, fmt.Errorf("dynamocas: attribute name %q is used twice", n)
+		}
+		seen[n] = true
+	}
+	// An item holds the key, the version, the value, the fence and the
+	// write id, names included: the value gets what is left of 400 KB.
+	overhead := len(names.key) + len(names.version) + numberBytes + len(names.value) +
+		len(names.fence) + numberBytes + len(names.writeID) + writeIDLen + slackBytes
+	return &Store{
+		cli:   cli,
+		table: cfg.Table,
+		names: names,
+		limits: cas.Limits{
+			MaxKeyBytes:    cfg.MaxKeyBytes,
+			MaxValueBytes:  MaxItemBytes - overhead - cfg.MaxKeyBytes,
+			MaxCommitOps:   MaxTransactItems,
+			MaxCommitBytes: MaxTransactBytes - MaxTransactItems*overhead,
+		}.WithDefaults(),
+		resolve: cfg.ResolveTimeout,
+		ids:     newWriteIDs(),
+	}, nil
+}
+
+// Limits returns the limits the store enforces.
+func (s *Store) Limits() cas.Limits { return s.limits }
+
+// Table returns the table's name.
+func (s *Store) Table() string { return s.table }
+
+// String returns "dynamocas(<table>)".
+func (s *Store) String() string { return "dynamocas(" + s.table + ")" }
+
+// CreateTable creates the store's table (partition key KeyAttribute, a
+// string; on-demand billing) and waits until it is active. A table that
+// already exists with that partition key is fine; one with another key
+// schema is an error.
+func (s *Store) CreateTable(ctx context.Context) error {
+	_, err := s.cli.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(s.table),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(s.names.key), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(s.names.key), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	})
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return fmt.Errorf("dynamocas: create table %q: %w", s.table, err)
+	}
+	return waitActive(ctx, s.cli, s.table, []string{s.names.key})
+}
+
+// waitActive waits until table is active and checks that its key schema
+// is keys (partition key first).
+func waitActive(ctx context.Context, cli *dynamodb.Client, table string, keys []string) error {
+	wait := 20 * time.Millisecond
+	for {
+		out, err := cli.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+		var notFound *types.ResourceNotFoundException
+		switch {
+		case errors.As(err, &notFound):
+			// just created: not visible yet
+		case err != nil:
+			return fmt.Errorf("dynamocas: describe table %q: %w", table, err)
+		default:
+			// A server that does not model table states (minidyn)
+			// reports none: its tables are usable at once.
+			if st := out.Table.TableStatus; st == types.TableStatusActive || st == "" {
+				return checkSchema(table, out.Table.KeySchema, keys)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("dynamocas: waiting for table %q to become active: %w", table, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+func checkSchema(table string, schema []types.KeySchemaElement, keys []string) error {
+	var got []string
+	for _, want := range []types.KeyType{types.KeyTypeHash, types.KeyTypeRange} {
+		for _, k := range schema {
+			if k.KeyType == want {
+				got = append(got, aws.ToString(k.AttributeName))
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(keys) {
+		return fmt.Errorf("dynamocas: table %q has key schema %q, want %q", table, got, keys)
+	}
+	return nil
+}
+
+func (s *Store) keyAV(key string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{s.names.key: str(key)}
+}
+
+// Get implements cas.Store with a strongly consistent GetItem.
+func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
+	if err := s.limits.Get(ctx, key); err != nil {
+		return cas.Item{}, err
+	}
+	e := s.newExpr()
+	proj := e.name(s, phVersion) + ", " + e.name(s, phValue)
+	out, err := s.cli.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(s.table),
+		Key:                      s.keyAV(key),
+		ConsistentRead:           aws.Bool(true),
+		ProjectionExpression:     aws.String(proj),
+		ExpressionAttributeNames: e.names,
+	})
+	if err != nil {
+		return cas.Item{}, &readError{key: key, err: err}
+	}
+	st, err := s.decode(key, out.Item)
+	if err != nil {
+		return cas.Item{}, err
+	}
+	if st.item.Version == 0 {
+		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
+	}
+	return st.item, nil
+}
+
+// readState reads key's whole item consistently, retrying transient
+// failures until ctx ends.
+func (s *Store) readState(ctx context.Context, key string) (state, error) {
+	wait := 20 * time.Millisecond
+	for {
+		out, err := s.cli.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName:      aws.String(s.table),
+			Key:            s.keyAV(key),
+			ConsistentRead: aws.Bool(true),
+		})
+		if err == nil {
+			return s.decode(key, out.Item)
+		}
+		if ctx.Err() != nil || !Retryable(&readError{key: key, err: err}) {
+			return state{}, err
+		}
+		if serr := sleep(ctx, wait); serr != nil {
+			return state{}, err
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// write is one conditional single-key write, kept whole so that it can be
+// sent again, identically, while resolving a lost answer.
+type write struct {
+	op       string
+	key      string
+	expected cas.Version
+	delete   bool
+	fenced   bool
+	token    uint64
+	id       writeID
+	in       *dynamodb.UpdateItemInput
+}
+
+// holds reports whether st satisfies the write's condition.
+func (w *write) holds(st state) bool {
+	if w.fenced && st.fence > w.token {
+		return false
+	}
+	return st.item.Version == w.expected
+}
+
+// noSDKRetry makes the SDK send a conditional write once: its retryer
+// would resend a write whose answer was lost, and a resend refused by its
+// condition cannot tell "my first attempt applied" from "someone else
+// wrote". The store resolves lost answers itself (resolveWrite), and
+// occ retries throttling through Retryable.
+func noSDKRetry(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
+
+// CompareAndSwap implements cas.Store with one conditional UpdateItem:
+//
+//	SET value = :d, version = :e + 1, writeid = :w  IF version = :e
+//
+// (a create: IF attribute_not_exists(version) OR version < 0, the new
+// version one above the one a tombstone kept). A conflict carries the current item: DynamoDB returns
+// it with ReturnValuesOnConditionCheckFailure ALL_OLD, and a consistent
+// GetItem stands in for servers that do not.
+func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	if err := s.limits.Put(ctx, key, value); err != nil {
+		return 0, err
+	}
+	return s.send(ctx, s.putWrite(key, expected, value, false, 0))
+}
+
+// CompareAndSwapFenced implements cas.FencedStore: the fencing token is
+// checked in the same condition expression as the version,
+//
+//	IF (attribute_not_exists(fence) OR fence <= :t) AND <version condition>
+//
+// and recorded by the same update. A refused write whose token is stale
+// fails with *cas.FencedError, checked before the version. The fence
+// attribute is never removed: it survives plain writes and deletes.
+func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	if err := s.limits.Put(ctx, key, value); err != nil {
+		return 0, err
+	}
+	return s.send(ctx, s.putWrite(key, expected, value, true, token))
+}
+
+// CompareAndDelete implements cas.Store. A delete leaves a tombstone: the
+// value attribute becomes NULL, the version attribute the deleted
+// version negated, the fence attribute stays; so the key's next version is
+// above every version it had and its fencing token still holds.
+func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.Version) error {
+	if err := s.limits.Delete(ctx, key, expected); err != nil {
+		return err
+	}
+	id := s.ids.next()
+	e := s.newExpr()
+	upd := s.deleteUpdate(e, id, uint64(expected))
+	cond := s.versionCond(e, uint64(expected))
+	w := &write{op: "compare-and-delete", key: key, expected: expected, delete: true, id: id, in: &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 s.keyAV(key),
+		UpdateExpression:                    aws.String(upd),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.names,
+		ExpressionAttributeValues:           e.valueMap(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}
+	_, err := s.send(ctx, w)
+	return err
+}
+
+func (s *Store) putWrite(key string, expected cas.Version, value []byte, fenced bool, token uint64) *write {
+	id := s.ids.next()
+	e := s.newExpr()
+	var newVersion uint64
+	if expected != 0 {
+		newVersion = uint64(expected) + 1
+	}
+	upd := s.putUpdate(e, value, id, newVersion, fenced, token)
+	cond := s.versionCond(e, uint64(expected))
+	if fenced {
+		cond = s.fenceCond(e, token) + " AND " + cond
+	}
+	in := &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 s.keyAV(key),
+		UpdateExpression:                    aws.String(upd),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.names,
+		ExpressionAttributeValues:           e.valueMap(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	if expected == 0 {
+		// The new version is one above the old version attribute: return
+		// the old attributes the update changed (a tombstone's version and
+		// write id, never a value, which a created key did not have).
+		in.ReturnValues = types.ReturnValueUpdatedOld
+	}
+	return &write{op: "compare-and-swap", key: key, expected: expected, fenced: fenced, token: token, id: id, in: in}
+}
+
+// send sends w once and turns the answer into the caller's result.
+func (s *Store) send(ctx context.Context, w *write) (cas.Version, error) {
+	out, err := s.cli.UpdateItem(ctx, w.in, noSDKRetry)
+	if err == nil {
+		return s.written(w, out)
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return s.refused(ctx, w, ccf.Item, err)
+	}
+	if definite(err) {
+		return 0, s.definiteError(w.op, w.key, err)
+	}
+	return s.resolveWrite(ctx, w, err)
+}
+
+// written is the version a successful write gave the key.
+func (s *Store) written(w *write, out *dynamodb.UpdateItemOutput) (cas.Version, error) {
+	switch {
+	case w.delete:
+		return 0, nil
+	case w.expected != 0:
+		return w.expected + 1, nil
+	}
+	old, err := signedAttr(out.Attributes, s.names.version)
+	if err != nil || old > 0 {
+		return 0, &cas.KeyError{Op: w.op, Key: w.key, Err: fmt.Errorf("dynamocas: written, but the old version came back as %v (%v)", out.Attributes[s.names.version], err)}
+	}
+	return cas.Version(1 - old), nil
+}
+
+// refused turns a failed condition into the caller's error: the item the
+// server returned (or, when it returned none, a consistent read) tells a
+// stale fencing token from a version conflict and is the conflict's
+// current item. Finding the write's own id means that an earlier send of
+// the same write applied (see resolveWrite).
+func (s *Store) refused(ctx context.Context, w *write, old map[string]types.AttributeValue, cause error) (cas.Version, error) {
+	ce := &cas.ConflictError{Key: w.key, Expected: w.expected, Err: cause}
+	var st state
+	var err error
+	if len(old) > 0 {
+		st, err = s.decode(w.key, old)
+	} else {
+		// No item: either the key never existed or the server ignores
+		// ReturnValuesOnConditionCheckFailure. Read it to know.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
+		st, err = s.readState(rctx, w.key)
+		cancel()
+	}
+	if err != nil {
+		return 0, ce // the conflict stands; its current state is unknown
+	}
+	if st.hasWID && st.wid == w.id {
+		if w.delete {
+			return 0, nil
+		}
+		return st.highest, nil
+	}
+	if w.fenced && st.fence > w.token {
+		return 0, &cas.FencedError{Key: w.key, Token: w.token, Highest: st.fence, Err: cause}
+	}
+	// A state read after the refusal may already satisfy the condition
+	// again (a create refused, then the key deleted): it is not the state
+	// that refused the write, so it is not reported as such.
+	if !w.holds(st) {
+		ce.Current, ce.HasCurrent = st.item, true
+	}
+	return 0, ce
+}
+
+func (s *Store) definiteError(op, key string, err error) error {
+	if tooLarge(err) {
+		return &cas.KeyError{Op: op, Key: key, Err: fmt.Errorf("%w: %w", cas.ErrTooLarge, err)}
+	}
+	return &cas.KeyError{Op: op, Key: key, Err: fmt.Errorf("dynamocas: %w", err)}
+}

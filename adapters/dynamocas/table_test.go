@@ -1,0 +1,402 @@
+package dynamocas_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/occkit/occkit/adapters/dynamocas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/dynamotest"
+	"github.com/occkit/occkit/occ"
+)
+
+// order is an item with nested fields: a map, a slice of structs, a
+// pointer to a struct, a byte slice, a time and a set.
+type order struct {
+	Customer string            `dynamodbav:"customer"`
+	ID       int64             `dynamodbav:"id"`
+	Version  cas.Version       `dynamodbav:"version"`
+	Lines    []line            `dynamodbav:"lines"`
+	Shipping *address          `dynamodbav:"shipping,omitempty"`
+	Tags     map[string]string `dynamodbav:"tags"`
+	Labels   []string          `dynamodbav:"labels,stringset,omitempty"`
+	Note     []byte            `dynamodbav:"note"`
+	Placed   time.Time         `dynamodbav:"placed"`
+}
+
+type line struct {
+	SKU      string `dynamodbav:"sku"`
+	Quantity int    `dynamodbav:"qty"`
+	Price    struct {
+		Cents    int64  `dynamodbav:"cents"`
+		Currency string `dynamodbav:"currency"`
+	} `dynamodbav:"price"`
+}
+
+type address struct {
+	Street string   `dynamodbav:"street"`
+	Lines  []string `dynamodbav:"lines"`
+	Geo    struct {
+		Lat, Lon float64
+	} `dynamodbav:"geo"`
+}
+
+// createTable makes a table with a partition key (and optionally a sort
+// key) of the given types, deleted when the test ends.
+func createTable(t testing.TB, cli *dynamodb.Client, pk string, pkType types.ScalarAttributeType, sk string, skType types.ScalarAttributeType) string {
+	t.Helper()
+	name := dynamotest.TableName("app")
+	in := &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(pk), AttributeType: pkType}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(pk), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	}
+	if sk != "" {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{AttributeName: aws.String(sk), AttributeType: skType})
+		in.KeySchema = append(in.KeySchema, types.KeySchemaElement{AttributeName: aws.String(sk), KeyType: types.KeyTypeRange})
+	}
+	ctx := dynamotest.Ctx(t, 30*time.Second)
+	if _, err := cli.CreateTable(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	dynamotest.DeleteTable(t, cli, name)
+	// Wait until it is usable (dynalite: --createTableMs 0).
+	for {
+		out, err := cli.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+		if err == nil && (out.Table.TableStatus == types.TableStatusActive || out.Table.TableStatus == "") {
+			return name
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("table %s not active: %v", name, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func newOrders(t testing.TB, cli *dynamodb.Client) *dynamocas.Table[order] {
+	t.Helper()
+	name := createTable(t, cli, "customer", types.ScalarAttributeTypeS, "id", types.ScalarAttributeTypeN)
+	tbl, err := dynamocas.NewTable[order](cli, dynamocas.TableConfig{Table: name, PartitionKey: "customer", SortKey: "id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl
+}
+
+func sampleOrder() order {
+	o := order{
+		Customer: "ada",
+		ID:       42,
+		Lines:    []line{{SKU: "book", Quantity: 2}, {SKU: "pen", Quantity: 10}},
+		Shipping: &address{Street: "1 Main St", Lines: []string{"flat 2", "floor 3"}},
+		Tags:     map[string]string{"gift": "yes", "channel": "web"},
+		Labels:   []string{"priority", "fragile"},
+		Note:     []byte{0, 1, 2, 255},
+		Placed:   time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC),
+	}
+	o.Lines[0].Price.Cents, o.Lines[0].Price.Currency = 1250, "EUR"
+	o.Shipping.Geo.Lat, o.Shipping.Geo.Lon = 51.5, -0.12
+	return o
+}
+
+func TestTableRoundTrip(t *testing.T) {
+	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
+		orders := newOrders(t, dynamotest.Client(t, srv))
+		ctx := dynamotest.Ctx(t, time.Minute)
+		key := dynamocas.Key{Partition: "ada", Sort: 42}
+		if _, _, err := orders.Get(ctx, key); !errors.Is(err, cas.ErrNotFound) {
+			t.Fatalf("get before create: %v", err)
+		}
+		want := sampleOrder()
+		v1, err := orders.Put(ctx, want, 0)
+		if err != nil || v1 != 1 {
+			t.Fatalf("create = v%d, %v", v1, err)
+		}
+		got, gv, err := orders.Get(ctx, key)
+		if err != nil || gv != v1 {
+			t.Fatalf("get = v%d, %v", gv, err)
+		}
+		want.Version = v1 // the version field is filled in by reads
+		normalize(&got)
+		normalize(&want)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
+		}
+		// Replace at the right version; a stale version conflicts.
+		got.Lines = append(got.Lines, line{SKU: "ink", Quantity: 1})
+		v2, err := orders.Put(ctx, got, v1)
+		if err != nil || v2 != v1+1 {
+			t.Fatalf("replace = v%d, %v", v2, err)
+		}
+		_, err = orders.Put(ctx, got, v1)
+		var ce *cas.ConflictError
+		if !errors.As(err, &ce) || ce.Key != "ada/42" || ce.Expected != v1 || !ce.HasCurrent || ce.Current.Version != v2 {
+			t.Fatalf("stale replace: %v, want a conflict on ada/42 at current v%d", err, v2)
+		}
+		if _, err := orders.Put(ctx, got, 0); !errors.Is(err, cas.ErrConflict) {
+			t.Fatalf("create of an existing item: %v", err)
+		}
+		// Delete: stale fails, right version deletes.
+		if err := orders.Delete(ctx, key, v1); !errors.Is(err, cas.ErrConflict) {
+			t.Fatalf("stale delete: %v", err)
+		}
+		if err := orders.Delete(ctx, key, 0); !errors.Is(err, cas.ErrInvalidVersion) {
+			t.Fatalf("delete at version 0: %v", err)
+		}
+		if err := orders.Delete(ctx, key, v2); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := orders.Get(ctx, key); !errors.Is(err, cas.ErrNotFound) {
+			t.Fatalf("get after delete: %v", err)
+		}
+		err = orders.Delete(ctx, key, v2)
+		if !errors.As(err, &ce) || !ce.HasCurrent || ce.Current.Version != 0 || !errors.Is(err, cas.ErrNotFound) {
+			t.Fatalf("delete of a deleted item: %v, want a conflict with the item absent", err)
+		}
+	})
+}
+
+// normalize makes times comparable after a round trip.
+func normalize(o *order) { o.Placed = o.Placed.UTC() }
+
+func TestTableValidation(t *testing.T) {
+	cli, closeIdle := dynamotest.NewClient("http://127.0.0.1:1")
+	defer closeIdle()
+	tests := []struct {
+		name string
+		cfg  dynamocas.TableConfig
+		want string
+	}{
+		{"NoTable", dynamocas.TableConfig{PartitionKey: "id"}, "required"},
+		{"NoPartitionKey", dynamocas.TableConfig{Table: "t"}, "required"},
+		{"VersionIsKey", dynamocas.TableConfig{Table: "t", PartitionKey: "version"}, "must differ"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := dynamocas.NewTable[order](cli, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewTable(%+v) = %v, want %q", tc.cfg, err, tc.want)
+			}
+		})
+	}
+	if _, err := dynamocas.NewTable[int](cli, dynamocas.TableConfig{Table: "t", PartitionKey: "id"}); err == nil {
+		t.Fatal("NewTable[int] succeeded")
+	}
+	// Too large: refused before anything is sent (the endpoint is dead).
+	tbl, err := dynamocas.NewTable[order](cli, dynamocas.TableConfig{Table: "t", PartitionKey: "customer", SortKey: "id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := sampleOrder()
+	big.Note = make([]byte, dynamocas.MaxItemBytes)
+	if _, err := tbl.Put(context.Background(), big, 0); !errors.Is(err, cas.ErrTooLarge) {
+		t.Fatalf("put of a %d-byte note: %v, want ErrTooLarge", len(big.Note), err)
+	}
+	noKey := sampleOrder()
+	noKey.Customer = ""
+	if _, err := tbl.Put(context.Background(), noKey, 0); err == nil {
+		t.Fatal("put without a partition key value succeeded")
+	}
+}
+
+func TestTableUpdate(t *testing.T) {
+	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
+		orders := newOrders(t, dynamotest.Client(t, srv))
+		ctx := dynamotest.Ctx(t, time.Minute)
+		key := dynamocas.Key{Partition: "ada", Sort: 42}
+		add := func(o order, exists bool) (order, error) {
+			if !exists {
+				o = sampleOrder()
+				o.Lines = nil
+			}
+			o.Lines = append(o.Lines, line{SKU: fmt.Sprint("sku", len(o.Lines)), Quantity: 1})
+			return o, nil
+		}
+		o, v, err := orders.Update(ctx, key, add)
+		if err != nil || v != 1 || len(o.Lines) != 1 {
+			t.Fatalf("update creating = %+v v%d, %v", o, v, err)
+		}
+		o, v, err = orders.Update(ctx, key, add)
+		if err != nil || v != 2 || len(o.Lines) != 2 {
+			t.Fatalf("update = %d lines v%d, %v", len(o.Lines), v, err)
+		}
+		errNo := errors.New("no")
+		if _, _, err := orders.Update(ctx, key, func(order, bool) (order, error) { return order{}, errNo }); !errors.Is(err, errNo) {
+			t.Fatalf("mutate's error: %v", err)
+		}
+		_, _, err = orders.Update(ctx, key, func(o order, _ bool) (order, error) { o.ID = 7; return o, nil })
+		if !errors.Is(err, cas.ErrInvalidKey) {
+			t.Fatalf("mutate changing the key: %v, want ErrInvalidKey", err)
+		}
+		if _, gv, _ := orders.Get(ctx, key); gv != 2 {
+			t.Fatalf("version after refused updates = %d, want 2", gv)
+		}
+	})
+}
+
+// stock is an inventory item.
+type stock struct {
+	SKU       string `dynamodbav:"sku"`
+	Remaining int    `dynamodbav:"remaining"`
+	Sold      int    `dynamodbav:"sold"`
+}
+
+var errSoldOut = errors.New("sold out")
+
+// TestInventory sells from one item with 8 goroutines through
+// Table.Update: the stock never goes negative, and the sold count, the
+// remaining stock and the sales the goroutines saw succeed all agree.
+func TestInventory(t *testing.T) {
+	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
+		const initial, workers = 60, 8
+		cli := dynamotest.Client(t, srv)
+		name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
+		items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := dynamotest.Ctx(t, 2*time.Minute)
+		if _, err := items.Put(ctx, stock{SKU: "sku-42", Remaining: initial}, 0); err != nil {
+			t.Fatal(err)
+		}
+		key := dynamocas.Key{Partition: "sku-42"}
+		var sold, soldOut atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					_, _, err := items.Update(ctx, key, func(s stock, exists bool) (stock, error) {
+						if !exists {
+							return s, errors.New("item vanished")
+						}
+						if s.Remaining < 0 {
+							return s, fmt.Errorf("stock went negative: %d", s.Remaining)
+						}
+						if s.Remaining == 0 {
+							return s, errSoldOut
+						}
+						s.Remaining--
+						s.Sold++
+						return s, nil
+					}, occ.WithMaxAttempts(1000), occ.WithRetryable(dynamocas.Retryable))
+					switch {
+					case err == nil:
+						sold.Add(1)
+					case errors.Is(err, errSoldOut):
+						soldOut.Add(1)
+						return
+					default:
+						t.Errorf("update: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		s, v, err := items.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Remaining != 0 || s.Sold != initial || int(sold.Load()) != initial || s.Sold+s.Remaining != initial {
+			t.Fatalf("remaining %d, sold %d (item) / %d (callers), want 0 and %d each", s.Remaining, s.Sold, sold.Load(), initial)
+		}
+		if v != initial+1 || soldOut.Load() != workers {
+			t.Fatalf("version %d (want %d), %d workers saw sold out (want %d)", v, initial+1, soldOut.Load(), workers)
+		}
+	})
+}
+
+// TestTableTx commits versioned writes on two tables of different item
+// types atomically (minidyn; dynalite has no TransactWriteItems): a stale
+// version anywhere cancels everything, with a conflict naming the item.
+func TestTableTx(t *testing.T) {
+	srv := dynamotest.StartMinidyn(t)
+	cli, count := dynamotest.CountingClient(t, srv)
+	orders := newOrders(t, cli)
+	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
+	items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := dynamotest.Ctx(t, time.Minute)
+	sv, err := items.Put(ctx, stock{SKU: "book", Remaining: 5}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Place an order and take the stock, atomically.
+	tx := dynamocas.NewTx(cli)
+	o := sampleOrder()
+	must(t, orders.TxPut(tx, o, 0))
+	must(t, items.TxPut(tx, stock{SKU: "book", Remaining: 3, Sold: 2}, sv))
+	must(t, items.TxCheck(tx, dynamocas.Key{Partition: "pen"}, 0))
+	vs, err := tx.Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(vs, []cas.Version{1, sv + 1, 0}) {
+		t.Fatalf("versions %v", vs)
+	}
+	if s, v, _ := items.Get(ctx, dynamocas.Key{Partition: "book"}); s.Remaining != 3 || v != sv+1 {
+		t.Fatalf("stock after commit: %+v v%d", s, v)
+	}
+
+	// A stale stock version cancels the whole transaction.
+	count.Reset()
+	tx2 := dynamocas.NewTx(cli)
+	o2 := sampleOrder()
+	o2.ID = 43
+	must(t, orders.TxPut(tx2, o2, 0))
+	must(t, items.TxPut(tx2, stock{SKU: "book", Remaining: 2, Sold: 3}, sv))
+	_, err = tx2.Commit(ctx)
+	var ce *cas.ConflictError
+	if !errors.As(err, &ce) || ce.Key != "book" || ce.Expected != sv || !ce.HasCurrent || ce.Current.Version != sv+1 {
+		t.Fatalf("stale commit: %v, want a conflict on book at v%d", err, sv+1)
+	}
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		t.Fatalf("native error not reachable: %v", err)
+	}
+	if _, _, err := orders.Get(ctx, dynamocas.Key{Partition: "ada", Sort: 43}); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("the cancelled transaction wrote the order: %v", err)
+	}
+	if count.Get("TransactWriteItems") != 1 {
+		t.Fatalf("%d TransactWriteItems sent", count.Get("TransactWriteItems"))
+	}
+
+	// Delete in a transaction; limits before sending.
+	tx3 := dynamocas.NewTx(cli)
+	must(t, orders.TxDelete(tx3, dynamocas.Key{Partition: "ada", Sort: 42}, 1))
+	if _, err := tx3.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	big := dynamocas.NewTx(cli)
+	for i := range dynamocas.MaxTransactItems + 1 {
+		must(t, items.TxCheck(big, dynamocas.Key{Partition: fmt.Sprint(i)}, 0))
+	}
+	if _, err := big.Commit(ctx); !errors.Is(err, cas.ErrTooLarge) {
+		t.Fatalf("commit of 101 operations: %v, want ErrTooLarge", err)
+	}
+	if _, err := dynamocas.NewTx(cli).Commit(ctx); !errors.Is(err, cas.ErrInvalidCommit) {
+		t.Fatalf("empty commit: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

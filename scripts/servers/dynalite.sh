@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# dynalite, a DynamoDB-compatible server (Node.js, in memory), for the tests
+# of adapters/dynamocas (and anything else that reads OCCKIT_DYNALITE_URL).
+# The other test server, minidyn, runs inside the Go tests and needs
+# nothing from here.
+#
+# Sourced by scripts/test.sh: installs the dynalite version pinned in
+# internal/dynamotest/dynalite/package-lock.json (`npm ci`, into that
+# folder's node_modules) if it is missing, starts `node .../dynalite` on a
+# free 127.0.0.1 port under $OCCKIT_RUN_DIR, waits until it answers,
+# exports OCCKIT_DYNALITE_URL and appends its stop command to the array
+# `cleanups`. When OCCKIT_DYNALITE_URL is already set, that server is used
+# and nothing is started.
+#
+# Node runs directly, not through npx: killing an npx wrapper leaves its
+# node child running.
+#
+# Run on its own (`bash scripts/servers/dynalite.sh`), it starts the same
+# server, leaves it running and prints the two lines to use it:
+#   export OCCKIT_DYNALITE_URL=http://127.0.0.1:PORT
+#   stop: <command that stops it and removes its directory>
+
+occkit_dynalite_main() {
+  if [ -n "${OCCKIT_DYNALITE_URL:-}" ]; then
+    echo "dynalite: using OCCKIT_DYNALITE_URL from the environment; starting nothing" >&2
+    return 0
+  fi
+
+  local root pkg
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+  pkg="$root/internal/dynamotest/dynalite"
+  local bin="$pkg/node_modules/dynalite/cli.js"
+
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    occkit_dynalite_install_node || return 1
+  fi
+  if [ ! -f "$bin" ]; then
+    echo "dynalite: installing the pinned dynalite with npm ci in $pkg" >&2
+    (cd "$pkg" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) >&2 || {
+      echo "dynalite: npm ci failed" >&2
+      return 1
+    }
+  fi
+  if [ ! -f "$bin" ]; then
+    echo "dynalite: $bin is missing after npm ci" >&2
+    return 1
+  fi
+
+  local run_dir="${OCCKIT_RUN_DIR:-}"
+  if [ -z "$run_dir" ]; then
+    run_dir="$(mktemp -d "${TMPDIR:-/tmp}/occkit-dynalite.XXXXXX")"
+  fi
+  local dir
+  dir="$(mktemp -d "$run_dir/dynalite.XXXXXX")"
+  # What the stop command removes: the server's directory, or all of
+  # $run_dir when this script made it.
+  local remove="$dir"
+  if [ -z "${OCCKIT_RUN_DIR:-}" ]; then remove="$run_dir"; fi
+
+  # A free port: ask for one, start on it; if another process takes it
+  # in between (or the server does not come up), try a new one.
+  local port="" pid="" attempt i
+  for attempt in 1 2 3 4 5; do
+    port="$(occkit_dynalite_free_port)"
+    node "$bin" --host 127.0.0.1 --port "$port" --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 \
+      >"$dir/dynalite.log" 2>&1 </dev/null &
+    pid=$!
+    # dynalite is ready in about 0.2 s; allow 15 s on a loaded machine.
+    for i in $(seq 1 150); do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        break
+      fi
+      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        break 2
+      fi
+      sleep 0.1
+    done
+    echo "dynalite: start on port $port failed (attempt $attempt), retrying; its log:" >&2
+    cat "$dir/dynalite.log" >&2 || true
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=""
+  done
+  if [ -z "$pid" ]; then
+    echo "dynalite: could not start the server" >&2
+    return 1
+  fi
+
+  local stop
+  stop="kill $pid 2>/dev/null; for _ in \$(seq 1 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; kill -9 $pid 2>/dev/null; rm -rf $(printf '%q' "$remove")"
+  OCCKIT_DYNALITE_URL="http://127.0.0.1:$port"
+  export OCCKIT_DYNALITE_URL
+  if declare -p cleanups >/dev/null 2>&1; then
+    cleanups+=("$stop")
+  fi
+  OCCKIT_DYNALITE_STOP="$stop"
+  echo "dynalite: $(node -p "require('$pkg/node_modules/dynalite/package.json').version" 2>/dev/null || echo '?') on 127.0.0.1:$port (pid $pid, log in $dir)" >&2
+}
+
+# occkit_dynalite_install_node installs Node.js and npm from Debian's
+# packages when the machine has none.
+occkit_dynalite_install_node() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "dynalite: node or npm is missing; installing Debian's nodejs and npm" >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null || {
+    echo "dynalite: installing nodejs and npm failed" >&2
+    return 1
+  }
+}
+
+# occkit_dynalite_free_port prints a TCP port on 127.0.0.1 that nothing
+# listens on.
+occkit_dynalite_free_port() {
+  local port
+  while :; do
+    port=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return
+    fi
+  done
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  # Run on its own: start, print how to use and stop it, leave it running.
+  set -euo pipefail
+  unset OCCKIT_DYNALITE_URL
+  occkit_dynalite_main
+  echo "export OCCKIT_DYNALITE_URL='$OCCKIT_DYNALITE_URL'"
+  echo "stop: $OCCKIT_DYNALITE_STOP"
+else
+  occkit_dynalite_main
+fi
