@@ -14,8 +14,15 @@
 //	carts := versionvector.NewRegister(eu, cas.JSON[Cart](),
 //		versionvector.ResolveOnRead(versionvector.MergeWith(union)))
 //
-//	vals, cc, err := carts.Get(ctx, "cart/42")   // siblings and causal context
-//	err = carts.Put(ctx, "cart/42", cc, add(vals[0], "book"), "eu")
+//	vals, cc, err := carts.Get(ctx, "cart/42") // siblings and causal context
+//	if err != nil && !errors.Is(err, cas.ErrNotFound) {
+//		return err
+//	}
+//	var cart Cart // a new key: no values, and cc is the zero context
+//	if len(vals) > 0 {
+//		cart = vals[0] // resolved on read: at most one
+//	}
+//	err = carts.Put(ctx, "cart/42", cc, add(cart, "book"), "eu")
 //	_, err = versionvector.Sync(ctx, eu, us, "cart/42") // anti-entropy
 //
 // # Version vectors

@@ -116,8 +116,13 @@ func (r *reader) uvarint() (uint64, error) {
 }
 
 // count reads a number of items each at least minSize bytes long, and
-// checks that the rest of the input can hold them, so that garbage cannot
-// make the decoder allocate more than the input's size.
+// checks that the rest of the input can hold them: garbage cannot claim
+// more items than the input has bytes. That bounds the count, not what
+// the items cost once decoded: allocating count items up front costs up
+// to len(input)/minSize times the item's size, fine for the small,
+// fixed-size entries of vectors and sets, but not for values of a
+// caller's type T, which may be large; their decoder grows its slice as
+// values decode instead.
 func (r *reader) count(minSize int) (int, error) {
 	start := r.off
 	n, err := r.uvarint()

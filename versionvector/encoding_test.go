@@ -2,9 +2,11 @@ package versionvector
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"maps"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -282,5 +284,54 @@ func TestDecodeErrorKindString(t *testing.T) {
 	}
 	if s := DecodeErrorKind(99).String(); s != "DecodeErrorKind(99)" {
 		t.Errorf("unknown kind: %q", s)
+	}
+}
+
+// claimsManySiblings returns a malformed set whose one replica claims n
+// siblings, followed by n bytes none of which starts a value (the first
+// length prefix overflows): the count passes the "fits in the input"
+// check, the values are not there.
+func claimsManySiblings(n int) []byte {
+	b := []byte{setFormat, 1, 1, 'a'}
+	b = binary.AppendUvarint(b, 1<<40)     // counter
+	b = binary.AppendUvarint(b, uint64(n)) // siblings claimed
+	return append(b, bytes.Repeat([]byte{0xff}, n)...)
+}
+
+// page is a large value type: 4 KiB.
+type page [4096]byte
+
+type pageCodec struct{}
+
+func (pageCodec) Marshal(p page) ([]byte, error) { return p[:], nil }
+
+func (pageCodec) Unmarshal(data []byte, p *page) error {
+	if len(data) != len(p) {
+		return errors.New("a page is 4096 bytes")
+	}
+	copy(p[:], data)
+	return nil
+}
+
+// Regression: the decoder allocated room for as many siblings as the
+// input claimed, sized by T: 64 KiB of garbage made it allocate 256 MiB of
+// pages. What it allocates now is bounded by what it decodes.
+func TestSetCodecAllocationBoundedByInput(t *testing.T) {
+	data := claimsManySiblings(1 << 16)
+	c := SetCodec[page](pageCodec{})
+	var s Set[page]
+	checkDecodeError(t, c.Unmarshal(data, &s), DecodeOverflow, "binary")
+
+	const runs = 5
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range runs {
+		_ = c.Unmarshal(data, &s)
+	}
+	runtime.ReadMemStats(&after)
+	perRun := (after.TotalAlloc - before.TotalAlloc) / runs
+	if limit := uint64(len(data)); perRun > limit {
+		t.Fatalf("decoding %d malformed bytes allocated %d bytes, want at most the input's size", len(data), perRun)
 	}
 }

@@ -150,6 +150,7 @@ func FuzzSetBinary(f *testing.F) {
 	}
 	f.Add([]byte{1, 1, 1, 'a', 1, 2, 0, 0})
 	f.Add([]byte{2, 0})
+	f.Add(claimsManySiblings(1 << 16)) // see TestSetCodecAllocationBoundedByInput
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var s Set[[]byte]
 		err := raw.Unmarshal(data, &s)

@@ -15,6 +15,10 @@ const setFormat = 1
 // counter and value count.
 const minSetEntry = 4
 
+// maxPreallocSiblings bounds the siblings of one replica the decoder
+// allocates room for before decoding them; more grow the slice.
+const maxPreallocSiblings = 4
+
 // SetCodec returns a codec for sets of T whose values are encoded with c.
 // A [Register] stores its sets with it; use it with cas.NewTyped and
 // occ.Update to keep sets in a store yourself. The codec is safe for
@@ -94,16 +98,21 @@ func (sc setCodec[T]) Unmarshal(data []byte, s *Set[T]) error {
 			r.off = start
 			return r.fail(DecodeTooManyValues)
 		}
+		// k is at most the bytes left, but a T can be far larger than
+		// the byte of its length prefix: grow the slice as values decode
+		// instead of trusting k, so that garbage claiming many values
+		// costs no more than the values it really holds.
 		var vals []T
 		if k > 0 {
-			vals = make([]T, k)
+			vals = make([]T, 0, min(k, maxPreallocSiblings))
 		}
-		for j := range vals {
+		for range k {
 			raw, err := r.bytes()
 			if err != nil {
 				return err
 			}
-			if err := sc.c.Unmarshal(raw, &vals[j]); err != nil {
+			vals = append(vals, *new(T))
+			if err := sc.c.Unmarshal(raw, &vals[len(vals)-1]); err != nil {
 				return fmt.Errorf("versionvector: decode sibling of replica %q: %w", id, err)
 			}
 		}

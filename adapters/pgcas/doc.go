@@ -75,7 +75,9 @@
 // key back: its own write id in the row proves the write applied, and the
 // call succeeds; otherwise it returns a *cas.AmbiguousError with the key
 // and the write id (the row's write_id column names the last write), never
-// a conflict, and never retries.
+// a conflict, and never retries. [Table] writes to an application's own
+// table, which has no write id: a lost reply to its Insert, Update or
+// Delete is always a *cas.AmbiguousError, with an empty WriteID.
 //
 // # Limits
 //
@@ -89,6 +91,8 @@
 // # Concurrency
 //
 // Store, Table and AdvisoryLocker are safe for concurrent use: they hold
-// only the pool and prepared SQL text. A [Lease] belongs to the goroutine
-// that acquired it.
+// only the pool, prepared SQL text and, for Table, the names of the key's
+// unique indexes once looked up. The methods of an [AdvisoryLease] may be
+// called from any goroutine; the transaction of a transaction lease
+// ([AdvisoryLease.Tx]) is used by one goroutine at a time, as any pgx.Tx.
 package pgcas

@@ -28,11 +28,14 @@ var _ hybrid.Locker = (*AdvisoryLocker)(nil)
 const DefaultTokenSequence = "occkit_lock_token"
 
 // LockerConfig configures an AdvisoryLocker. The zero value is ready to use:
-// session locks, tokens from "occkit_lock_token", a connection check every
-// second.
+// session locks, tokens from "occkit_lock_token", a check of each lease
+// every second.
 type LockerConfig struct {
 	// Sequence is the sequence fencing tokens come from (one identifier,
-	// quoted). Empty means DefaultTokenSequence.
+	// quoted). Empty means DefaultTokenSequence. The sequence is also the
+	// locks' namespace: lockers with the same sequence (the same one,
+	// however named) exclude each other on a key, lockers with different
+	// sequences do not.
 	Sequence string
 	// Schema is the sequence's schema; empty means the search_path.
 	Schema string
@@ -41,24 +44,35 @@ type LockerConfig struct {
 	// lease's Tx runs work under it. Otherwise a lease holds
 	// pg_advisory_lock on a connection of its own.
 	Transaction bool
-	// CheckInterval is how often a session lease checks that its
-	// connection (and so its lock) is alive; its Context is cancelled when
-	// the check fails. 0 means one second.
+	// CheckInterval is how often a lease checks that it still holds its
+	// lock; its Context is cancelled when a check fails. 0 means one
+	// second. A check may take up to max(CheckInterval, 2s) before it
+	// counts as failed (see AdvisoryLease).
 	CheckInterval time.Duration
 }
 
+// minCheckTimeout is the least time a lease's check may take: a short
+// CheckInterval must not make a slow round trip look like a lost lock.
+const minCheckTimeout = 2 * time.Second
+
 // AdvisoryLocker hands out exclusive leases on string keys with PostgreSQL
 // advisory locks, each with a fencing token from a sequence. The lock key
-// is hashtextextended(key, 0): two keys with the same 64-bit hash share a
-// lock (correct, only less concurrent). It is safe for concurrent use.
+// is the bigint hashtextextended(key, oid), where oid is the token
+// sequence's OID: every grant of a lock draws its token from the same
+// sequence, so tokens grow with the grants of a key, and lockers with
+// different sequences have separate locks. Two keys with the same 64-bit
+// hash share a lock (correct, only less concurrent). It is safe for
+// concurrent use.
 //
-// A lease pins a connection of the pool until it is released: size the
-// pool for the leases held at once plus the other work.
+// A lease pins a connection of the pool until it is released, and a
+// transaction lease's checks borrow another for a moment: size the pool
+// for the leases held at once plus the other work.
 type AdvisoryLocker struct {
 	pool     *pgxpool.Pool
 	seq      string // quoted
 	xact     bool
 	interval time.Duration
+	timeout  time.Duration // of one check
 	sqlLock  string
 }
 
@@ -76,14 +90,17 @@ func NewAdvisoryLocker(pool *pgxpool.Pool, cfg LockerConfig) (*AdvisoryLocker, e
 	if l.interval <= 0 {
 		l.interval = time.Second
 	}
+	l.timeout = max(l.interval, minCheckTimeout)
 	fn := "pg_advisory_lock"
 	if l.xact {
 		fn = "pg_advisory_xact_lock"
 	}
 	// The token is drawn after the lock is granted (the CTE is
-	// materialized first), so tokens grow in grant order.
-	l.sqlLock = `WITH l AS MATERIALIZED (SELECT ` + fn + `(hashtextextended($1, 0)))
-SELECT nextval($2::regclass) FROM l`
+	// materialized first), so tokens grow in grant order. The lock key
+	// comes back, for the unlock and the checks.
+	l.sqlLock = `WITH l AS MATERIALIZED (
+    SELECT k, ` + fn + `(k) FROM (SELECT hashtextextended($1, $2::regclass::oid::bigint) AS k) s)
+SELECT nextval($2::regclass), k FROM l`
 	return l, nil
 }
 
@@ -114,7 +131,7 @@ func (l *AdvisoryLocker) Acquire(ctx context.Context, key string) (Lease, error)
 		q = lease.tx
 	}
 	var token int64
-	if err := q.QueryRow(ctx, l.sqlLock, key, l.seq).Scan(&token); err != nil {
+	if err := q.QueryRow(ctx, l.sqlLock, key, l.seq).Scan(&token, &lease.lockKey); err != nil {
 		// The lock may have been granted just as the wait was cancelled:
 		// close the connection, which releases anything it holds.
 		_ = conn.Conn().Close(context.Background())
@@ -122,57 +139,71 @@ func (l *AdvisoryLocker) Acquire(ctx context.Context, key string) (Lease, error)
 		return nil, fmt.Errorf("pgcas: lock %q: %w", key, err)
 	}
 	lease.token = uint64(token)
+	lease.pid = conn.Conn().PgConn().PID()
 	lease.ctx, lease.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	if !l.xact {
-		lease.stop = make(chan struct{})
-		lease.done = make(chan struct{})
-		go lease.watch(l.interval)
-	}
+	lease.stop = make(chan struct{})
+	lease.done = make(chan struct{})
+	go lease.watch()
 	return lease, nil
 }
 
-// ErrLeaseLost is the cause of a lease's Context when its connection, and
-// so its lock, was lost.
+// ErrLeaseLost is the cause of a lease's Context when its lock was lost:
+// its connection broke or, for a transaction lease, its transaction
+// ended, or a check could not tell in time (see AdvisoryLease).
 var ErrLeaseLost = errors.New("pgcas: advisory lock lost")
 
 // AdvisoryLease is a lease of an AdvisoryLocker. Its methods may be called
-// from any goroutine, but Tx (transaction leases) from one at a time.
+// from any goroutine; the transaction Tx returns may be used by one
+// goroutine at a time, as any pgx.Tx.
+//
+// Until it is released, a lease checks every CheckInterval that it still
+// holds its lock, and cancels its Context (cause ErrLeaseLost) when a
+// check fails or takes longer than max(CheckInterval, 2s). A session
+// lease pings its own connection: the session, and so its lock, is alive
+// if the connection is. A transaction lease leaves its connection to the
+// user of Tx, and asks pg_locks, on another connection of the pool,
+// whether its backend still holds the lock: it is lost when that backend
+// died, or when its transaction ended because Tx was committed or rolled
+// back. A check that cannot get a connection of the pool in time fails
+// too.
 type AdvisoryLease struct {
-	locker *AdvisoryLocker
-	key    string
-	token  uint64
-	conn   *pgxpool.Conn
-	tx     pgx.Tx // transaction leases only
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stop   chan struct{} // closed by Release to stop watch
-	done   chan struct{} // closed when watch has returned
-	once   sync.Once
+	locker  *AdvisoryLocker
+	key     string
+	token   uint64
+	lockKey int64  // the advisory lock's bigint key
+	pid     uint32 // the backend holding the lock
+	conn    *pgxpool.Conn
+	tx      pgx.Tx // transaction leases only
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	stop    chan struct{} // closed by Release to stop watch
+	done    chan struct{} // closed when watch has returned
+	once    sync.Once
 }
 
 // Token implements Lease.
 func (le *AdvisoryLease) Token() uint64 { return le.token }
 
-// Context implements Lease: cancelled on Release, and for session leases
-// when a periodic check finds the connection broken (cause ErrLeaseLost).
+// Context implements Lease: cancelled on Release, and when a periodic
+// check finds the lock lost (cause ErrLeaseLost).
 func (le *AdvisoryLease) Context() context.Context { return le.ctx }
 
 // Tx returns the transaction holding a transaction lease's lock, for work
 // that should commit under it, or nil for a session lease.
 func (le *AdvisoryLease) Tx() pgx.Tx { return le.tx }
 
-// watch checks the session's connection until the lease is released.
-func (le *AdvisoryLease) watch(interval time.Duration) {
+// watch checks the lock until the lease is released or the lock is lost.
+func (le *AdvisoryLease) watch() {
 	defer close(le.done)
-	t := time.NewTicker(interval)
+	t := time.NewTicker(le.locker.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-le.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), interval)
-			err := le.conn.Ping(ctx)
+			ctx, cancel := context.WithTimeout(context.Background(), le.locker.timeout)
+			err := le.check(ctx)
 			cancel()
 			if err != nil {
 				le.cancel(fmt.Errorf("%w: %w", ErrLeaseLost, err))
@@ -182,10 +213,35 @@ func (le *AdvisoryLease) watch(interval time.Duration) {
 	}
 }
 
+// sqlHeld tells whether backend $1 holds an advisory lock on a bigint key
+// whose high half is $2 and low half $3 (pg_locks shows a bigint key as
+// classid, objid and objsubid 1).
+const sqlHeld = `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND granted
+    AND pid = $1 AND objsubid = 1 AND classid::bigint = $2 AND objid::bigint = $3)`
+
+// check returns an error unless the lease still holds its lock. A session
+// lease pings its connection, which no one else uses; a transaction
+// lease's connection belongs to the user of Tx, so it asks pg_locks on
+// another one.
+func (le *AdvisoryLease) check(ctx context.Context) error {
+	if le.tx == nil {
+		return le.conn.Ping(ctx)
+	}
+	var held bool
+	k := uint64(le.lockKey)
+	if err := le.locker.pool.QueryRow(ctx, sqlHeld, int64(le.pid), int64(k>>32), int64(k&0xffffffff)).Scan(&held); err != nil {
+		return err
+	}
+	if !held {
+		return fmt.Errorf("backend %d no longer holds the lock of %q", le.pid, le.key)
+	}
+	return nil
+}
+
 // Release implements Lease: a session lease unlocks its key, a
 // transaction lease commits its transaction (which releases the lock).
-// It returns an error if the lock had already been lost; calling it again
-// does nothing.
+// It first stops the checks, waiting for one in progress. It returns an
+// error if the lock had already been lost; calling it again does nothing.
 func (le *AdvisoryLease) Release(ctx context.Context) error {
 	err := errors.New("pgcas: lease already released")
 	le.once.Do(func() { err = le.release(ctx) })
@@ -195,20 +251,22 @@ func (le *AdvisoryLease) Release(ctx context.Context) error {
 func (le *AdvisoryLease) release(ctx context.Context) error {
 	defer le.conn.Release()
 	defer le.cancel(context.Canceled)
-	if le.tx != nil {
-		if err := le.tx.Commit(ctx); err != nil {
-			return fmt.Errorf("pgcas: release %q: %w", le.key, err)
-		}
-		return nil
-	}
+	// Stop the checks first: the lock is about to go, on purpose. A check
+	// in progress is waited for (at most the check's timeout).
 	close(le.stop)
 	<-le.done
 	if cause := context.Cause(le.ctx); cause != nil {
 		_ = le.conn.Conn().Close(ctx)
 		return cause
 	}
+	if le.tx != nil {
+		if err := le.tx.Commit(ctx); err != nil {
+			return fmt.Errorf("pgcas: release %q: %w", le.key, err)
+		}
+		return nil
+	}
 	var ok bool
-	err := le.conn.QueryRow(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, le.key).Scan(&ok)
+	err := le.conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1::bigint)`, le.lockKey).Scan(&ok)
 	if err != nil || !ok {
 		// Unknown state: close the session, which drops its locks.
 		_ = le.conn.Conn().Close(context.Background())
@@ -226,8 +284,8 @@ func (le *AdvisoryLease) release(ctx context.Context) error {
 // current value (exists is false when the key is absent), writes the result
 // and commits. It costs four round trips (BEGIN, SELECT, write, COMMIT) and
 // holds the row lock across all of them. An absent key cannot be locked, so
-// two concurrent creates may conflict: the loser gets an error matching
-// cas.ErrConflict.
+// two concurrent creates may conflict: the loser gets a *cas.ConflictError.
+// If mutate panics, the transaction is rolled back and the panic goes on.
 func (s *Store) UpdateLocked(ctx context.Context, key string, mutate func(cur []byte, exists bool) ([]byte, error)) (cas.Version, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
 		return 0, err

@@ -108,7 +108,7 @@ func TestAdvisoryLockerCancelAndLoss(t *testing.T) {
 	// says so, and another holder gets the lock with a larger token.
 	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
 		WHERE locktype = 'advisory' AND granted AND objsubid = 1
-		AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0)`, key); err != nil {
+		AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 'occkit_lock_token'::regclass::oid::bigint)`, key); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -185,5 +185,161 @@ func TestUpdateLocked(t *testing.T) {
 	it, err := s.Get(ctx, "n")
 	if err != nil || string(it.Value) != "41" {
 		t.Fatalf("get = %q, %v; want 41", it.Value, err)
+	}
+}
+
+// killHolder terminates the backend holding the advisory lock of key
+// (taken by a locker on the default sequence).
+func killHolder(t *testing.T, pool *pgxpool.Pool, key string) {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 'occkit_lock_token'::regclass::oid::bigint)`,
+		key).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("terminated %d holders of %q, %v; want 1", n, key, err)
+	}
+}
+
+// uniqueKey returns a lock key unique to the test: the server may be
+// shared.
+func uniqueKey(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var key string
+	if err := pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// Regression: a transaction lease never cancelled its Context when it
+// lost its lock; only session leases were checked.
+func TestAdvisoryTransactionLeaseLoss(t *testing.T) {
+	ctx := context.Background()
+	const interval = 20 * time.Millisecond
+	pool := pgtest.Pool(t)
+	l := locker(t, pool, pgcas.LockerConfig{Transaction: true, CheckInterval: interval})
+	key := uniqueKey(t, pool)
+	held, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(ctx) }) // on failure; a no-op after the Release below
+	// While held, work under the lock and the checks do not disturb
+	// each other.
+	tx := held.(*pgcas.AdvisoryLease).Tx()
+	for deadline := time.Now().Add(10 * interval); time.Now().Before(deadline); {
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+			t.Fatalf("work under the lock: %v", err)
+		}
+	}
+	if err := held.Context().Err(); err != nil {
+		t.Fatalf("context of a held lease: %v (%v)", err, context.Cause(held.Context()))
+	}
+
+	// Fault: the backend holding the lock is killed.
+	killed := time.Now()
+	killHolder(t, pool, key)
+	select {
+	case <-held.Context().Done():
+		t.Logf("context cancelled %v after the kill", time.Since(killed))
+	case <-time.After(5 * time.Second):
+		t.Fatal("transaction lease context not cancelled after its backend was killed")
+	}
+	if !errors.Is(context.Cause(held.Context()), pgcas.ErrLeaseLost) {
+		t.Fatalf("cause = %v", context.Cause(held.Context()))
+	}
+	next, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Release(ctx) })
+	if next.Token() <= held.Token() {
+		t.Fatalf("token %d after %d", next.Token(), held.Token())
+	}
+	if err := held.Release(ctx); !errors.Is(err, pgcas.ErrLeaseLost) {
+		t.Fatalf("release of a lost lease: %v", err)
+	}
+	// A transaction ended through Tx ends the lock too.
+	if err := next.(*pgcas.AdvisoryLease).Tx().Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-next.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("context not cancelled after the lease's transaction was rolled back")
+	}
+	if err := next.Release(ctx); !errors.Is(err, pgcas.ErrLeaseLost) {
+		t.Fatalf("release after the rollback: %v", err)
+	}
+}
+
+// Regression: a check timed out after CheckInterval, so a short interval
+// reported held locks lost.
+func TestAdvisoryLeaseShortCheckInterval(t *testing.T) {
+	ctx := context.Background()
+	for _, xact := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Session", true: "Transaction"}[xact], func(t *testing.T) {
+			pool := pgtest.Pool(t)
+			l := locker(t, pool, pgcas.LockerConfig{Transaction: xact, CheckInterval: 50 * time.Microsecond})
+			lease, err := l.Acquire(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = lease.Release(ctx) })
+			time.Sleep(300 * time.Millisecond)
+			if err := lease.Context().Err(); err != nil {
+				t.Fatalf("held lease cancelled: %v", context.Cause(lease.Context()))
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Regression: the lock key ignored the token sequence, so lockers with
+// different sequences shared locks while drawing tokens from different
+// sequences: the tokens of a lock's grants did not grow. The sequence is
+// now the lock's namespace.
+func TestAdvisoryLockerSequenceIsNamespace(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := uniqueKey(t, pool)
+	a := locker(t, pool, pgcas.LockerConfig{Sequence: "a_tokens"})
+	b := locker(t, pool, pgcas.LockerConfig{Sequence: "b_tokens"})
+	sameAsA := locker(t, pool, pgcas.LockerConfig{Schema: schema, Sequence: "a_tokens"})
+	key := schema // unique to this test
+
+	held, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	other, err := b.Acquire(wctx, key)
+	if err != nil {
+		t.Fatalf("a locker with another sequence waits for the lock: %v", err)
+	}
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The same sequence, named with its schema: the same lock.
+	wctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := sameAsA.Acquire(wctx, key); err == nil {
+		t.Fatal("the same sequence named another way does not share the lock")
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := sameAsA.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if next.Token() <= held.Token() {
+		t.Fatalf("token %d after %d", next.Token(), held.Token())
 	}
 }

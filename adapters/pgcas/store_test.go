@@ -157,7 +157,9 @@ func TestTombstones(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tombstones, purged int
-	s.Pool().QueryRow(ctx, `SELECT count(*) FROM occkit_cas WHERE value IS NULL`).Scan(&tombstones)
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM occkit_cas WHERE value IS NULL`).Scan(&tombstones); err != nil {
+		t.Fatal(err)
+	}
 	if tombstones != 2 {
 		t.Fatalf("%d tombstones, want 2", tombstones)
 	}

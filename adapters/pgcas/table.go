@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -64,6 +66,9 @@ type Table[T any] struct {
 	sqlUpd  string
 	sqlUpdF string
 	sqlDel  string
+
+	keyIdxMu sync.Mutex
+	keyIdx   []keyIndex // nil until a unique violation needs it
 }
 
 type column struct {
@@ -219,7 +224,9 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	t.sqlUpd = update("", "")
 	if t.fence >= 0 {
 		f := t.cols[t.fence].quoted
-		t.sqlUpdF = update(fmt.Sprintf(" AND %s <= $%d", f, arg), fmt.Sprintf("%s = $%d", f, arg))
+		// A NULL token (a row no fenced write has touched, written by
+		// code that does not know the column) counts as 0.
+		t.sqlUpdF = update(fmt.Sprintf(" AND COALESCE(%s, 0) <= $%d", f, arg), fmt.Sprintf("%s = $%d", f, arg))
 	}
 	t.sqlDel = `WITH w AS (
     DELETE FROM ` + t.name + ` WHERE ` + k + ` = $1 AND ` + v + ` = $2
@@ -265,7 +272,18 @@ func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
 // says) and returns the row as stored, with the columns the database
 // filled in. A zero key field is left out of the INSERT, for keys the
 // database generates (identity, serial, defaults). A row that already
-// exists fails with a *cas.ConflictError (expected version 0).
+// exists fails with a *cas.ConflictError (expected version 0): a unique
+// violation (23505) of the primary key, or of another unique index on the
+// key column alone, also of a partition (looked up in pg_index on the
+// first violation, then kept). A
+// violation of any other unique constraint, such as a unique name, is a
+// plain error wrapping the *pgconn.PgError: retrying will not help.
+//
+// A lost reply is a *cas.AmbiguousError (without a WriteID: an
+// application's table has no write id to resolve it): the row may have
+// been inserted. An INSERT sent again after it fails with a conflict if
+// the first one applied, when the key is the caller's; with a key the
+// database generates, it would insert a second row.
 func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 	rv := reflect.ValueOf(&row).Elem()
 	var cols, params []string
@@ -288,12 +306,59 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
 	if err := t.pool.QueryRow(ctx, sql, args...).Scan(t.targets(&out)...); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.ConstraintName != "" {
-			return out, &cas.ConflictError{Key: fmt.Sprint(key), Expected: 0, Err: pgErr}
+		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation {
+			isKey, lookupErr := t.violatesKey(ctx, pgErr)
+			if lookupErr != nil {
+				return out, fmt.Errorf("pgcas: insert %s key %v: %w (and finding the key's unique indexes failed: %w)", t.name, key, pgErr, lookupErr)
+			}
+			if isKey {
+				return out, &cas.ConflictError{Key: fmt.Sprint(key), Expected: 0, Err: pgErr}
+			}
 		}
-		return out, t.opError("insert", key, err)
+		return out, t.writeError(ctx, "insert", key, err)
 	}
 	return out, nil
+}
+
+// keyIndex names a unique index (or the primary key or unique constraint
+// it backs: they share its name) on a Table's key column alone, as a
+// unique violation names it.
+type keyIndex struct{ schema, table, index string }
+
+// sqlKeyIndexes lists the keyIndexes of a table and of its partitions (a
+// violation names the partition's index): $1 the quoted table, $2 the key
+// column.
+const sqlKeyIndexes = `WITH rels AS (
+    SELECT $1::regclass::oid AS relid
+    UNION SELECT relid FROM pg_partition_tree($1::regclass))
+SELECT n.nspname::text, c.relname::text, ic.relname::text
+FROM rels r
+JOIN pg_class c ON c.oid = r.relid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped
+JOIN pg_index i ON i.indrelid = c.oid AND i.indisunique AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum
+JOIN pg_class ic ON ic.oid = i.indexrelid`
+
+// violatesKey reports whether pgErr, a unique violation of an INSERT into
+// t's table, is the violation of a unique index on the key column alone
+// (so a row with the key exists), and not of another unique column, or
+// of a table a trigger wrote. The key's indexes are looked up on the
+// first such violation and kept; a failed lookup is tried again next time.
+func (t *Table[T]) violatesKey(ctx context.Context, pgErr *pgconn.PgError) (bool, error) {
+	t.keyIdxMu.Lock()
+	defer t.keyIdxMu.Unlock()
+	if t.keyIdx == nil {
+		rows, _ := t.pool.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].name)
+		idx, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ki keyIndex, err error) {
+			err = row.Scan(&ki.schema, &ki.table, &ki.index)
+			return ki, err
+		})
+		if err != nil {
+			return false, err
+		}
+		t.keyIdx = append([]keyIndex{}, idx...) // non-nil: looked up
+	}
+	return slices.Contains(t.keyIdx, keyIndex{pgErr.SchemaName, pgErr.TableName, pgErr.ConstraintName}), nil
 }
 
 // Update writes row if the stored row's version is still row's version
@@ -311,10 +376,11 @@ func (t *Table[T]) Update(ctx context.Context, row T) (T, error) {
 }
 
 // UpdateFenced is Update with a fencing token: it writes only if token is
-// at least the row's fence column (then stores token there), and fails
-// with a *cas.FencedError (errors.Is(err, cas.ErrFenced)) otherwise,
-// checked before the version. It needs TableConfig.FenceColumn, and fails
-// with an error matching errors.ErrUnsupported without it.
+// at least the row's fence column (then stores token there; a NULL there
+// counts as 0), and fails with a *cas.FencedError (errors.Is(err,
+// cas.ErrFenced)) otherwise, checked before the version. It needs
+// TableConfig.FenceColumn, and fails with an error matching
+// errors.ErrUnsupported without it.
 func (t *Table[T]) UpdateFenced(ctx context.Context, row T, token uint64) (T, error) {
 	if t.fence < 0 {
 		var zero T

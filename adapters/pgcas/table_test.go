@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/adapters/pgcas"
@@ -271,5 +272,132 @@ func TestInventory(t *testing.T) {
 	}
 	if it.Stock != 0 || it.Version != initial+1 {
 		t.Fatalf("final row %+v, want sold out at version %d", it, initial+1)
+	}
+}
+
+// Regression: Insert reported every unique violation as a version
+// conflict. Only the key's makes the insert a conflict; a duplicate in
+// another unique column is a plain error carrying the *pgconn.PgError.
+func TestTableInsertOtherUniqueViolation(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE products (
+		sku     text PRIMARY KEY,
+		name    text NOT NULL UNIQUE,
+		stock   integer NOT NULL,
+		version bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "products", KeyColumn: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Insert(ctx, item{SKU: "a", Name: "lamp"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second time with the key's indexes known
+		_, err = tbl.Insert(ctx, item{SKU: "b", Name: "lamp"})
+		var pgErr *pgconn.PgError
+		if errors.Is(err, cas.ErrConflict) || !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+			t.Fatalf("insert of a new key with a duplicate name: %v, want a plain error with a *pgconn.PgError 23505", err)
+		}
+		if _, err := tbl.Insert(ctx, item{SKU: "a", Name: "other"}); !errors.Is(err, cas.ErrConflict) {
+			t.Fatalf("insert of an existing key: %v, want ErrConflict", err)
+		}
+	}
+}
+
+// The key's unique indexes are not only the primary key.
+func TestTableInsertKeyIndexes(t *testing.T) {
+	tests := []struct{ name, ddl string }{
+		{"UniqueIndex", `CREATE TABLE products (
+			id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			sku     text NOT NULL,
+			name    text NOT NULL,
+			stock   integer NOT NULL,
+			version bigint NOT NULL);
+			CREATE UNIQUE INDEX products_sku ON products (sku)`},
+		{"Partitioned", `CREATE TABLE products (
+			sku     text PRIMARY KEY,
+			name    text NOT NULL,
+			stock   integer NOT NULL,
+			version bigint NOT NULL) PARTITION BY RANGE (sku);
+			CREATE TABLE products_1 PARTITION OF products FOR VALUES FROM (MINVALUE) TO ('m');
+			CREATE TABLE products_2 PARTITION OF products FOR VALUES FROM ('m') TO (MAXVALUE)`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool := pgtest.Pool(t)
+			if _, err := pool.Exec(ctx, tc.ddl); err != nil {
+				t.Fatal(err)
+			}
+			tbl, err := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "products", KeyColumn: "sku"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sku := range []string{"a", "z"} {
+				if _, err := tbl.Insert(ctx, item{SKU: sku, Name: "lamp " + sku}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tbl.Insert(ctx, item{SKU: sku, Name: "other " + sku}); !errors.Is(err, cas.ErrConflict) {
+					t.Fatalf("insert of an existing key: %v, want ErrConflict", err)
+				}
+			}
+		})
+	}
+}
+
+// Regression: a lost reply to Insert was a plain error, not ambiguous: the
+// row may have been inserted.
+func TestTableInsertLostReplyIsAmbiguous(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	tbl := inventory(t, pgtest.Pool(t, f.Configure))
+	f.LoseReply("sku-lost")
+	_, err := tbl.Insert(ctx, item{SKU: "sku-lost", Name: "lamp", Stock: 1})
+	if f.Fired() != 1 {
+		t.Fatalf("the fault fired %d times, want once", f.Fired())
+	}
+	var ae *cas.AmbiguousError
+	if !errors.Is(err, cas.ErrAmbiguous) || !errors.As(err, &ae) || ae.Op != "insert" || ae.Key != "sku-lost" || ae.WriteID != "" {
+		t.Fatalf("err = %v, want a *cas.AmbiguousError for the insert, without a write id", err)
+	}
+	if errors.Is(err, cas.ErrConflict) || !errors.Is(err, pgtest.ErrInjected) {
+		t.Fatalf("err = %v, want the transport error reachable and no conflict", err)
+	}
+	got, err := tbl.Get(ctx, "sku-lost")
+	if err != nil || got.Version != 1 {
+		t.Fatalf("get = %+v, %v; want the row the lost insert applied", got, err)
+	}
+}
+
+// Regression: a NULL fence column (a row written before the column had a
+// default, or by other code) made every UpdateFenced a conflict. NULL
+// counts as token 0.
+func TestTableUpdateFencedNullFence(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE orders (
+		id          bigint PRIMARY KEY,
+		"Status"    text NOT NULL,
+		row_version integer NOT NULL,
+		lease_token bigint);
+		INSERT INTO orders VALUES (1, 'new', 1, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := pgcas.NewTable[order](pool, pgcas.TableConfig{
+		Table: "orders", VersionColumn: "row_version", FenceColumn: "lease_token",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := tbl.UpdateFenced(ctx, order{ID: 1, audit: audit{Status: "paid"}, Version: 1}, 5)
+	if err != nil || o.Token != 5 || o.Version != 2 || o.Status != "paid" {
+		t.Fatalf("fenced update of a row with a NULL token = %+v, %v; want it written with token 5", o, err)
+	}
+	o.Status = "stale"
+	if _, err := tbl.UpdateFenced(ctx, o, 4); !errors.Is(err, cas.ErrFenced) {
+		t.Fatalf("smaller token after it: %v, want ErrFenced", err)
 	}
 }

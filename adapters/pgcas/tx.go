@@ -12,8 +12,18 @@ import (
 	"github.com/occkit/occkit/occ"
 )
 
-// TxBeginner starts transactions: a *pgxpool.Pool, a *pgx.Conn, or a
-// pgx.Tx (which then runs fn in a savepoint).
+// TxBeginner starts transactions: a *pgxpool.Pool or a *pgx.Conn.
+//
+// A pgx.Tx does not implement it (it has Begin, not BeginTx), and that is
+// deliberate: RunTx cannot run inside another transaction, in a savepoint.
+// A serialization failure (40001) or a deadlock (40P01) is a verdict on
+// the whole top-level transaction, not on the statements since a
+// savepoint: under SERIALIZABLE the transaction keeps its snapshot and is
+// marked doomed, so running fn again after ROLLBACK TO SAVEPOINT would
+// fail the same way (or read the same stale snapshot), and a failure at
+// the outer COMMIT is out of the savepoint's reach. The only retry that
+// can succeed begins a new top-level transaction, which is what RunTx
+// does.
 type TxBeginner interface {
 	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
 }
@@ -22,16 +32,24 @@ type TxBeginner interface {
 // running the whole function again, through occ.Retry and opts, when
 // PostgreSQL refuses the transaction with SQLSTATE 40001
 // (serialization_failure) or 40P01 (deadlock_detected). Both roll the
-// transaction back, so running it again is safe; they are returned as
-// errors matching cas.ErrConflict, with the *pgconn.PgError reachable with
-// errors.As.
+// transaction back, so running it again is safe; they are returned as a
+// *cas.ConflictError (errors.Is(err, cas.ErrConflict); its Key is
+// "(transaction)" and its Expected 0), with the *pgconn.PgError reachable
+// with errors.As.
 //
 // fn must do all its reads and writes through tx, and return the error of
 // a failed statement (wrapped with %w, or as is): a serialization failure
-// can come from any statement, and also from the COMMIT. Any other error
-// from fn, or from begin, rolls the transaction back and ends the loop; it
-// is returned as is. fn may run several times: keep side effects outside
-// it.
+// can come from any statement, and also from the COMMIT. Only those two
+// SQLSTATEs run fn again: any other error from fn, or from begin, rolls
+// the transaction back and ends the loop, and is returned as is, even one
+// that matches cas.ErrConflict (say, from a Store call fn made outside
+// tx, which this transaction cannot retry). Observers of opts see such an
+// error wrapped in a private type that matches what fn's error matches
+// with errors.Is and errors.As, except cas.ErrConflict. fn may run several
+// times: keep side effects outside it.
+//
+// If fn panics, the transaction is rolled back, its connection returned
+// to db, and the panic goes on up to the caller.
 //
 // A COMMIT whose reply is lost (the connection broke after it was sent)
 // leaves the outcome unknown: RunTx then returns a *cas.AmbiguousError
@@ -51,9 +69,10 @@ type TxBeginner interface {
 //		return err
 //	}, occ.WithMaxAttempts(5))
 func RunTx(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn func(tx pgx.Tx) error, opts ...occ.Option) error {
-	return occ.Retry(ctx, func(ctx context.Context) error {
+	err := occ.Retry(ctx, func(ctx context.Context) error {
 		return runTxOnce(ctx, db, txOptions, fn)
 	}, opts...)
+	return unwrapFinal(err)
 }
 
 // runTxOnce runs one attempt of RunTx.
@@ -62,11 +81,17 @@ func runTxOnce(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn f
 	if err != nil {
 		return txError("begin", err)
 	}
+	// Rolls back when fn fails or panics (the panic goes on, but the
+	// transaction ends and a pool's connection goes back to the pool),
+	// and does nothing after a commit (pgx.ErrTxClosed). Rollback's error
+	// is of no use: the transaction ends either way (a connection that
+	// fails to roll back is closed, which rolls it back on the server).
+	defer func() { _ = tx.Rollback(ctx) }()
 	if err := fn(tx); err != nil {
-		// Rollback's error is of no use: the transaction ends either way
-		// (a broken connection rolls it back on the server).
-		_ = tx.Rollback(ctx)
-		return txError("transaction", err)
+		if IsRetryable(err) {
+			return txError("transaction", err)
+		}
+		return finalError{err}
 	}
 	// A connection that broke before COMMIT (fn ignored the error) rolled
 	// the transaction back: COMMIT is then not sent at all.
@@ -86,11 +111,44 @@ func runTxOnce(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn f
 	return &cas.AmbiguousError{Op: "commit", Err: err}
 }
 
-// txError marks a serialization failure or a deadlock as a conflict,
+// txError makes a serialization failure or a deadlock a *cas.ConflictError,
 // keeping the server's error reachable with errors.As.
 func txError(stage string, err error) error {
 	if IsRetryable(err) {
-		return fmt.Errorf("pgcas: %s: %w, rolled back: %w", stage, cas.ErrConflict, err)
+		return &cas.ConflictError{Key: txConflictKey, Err: fmt.Errorf("pgcas: %s: transaction rolled back: %w", stage, err)}
+	}
+	return err
+}
+
+// txConflictKey is the Key of the *cas.ConflictError of a transaction:
+// the conflict is the transaction's, not a key's.
+const txConflictKey = "(transaction)"
+
+// finalError carries an error of fn through occ.Retry, which must not run
+// fn again for it even if it matches cas.ErrConflict. It matches what the
+// error matches, except cas.ErrConflict, so that the classifiers of
+// occ.WithRetryable still see it, and RunTx unwraps it before returning.
+type finalError struct{ err error }
+
+func (e finalError) Error() string { return e.err.Error() }
+
+func (e finalError) Is(target error) bool {
+	return target != cas.ErrConflict && errors.Is(e.err, target)
+}
+
+func (e finalError) As(target any) bool { return errors.As(e.err, target) }
+
+// unwrapFinal returns RunTx's result with fn's error unwrapped from
+// finalError, also inside the *occ.GiveUpError of a context that ended
+// while fn failed.
+func unwrapFinal(err error) error {
+	switch e := err.(type) {
+	case finalError:
+		return e.err
+	case *occ.GiveUpError:
+		if fe, ok := e.Last.(finalError); ok {
+			return &occ.GiveUpError{Reason: e.Reason, Attempts: e.Attempts, Last: fe.err}
+		}
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -195,5 +196,138 @@ func TestRunTxErrors(t *testing.T) {
 	// Deadlock is retryable too.
 	if !pgcas.IsRetryable(&pgconn.PgError{Code: "40P01"}) || pgcas.IsRetryable(&pgconn.PgError{Code: "23505"}) {
 		t.Fatal("IsRetryable is wrong")
+	}
+}
+
+// endLeakedTx makes the server end a transaction left open for 5 s, so
+// that a test that leaks one fails instead of hanging on the schema drop
+// at its end.
+func endLeakedTx(c *pgxpool.Config) {
+	c.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "5s"
+}
+
+// Regression: a panic in fn used to leave the transaction open and its
+// connection out of the pool, still holding the row lock it took. The
+// panic reaches the caller; the transaction is rolled back.
+func TestRunTxPanicRollsBack(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t, endLeakedTx, func(c *pgxpool.Config) { c.MaxConns = 2 })
+	if _, err := pool.Exec(ctx, `CREATE TABLE counters (id int PRIMARY KEY, n int NOT NULL);
+		INSERT INTO counters VALUES (1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the panic of fn", r)
+			}
+		}()
+		_ = pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `UPDATE counters SET n = n + 1 WHERE id = 1`); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+	}()
+	if n := pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections still acquired after the panic, want 0", n)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(wctx, `UPDATE counters SET n = n + 10 WHERE id = 1`); err != nil {
+		t.Fatalf("update of the row fn had locked: %v (the transaction is still open)", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT n FROM counters WHERE id = 1`).Scan(&n); err != nil || n != 10 {
+		t.Fatalf("n = %d, %v; want 10 (fn's update rolled back)", n, err)
+	}
+}
+
+// Regression: the same for Store.UpdateLocked when mutate panics while
+// it holds the row lock of SELECT ... FOR UPDATE.
+func TestUpdateLockedPanicRollsBack(t *testing.T) {
+	ctx := context.Background()
+	s, err := pgcas.New(pgtest.Pool(t, endLeakedTx), pgcas.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.CompareAndSwap(ctx, "k", 0, []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the panic of mutate", r)
+			}
+		}()
+		_, _ = s.UpdateLocked(ctx, "k", func([]byte, bool) ([]byte, error) { panic("boom") })
+	}()
+	if n := s.Pool().Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections still acquired after the panic, want 0", n)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := s.CompareAndSwap(wctx, "k", v, []byte("b")); err != nil {
+		t.Fatalf("write of the key mutate had locked: %v", err)
+	}
+}
+
+// Regression: a serialization failure used to be a plain error wrapping
+// cas.ErrConflict, not the *cas.ConflictError cas.ErrConflict promises.
+func TestRunTxConflictIsConflictError(t *testing.T) {
+	pool := doctors(t)
+	var attempts atomic.Int64
+	errs := both(pool, &attempts, occ.WithMaxAttempts(1))
+	failed := errs[0]
+	if failed == nil {
+		failed = errs[1]
+	}
+	var ce *cas.ConflictError
+	if !errors.As(failed, &ce) || ce.Key != "(transaction)" {
+		t.Fatalf("err = %v, want a *cas.ConflictError for the transaction", failed)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(ce, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("conflict %v does not carry the *pgconn.PgError 40001", ce)
+	}
+}
+
+// Regression: occ.Retry used to run fn again for any error of fn matching
+// cas.ErrConflict, not only for PostgreSQL's 40001 and 40P01.
+func TestRunTxDoesNotRetryOtherConflicts(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	notMine := &cas.ConflictError{Key: "elsewhere", Expected: 3}
+	calls := 0
+	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error { calls++; return notMine })
+	if err != error(notMine) || calls != 1 {
+		t.Fatalf("err = %v after %d calls, want fn's conflict as is after 1", err, calls)
+	}
+
+	// Errors of fn still reach the options' classifiers.
+	errTemporary := errors.New("temporary")
+	calls = 0
+	err = pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if calls++; calls == 1 {
+			return errTemporary
+		}
+		return nil
+	}, occ.WithRetryable(func(err error) bool { return errors.Is(err, errTemporary) }))
+	if err != nil || calls != 2 {
+		t.Fatalf("err = %v after %d calls, want success after 2", err, calls)
+	}
+
+	// A context that ends while fn fails: fn's error, unwrapped, in the
+	// *occ.GiveUpError.
+	cctx, cancel := context.WithCancel(ctx)
+	mine := errors.New("mine")
+	err = pgcas.RunTx(cctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error { cancel(); return mine })
+	var ge *occ.GiveUpError
+	if !errors.As(err, &ge) || ge.Last != mine || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %#v, want a *occ.GiveUpError with Last = fn's error", err)
 	}
 }

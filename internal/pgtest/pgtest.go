@@ -94,7 +94,9 @@ func Pool(t testing.TB, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
 }
 
 // Open opens a pool with cfg, checks that it reaches the server, and
-// closes it when the test ends.
+// closes it when the test ends. A connection the test never released
+// fails the test instead of hanging it: pgxpool's Close waits for every
+// connection, so Open gives up waiting after closeWait.
 func Open(t testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -103,9 +105,28 @@ func Open(t testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
 	if err != nil {
 		t.Fatalf("pgtest: open pool: %v", err)
 	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() { closePool(t, pool) })
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatalf("pgtest: ping %s: %v", EnvURL, err)
 	}
 	return pool
+}
+
+// closeWait is how long closing a test's pool waits for connections still
+// in use.
+const closeWait = 10 * time.Second
+
+// closePool closes pool, or fails the test if that has not finished
+// after closeWait, leaving the pool's goroutines behind.
+func closePool(t testing.TB, pool *pgxpool.Pool) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pool.Close()
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		t.Errorf("pgtest: closing the pool: %d connections were never released", pool.Stat().AcquiredConns())
+	}
 }
