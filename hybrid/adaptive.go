@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
@@ -12,35 +13,56 @@ import (
 
 // AdaptiveConfig configures an Adaptive. The zero value is usable.
 type AdaptiveConfig struct {
-	// HotAbove is the contention score above which a key goes through the
-	// lease path (default 1: on average at least one other update of the
-	// key was running, or had to be retried, per update).
+	// HotAbove is the contention score above which a key counts as hot
+	// (default 1: on average at least one other update of the key was
+	// running, or had to be retried, per update).
 	HotAbove float64
-	// CoolBelow is the score under which a hot key returns to optimistic
-	// updates (default 0.25). The gap between the two is the hysteresis
-	// that keeps a key from flapping.
+	// CoolBelow is the score under which a hot key counts as cool again
+	// (default HotAbove/4). The gap between the two is the hysteresis that
+	// keeps a key from flapping.
 	CoolBelow float64
-	// Alpha is the weight of the newest update in the score, an
-	// exponentially weighted moving average (default 0.2).
+	// Alpha is the weight of the newest update in the score and in the
+	// latency estimates, exponentially weighted moving averages (default
+	// 0.2).
 	Alpha float64
+	// Epoch is the number of updates of a hot key between decisions
+	// (default 32): a hot key takes one path for a whole epoch, so that
+	// the path's cost is measured with every writer on it.
+	Epoch int
 	// MaxKeys bounds the number of keys with statistics (default 10000);
-	// each costs about 100 bytes plus the key.
+	// each costs about 150 bytes plus the key.
 	MaxKeys int
-	// OnSwitch, if set, is called (on the updating goroutine) each time a
-	// key switches: locked true when it goes to the lease path.
+	// OnSwitch, if set, is called (on the updating goroutine) each time the
+	// path judged cheaper for a key changes: locked true when it is the
+	// lease path (exploring epochs are not reported).
 	OnSwitch func(key string, locked bool, score float64)
 }
 
-// Adaptive sends each key through optimistic updates (occ.Update) while
-// it is cool and through the lease path (Update) while it is hot, judging
-// heat per key from what this process sees: how many other updates of the
-// key were running when an update started, plus how many attempts it
-// needed beyond the first, averaged over recent updates.
+// Adaptive chooses, per key, between optimistic updates (occ.Update) and
+// the lease path (Update).
 //
-// The signal is the same in both modes (concurrent demand is visible
-// whether or not the key is locked, as the queue behind the lock), so a
-// locked key cools down only when demand really drops. An Adaptive is safe
-// for concurrent use; share one per process and locker.
+// A cool key always goes the optimistic way: nothing beats one read and
+// one conditional write when nobody else writes. Heat is judged from what
+// this process sees: how many other updates of the key were running when
+// an update started, plus how many attempts it needed beyond the first,
+// averaged over recent updates; the gap between HotAbove and CoolBelow
+// keeps a key from flapping.
+//
+// A hot key takes whichever path has recently run faster: the lease path
+// serialises writers and wastes no attempts, but costs the lock's round
+// trips and hand-offs; optimistic retries cost wasted attempts and waits.
+// Which wins depends on the backend, the lock and the work inside the
+// update, so Adaptive measures both. A hot key runs in epochs of Epoch
+// updates, all on one path: the first on the optimistic path, the second
+// on the lease path, then the faster one (updates of the key per second
+// over its epochs), with one epoch in sixteen given to the other path to
+// keep its figure current. Whole epochs, rather than single probes, because a
+// path's cost depends on what the other writers do: a lone locked update
+// among optimistic writers still meets their conflicts. A key keeps its
+// path unless the other ran at least 10% faster.
+//
+// An Adaptive is safe for concurrent use; share one per process and
+// locker.
 type Adaptive struct {
 	locker   Locker
 	cfg      AdaptiveConfig
@@ -53,13 +75,27 @@ type adaptiveShard struct {
 	keys map[string]*keyStat
 }
 
+// Paths of an update.
+const (
+	pathOptimistic = 0
+	pathLocked     = 1
+)
+
 type keyStat struct {
 	inflight int
 	score    float64
-	locked   bool
+	hot      bool
+	locked   bool       // the path of the current epoch (when hot)
+	best     bool       // the path judged cheaper (locked or not)
+	rate     [2]float64 // updates per second of the key, per path; 0: unknown
+	epochOps int        // updates begun in the current epoch
+	epoch    int        // epochs since the key turned hot
+	started  time.Time  // when the current epoch began
+	reported bool       // the last state told to OnSwitch: hot and best
 }
 
-// NewAdaptive returns an Adaptive that locks hot keys with l.
+// NewAdaptive returns an Adaptive that locks hot keys with l when that is
+// cheaper.
 func NewAdaptive(l Locker, cfg AdaptiveConfig) *Adaptive {
 	if cfg.HotAbove <= 0 {
 		cfg.HotAbove = 1
@@ -69,6 +105,9 @@ func NewAdaptive(l Locker, cfg AdaptiveConfig) *Adaptive {
 	}
 	if cfg.Alpha <= 0 || cfg.Alpha > 1 {
 		cfg.Alpha = 0.2
+	}
+	if cfg.Epoch <= 1 {
+		cfg.Epoch = 32
 	}
 	if cfg.MaxKeys <= 0 {
 		cfg.MaxKeys = 10000
@@ -89,9 +128,9 @@ func (a *Adaptive) shard(key string) *adaptiveShard {
 	return &a.shards[h%uint32(len(a.shards))]
 }
 
-// begin records an update's start and returns whether to lock and how
+// begin records an update's start and returns the path to take and how
 // many other updates of the key were running.
-func (a *Adaptive) begin(key string) (locked bool, others int) {
+func (a *Adaptive) begin(key string) (path int, others int) {
 	sh := a.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -110,11 +149,62 @@ func (a *Adaptive) begin(key string) (locked bool, others int) {
 	}
 	others = st.inflight
 	st.inflight++
-	return st.locked, others
+	if !st.hot {
+		return pathOptimistic, others
+	}
+	if st.epochOps++; st.epochOps > a.cfg.Epoch {
+		a.nextEpoch(st)
+	}
+	if st.locked {
+		return pathLocked, others
+	}
+	return pathOptimistic, others
 }
 
-// end folds an update's contention into the key's score and switches the
-// key's mode when the score crosses a threshold.
+// exploreEvery is how often (in epochs) a hot key explores the path judged
+// worse: rarely enough that a much slower path costs little, often enough
+// to notice when the other path becomes the faster one.
+const exploreEvery = 16
+
+// nextEpoch starts a hot key's next epoch: the second explores the lease
+// path, one in exploreEvery explores the path judged worse, the others
+// take the path judged better.
+func (a *Adaptive) nextEpoch(st *keyStat) {
+	now := time.Now()
+	path := pathOptimistic
+	if st.locked {
+		path = pathLocked
+	}
+	if d := now.Sub(st.started).Seconds(); d > 0 {
+		r := float64(a.cfg.Epoch) / d
+		if st.rate[path] == 0 {
+			st.rate[path] = r
+		} else {
+			st.rate[path] = (r + st.rate[path]) / 2
+		}
+	}
+	st.epoch++
+	st.epochOps, st.started = 1, now
+	// Judge, keeping the current best unless the other path ran at least
+	// 10% faster.
+	cur, other := pathOptimistic, pathLocked
+	if st.best {
+		cur, other = pathLocked, pathOptimistic
+	}
+	if st.rate[other] > 1.1*st.rate[cur] {
+		st.best = !st.best
+	}
+	switch {
+	case st.epoch == 1:
+		st.locked = true // explore the lease path
+	case st.epoch%exploreEvery == 0:
+		st.locked = !st.best // explore the other path
+	default:
+		st.locked = st.best
+	}
+}
+
+// end folds an update's contention into the key's score.
 func (a *Adaptive) end(key string, others, extraAttempts int) {
 	sh := a.shard(key)
 	sh.mu.Lock()
@@ -124,23 +214,27 @@ func (a *Adaptive) end(key string, others, extraAttempts int) {
 		return
 	}
 	st.inflight--
-	st.score = a.cfg.Alpha*float64(others+extraAttempts) + (1-a.cfg.Alpha)*st.score
-	switched := false
+	alpha := a.cfg.Alpha
+	st.score = alpha*float64(others+extraAttempts) + (1-alpha)*st.score
 	switch {
-	case !st.locked && st.score > a.cfg.HotAbove:
-		st.locked, switched = true, true
-	case st.locked && st.score < a.cfg.CoolBelow:
-		st.locked, switched = false, true
+	case !st.hot && st.score > a.cfg.HotAbove:
+		st.hot, st.locked, st.best, st.epoch, st.epochOps = true, false, false, 0, 0
+		st.rate, st.started = [2]float64{}, time.Now()
+	case st.hot && st.score < a.cfg.CoolBelow:
+		st.hot = false
 	}
-	locked, score := st.locked, st.score
-	if st.inflight == 0 && !st.locked && st.score < a.cfg.CoolBelow/4 {
+	now := st.hot && st.best
+	switched := now != st.reported
+	st.reported = now
+	score := st.score
+	if st.inflight == 0 && !st.hot && st.score < a.cfg.CoolBelow/4 {
 		delete(sh.keys, key) // cold: nothing worth remembering
 	}
 	sh.mu.Unlock()
 	if switched {
 		a.switches.Add(1)
 		if a.cfg.OnSwitch != nil {
-			a.cfg.OnSwitch(key, locked, score)
+			a.cfg.OnSwitch(key, now, score)
 		}
 	}
 }
@@ -148,7 +242,7 @@ func (a *Adaptive) end(key string, others, extraAttempts int) {
 // AdaptiveStats describes an Adaptive's state.
 type AdaptiveStats struct {
 	// Keys is the number of keys with statistics, Locked how many of them
-	// currently go through the lease path.
+	// are hot and judged cheaper on the lease path.
 	Keys, Locked int
 	// Switches counts mode changes since the Adaptive was made.
 	Switches int64
@@ -162,7 +256,7 @@ func (a *Adaptive) Stats() AdaptiveStats {
 		sh.mu.Lock()
 		st.Keys += len(sh.keys)
 		for _, k := range sh.keys {
-			if k.locked {
+			if k.hot && k.best {
 				st.Locked++
 			}
 		}
@@ -173,8 +267,7 @@ func (a *Adaptive) Stats() AdaptiveStats {
 }
 
 // UpdateAdaptive is a read-modify-write of key that goes through
-// occ.Update while the key is cool and through Update (lease plus fenced
-// write) while it is hot, as a decides. Both paths give the same result
+// occ.Update or through Update (lease plus fenced write), as a decides. Both paths give the same result
 // and errors as the function they call. The typed store's Store must be a
 // cas.FencedStore.
 func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, cas.Version, error) {
@@ -182,7 +275,7 @@ func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], ke
 		var zero T
 		return zero, 0, fmt.Errorf("hybrid: %T: %w", s.Store(), ErrNotFenced)
 	}
-	locked, others := a.begin(key)
+	path, others := a.begin(key)
 	calls := 0
 	defer func() { a.end(key, others, max(calls-1, 0)) }() // also if mutate panics
 	counted := func(cur T, exists bool) (T, error) {
@@ -194,7 +287,7 @@ func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], ke
 		ver cas.Version
 		err error
 	)
-	if locked {
+	if path == pathLocked {
 		v, ver, err = Update(ctx, a.locker, s, key, counted, opts...)
 	} else {
 		v, ver, err = occ.Update(ctx, s, key, counted, opts...)

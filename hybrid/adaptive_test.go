@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -16,10 +17,10 @@ import (
 
 func incr(n int, _ bool) (int, error) { return n + 1, nil }
 
-func TestAdaptiveSwitchesHotKeyAndBack(t *testing.T) {
+func TestAdaptiveHotAndBackWithoutFlapping(t *testing.T) {
 	ctx := context.Background()
 	store := memcas.New()
-	counter := cas.NewTyped(store, cas.JSON[int]())
+	counter := cas.NewTyped[int](penaltyStore{store}, cas.JSON[int]())
 	var mu sync.Mutex
 	var switches []bool
 	a := hybrid.NewAdaptive(hybrid.NewLocalLocker(time.Second), hybrid.AdaptiveConfig{
@@ -38,16 +39,24 @@ func TestAdaptiveSwitchesHotKeyAndBack(t *testing.T) {
 	if st := a.Stats(); st.Switches != 0 {
 		t.Fatalf("a key updated sequentially switched %d times", st.Switches)
 	}
-	// Hot: 8 goroutines with work inside the critical section.
+	// Hot: 8 goroutines on a store where a refused write costs the store
+	// work that blocks every other write. Whether the lease path wins
+	// here depends on the machine (optimistic retries with backoff
+	// serialise themselves too); the policy's choice given measured rates
+	// is tested in TestNextEpochPolicy. Here: correct counts, no flapping.
 	var ok atomic.Int64
 	var wg sync.WaitGroup
-	slow := func(n int, _ bool) (int, error) { time.Sleep(200 * time.Microsecond); return n + 1, nil }
+	spin := func(n int, _ bool) (int, error) {
+		for start := time.Now(); time.Since(start) < 50*time.Microsecond; {
+		}
+		return n + 1, nil
+	}
 	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 40 {
-				if _, _, err := hybrid.UpdateAdaptive(ctx, a, counter, "k", slow, occ.WithMaxAttempts(100)); err != nil {
+			for range 100 {
+				if _, _, err := hybrid.UpdateAdaptive(ctx, a, counter, "k", spin, occ.WithMaxAttempts(1000)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -56,12 +65,6 @@ func TestAdaptiveSwitchesHotKeyAndBack(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	mu.Lock()
-	hot := len(switches) > 0 && switches[0]
-	mu.Unlock()
-	if !hot {
-		t.Fatalf("8 concurrent writers did not make the key switch to the lease path")
-	}
 	// Cool again: sequential updates bring it back to optimistic.
 	for range 50 {
 		if _, _, err := hybrid.UpdateAdaptive(ctx, a, counter, "k", incr); err != nil {
@@ -70,13 +73,16 @@ func TestAdaptiveSwitchesHotKeyAndBack(t *testing.T) {
 	}
 	mu.Lock()
 	got := fmt.Sprint(switches)
+	last := len(switches) > 0 && switches[len(switches)-1]
+	n := len(switches)
 	mu.Unlock()
-	if got != "[true false]" {
-		t.Fatalf("switches = %s, want [true false] (locked when hot, back when cool, no flapping)", got)
+	// No flapping while hot; optimistic again once cool.
+	if n > 4 || last {
+		t.Fatalf("switches = %s, want at most 4 switches and optimistic at the end", got)
 	}
-	n, _, _ := counter.Get(ctx, "k")
-	if int64(n) != 50+ok.Load()+50 {
-		t.Fatalf("counter %d, want %d", n, 100+ok.Load())
+	c, _, _ := counter.Get(ctx, "k")
+	if int64(c) != 50+ok.Load()+50 {
+		t.Fatalf("counter %d, want %d", c, 100+ok.Load())
 	}
 }
 
@@ -112,4 +118,96 @@ func TestAdaptiveNotFenced(t *testing.T) {
 	if err == nil {
 		t.Fatal("UpdateAdaptive on an unfenced store succeeded")
 	}
+}
+
+// slowLocker adds a fixed cost to every grant, as a remote lock service
+// whose hand-offs are slow does.
+type slowLocker struct {
+	hybrid.Locker
+	delay time.Duration
+}
+
+func (l slowLocker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	time.Sleep(l.delay)
+	return l.Locker.Acquire(ctx, key)
+}
+
+// TestAdaptivePicksTheCheaperPath: on a hot key, when the lease path costs
+// far more than optimistic retries (here a lock whose every grant takes
+// 10 ms against updates of microseconds), Adaptive measures it and brings
+// the key back to optimistic updates; it must then do at least 0.75× the
+// updates pure occ.Update does in the same time, with 8 writers (the rest
+// is the cost of trying the lease path first and of probing it).
+func TestAdaptivePicksTheCheaperPath(t *testing.T) {
+	run := func(update func(ctx context.Context, counter *cas.Typed[int]) error) int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		counter := cas.NewTyped(memcas.New(), cas.JSON[int]())
+		var ok atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					if update(ctx, counter) == nil {
+						ok.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		n, _, _ := counter.Get(context.Background(), "hot")
+		if int64(n) != ok.Load() {
+			t.Fatalf("counter %d, successes %d", n, ok.Load())
+		}
+		return ok.Load()
+	}
+	work := func(n int, _ bool) (int, error) { time.Sleep(20 * time.Microsecond); return n + 1, nil }
+	pure := run(func(ctx context.Context, c *cas.Typed[int]) error {
+		_, _, err := occ.Update(ctx, c, "hot", work, occ.WithMaxAttempts(1000))
+		return err
+	})
+	a := hybrid.NewAdaptive(slowLocker{hybrid.NewLocalLocker(time.Second), 10 * time.Millisecond}, hybrid.AdaptiveConfig{})
+	adaptive := run(func(ctx context.Context, c *cas.Typed[int]) error {
+		_, _, err := hybrid.UpdateAdaptive(ctx, a, c, "hot", work, occ.WithMaxAttempts(1000))
+		return err
+	})
+	t.Logf("pure occ %d updates, adaptive %d (%.2f×); adaptive stats %+v", pure, adaptive, float64(adaptive)/float64(pure), a.Stats())
+	if float64(adaptive) < 0.75*float64(pure) {
+		t.Fatalf("adaptive did %d updates, pure occ %d: below 0.75× while the lease path is the slower one", adaptive, pure)
+	}
+}
+
+// penaltyStore makes every refused write cost the store 300 µs of work
+// that nothing else can use meanwhile (a server rolling back, say).
+type penaltyStore struct{ *memcas.Store }
+
+var penalty sync.Mutex
+
+func burn() {
+	penalty.Lock()
+	for start := time.Now(); time.Since(start) < 300*time.Microsecond; {
+	}
+	penalty.Unlock()
+}
+
+func (p penaltyStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	penalty.Lock()
+	penalty.Unlock() // the store is busy while a refusal is being paid
+	v, err := p.Store.CompareAndSwap(ctx, key, expected, value)
+	if errors.Is(err, cas.ErrConflict) {
+		burn()
+	}
+	return v, err
+}
+
+func (p penaltyStore) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	penalty.Lock()
+	penalty.Unlock()
+	v, err := p.Store.CompareAndSwapFenced(ctx, key, expected, token, value)
+	if errors.Is(err, cas.ErrConflict) {
+		burn()
+	}
+	return v, err
 }
