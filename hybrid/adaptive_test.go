@@ -185,6 +185,12 @@ type penaltyStore struct{ *memcas.Store }
 
 var penalty sync.Mutex
 
+// waitPenalty waits while a refusal is being paid.
+func waitPenalty() {
+	penalty.Lock()
+	defer penalty.Unlock()
+}
+
 func burn() {
 	penalty.Lock()
 	for start := time.Now(); time.Since(start) < 300*time.Microsecond; {
@@ -193,8 +199,7 @@ func burn() {
 }
 
 func (p penaltyStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
-	penalty.Lock()
-	penalty.Unlock() // the store is busy while a refusal is being paid
+	waitPenalty() // the store is busy while a refusal is being paid
 	v, err := p.Store.CompareAndSwap(ctx, key, expected, value)
 	if errors.Is(err, cas.ErrConflict) {
 		burn()
@@ -203,8 +208,7 @@ func (p penaltyStore) CompareAndSwap(ctx context.Context, key string, expected c
 }
 
 func (p penaltyStore) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
-	penalty.Lock()
-	penalty.Unlock()
+	waitPenalty()
 	v, err := p.Store.CompareAndSwapFenced(ctx, key, expected, token, value)
 	if errors.Is(err, cas.ErrConflict) {
 		burn()
