@@ -3,9 +3,6 @@ package etcdcas_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/cachebench"
 	"github.com/occkit/occkit/internal/etcdtest"
 	"github.com/occkit/occkit/occ"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -117,7 +115,6 @@ func TestRoundTrips(t *testing.T) {
 //
 //	go test -run '^$' -bench CacheForeignWriters -benchtime 8000x -count 3 ./adapters/etcdcas/
 func BenchmarkCacheForeignWriters(b *testing.B) {
-	const keys = 1000
 	for _, foreign := range []int{0, 8} {
 		b.Run(fmt.Sprintf("foreign=%d", foreign), func(b *testing.B) {
 			c := etcdtest.Start(b, etcdtest.Options{})
@@ -127,68 +124,7 @@ func BenchmarkCacheForeignWriters(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			mine, theirs := cas.NewTyped(store, cas.JSON[int]()), cas.NewTyped(other, cas.JSON[int]())
-			cache := occ.NewCache(store, 2*keys)
-			incr := func(n int, _ bool) (int, error) { return n + 1, nil }
-			ctx := context.Background()
-			var done, foreignDone atomic.Int64
-			stop := make(chan struct{})
-			var fwg sync.WaitGroup
-			for w := range foreign {
-				fwg.Add(1)
-				go func() {
-					defer fwg.Done()
-					rng := rand.New(rand.NewPCG(uint64(w), 99))
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if _, _, err := occ.Update(ctx, theirs, "c"+strconv.Itoa(rng.IntN(keys)), incr, occ.WithMaxAttempts(100)); err != nil {
-							b.Error(err)
-							return
-						}
-						foreignDone.Add(1)
-					}
-				}()
-			}
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			before := rts.Load()
-			start := time.Now()
-			for w := range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					rng := rand.New(rand.NewPCG(uint64(w), 7))
-					for next.Add(1) <= int64(b.N) {
-						if _, _, err := occ.Update(ctx, mine, "c"+strconv.Itoa(rng.IntN(keys)), incr,
-							occ.WithMaxAttempts(100), occ.WithCache(cache)); err != nil {
-							b.Error(err)
-							return
-						}
-						done.Add(1)
-					}
-				}()
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			trips := rts.Load() - before
-			close(stop)
-			fwg.Wait()
-			total := 0
-			for k := range keys {
-				if n, _, err := mine.Get(ctx, "c"+strconv.Itoa(k)); err == nil {
-					total += n
-				}
-			}
-			if int64(total) != done.Load()+foreignDone.Load() {
-				b.Fatalf("counters sum to %d, %d + %d increments succeeded", total, done.Load(), foreignDone.Load())
-			}
-			b.ReportMetric(float64(trips)/float64(done.Load()), "roundtrips/update")
-			b.ReportMetric(float64(done.Load())/elapsed.Seconds(), "cached-ops/s")
-			b.ReportMetric(float64(foreignDone.Load())/elapsed.Seconds(), "foreign-ops/s")
+			cachebench.ForeignWriters(b, store, other, 1000, foreign, rts.Load)
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/cachebench"
 	"github.com/occkit/occkit/internal/pgtest"
 	"github.com/occkit/occkit/occ"
 )
@@ -335,4 +336,26 @@ func BenchmarkUpdateVsSelectForUpdate(b *testing.B) {
 func withMaxConns(c *pgxpool.Config, n int32) *pgxpool.Config {
 	c.MaxConns = n
 	return c
+}
+
+// BenchmarkCacheForeignWriters measures the version cache on PostgreSQL
+// with and without a second process writing the same 1000 counters (see
+// docs/performance.md):
+//
+//	go test -run '^$' -bench CacheForeignWriters -benchtime 8000x -count 2 ./adapters/pgcas/
+func BenchmarkCacheForeignWriters(b *testing.B) {
+	for _, foreign := range []int{0, 8} {
+		b.Run(fmt.Sprintf("foreign=%d", foreign), func(b *testing.B) {
+			var rt roundTrips
+			pool := pgtest.Pool(b, func(c *pgxpool.Config) { c.ConnConfig.Tracer = &rt; c.MaxConns = 16 })
+			s, err := pgcas.New(pool, pgcas.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.CreateTable(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			cachebench.ForeignWriters(b, s, newStoreOn(b, s), 1000, foreign, rt.total)
+		})
+	}
 }

@@ -1,0 +1,87 @@
+// Package cachebench measures what occ's version cache costs when another
+// process writes the same keys: the same benchmark for every adapter.
+package cachebench
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// ForeignWriters runs b.N increments from 16 workers sharing a version
+// cache over keys counters of mine, while foreign workers (another
+// process: theirs is a second store on the same data, without the cache)
+// increment the same counters until the cached workers are done. It checks
+// that the counters add up to every increment, and reports the round trips
+// per cached update (roundTrips counts mine's) and both throughputs.
+func ForeignWriters(b *testing.B, mine, theirs cas.Store, keys, foreign int, roundTrips func() int64) {
+	ctx := context.Background()
+	mt, tt := cas.NewTyped(mine, cas.JSON[int]()), cas.NewTyped(theirs, cas.JSON[int]())
+	cache := occ.NewCache(mine, 2*keys)
+	incr := func(n int, _ bool) (int, error) { return n + 1, nil }
+	key := func(rng *rand.Rand) string { return "c" + strconv.Itoa(rng.IntN(keys)) }
+	var done, foreignDone atomic.Int64
+	stop := make(chan struct{})
+	var fwg sync.WaitGroup
+	for w := range foreign {
+		fwg.Add(1)
+		go func() {
+			defer fwg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 99))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, _, err := occ.Update(ctx, tt, key(rng), incr, occ.WithMaxAttempts(100)); err != nil {
+					b.Error(err)
+					return
+				}
+				foreignDone.Add(1)
+			}
+		}()
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	before := roundTrips()
+	start := time.Now()
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for next.Add(1) <= int64(b.N) {
+				if _, _, err := occ.Update(ctx, mt, key(rng), incr, occ.WithMaxAttempts(100), occ.WithCache(cache)); err != nil {
+					b.Error(err)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	trips := roundTrips() - before
+	close(stop)
+	fwg.Wait()
+	total := 0
+	for k := range keys {
+		if n, _, err := tt.Get(ctx, "c"+strconv.Itoa(k)); err == nil {
+			total += n
+		}
+	}
+	if int64(total) != done.Load()+foreignDone.Load() {
+		b.Fatalf("counters sum to %d, %d + %d increments succeeded", total, done.Load(), foreignDone.Load())
+	}
+	b.ReportMetric(float64(trips)/float64(done.Load()), "roundtrips/update")
+	b.ReportMetric(float64(done.Load())/elapsed.Seconds(), "cached-ops/s")
+	b.ReportMetric(float64(foreignDone.Load())/elapsed.Seconds(), "foreign-ops/s")
+}
