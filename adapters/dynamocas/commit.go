@@ -74,7 +74,7 @@ func firstCreate(ops []cas.Op) string {
 }
 
 func (s *Store) buildCommit(ops []cas.Op, bases []uint64) *commit {
-	c := &commit{ops: ops, bases: bases, id: s.ids.next(), versions: make([]cas.Version, len(ops))}
+	c := &commit{ops: ops, bases: bases, id: s.ids.Next(), versions: make([]cas.Version, len(ops))}
 	items := make([]types.TransactWriteItem, len(ops))
 	for i, op := range ops {
 		e := s.newExpr()

@@ -1,45 +1,24 @@
 package dynamocas
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // writeIDLen is the length of a write id: 8 random bytes fixed per store,
 // then an 8-byte counter.
-const writeIDLen = 16
+const writeIDLen = writeid.Len
 
-type writeID [writeIDLen]byte
+type writeID = writeid.ID
 
-func (w writeID) String() string { return hex.EncodeToString(w[:]) }
+// writeIDs makes write ids (see internal/writeid).
+type writeIDs = writeid.Source
 
-// writeIDs makes write ids, unique without a system call per write.
-type writeIDs struct {
-	prefix [8]byte
-	n      atomic.Uint64
-}
-
-func newWriteIDs() *writeIDs {
-	w := &writeIDs{}
-	if _, err := rand.Read(w.prefix[:]); err != nil {
-		panic(fmt.Sprintf("dynamocas: reading random bytes: %v", err))
-	}
-	return w
-}
-
-func (w *writeIDs) next() writeID {
-	var id writeID
-	copy(id[:8], w.prefix[:])
-	binary.BigEndian.PutUint64(id[8:], w.n.Add(1))
-	return id
-}
+func newWriteIDs() *writeIDs { return writeid.NewSource() }
 
 // state is what the store knows of a key from one item: its item (Version
 // 0: absent, also for a tombstone), the largest version it ever had (a

@@ -354,7 +354,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 	if err := s.limits.Delete(ctx, key, expected); err != nil {
 		return err
 	}
-	id := s.ids.next()
+	id := s.ids.Next()
 	e := s.newExpr()
 	upd := s.deleteUpdate(e, id, uint64(expected))
 	cond := s.versionCond(e, uint64(expected))
@@ -372,7 +372,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 }
 
 func (s *Store) putWrite(key string, expected cas.Version, value []byte, fenced bool, token uint64) *write {
-	id := s.ids.next()
+	id := s.ids.Next()
 	e := s.newExpr()
 	var newVersion uint64
 	if expected != 0 {

@@ -1,12 +1,10 @@
 package etcdcas
 
 import (
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"sync/atomic"
+
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // A data key's value is an envelope: one format byte, the 16-byte id of the
@@ -22,31 +20,12 @@ const (
 // not write.
 var errForeignValue = errors.New("etcdcas: value under the prefix was not written by etcdcas")
 
-type writeID [writeIDLen]byte
+type writeID = writeid.ID
 
-func (w writeID) String() string { return hex.EncodeToString(w[:]) }
+// writeIDs makes write ids (see internal/writeid).
+type writeIDs = writeid.Source
 
-// writeIDs makes write ids: 8 random bytes fixed per process, then a
-// counter. Unique without a system call per write.
-type writeIDs struct {
-	prefix [8]byte
-	n      atomic.Uint64
-}
-
-func newWriteIDs() *writeIDs {
-	w := &writeIDs{}
-	if _, err := rand.Read(w.prefix[:]); err != nil {
-		panic(fmt.Sprintf("etcdcas: reading random bytes: %v", err))
-	}
-	return w
-}
-
-func (w *writeIDs) next() writeID {
-	var id writeID
-	copy(id[:8], w.prefix[:])
-	binary.BigEndian.PutUint64(id[8:], w.n.Add(1))
-	return id
-}
+func newWriteIDs() *writeIDs { return writeid.NewSource() }
 
 func encodeEnvelope(id writeID, value []byte) string {
 	b := make([]byte, envelopeHeader+len(value))

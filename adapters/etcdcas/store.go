@@ -173,7 +173,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Ver
 	if err := s.limits.Put(ctx, key, value); err != nil {
 		return 0, err
 	}
-	dk, id := s.dataKey(key), s.ids.next()
+	dk, id := s.dataKey(key), s.ids.Next()
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected))).
 		Then(clientv3.OpPut(dk, encodeEnvelope(id, value))).
@@ -202,7 +202,7 @@ func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected c
 	if err := s.limits.Put(ctx, key, value); err != nil {
 		return 0, err
 	}
-	dk, fk, id := s.dataKey(key), s.fenceKey(key), s.ids.next()
+	dk, fk, id := s.dataKey(key), s.fenceKey(key), s.ids.Next()
 	inner := clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected))},
 		[]clientv3.Op{clientv3.OpPut(dk, encodeEnvelope(id, value)), clientv3.OpPut(fk, encodeToken(token))},
@@ -269,7 +269,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 		switch op.Kind {
 		case cas.OpPut:
 			if firstPut < 0 {
-				firstPut, id = i, s.ids.next()
+				firstPut, id = i, s.ids.Next()
 			}
 			writes = append(writes, clientv3.OpPut(dk, encodeEnvelope(id, op.Value)))
 		case cas.OpDelete:

@@ -214,7 +214,7 @@ func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected c
 }
 
 func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence string, token uint64, value []byte) (cas.Version, error) {
-	w := pending{op: "compare-and-swap", key: key, expected: expected, id: s.ids.next()}
+	w := pending{op: "compare-and-swap", key: key, expected: expected, id: s.ids.Next()}
 	keys := []string{s.DataKey(key), s.counter}
 	args := []any{formatVersion(expected), value, historyEntry(w.id, uint64(expected)), fence, s.keep}
 	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, putScript, keys, args...) }
@@ -270,7 +270,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 	if err := s.limits.Delete(ctx, key, expected); err != nil {
 		return err
 	}
-	w := pending{op: "compare-and-delete", key: key, expected: expected, del: true, id: s.ids.next()}
+	w := pending{op: "compare-and-delete", key: key, expected: expected, del: true, id: s.ids.Next()}
 	keys := []string{s.DataKey(key)}
 	args := []any{formatVersion(expected), historyEntry(w.id, uint64(expected)), s.ttlMs, s.keep}
 	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, deleteScript, keys, args...) }
@@ -295,7 +295,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	if err := s.limits.Commit(ctx, ops); err != nil {
 		return nil, err
 	}
-	id := s.ids.next()
+	id := s.ids.Next()
 	keys := make([]string, 0, 1+len(ops))
 	keys = append(keys, s.counter)
 	args := make([]any, 0, 4+4*len(ops))

@@ -5,37 +5,19 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"sync/atomic"
+
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // writeID identifies one write (a put, a delete or a commit). The scripts
 // keep it in the key's history so that the store can tell, after an answer
 // was lost, whether its own write applied.
-type writeID [16]byte
+type writeID = writeid.ID
 
-func (w writeID) String() string { return hex.EncodeToString(w[:]) }
+// writeIDs makes write ids (see internal/writeid).
+type writeIDs = writeid.Source
 
-// writeIDs makes write ids: 8 random bytes fixed per store, then a counter.
-// Unique without a system call per write.
-type writeIDs struct {
-	prefix [8]byte
-	n      atomic.Uint64
-}
-
-func newWriteIDs() *writeIDs {
-	w := &writeIDs{}
-	if _, err := rand.Read(w.prefix[:]); err != nil {
-		panic(fmt.Sprintf("rediscas: reading random bytes: %v", err))
-	}
-	return w
-}
-
-func (w *writeIDs) next() writeID {
-	var id writeID
-	copy(id[:8], w.prefix[:])
-	binary.BigEndian.PutUint64(id[8:], w.n.Add(1))
-	return id
-}
+func newWriteIDs() *writeIDs { return writeid.NewSource() }
 
 // historyEntryLen is the size of one entry of a key's history.
 const historyEntryLen = 24

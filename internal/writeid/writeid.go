@@ -1,0 +1,45 @@
+// Package writeid makes the ids adapters tag their writes with, so that
+// after an answer was lost they can tell whether their own write applied.
+package writeid
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"sync/atomic"
+)
+
+// Len is the length of an id.
+const Len = 16
+
+// ID identifies one write.
+type ID [Len]byte
+
+// String returns the id in hex.
+func (id ID) String() string { return hex.EncodeToString(id[:]) }
+
+// Source makes ids: 8 random bytes fixed per source, then a counter. They
+// are unique without a system call per write. A Source is safe for
+// concurrent use.
+type Source struct {
+	prefix [8]byte
+	n      atomic.Uint64
+}
+
+// NewSource returns a source with a random prefix.
+func NewSource() *Source {
+	s := &Source{}
+	if _, err := rand.Read(s.prefix[:]); err != nil {
+		panic(fmt.Sprintf("writeid: reading random bytes: %v", err))
+	}
+	return s
+}
+
+// Next returns a new id.
+func (s *Source) Next() ID {
+	var id ID
+	copy(id[:8], s.prefix[:])
+	binary.BigEndian.PutUint64(id[8:], s.n.Add(1))
+	return id
+}
