@@ -20,6 +20,9 @@
 #   export OCCKIT_DYNALITE_URL=http://127.0.0.1:PORT
 #   stop: <command that stops it and removes its directory>
 
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
 occkit_dynalite_main() {
   if [ -n "${OCCKIT_DYNALITE_URL:-}" ]; then
     echo "dynalite: using OCCKIT_DYNALITE_URL from the environment; starting nothing" >&2
@@ -61,7 +64,7 @@ occkit_dynalite_main() {
   # in between (or the server does not come up), try a new one.
   local port="" pid="" attempt i
   for attempt in 1 2 3 4 5; do
-    port="$(occkit_dynalite_free_port)"
+    port="$(occkit_free_port)"
     node "$bin" --host 127.0.0.1 --port "$port" --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 \
       >"$dir/dynalite.log" 2>&1 </dev/null &
     pid=$!
@@ -90,9 +93,7 @@ occkit_dynalite_main() {
   stop="kill $pid 2>/dev/null; for _ in \$(seq 1 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; kill -9 $pid 2>/dev/null; rm -rf $(printf '%q' "$remove")"
   OCCKIT_DYNALITE_URL="http://127.0.0.1:$port"
   export OCCKIT_DYNALITE_URL
-  if declare -p cleanups >/dev/null 2>&1; then
-    cleanups+=("$stop")
-  fi
+  occkit_register_cleanup "$stop"
   OCCKIT_DYNALITE_STOP="$stop"
   echo "dynalite: $(node -p "require('$pkg/node_modules/dynalite/package.json').version" 2>/dev/null || echo '?') on 127.0.0.1:$port (pid $pid, log in $dir)" >&2
 }
@@ -108,19 +109,6 @@ occkit_dynalite_install_node() {
     echo "dynalite: installing nodejs and npm failed" >&2
     return 1
   }
-}
-
-# occkit_dynalite_free_port prints a TCP port on 127.0.0.1 that nothing
-# listens on.
-occkit_dynalite_free_port() {
-  local port
-  while :; do
-    port=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
-    fi
-  done
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

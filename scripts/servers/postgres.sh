@@ -13,6 +13,9 @@
 #   export OCCKIT_PG_URL=postgres://...
 #   stop: <command that stops it and removes its directory>
 
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
 occkit_pg_main() {
   local pgbin=/usr/lib/postgresql/15/bin
 
@@ -72,7 +75,7 @@ EOF
   # process takes it in between, start again on a new one.
   local port="" attempt
   for attempt in 1 2 3 4 5; do
-    port="$(occkit_pg_free_port)"
+    port="$(occkit_free_port)"
     if "${as_pg[@]}" "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
       -o "-p $port" start >/dev/null 2>&1; then
       break
@@ -90,9 +93,7 @@ EOF
   stop="$(printf '%q ' "${as_pg[@]}" "$pgbin/pg_ctl" -D "$dir/data" -m immediate -w stop)>/dev/null 2>&1; rm -rf $(printf '%q' "$remove")"
   OCCKIT_PG_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
   export OCCKIT_PG_URL
-  if declare -p cleanups >/dev/null 2>&1; then
-    cleanups+=("$stop")
-  fi
+  occkit_register_cleanup "$stop"
   OCCKIT_PG_STOP="$stop"
   echo "postgres: PostgreSQL 15 on 127.0.0.1:$port (data in $dir)" >&2
 }
@@ -122,18 +123,6 @@ occkit_pg_install() {
     echo "postgres: installing postgresql-15 failed" >&2
     return 1
   fi
-}
-
-# occkit_pg_free_port prints a TCP port on 127.0.0.1 that nothing listens on.
-occkit_pg_free_port() {
-  local port
-  while :; do
-    port=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
-    fi
-  done
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -15,6 +15,9 @@
 #   export OCCKIT_REDIS_URL=redis://127.0.0.1:PORT
 #   stop: <command that stops it and removes its directory>
 
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
 occkit_redis_main() {
   local bin=/usr/bin/redis-server
 
@@ -42,7 +45,7 @@ occkit_redis_main() {
   # between, start again on a new one.
   local port="" pid="" attempt i
   for attempt in 1 2 3 4 5; do
-    port="$(occkit_redis_free_port)"
+    port="$(occkit_free_port)"
     "$bin" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
       --dir "$dir" --daemonize no --logfile "$dir/server.log" \
       --pidfile "$dir/redis.pid" >/dev/null 2>&1 &
@@ -69,9 +72,7 @@ occkit_redis_main() {
   stop="kill $pid 2>/dev/null; for _ in \$(seq 1 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; kill -9 $pid 2>/dev/null; rm -rf $(printf '%q' "$remove")"
   OCCKIT_REDIS_URL="redis://127.0.0.1:$port"
   export OCCKIT_REDIS_URL
-  if declare -p cleanups >/dev/null 2>&1; then
-    cleanups+=("$stop")
-  fi
+  occkit_register_cleanup "$stop"
   OCCKIT_REDIS_STOP="$stop"
   echo "redis: $("$bin" --version | awk '{print $3}' | sed 's/^v=//') on 127.0.0.1:$port (pid $pid, files in $dir)" >&2
 }
@@ -137,18 +138,6 @@ occkit_redis_stop_service() {
       if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
         $sudo kill "$pid" 2>/dev/null || true
       fi
-    fi
-  done
-}
-
-# occkit_redis_free_port prints a TCP port on 127.0.0.1 that nothing listens on.
-occkit_redis_free_port() {
-  local port
-  while :; do
-    port=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
     fi
   done
 }
