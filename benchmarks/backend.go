@@ -54,6 +54,23 @@ type Backend interface {
 	NewLocker(ctx context.Context, ns string) (hybrid.Locker, func(context.Context) error, error)
 }
 
+// MultiKeyLimiter is implemented by a Backend whose server cannot commit
+// several keys atomically (dynalite has no TransactWriteItems).
+// MultiKeyUnsupported says why, or returns "" when it can; the lab then
+// marks the cells of multi-key workloads on it not applicable, with that
+// reason, instead of running them.
+type MultiKeyLimiter interface {
+	MultiKeyUnsupported() string
+}
+
+// multiKeyUnsupported returns why b cannot run multi-key workloads, or "".
+func multiKeyUnsupported(b Backend) string {
+	if m, ok := b.(MultiKeyLimiter); ok {
+		return m.MultiKeyUnsupported()
+	}
+	return ""
+}
+
 // BackendInfo describes a backend in the report.
 type BackendInfo struct {
 	Name string `json:"name"`
@@ -96,6 +113,18 @@ type Env struct {
 	Log io.Writer
 	// Getenv reads the environment (os.Getenv if nil).
 	Getenv func(string) string
+
+	// lookup finds another open service of the lab (set by OpenLab), for
+	// a backend that borrows a lock from another service.
+	lookup func(name string) (Service, bool)
+}
+
+// service returns another open service of the lab by name.
+func (e *Env) service(name string) (Service, bool) {
+	if e.lookup == nil {
+		return nil, false
+	}
+	return e.lookup(name)
 }
 
 func (e *Env) logf(format string, args ...any) {
@@ -203,6 +232,11 @@ type Lab struct {
 	open    map[string]Service
 	order   []string
 	skipped []Skip
+
+	// onDemand serialises OpenService; failed remembers the services it
+	// could not open, so that a run tries each once.
+	onDemand sync.Mutex
+	failed   map[string]error
 }
 
 // OpenLab opens the named backends (all registered ones if names is
@@ -214,7 +248,8 @@ func OpenLab(ctx context.Context, names []string, env Env) (*Lab, error) {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	l := &Lab{env: env, id: hex.EncodeToString(b[:]), open: map[string]Service{}}
+	l := &Lab{env: env, id: hex.EncodeToString(b[:]), open: map[string]Service{}, failed: map[string]error{}}
+	l.env.lookup = l.Service
 	for _, n := range names {
 		if _, ok := lookupBackend(n); !ok {
 			return nil, fmt.Errorf("benchmarks: unknown backend %q (have %v)", n, Backends())
@@ -243,6 +278,39 @@ func (l *Lab) Service(name string) (Service, bool) {
 	defer l.mu.Unlock()
 	s, ok := l.open[name]
 	return s, ok
+}
+
+// OpenService returns the open service called name, or opens it now with
+// open (reaching or starting its server as a backend's Open does) and
+// keeps it with the others until Close: a service that only some
+// strategies need (the five Redis servers of lock-redlock; Redis for
+// lock-redis when the redis backend was not selected) is started only
+// when a cell needs it. A service that failed to open is not tried again
+// in the same run: the error is returned again.
+func (l *Lab) OpenService(ctx context.Context, name string, open func(ctx context.Context, env *Env) (Service, error)) (Service, error) {
+	l.onDemand.Lock()
+	defer l.onDemand.Unlock()
+	if s, ok := l.Service(name); ok {
+		return s, nil
+	}
+	if err := l.failed[name]; err != nil {
+		return nil, err
+	}
+	s, err := open(ctx, &l.env)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.failed[name] = err
+		}
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open == nil { // closed meanwhile
+		return nil, errors.Join(errors.New("benchmarks: the lab is closed"), s.Close(context.WithoutCancel(ctx)))
+	}
+	l.open[name] = s
+	l.order = append(l.order, name)
+	return s, nil
 }
 
 // Backend returns the open backend with that name: a service that holds
@@ -293,7 +361,7 @@ func (l *Lab) Skipped() []Skip {
 func (l *Lab) Close(ctx context.Context) error {
 	l.mu.Lock()
 	order, open := l.order, l.open
-	l.order, l.open = nil, map[string]Service{}
+	l.order, l.open = nil, nil
 	l.mu.Unlock()
 	var errs []error
 	for i := len(order) - 1; i >= 0; i-- {

@@ -75,14 +75,7 @@ func openRedis(ctx context.Context, env *Env) (_ Service, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, redactURL(u), err)
 	}
-	field := func(name string) string {
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-				return v
-			}
-		}
-		return "?"
-	}
+	field := func(name string) string { return infoField(info, name) }
 	save, _ := b.cli.ConfigGet(octx, "save").Result()
 	where := "at " + redactURL(u) + " (" + EnvRedisURL + ")"
 	if b.started != nil {
@@ -131,26 +124,19 @@ func (b *redisBackend) NewLocker(_ context.Context, ns string) (hybrid.Locker, f
 	return l, func(ctx context.Context) error { return b.deletePrefix(ctx, prefix) }, nil
 }
 
+// infoField returns a field of a Redis INFO reply, or "?".
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
 // deletePrefix removes a cell's keys.
 func (b *redisBackend) deletePrefix(ctx context.Context, prefix string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	it := b.cli.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for it.Next(ctx) {
-		keys = append(keys, it.Val())
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		if err := b.cli.Del(ctx, keys[:n]...).Err(); err != nil {
-			return err
-		}
-		keys = keys[n:]
-	}
-	return nil
+	return deleteRedisPrefix(ctx, b.cli, prefix)
 }
 
 func (b *redisBackend) Close(ctx context.Context) error {

@@ -183,8 +183,13 @@ func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
 			}
 			return nil, nil, fmt.Errorf("benchmarks: backend %q is not open", b)
 		}
+		be, _ := l.Backend(b)
 		for _, wn := range workloadNames {
 			wl, _ := LookupWorkload(wn)
+			if why := multiKeyUnsupported(be); wl.KeysPerOp > 1 && why != "" {
+				skip(b+"/"+wn, why)
+				continue
+			}
 			var pts []Point
 			for _, p := range g.points() {
 				if p.Keys < wl.KeysPerOp {

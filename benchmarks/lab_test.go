@@ -61,9 +61,22 @@ func init() {
 
 func openLab(t *testing.T, backends ...string) *Lab {
 	t.Helper()
+	return openLabWith(t, Env{MaxWorkers: 8, Log: testLog{t}}, backends...)
+}
+
+// openIsolatedLab opens a lab that sees no environment variable and
+// starts no server: services other than the named in-process backends are
+// unavailable, whatever the machine runs.
+func openIsolatedLab(t *testing.T, backends ...string) *Lab {
+	t.Helper()
+	return openLabWith(t, Env{MaxWorkers: 8, Log: testLog{t}, Getenv: func(string) string { return "" }}, backends...)
+}
+
+func openLabWith(t *testing.T, env Env, backends ...string) *Lab {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	l, err := OpenLab(ctx, backends, Env{MaxWorkers: 8, Log: testLog{t}})
+	l, err := OpenLab(ctx, backends, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,16 +149,16 @@ func TestSoldOut(t *testing.T) {
 
 // TestGridOnMemory runs a tiny grid end to end and writes every output.
 func TestGridOnMemory(t *testing.T) {
-	l := openLab(t, "memory")
+	l := openIsolatedLab(t, "memory")
 	g := Grid{Keys: []int{100, 1}, Thetas: []float64{0, 1.2}, Workers: []int{4}, Duration: 60 * time.Millisecond, Warmup: 10 * time.Millisecond, Seed: 3}
 	cells, skips, err := g.Plan(l)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// 3 points (100 keys θ 0 and 1.2, 1 key; transfer's 1 key becomes
-	// 2) for each workload; 7 strategies for counter and inventory, 6 for
+	// 2) for each workload; 9 strategies for counter and inventory, 8 for
 	// transfer (occ-txn in, occ and adaptive out: they are single-key).
-	want := 2*3*7 + 3*6
+	want := 2*3*9 + 3*8
 	if len(cells) != want {
 		t.Fatalf("planned %d cells, want %d", len(cells), want)
 	}
@@ -158,8 +171,20 @@ func TestGridOnMemory(t *testing.T) {
 		t.Fatalf("violations %d, failed %+v", r.Meta.InvariantViolations, r.Meta.Failed)
 	}
 	ran := len(r.Cells)
-	if ran != want-2*3*3 { // lock-etcd-mutex and lock-zookeeper are skipped at run time: no etcd, no ZooKeeper
+	// lock-etcd-mutex, lock-zookeeper, lock-redis and lock-redlock are
+	// skipped at run time (no etcd, no ZooKeeper, no Redis), with the
+	// reason.
+	if ran != want-4*3*3 {
 		t.Errorf("%d cells ran", ran)
+	}
+	var why []string
+	for _, s := range r.Meta.Skipped {
+		if strings.Contains(s.Name, " lock-redis ") || strings.Contains(s.Name, " lock-redlock ") {
+			why = append(why, s.Reason)
+		}
+	}
+	if len(why) != 2*3*3 || !strings.Contains(why[0], "OCCKIT_REDIS_URL is not set") {
+		t.Errorf("skipped Redis lock cells: %d, first reason %q", len(why), why)
 	}
 	for _, c := range r.Cells {
 		if c.Ops == 0 || c.Throughput <= 0 || c.P50Ms <= 0 || c.P99Ms < c.P50Ms || c.P999Ms < c.P99Ms || c.AttemptsPerOp < 1 {
@@ -263,5 +288,75 @@ func TestGoalChecks(t *testing.T) {
 	}
 	if !slices.ContainsFunc(CheckGoals(rs), func(g GoalCheck) bool { return strings.Contains(g.Detail, "best cross-process lock (lock-etcd-mutex") }) {
 		t.Error("no detail gives the ratio to the best cross-process lock")
+	}
+}
+
+// TestDefaultLocks: the default grid runs each lock where users pair it
+// with the data.
+func TestDefaultLocks(t *testing.T) {
+	want := map[string][]string{
+		"lock-redis":         {"memory", "postgres", "redis", "dynamodb"},
+		"lock-redlock":       {"memory", "postgres", "redis", "dynamodb"},
+		"lock-etcd-mutex":    {"memory", "etcd"},
+		"lock-zookeeper":     {"memory"},
+		"lock-pg-for-update": {"postgres"},
+		"lock-pg-advisory":   {"postgres"},
+	}
+	for name, on := range want {
+		spec, ok := LookupStrategy(name)
+		if !ok {
+			t.Fatalf("%s is not registered", name)
+		}
+		for _, b := range []string{"memory", "etcd", "postgres", "redis", "dynamodb"} {
+			for _, multi := range []bool{false, true} {
+				if got := spec.DefaultOn(b, multi); got != slices.Contains(on, b) {
+					t.Errorf("%s on %s (multi-key %v): default %v", name, b, multi, got)
+				}
+			}
+		}
+	}
+	if spec, _ := LookupStrategy("lock-local"); spec.DefaultOn != nil {
+		t.Error("lock-local should run everywhere")
+	}
+}
+
+type fakeService struct {
+	name   string
+	closed *int
+}
+
+func (f fakeService) Info() BackendInfo           { return BackendInfo{Name: f.name} }
+func (f fakeService) Close(context.Context) error { *f.closed++; return nil }
+
+// TestOpenService: a service opened on demand is opened once, kept until
+// the lab closes and then closed; one that failed is not tried again.
+func TestOpenService(t *testing.T) {
+	ctx := t.Context()
+	l, err := OpenLab(ctx, []string{"memory"}, Env{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opened, failed, closed int
+	open := func(context.Context, *Env) (Service, error) { opened++; return fakeService{"lazy", &closed}, nil }
+	fail := func(context.Context, *Env) (Service, error) { failed++; return nil, errors.New("no server") }
+	for range 3 {
+		if s, err := l.OpenService(ctx, "lazy", open); err != nil || s.Info().Name != "lazy" {
+			t.Fatalf("OpenService: %v, %v", s, err)
+		}
+		if _, err := l.OpenService(ctx, "broken", fail); err == nil || err.Error() != "no server" {
+			t.Fatalf("OpenService of a failing service: %v", err)
+		}
+	}
+	if opened != 1 || failed != 1 {
+		t.Errorf("opened %d times, failed %d times; want once each", opened, failed)
+	}
+	if s, _ := l.OpenService(ctx, "memory", fail); s == nil || s.Info().Name != "memory" {
+		t.Errorf("OpenService of an open backend opened another")
+	}
+	if got := l.Open(); !slices.Equal(got, []string{"memory", "lazy"}) {
+		t.Errorf("open services %v", got)
+	}
+	if err := l.Close(ctx); err != nil || closed != 1 {
+		t.Errorf("Close: %v, the on-demand service closed %d times", err, closed)
 	}
 }

@@ -13,7 +13,8 @@ import (
 // The strategies every backend runs: occkit's own (occ, occ-cached,
 // occ-txn, hybrid, adaptive) and the in-process lock. Baselines that lock
 // through a server live in a file per service (strategies_etcd.go,
-// strategies_postgres.go).
+// strategies_postgres.go, strategies_redis.go, strategies_redlock.go,
+// strategies_zookeeper.go).
 
 func init() {
 	RegisterStrategy(StrategySpec{
@@ -86,7 +87,7 @@ func init() {
 	RegisterStrategy(StrategySpec{
 		Name:      "adaptive",
 		Kind:      Adaptive,
-		About:     "hybrid.UpdateAdaptive: occ.Update while a key is cool, hybrid.Update while it is hot (default thresholds)",
+		About:     "hybrid.UpdateAdaptive (default settings): occ.Update while a key is cool; a hot key takes whichever of occ.Update and hybrid.Update ran faster, measured in epochs",
 		SingleKey: true,
 		New: func(ctx context.Context, h *Harness) (Strategy, error) {
 			l, err := h.Locker(ctx)

@@ -16,10 +16,11 @@ func init() {
 		Kind:      Lock,
 		About:     "etcd's concurrency.Mutex (one session per worker) around read, work and write; the data may live on any backend",
 		SingleKey: true, MultiKey: true,
-		// On memory (and on Redis, until lock-redis comes) it is the
-		// second lock the goals need; on PostgreSQL the lab runs
-		// PostgreSQL's own locks.
-		DefaultOn: func(b string, _ bool) bool { return slices.Contains([]string{"memory", "etcd", "redis"}, b) },
+		// On etcd it is the data's own lock; on memory it stands beside
+		// the other services' locks. PostgreSQL, Redis and DynamoDB
+		// run the locks users pair with them (their own, lock-redis,
+		// lock-redlock).
+		DefaultOn: func(b string, _ bool) bool { return slices.Contains([]string{"memory", "etcd"}, b) },
 		New:       newEtcdMutex,
 	})
 }

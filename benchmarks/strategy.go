@@ -202,6 +202,13 @@ func (h *Harness) LockName(key string) string { return h.NS + "/" + key }
 // data.
 func (h *Harness) Service(name string) (Service, bool) { return h.lab.Service(name) }
 
+// OpenService returns the open service called name, or opens it with
+// open and keeps it until the lab closes (see Lab.OpenService): for a
+// lock whose server is started only when a cell needs it.
+func (h *Harness) OpenService(ctx context.Context, name string, open func(ctx context.Context, env *Env) (Service, error)) (Service, error) {
+	return h.lab.OpenService(ctx, name, open)
+}
+
 // OnClose registers f to run after the cell, after the strategy's Close.
 func (h *Harness) OnClose(f func(context.Context) error) {
 	h.mu.Lock()

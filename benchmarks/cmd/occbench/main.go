@@ -10,12 +10,16 @@
 //	    --keys 1,10,1000 --theta 0,0.99,1.2 --workers 4,16 --work 0,1ms
 //
 // With no flags it runs, on every backend it can open (memory; etcd in
-// process; PostgreSQL from OCCKIT_PG_URL, or a throwaway server it starts
-// with scripts/servers/postgres.sh when PostgreSQL 15 is installed), a
-// low-contention point (8 workers, 1000 keys, uniform) and a
-// high-contention one (8 workers, 1 key) for every workload and the
-// backend's default strategies, and says which backends it skipped and
-// why. The markdown table and the goal checks go to stdout, progress to
+// process; PostgreSQL and Redis from OCCKIT_PG_URL and OCCKIT_REDIS_URL,
+// or throwaway servers it starts with scripts/servers/*.sh when they are
+// installed; DynamoDB on minidyn's server in process, or dynalite from
+// OCCKIT_DYNALITE_URL; ZooKeeper for its lock), a low-contention point
+// (8 workers, 1000 keys, uniform) and a high-contention one (8 workers, 1
+// key) for every workload and the backend's default strategies, and says
+// which backends it skipped and why. The five Redis servers of
+// lock-redlock (OCCKIT_REDLOCK_URLS, or started with
+// scripts/servers/redis.sh) are started only when a lock-redlock cell
+// runs. Every server it started is stopped at exit. The markdown table and the goal checks go to stdout, progress to
 // stderr; --out DIR also writes results.json, results.csv, charts/*.png
 // and report.html. A broken invariant is printed loudly and makes the
 // exit status 1.
@@ -71,7 +75,7 @@ func run(args []string, stdout io.Writer) int {
 		maxAttF     = fs.Int("max-attempts", 0, fmt.Sprintf("attempt limit per operation (default %d)", benchmarks.DefaultMaxAttempts))
 		outF        = fs.String("out", "", "directory for results.json, results.csv, charts/ and report.html")
 		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): a smoke run, not a measurement")
-		noStartF    = fs.Bool("no-start", false, "never start servers (PostgreSQL only from OCCKIT_PG_URL)")
+		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's and ZooKeeper only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR")
 		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -184,8 +188,10 @@ func run(args []string, stdout io.Writer) int {
 
 // cellOverhead is what a cell costs beyond its warm-up and measured time:
 // a fresh store, seeding its keys, the strategy's set-up, operations
-// finishing after the window, reading every key back.
-const cellOverhead = 350 * time.Millisecond
+// finishing after the window, reading every key back. The default grid
+// measured about 100 ms on average (218 cells); the rest is margin for a
+// loaded machine.
+const cellOverhead = 250 * time.Millisecond
 
 // fitBudget shortens every cell's warm-up and measured time, in
 // proportion, when running them all as they are would overrun budget.
