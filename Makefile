@@ -26,3 +26,11 @@ unit:
 # bench runs the occ micro-benchmarks; see docs/benchmarks.md.
 bench:
 	go test -run '^$$' -bench . -benchmem -count 6 ./occ/
+
+# faults runs occ.Update increments on every backend it can start while a
+# fault proxy drops connections or adds latency, checks that no increment
+# was lost or doubled, and writes $(OUT)/faults.json; see docs/reliability.md.
+OUT ?= ./faults-out
+.PHONY: faults
+faults:
+	go run ./benchmarks/cmd/occfaults --out $(OUT)

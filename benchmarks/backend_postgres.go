@@ -133,7 +133,7 @@ func redactURL(u string) string {
 	return p.Redacted()
 }
 
-var pgTuning = Tuning{Retryable: pgcas.IsRetryable}
+var pgTuning = Tuning{Retryable: pgcas.Retryable}
 
 func (b *pgBackend) PGPool() *pgxpool.Pool                 { return b.pool }
 func (b *pgBackend) AdvisoryLocker() *pgcas.AdvisoryLocker { return b.locker }

@@ -141,7 +141,7 @@ func (s *Store) commitFailed(ctx context.Context, ops []cas.Op, id writeID, err 
 		return nil, s.serverError("commit", key, ops[0].Expected, pgErr)
 	}
 	if !sent(err) {
-		return nil, fmt.Errorf("pgcas: commit: not sent: %w", err)
+		return nil, &transientError{op: "commit", key: ops[0].Key, notSent: true, err: err}
 	}
 	var writes []string
 	for _, op := range ops {

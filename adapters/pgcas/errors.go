@@ -57,7 +57,45 @@ func (s *Store) serverError(op, key string, expected cas.Version, pgErr *pgconn.
 
 // readError wraps the failure of a read.
 func readError(op, key string, err error) error {
-	return fmt.Errorf("pgcas: %s %q: %w", op, key, err)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("pgcas: %s %q: %w", op, key, err)
+	}
+	return &transientError{op: op, key: key, err: err}
+}
+
+// transientError is a failure that certainly applied nothing and may not
+// happen again: a read that failed in transit, or a write that was never
+// sent. Retryable says so.
+type transientError struct {
+	op, key string
+	notSent bool
+	err     error
+}
+
+func (e *transientError) Error() string {
+	if e.notSent {
+		return fmt.Sprintf("pgcas: %s %q: not sent: %v", e.op, e.key, e.err)
+	}
+	return fmt.Sprintf("pgcas: %s %q: %v", e.op, e.key, e.err)
+}
+
+func (e *transientError) Unwrap() error { return e.err }
+
+// Retryable reports whether trying again is safe and may succeed: what
+// IsRetryable says (serialization failures, deadlocks), and transport
+// failures that certainly applied nothing — a read that failed, a write
+// that was never sent. Ambiguous writes (cas.ErrAmbiguous) and an ended
+// context are not retryable. Pass it to occ.WithRetryable.
+func Retryable(err error) bool {
+	if IsRetryable(err) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, cas.ErrAmbiguous) {
+		return false
+	}
+	var te *transientError
+	return errors.As(err, &te)
 }
 
 // writeFailed turns the failure of a write statement into the error to
@@ -69,7 +107,7 @@ func (s *Store) writeFailed(ctx context.Context, op, key string, expected cas.Ve
 		return 0, s.serverError(op, key, expected, pgErr)
 	}
 	if !sent(err) {
-		return 0, fmt.Errorf("pgcas: %s %q: not sent: %w", op, key, err)
+		return 0, &transientError{op: op, key: key, notSent: true, err: err}
 	}
 	if v, ok := s.resolve(ctx, key, id); ok {
 		return v, nil

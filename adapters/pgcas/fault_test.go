@@ -7,9 +7,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/pgtest"
+	"github.com/occkit/occkit/occ"
 )
 
 // faultyStore returns a store whose single connection goes through f.
@@ -128,5 +130,59 @@ func TestCommitLostReplyResolved(t *testing.T) {
 		if err != nil || it.Version != vs[i] {
 			t.Fatalf("get %s = %+v, %v; want v%d", k, it, err, vs[i])
 		}
+	}
+}
+
+// Transport failures that applied nothing are retryable (Retryable): a
+// write that was never sent, a read that failed in transit; an update
+// through occ with pgcas.Retryable rides over them. Lost replies are not.
+func TestRetryableTransportFailures(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	s := faultyStore(t, &f)
+	v1, _ := s.CompareAndSwap(ctx, "k", 0, []byte("1"))
+
+	f.FailSend("k")
+	_, err := s.CompareAndSwap(ctx, "k", v1, []byte("2"))
+	fired(t, &f, 1)
+	if !pgcas.Retryable(err) || pgcas.IsRetryable(err) {
+		t.Fatalf("unsent write: %v; Retryable %v, IsRetryable %v; want only Retryable", err, pgcas.Retryable(err), pgcas.IsRetryable(err))
+	}
+
+	f.FailSend("k")
+	_, err = s.Get(ctx, "k")
+	fired(t, &f, 2)
+	if !pgcas.Retryable(err) {
+		t.Fatalf("failed read: %v, want Retryable", err)
+	}
+
+	f.LoseReply("k")
+	_, err = s.Commit(ctx, []cas.Op{cas.Put("other", 0, []byte("x")), cas.Check("k", v1+1000)})
+	if errors.Is(err, cas.ErrAmbiguous) && pgcas.Retryable(err) {
+		t.Fatalf("an ambiguous outcome must not be retryable: %v", err)
+	}
+
+	// occ with Retryable: a read that fails once is retried.
+	counters := cas.NewTyped[int](s, cas.JSON[int]())
+	if _, err := s.CompareAndSwap(ctx, "n", 0, []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	f.FailSend("n")
+	n, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) { return n + 1, nil },
+		occ.WithRetryable(pgcas.Retryable), occ.WithBackOff(&backoff.ZeroBackOff{}))
+	fired(t, &f, 4)
+	if err != nil || n != 1 {
+		t.Fatalf("update over a failed read = %d, %v; want 1", n, err)
+	}
+	if _, err := s.Get(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fired checks that the armed faults have fired n times in all.
+func fired(t *testing.T, f *pgtest.Faults, n int) {
+	t.Helper()
+	if got := f.Fired(); got != n {
+		t.Fatalf("faults fired %d times, want %d", got, n)
 	}
 }
