@@ -19,7 +19,8 @@
 // errors.ErrUnsupported):
 //   - [FencedStore] checks a lock's fencing token in the write itself;
 //   - [Committer] applies checks, puts and deletes on several keys
-//     atomically.
+//     atomically;
+//   - [Lister] lists keys by prefix (for tools and anti-entropy).
 //
 // # Errors
 //
