@@ -1,0 +1,770 @@
+package story
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// ReadReport decodes a Report from its JSON form (stories.json), so that
+// the page can be drawn again without running the stories:
+//
+//	r, err := story.ReadReport(f)
+//	...
+//	err = story.WritePage(out, r)
+//
+// Fields it does not know are ignored.
+func ReadReport(rd io.Reader) (*Report, error) {
+	var r Report
+	dec := json.NewDecoder(rd)
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("story: reading report: %w", err)
+	}
+	return &r, nil
+}
+
+// WritePage writes r as one self-contained HTML page (stories.html): it
+// loads nothing from the network, its styles, script and drawings are
+// inline. The page opens with a table of every story × mode (lost
+// updates / stale writes accepted / stale writes rejected), each cell a
+// link to its timeline. Each story then has its title and about text, a
+// switch with one button per mode that has a result, and for the chosen
+// mode a verdict line, the outcome numbers and an SVG timeline with one
+// lane per client: lease held (grant to release or expiry), believed held
+// after an expiry, waiting for the lock, paused (hatched), renewals,
+// reads, writes (red: a stale write the store accepted; green: a write
+// the store rejected), faults and expiries, on an axis in milliseconds.
+// Every mark has a tooltip with its time, token, value and detail.
+//
+// A mode is chosen by its button or by the URL's fragment, "#story/mode"
+// (e.g. "#gc-pause/fenced"), so that a timeline can be linked to; without
+// script every timeline is shown. Everything that comes from r is
+// escaped. Results are drawn in the order of r.Stories and r.Modes, then
+// any story or mode found only in r.Results in the order it first
+// appears; of two results for the same story and mode the first is drawn.
+// Names should not contain '/', which separates story from mode in the
+// fragment.
+func WritePage(w io.Writer, r *Report) error {
+	if r == nil {
+		return errors.New("story: WritePage: nil report")
+	}
+	var buf bytes.Buffer
+	if err := pageTemplate.Execute(&buf, buildPage(r)); err != nil {
+		return fmt.Errorf("story: rendering page: %w", err)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// The timeline's geometry, in SVG user units (pixels at 100%).
+const (
+	svgWidth   = 1120
+	laneLeft   = 96 // left edge of the time axis; lane labels sit before it
+	laneRight  = 24 // room after the end of the axis
+	laneTop    = 8
+	laneHeight = 60
+	axisHeight = 34
+	labelRunes = 12 // lane labels longer than this are cut (tooltip has all)
+)
+
+// pageView is what the page template draws: the report laid out, every
+// coordinate computed, every string still raw (the template escapes).
+type pageView struct {
+	Started string
+	Servers []string
+	Command string
+	Modes   []Info
+	Rows    []summaryRow
+	Stories []storyView
+	CSP     string
+	Script  template.JS
+}
+
+// summaryRow is one story in the summary table, a cell per mode.
+type summaryRow struct {
+	Story Info
+	Cells []summaryCell
+}
+
+// summaryCell is one story × mode; Present is false when it was not run.
+type summaryCell struct {
+	Story, Mode string
+	Present     bool
+	Err         bool
+	Safe        bool
+	Lost        int64
+	Accepted    int
+	Rejected    int
+}
+
+// storyView is one story's section: its mode switch and a pane per mode
+// that has a result; Missing names the modes that have none.
+type storyView struct {
+	Info
+	Missing []string
+	Panes   []paneView
+}
+
+// paneView is one result: verdict, outcome and timeline.
+type paneView struct {
+	Story    string
+	Mode     Info
+	First    bool
+	Err      string
+	Verdict  string
+	Safe     bool
+	Outcome  Outcome
+	Blocked  string
+	Duration string
+	Timeline svgView
+}
+
+// svgView is one timeline: its lanes, its axis and where its parts go.
+type svgView struct {
+	Story, Mode   string
+	Width, Height int
+	Lanes         []laneView
+	Ticks         []tickView
+	AxisY         string
+	AxisY2        string
+	AxisLabelY    string
+	GridTop       string
+	X0, X1        string
+	Empty         bool
+	EmptyY        string
+	EmptyX        string
+}
+
+// laneView is one client's lane.
+type laneView struct {
+	Client string
+	Label  string
+	Odd    bool
+	Y, H   string
+	LabelY string
+	Shapes []svgShape
+}
+
+// tickView is one mark of the time axis.
+type tickView struct {
+	X, Label string
+}
+
+// svgShape is one SVG element of a lane. El selects the element; the
+// coordinate fields it does not use stay empty.
+type svgShape struct {
+	El             string // rect, line, circle, path, text
+	Class          string
+	X, Y, W, H     string
+	X1, Y1, X2, Y2 string
+	CX, CY, R      string
+	D              string
+	Text           string
+	Anchor         string
+	At             string // data-at, in ms, for event marks
+	Kind           string // data-kind, for event marks
+	Tip            string
+}
+
+// buildPage lays r out for the template.
+func buildPage(r *Report) pageView {
+	stories := slices.Clone(r.Stories)
+	modes := slices.Clone(r.Modes)
+	haveStory := map[string]bool{}
+	for _, s := range stories {
+		haveStory[s.Name] = true
+	}
+	haveMode := map[string]bool{}
+	for _, m := range modes {
+		haveMode[m.Name] = true
+	}
+	type key struct{ story, mode string }
+	results := map[key]*Result{}
+	for i := range r.Results {
+		res := &r.Results[i]
+		if !haveStory[res.Story] {
+			haveStory[res.Story] = true
+			stories = append(stories, Info{Name: res.Story})
+		}
+		if !haveMode[res.Mode] {
+			haveMode[res.Mode] = true
+			modes = append(modes, Info{Name: res.Mode})
+		}
+		k := key{res.Story, res.Mode}
+		if results[k] == nil {
+			results[k] = res
+		}
+	}
+
+	v := pageView{
+		Servers: r.Servers,
+		Command: r.Command,
+		Modes:   modes,
+		CSP:     pageCSP,
+		Script:  template.JS(pageScript),
+	}
+	if !r.Started.IsZero() {
+		v.Started = r.Started.Format("2006-01-02 15:04:05 MST")
+	}
+	for _, s := range stories {
+		row := summaryRow{Story: s}
+		sv := storyView{Info: s}
+		for _, m := range modes {
+			res := results[key{s.Name, m.Name}]
+			cell := summaryCell{Story: s.Name, Mode: m.Name, Present: res != nil}
+			if res == nil {
+				row.Cells = append(row.Cells, cell)
+				sv.Missing = append(sv.Missing, m.Name)
+				continue
+			}
+			cell.Err = res.Err != ""
+			cell.Safe = res.Safe
+			cell.Lost = res.Outcome.LostUpdates
+			cell.Accepted = res.Outcome.StaleAccepted
+			cell.Rejected = res.Outcome.StaleRejected
+			row.Cells = append(row.Cells, cell)
+			verdict := res.Verdict
+			switch {
+			case verdict != "" || res.Err != "":
+			case res.Safe:
+				verdict = "no update lost, no stale write accepted"
+			default:
+				verdict = "unsafe: an update was lost or a stale write accepted"
+			}
+			sv.Panes = append(sv.Panes, paneView{
+				Story:    s.Name,
+				Mode:     m,
+				First:    len(sv.Panes) == 0,
+				Err:      res.Err,
+				Verdict:  verdict,
+				Safe:     res.Safe && res.Err == "",
+				Outcome:  res.Outcome,
+				Blocked:  msLabel(res.Outcome.Blocked),
+				Duration: msLabel(res.Duration),
+				Timeline: buildTimeline(res),
+			})
+		}
+		if len(sv.Panes) == 0 {
+			sv.Missing = nil // said once, as "no results"
+		}
+		v.Rows = append(v.Rows, row)
+		v.Stories = append(v.Stories, sv)
+	}
+	return v
+}
+
+// msLabel formats d in milliseconds, with one decimal below 100 ms.
+func msLabel(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	if math.Abs(ms) < 100 {
+		return strconv.FormatFloat(math.Round(ms*10)/10, 'f', -1, 64) + " ms"
+	}
+	return strconv.FormatFloat(math.Round(ms), 'f', 0, 64) + " ms"
+}
+
+// svgNum formats an SVG coordinate.
+func svgNum(x float64) string {
+	return strconv.FormatFloat(math.Round(x*10)/10, 'f', -1, 64)
+}
+
+// laneOrder returns the lanes of res: its Clients, then any client that
+// has events but is not listed, in the order it first appears.
+func laneOrder(res *Result) []string {
+	lanes := slices.Clone(res.Clients)
+	seen := map[string]bool{}
+	for _, c := range lanes {
+		seen[c] = true
+	}
+	for _, e := range res.Events {
+		if !seen[e.Client] {
+			seen[e.Client] = true
+			lanes = append(lanes, e.Client)
+		}
+	}
+	return lanes
+}
+
+// buildTimeline draws res on a time axis from 0 to its duration, or to its
+// last event when that comes later.
+func buildTimeline(res *Result) svgView {
+	lanes := laneOrder(res)
+	extent := res.Duration
+	for _, e := range res.Events {
+		extent = max(extent, e.At)
+	}
+	if extent <= 0 {
+		extent = time.Millisecond
+	}
+	plotW := float64(svgWidth - laneLeft - laneRight)
+	xOf := func(at time.Duration) float64 {
+		at = min(max(at, 0), extent)
+		return laneLeft + plotW*float64(at)/float64(extent)
+	}
+
+	nLanes := max(len(lanes), 1)
+	axisY := laneTop + nLanes*laneHeight
+	v := svgView{
+		Story:      res.Story,
+		Mode:       res.Mode,
+		Width:      svgWidth,
+		Height:     axisY + axisHeight,
+		AxisY:      svgNum(float64(axisY)),
+		AxisY2:     svgNum(float64(axisY + 5)),
+		AxisLabelY: svgNum(float64(axisY + 18)),
+		GridTop:    svgNum(laneTop),
+		X0:         svgNum(laneLeft),
+		X1:         svgNum(laneLeft + plotW),
+		Empty:      len(res.Events) == 0,
+		EmptyX:     svgNum(laneLeft + plotW/2),
+		EmptyY:     svgNum(float64(laneTop) + float64(nLanes*laneHeight)/2 + 4),
+	}
+	for _, t := range axisTicks(extent) {
+		v.Ticks = append(v.Ticks, tickView{X: svgNum(xOf(t)), Label: strconv.FormatFloat(float64(t)/float64(time.Millisecond), 'f', -1, 64)})
+	}
+
+	byClient := map[string][]Event{}
+	for _, e := range res.Events {
+		byClient[e.Client] = append(byClient[e.Client], e)
+	}
+	for i, c := range lanes {
+		y0 := float64(laneTop + i*laneHeight)
+		label := c
+		if label == "" {
+			label = "(none)"
+		}
+		if utf8.RuneCountInString(label) > labelRunes {
+			label = string([]rune(label)[:labelRunes-1]) + "…"
+		}
+		evs := byClient[c]
+		slices.SortStableFunc(evs, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+		v.Lanes = append(v.Lanes, laneView{
+			Client: c,
+			Label:  label,
+			Odd:    i%2 == 1,
+			Y:      svgNum(y0),
+			H:      svgNum(laneHeight),
+			LabelY: svgNum(y0 + laneHeight/2 + 4),
+			Shapes: laneShapes(c, evs, y0+laneHeight/2, extent, xOf),
+		})
+	}
+	return v
+}
+
+// axisTicks returns tick times from 0 to extent at a step of 1, 2 or 5
+// times a power of ten milliseconds, about eight of them.
+func axisTicks(extent time.Duration) []time.Duration {
+	ms := float64(extent) / float64(time.Millisecond)
+	raw := ms / 8
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := p
+	for _, f := range []float64{1, 2, 5, 10} {
+		step = f * p
+		if step >= raw {
+			break
+		}
+	}
+	var ts []time.Duration
+	for t := 0.0; t <= ms*(1+1e-9); t += step {
+		ts = append(ts, time.Duration(math.Round(t*float64(time.Millisecond))))
+		if len(ts) > 50 {
+			break
+		}
+	}
+	return ts
+}
+
+// eventTip is the tooltip of one event.
+func eventTip(client string, e Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s at %s", client, e.Kind, msLabel(e.At))
+	if e.Token != 0 {
+		fmt.Fprintf(&b, ", token %d", e.Token)
+	}
+	if e.Value != nil {
+		fmt.Fprintf(&b, ", value %d", *e.Value)
+	}
+	if e.Stale {
+		b.WriteString(", STALE")
+	}
+	if e.Detail != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Detail)
+	}
+	return b.String()
+}
+
+// laneShapes draws one client's events (sorted by time) on a lane whose
+// middle is at cy: pauses first, as a hatched band behind the lease, then
+// the other spans, then the marks on top of them.
+func laneShapes(client string, evs []Event, cy float64, extent time.Duration, xOf func(time.Duration) float64) []svgShape {
+	var spans, marks []svgShape
+	above, below := labelRow{y: cy - 16}, labelRow{y: cy + 25}
+	span := func(class string, from, to time.Duration, top, h float64, t string) {
+		x0, x1 := xOf(from), xOf(to)
+		spans = append(spans, svgShape{El: "rect", Class: class, X: svgNum(x0), Y: svgNum(top), W: svgNum(max(x1-x0, 1)), H: svgNum(h), Tip: t})
+	}
+	const none = time.Duration(-1)
+	var (
+		waitAt, grantAt, expiredAt, pauseAt = none, none, none, none
+		grantTok                            uint64
+		pauses                              []svgShape
+	)
+	leaseTip := func(from, to time.Duration, how string) string {
+		s := fmt.Sprintf("%s held the lease from %s to %s", client, msLabel(from), msLabel(to))
+		if grantTok != 0 {
+			s += fmt.Sprintf(" (token %d)", grantTok)
+		}
+		return s + how
+	}
+	for _, e := range evs {
+		at := max(e.At, 0)
+		x := xOf(at)
+		mark := func(s svgShape) {
+			s.At = strconv.FormatFloat(float64(at)/float64(time.Millisecond), 'f', -1, 64)
+			s.Kind = string(e.Kind)
+			s.Tip = eventTip(client, e)
+			marks = append(marks, s)
+		}
+		switch e.Kind {
+		case Acquire:
+			if waitAt == none {
+				waitAt = at
+			}
+			mark(svgShape{El: "line", Class: "acquire", X1: svgNum(x), Y1: svgNum(cy - 6), X2: svgNum(x), Y2: svgNum(cy + 6)})
+		case Grant:
+			if waitAt != none && at > waitAt {
+				spans = append(spans, svgShape{El: "line", Class: "wait", X1: svgNum(xOf(waitAt)), Y1: svgNum(cy), X2: svgNum(x), Y2: svgNum(cy),
+					Tip: fmt.Sprintf("%s waited for the lock from %s to %s", client, msLabel(waitAt), msLabel(at))})
+			}
+			waitAt = none
+			if grantAt != none {
+				span("lease", grantAt, at, cy-8, 16, leaseTip(grantAt, at, ""))
+			}
+			grantAt, grantTok, expiredAt = at, e.Token, none
+			mark(svgShape{El: "line", Class: "grant-tick", X1: svgNum(x), Y1: svgNum(cy - 8), X2: svgNum(x), Y2: svgNum(cy + 8)})
+			if e.Token != 0 {
+				above.add(x, "#"+strconv.FormatUint(e.Token, 10), "lbl grant", &e)
+			}
+		case Renew:
+			mark(svgShape{El: "line", Class: "renew", X1: svgNum(x), Y1: svgNum(cy - 11), X2: svgNum(x), Y2: svgNum(cy + 11)})
+		case Expire:
+			if grantAt != none {
+				span("lease", grantAt, at, cy-8, 16, leaseTip(grantAt, at, ", until it expired"))
+				grantAt = none
+			}
+			expiredAt = at
+			mark(svgShape{El: "path", Class: "expire", D: fmt.Sprintf("M%s %sL%s %sM%s %sL%s %s",
+				svgNum(x-6), svgNum(cy-6), svgNum(x+6), svgNum(cy+6), svgNum(x-6), svgNum(cy+6), svgNum(x+6), svgNum(cy-6))})
+		case Release:
+			if grantAt != none {
+				span("lease", grantAt, at, cy-8, 16, leaseTip(grantAt, at, ", then released it"))
+				grantAt = none
+			} else if expiredAt != none {
+				spans = append(spans, svgShape{El: "rect", Class: "believed", X: svgNum(xOf(expiredAt)), Y: svgNum(cy - 8),
+					W: svgNum(max(x-xOf(expiredAt), 1)), H: "16",
+					Tip: fmt.Sprintf("%s's lease had expired at %s but it went on as the holder until it released at %s",
+						client, msLabel(expiredAt), msLabel(at))})
+			}
+			expiredAt = none
+			mark(svgShape{El: "line", Class: "release", X1: svgNum(x), Y1: svgNum(cy - 10), X2: svgNum(x), Y2: svgNum(cy + 10)})
+		case Pause:
+			if pauseAt == none {
+				pauseAt = at
+			}
+			mark(svgShape{El: "line", Class: "pause-edge", X1: svgNum(x), Y1: svgNum(cy - 13), X2: svgNum(x), Y2: svgNum(cy + 13)})
+		case Resume:
+			from := pauseAt
+			if from == none {
+				from = 0
+			}
+			pauses = append(pauses, svgShape{El: "rect", Class: "paused", X: svgNum(xOf(from)), Y: svgNum(cy - 13),
+				W: svgNum(max(x-xOf(from), 1)), H: "26",
+				Tip: fmt.Sprintf("%s was paused from %s to %s", client, msLabel(from), msLabel(at))})
+			pauseAt = none
+			mark(svgShape{El: "line", Class: "pause-edge", X1: svgNum(x), Y1: svgNum(cy - 13), X2: svgNum(x), Y2: svgNum(cy + 13)})
+		case Fault:
+			mark(svgShape{El: "path", Class: "fault", D: fmt.Sprintf("M%s %sV%sM%s %sl5 -8h-10z",
+				svgNum(x), svgNum(cy-28), svgNum(cy+28), svgNum(x), svgNum(cy-20))})
+		case Read:
+			mark(svgShape{El: "circle", Class: "read", CX: svgNum(x), CY: svgNum(cy), R: "5"})
+			if e.Value != nil {
+				above.add(x, "r "+strconv.FormatInt(*e.Value, 10), "lbl", nil)
+			}
+		case WriteAccepted, WriteRejected:
+			class := "write ok"
+			switch {
+			case e.Kind == WriteRejected:
+				class = "write rejected"
+			case e.Stale:
+				class = "write stale-accepted"
+			}
+			if e.Stale {
+				class += " stale"
+			}
+			switch {
+			case e.Kind == WriteRejected:
+				marks = append(marks, svgShape{El: "circle", Class: "halo good", CX: svgNum(x), CY: svgNum(cy), R: "17"})
+			case e.Stale:
+				marks = append(marks, svgShape{El: "circle", Class: "halo bad", CX: svgNum(x), CY: svgNum(cy), R: "17"})
+			}
+			mark(svgShape{El: "rect", Class: class, X: svgNum(x - 4), Y: svgNum(cy - 13), W: "8", H: "26"})
+			if e.Value != nil {
+				below.add(x, "w "+strconv.FormatInt(*e.Value, 10), "lbl", nil)
+			}
+		default: // Note and kinds this page does not know
+			mark(svgShape{El: "circle", Class: "note", CX: svgNum(x), CY: svgNum(cy + 20), R: "3"})
+		}
+	}
+	// Whatever is still open runs to the end of the timeline.
+	if waitAt != none {
+		spans = append(spans, svgShape{El: "line", Class: "wait", X1: svgNum(xOf(waitAt)), Y1: svgNum(cy), X2: svgNum(xOf(extent)), Y2: svgNum(cy),
+			Tip: fmt.Sprintf("%s waited for the lock from %s to the end", client, msLabel(waitAt))})
+	}
+	if grantAt != none {
+		span("lease", grantAt, extent, cy-8, 16, leaseTip(grantAt, extent, ", to the end"))
+	}
+	if pauseAt != none {
+		pauses = append(pauses, svgShape{El: "rect", Class: "paused", X: svgNum(xOf(pauseAt)), Y: svgNum(cy - 13),
+			W: svgNum(max(xOf(extent)-xOf(pauseAt), 1)), H: "26",
+			Tip: fmt.Sprintf("%s was paused from %s to the end", client, msLabel(pauseAt))})
+	}
+	out := append(pauses, spans...)
+	out = append(out, marks...)
+	out = append(out, above.shapes...)
+	return append(out, below.shapes...)
+}
+
+// labelRow places the small text labels of one row of a lane (the values
+// read above the line, written below it) left to right, each moved right
+// as far as it must not to cover the one before, and dropped when that is
+// too far from its mark (its tooltip still has the value).
+type labelRow struct {
+	y      float64
+	right  float64 // right edge of the last label placed
+	shapes []svgShape
+}
+
+// add places text centred on x if it can. A label of a mark (a grant's
+// token) carries its event's data-at and data-kind when ev is not nil.
+func (r *labelRow) add(x float64, text, class string, ev *Event) {
+	const charW, gap, maxShift = 6, 3, 40
+	w := float64(utf8.RuneCountInString(text)) * charW
+	left := x - w/2
+	if len(r.shapes) > 0 && left < r.right+gap {
+		left = r.right + gap
+	}
+	if left-(x-w/2) > maxShift {
+		return
+	}
+	r.right = left + w
+	s := svgShape{El: "text", Class: class, X: svgNum(left + w/2), Y: svgNum(r.y), Anchor: "middle", Text: text}
+	if ev != nil {
+		s.At = strconv.FormatFloat(float64(max(ev.At, 0))/float64(time.Millisecond), 'f', -1, 64)
+		s.Kind = string(ev.Kind)
+	}
+	r.shapes = append(r.shapes, s)
+}
+
+// pageScript switches modes: a click on a mode button, or a fragment
+// "#story/mode", shows that mode's pane of that story and hides the
+// others. It is kept free of comments: html/template would strip them,
+// and the Content-Security-Policy allows exactly this text by its hash.
+const pageScript = `(function () {
+  "use strict";
+  function show(story, mode, scroll) {
+    var secs = document.querySelectorAll("section.story");
+    for (var i = 0; i < secs.length; i++) {
+      var s = secs[i];
+      if (s.dataset.story !== story) continue;
+      var panes = s.querySelectorAll(".pane"), found = false, j;
+      for (j = 0; j < panes.length; j++) if (panes[j].dataset.mode === mode) found = true;
+      if (!found) return false;
+      for (j = 0; j < panes.length; j++) panes[j].hidden = panes[j].dataset.mode !== mode;
+      var bs = s.querySelectorAll(".switch button");
+      for (j = 0; j < bs.length; j++) {
+        var on = bs[j].dataset.mode === mode;
+        bs[j].classList.toggle("on", on);
+        bs[j].setAttribute("aria-selected", on ? "true" : "false");
+      }
+      if (scroll) s.scrollIntoView();
+      return true;
+    }
+    return false;
+  }
+  function fromHash() {
+    var h = location.hash.slice(1);
+    try { h = decodeURIComponent(h); } catch (e) {}
+    var k = h.indexOf("/");
+    if (k < 0) return;
+    show(h.slice(0, k), h.slice(k + 1), true);
+  }
+  document.addEventListener("click", function (ev) {
+    var b = ev.target.closest(".switch button");
+    if (b) {
+      var s = b.closest("section.story");
+      if (show(s.dataset.story, b.dataset.mode, false)) {
+        try {
+          history.replaceState(null, "", "#" + encodeURIComponent(s.dataset.story) + "/" + encodeURIComponent(b.dataset.mode));
+        } catch (e) {}
+      }
+      return;
+    }
+    var a = ev.target.closest("a.cell");
+    if (a) show(a.dataset.story, a.dataset.mode, true);
+  });
+  window.addEventListener("hashchange", fromHash);
+  document.documentElement.classList.add("js");
+  fromHash();
+})();`
+
+// pageCSP forbids every fetch: the page must need none. The script is
+// allowed by its hash, so nothing injected into the page could run.
+var pageCSP = func() string {
+	sum := sha256.Sum256([]byte(pageScript))
+	return "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; script-src 'sha256-" +
+		base64.StdEncoding.EncodeToString(sum[:]) + "'"
+}()
+
+const pageCSS = `
+body{font-family:system-ui,"DejaVu Sans",sans-serif;margin:1.5em 2em;max-width:74em;color:#222;line-height:1.4}
+h1{margin:.2em 0}
+h2{margin:1.6em 0 .2em;border-top:1px solid #ddd;padding-top:.8em}
+code{background:#f4f4f4;padding:0 .2em}
+.meta{color:#555;font-size:90%}
+table.summary{border-collapse:collapse;font-size:90%;margin:.6em 0}
+table.summary td,table.summary th{border:1px solid #ccc;padding:.25em .6em;text-align:center}
+table.summary th.story{text-align:left}
+table.summary td.safe{background:#e3f4e3}
+table.summary td.unsafe{background:#fbdada}
+table.summary td.error{background:#fff0c2}
+table.summary td.missing{color:#999}
+table.summary a{color:inherit;text-decoration:none;font-variant-numeric:tabular-nums;display:block}
+table.summary a:hover{text-decoration:underline}
+.switch{margin:.6em 0}
+.switch button{font:inherit;border:1px solid #888;background:#f6f6f6;padding:.2em .8em;margin:0 .2em .2em 0;border-radius:3px;cursor:pointer}
+.switch button.on{background:#234;color:#fff;border-color:#234}
+.pane[hidden]{display:none}
+.verdict{font-weight:bold;padding:.2em .5em;border-left:5px solid}
+.verdict.safe{color:#14601a;border-color:#2ca02c;background:#eef8ee}
+.verdict.unsafe{color:#a01010;border-color:#d62728;background:#fdeeee}
+.verdict.error{color:#7a4f00;border-color:#e0a000;background:#fff6dd}
+.err{white-space:pre-wrap;background:#fff6dd;padding:.4em;border:1px solid #e0a000}
+.outcome{font-size:90%;color:#333;font-variant-numeric:tabular-nums}
+.missing-modes{font-size:90%;color:#777}
+svg.timeline{display:block;max-width:100%;height:auto;border:1px solid #ddd;background:#fff;margin:.4em 0}
+svg.defs{position:absolute;width:0;height:0;overflow:hidden}
+.band{fill:#fff}.band.odd{fill:#f6f7f9}
+.lane-label{font:bold 13px system-ui,"DejaVu Sans",sans-serif;fill:#222}
+.grid{stroke:#e6e6e6}
+.axis{stroke:#666}
+.tick{font:10px system-ui,"DejaVu Sans",sans-serif;fill:#555}
+.lbl{font:10px system-ui,"DejaVu Sans",sans-serif;fill:#333}
+.lbl.grant{fill:#1f3f80}
+.empty{font:italic 13px system-ui,"DejaVu Sans",sans-serif;fill:#888}
+.lease{fill:#cfe0fb;stroke:#4a7bd0;fill-opacity:.9}
+.grant-tick{stroke:#1f3f80;stroke-width:2}
+.believed{fill:#cfe0fb;fill-opacity:.4;stroke:#4a7bd0;stroke-dasharray:4 3}
+.wait{stroke:#999;stroke-width:2;stroke-dasharray:2 3}
+.paused{fill:url(#occkit-hatch);stroke:#777}
+.pause-edge{stroke:#444;stroke-width:3}
+.acquire{stroke:#999;stroke-width:2}
+.renew{stroke:#1f4fa0;stroke-width:2}
+.release{stroke:#1f3f80;stroke-width:3}
+.expire{stroke:#7a1fa2;stroke-width:2.5;fill:none}
+.fault{stroke:#e07000;stroke-width:2;fill:#ff9a2e;stroke-dasharray:5 3}
+.read{fill:#fff;stroke:#333;stroke-width:1.5}
+.write{stroke:#222;stroke-width:1}
+.write.ok{fill:#7a8290}
+.write.stale-accepted{fill:#d62728}
+.write.rejected{fill:#2ca02c}
+.note{fill:#999}
+.halo{stroke:none}.halo.bad{fill:#d62728;fill-opacity:.18}.halo.good{fill:#2ca02c;fill-opacity:.18}
+ul.legend{list-style:none;padding:0;margin:.3em 0;font-size:85%;color:#444;display:flex;flex-wrap:wrap;gap:.2em 1.2em}
+ul.legend svg{vertical-align:middle;margin-right:.3em}
+`
+
+var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{{.CSP}}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>occkit lock stories</title>
+<style>` + pageCSS + `</style>
+<noscript><style>.pane[hidden]{display:block}.switch{display:none}</style></noscript>
+</head><body>
+<svg class="defs" aria-hidden="true" focusable="false"><defs>
+<pattern id="occkit-hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
+<rect width="6" height="6" fill="#ececec"></rect><line x1="0" y1="0" x2="0" y2="6" stroke="#8a8a8a" stroke-width="2.5"></line>
+</pattern></defs></svg>
+<h1>occkit lock stories</h1>
+<p class="meta">{{if .Started}}Run {{.Started}}{{end}}{{if .Servers}} against {{range $i, $s := .Servers}}{{if $i}}, {{end}}{{$s}}{{end}}{{end}}.
+{{if .Command}}Reproduce with <code>{{.Command}}</code>.{{end}}</p>
+<h2 id="summary">Outcomes</h2>
+<p class="meta">Each cell: lost updates / stale writes accepted / stale writes rejected; red where an update was lost or a stale write accepted. A cell opens its timeline.</p>
+<table class="summary"><thead><tr><th class="story">story</th>{{range .Modes}}<th title="{{.Title}}">{{.Name}}</th>{{end}}</tr></thead><tbody>
+{{range .Rows}}<tr><th class="story">{{if .Story.Title}}{{.Story.Title}}{{else}}{{.Story.Name}}{{end}}</th>
+{{- range .Cells}}{{if not .Present}}<td class="missing" title="not run">—</td>{{else}}<td class="{{if .Err}}error{{else if .Safe}}safe{{else}}unsafe{{end}}"><a class="cell" href="#{{.Story}}/{{.Mode}}" data-story="{{.Story}}" data-mode="{{.Mode}}">{{if .Err}}error{{else}}{{.Lost}} / {{.Accepted}} / {{.Rejected}}{{end}}</a></td>{{end}}{{end}}</tr>
+{{end}}</tbody></table>
+{{range .Stories}}{{$story := .Name}}
+<section class="story" id="{{.Name}}" data-story="{{.Name}}">
+<h2>{{if .Title}}{{.Title}} <small><code>{{.Name}}</code></small>{{else}}{{.Name}}{{end}}</h2>
+{{if .About}}<p class="about">{{.About}}</p>{{end}}
+{{if not .Panes}}<p class="missing-modes">No results for this story.</p>{{else}}
+<div class="switch" role="tablist" aria-label="lock mode">{{range .Panes}}<button type="button" role="tab" data-mode="{{.Mode.Name}}" class="{{if .First}}on{{end}}" aria-selected="{{if .First}}true{{else}}false{{end}}"{{if .Mode.Title}} title="{{.Mode.Title}}"{{end}}>{{.Mode.Name}}</button>{{end}}</div>
+{{if .Missing}}<p class="missing-modes">Not run in: {{range $i, $m := .Missing}}{{if $i}}, {{end}}{{$m}}{{end}}.</p>{{end}}
+{{range .Panes}}<div class="pane" role="tabpanel" data-story="{{.Story}}" data-mode="{{.Mode.Name}}"{{if not .First}} hidden{{end}}>
+<h3>{{if .Mode.Title}}{{.Mode.Title}} <small><code>{{.Mode.Name}}</code></small>{{else}}{{.Mode.Name}}{{end}}</h3>
+{{if .Mode.About}}<p class="about">{{.Mode.About}}</p>{{end}}
+{{if .Err}}<p class="verdict error">run failed</p><pre class="err">{{.Err}}</pre>{{end}}
+{{if .Verdict}}<p class="verdict {{if .Err}}error{{else if .Safe}}safe{{else}}unsafe{{end}}">{{if .Safe}}✔ {{else if not .Err}}✘ {{end}}{{.Verdict}}</p>{{end}}
+{{if not (and .Err .Timeline.Empty)}}<p class="outcome">expected {{.Outcome.Expected}}, final {{.Outcome.Final}} · lost updates <b>{{.Outcome.LostUpdates}}</b> · stale writes accepted <b>{{.Outcome.StaleAccepted}}</b> · stale writes rejected <b>{{.Outcome.StaleRejected}}</b> · blocked {{.Blocked}} · ran {{.Duration}}</p>{{end}}
+{{with .Timeline}}<svg class="timeline" data-story="{{.Story}}" data-mode="{{.Mode}}" width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="timeline">
+{{$t := .}}{{range .Lanes}}<rect class="band{{if .Odd}} odd{{end}}" x="0" y="{{.Y}}" width="{{$t.Width}}" height="{{.H}}"></rect>{{end}}
+{{range .Ticks}}<line class="grid" x1="{{.X}}" y1="{{$t.GridTop}}" x2="{{.X}}" y2="{{$t.AxisY}}"></line>{{end}}
+{{range .Lanes}}<g class="lane" data-client="{{.Client}}"><text class="lane-label" x="8" y="{{.LabelY}}">{{.Label}}<title>{{.Client}}</title></text>
+{{range .Shapes}}{{template "shape" .}}{{end}}</g>
+{{end}}<line class="axis" x1="{{.X0}}" y1="{{.AxisY}}" x2="{{.X1}}" y2="{{.AxisY}}"></line>
+{{range .Ticks}}<line class="axis" x1="{{.X}}" y1="{{$t.AxisY}}" x2="{{.X}}" y2="{{$t.AxisY2}}"></line><text class="tick" x="{{.X}}" y="{{$t.AxisLabelY}}" text-anchor="middle">{{.Label}}</text>{{end}}
+<text class="tick" x="8" y="{{.AxisLabelY}}">time, ms</text>
+{{if .Empty}}<text class="empty" x="{{.EmptyX}}" y="{{.EmptyY}}" text-anchor="middle">no events recorded</text>{{end}}
+</svg>{{end}}
+</div>
+{{end}}
+<ul class="legend">
+<li><svg class="swatch" width="28" height="16"><rect class="lease" x="1" y="4" width="26" height="8"></rect></svg>lease held</li>
+<li><svg class="swatch" width="28" height="16"><rect class="believed" x="1" y="4" width="26" height="8"></rect></svg>lease expired, client still acting as holder</li>
+<li><svg class="swatch" width="28" height="16"><line class="wait" x1="1" y1="8" x2="27" y2="8"></line></svg>waiting for the lock</li>
+<li><svg class="swatch" width="28" height="16"><rect class="paused" x="1" y="1" width="26" height="14"></rect></svg>paused (SIGSTOP to SIGCONT)</li>
+<li><svg class="swatch" width="14" height="16"><line class="renew" x1="7" y1="1" x2="7" y2="15"></line></svg>renewal</li>
+<li><svg class="swatch" width="16" height="16"><path class="expire" d="M3 3L13 13M3 13L13 3"></path></svg>lease expired</li>
+<li><svg class="swatch" width="14" height="16"><line class="release" x1="7" y1="1" x2="7" y2="15"></line></svg>release</li>
+<li><svg class="swatch" width="14" height="16"><circle class="read" cx="7" cy="8" r="5"></circle></svg>read</li>
+<li><svg class="swatch" width="12" height="18"><rect class="write ok" x="2" y="1" width="8" height="16"></rect></svg>write accepted</li>
+<li><svg class="swatch" width="12" height="18"><rect class="write stale-accepted" x="2" y="1" width="8" height="16"></rect></svg>stale write accepted (unsafe)</li>
+<li><svg class="swatch" width="12" height="18"><rect class="write rejected" x="2" y="1" width="8" height="16"></rect></svg>write rejected (stale token or version)</li>
+<li><svg class="swatch" width="16" height="18"><path class="fault" d="M8 1V17M8 9l5 -8h-10z"></path></svg>fault injected</li>
+</ul>
+{{end}}
+</section>
+{{end}}
+<script>{{.Script}}</script>
+</body></html>
+{{define "shape"}}
+{{- if eq .El "rect"}}<rect class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}">{{if .Tip}}<title>{{.Tip}}</title>{{end}}</rect>
+{{- else if eq .El "line"}}<line class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} x1="{{.X1}}" y1="{{.Y1}}" x2="{{.X2}}" y2="{{.Y2}}">{{if .Tip}}<title>{{.Tip}}</title>{{end}}</line>
+{{- else if eq .El "circle"}}<circle class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} cx="{{.CX}}" cy="{{.CY}}" r="{{.R}}">{{if .Tip}}<title>{{.Tip}}</title>{{end}}</circle>
+{{- else if eq .El "path"}}<path class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} d="{{.D}}">{{if .Tip}}<title>{{.Tip}}</title>{{end}}</path>
+{{- else if eq .El "text"}}<text class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} x="{{.X}}" y="{{.Y}}"{{if .Anchor}} text-anchor="{{.Anchor}}"{{end}}>{{.Text}}{{if .Tip}}<title>{{.Tip}}</title>{{end}}</text>
+{{- end}}
+{{- end}}`))
