@@ -24,9 +24,11 @@ const DefaultSafetyMargin = 100 * time.Millisecond
 // (the holder paused past its TTL and another holder wrote since), the
 // write is refused with cas.ErrFenced instead of overwriting newer work.
 //
-// The work runs with a context cancelled when the lease is lost. Before the
-// write, Update refuses to send it when less than the safety margin of the
-// lease remains (ErrLeaseExpiring). A conflicted, fenced-off, lost or
+// The read and mutate run with a context cancelled when the lease is lost.
+// Before the write, Update refuses to send it when less than the safety
+// margin of the lease remains (ErrLeaseExpiring). The write itself runs on
+// ctx: once sent, its fencing token decides. An ambiguous write (matching
+// cas.ErrAmbiguous: it may have applied) is returned, never retried. A conflicted, fenced-off, lost or
 // expiring attempt is retried through occ with a fresh lease; other errors
 // (mutate's, the store's) end the call as in occ.Update. The typed store's
 // underlying Store must be a cas.FencedStore (ErrNotFenced otherwise).
@@ -82,9 +84,15 @@ func Update[T any](ctx context.Context, l Locker, s *cas.Typed[T], key string, m
 		if err != nil {
 			return err
 		}
-		nv, err := fs.CompareAndSwapFenced(wctx, key, ver, lease.Token(), b)
+		// The write runs on the caller's context, not on the lease's: once
+		// sent, the fencing token decides whether it applies. Cancelling it
+		// when the lease is lost would only make its outcome unknown, and
+		// an outcome that may have applied must not be retried (it would
+		// apply the mutation twice). A fenced refusal is retried with a
+		// new lease; an ambiguous error is returned as is.
+		nv, err := fs.CompareAndSwapFenced(ctx, key, ver, lease.Token(), b)
 		if err != nil {
-			return leaseErr(wctx, err)
+			return err
 		}
 		written, version = next, nv
 		return nil

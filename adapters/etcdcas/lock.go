@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/hybrid"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -143,17 +144,34 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	if key == "" {
 		return nil, errors.New("etcdcas: empty lock key")
 	}
-	s, err := l.session(ctx)
-	if err != nil {
-		return nil, err
-	}
 	pfx := l.prefix + key + "\x00"
-	myKey := fmt.Sprintf("%s%x-%d", pfx, int64(s.id), l.seq.Add(1))
-	resp, err := l.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)).
-		Then(clientv3.OpPut(myKey, "", clientv3.WithLease(s.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
-		Commit()
-	if err != nil {
+	var (
+		s     *session
+		myKey string
+		resp  *clientv3.TxnResponse
+	)
+	// The session's lease may have ended on the server (revoked, or
+	// expired during a pause or a partition) before the keepalive loop
+	// noticed: etcd then refuses the grant key with "lease not found".
+	// That session is dead; the grant is retried once on a new one.
+	for try := 0; ; try++ {
+		var err error
+		s, err = l.session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		myKey = fmt.Sprintf("%s%x-%d", pfx, int64(s.id), l.seq.Add(1))
+		resp, err = l.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)).
+			Then(clientv3.OpPut(myKey, "", clientv3.WithLease(s.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err == nil {
+			break
+		}
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && try == 0 {
+			s.cancel(fmt.Errorf("%w: %w", ErrSessionLost, err))
+			continue
+		}
 		return nil, fmt.Errorf("etcdcas: acquiring %q: %w", key, err)
 	}
 	if !resp.Succeeded {
