@@ -1,0 +1,146 @@
+package leasefaults
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
+)
+
+// holder is one worker's Locker: it remembers the lease of its current
+// grant, so that the worker's mutate function can disturb it, and gives
+// each Acquire a context of its own, whose end stops the grant's renewals
+// (as a stopped process's renewals stop). With a skew, it is a holder
+// whose clock is behind: its leases report an expiry later than the truth
+// by skew, and a Context that only their release ends. A holder is used by
+// one goroutine at a time.
+type holder struct {
+	inner hybrid.Locker
+	skew  time.Duration
+	cur   *heldLease
+}
+
+func (h *holder) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	actx, stop := context.WithCancel(ctx)
+	g, err := h.inner.Acquire(actx, key)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	l := &heldLease{inner: g, stopRenewals: stop, skew: h.skew, ctx: g.Context()}
+	if h.skew > 0 {
+		l.ctx, l.cancel = context.WithCancel(context.Background())
+	}
+	h.cur = l
+	return l, nil
+}
+
+// heldLease is a lease of a holder.
+type heldLease struct {
+	inner        hybrid.Lease
+	stopRenewals context.CancelFunc // ends the context given to Acquire
+	skew         time.Duration
+	ctx          context.Context
+	cancel       context.CancelFunc // skewed leases: ends ctx
+}
+
+func (l *heldLease) Token() uint64 { return l.inner.Token() }
+
+// Context is the inner lease's, or for a skewed lease one that only
+// Release ends: the holder's wrong clock says the lease still runs.
+func (l *heldLease) Context() context.Context { return l.ctx }
+
+// Expires is the inner lease's expiry plus the skew. A lease that does
+// not say when it expires (a PostgreSQL session lock) never expires.
+func (l *heldLease) Expires() time.Time {
+	if e, ok := l.inner.(interface{ Expires() time.Time }); ok {
+		return e.Expires().Add(l.skew)
+	}
+	return time.Now().Add(time.Hour + l.skew)
+}
+
+func (l *heldLease) Release(ctx context.Context) error {
+	err := l.inner.Release(ctx)
+	l.stopRenewals()
+	if l.cancel != nil {
+		l.cancel()
+	}
+	return err
+}
+
+// looksValid is the check hybrid.Update makes before its write: the lease
+// is not known lost and at least margin of it remains.
+func looksValid(g hybrid.Lease, margin time.Duration) bool {
+	if g.Context().Err() != nil {
+		return false
+	}
+	e, ok := g.(interface{ Expires() time.Time })
+	return !ok || time.Until(e.Expires()) >= margin
+}
+
+// watchStore is the fenced store of a run, watching every write: it knows,
+// per key, the largest token of an acknowledged fenced write, and counts
+// the outcomes of stale writes (sent with a smaller token).
+type watchStore struct {
+	cas.FencedStore
+
+	mu      sync.Mutex
+	highest map[string]uint64
+	stale   staleCounts
+}
+
+type staleCounts struct{ accepted, rejected, other int64 }
+
+func newWatchStore(s cas.FencedStore) *watchStore {
+	return &watchStore{FencedStore: s, highest: map[string]uint64{}}
+}
+
+// written returns the largest token that has written key in this run.
+func (w *watchStore) written(key string) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.highest[key]
+}
+
+func (w *watchStore) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	stale := token < w.written(key)
+	v, err := w.FencedStore.CompareAndSwapFenced(ctx, key, expected, token, value)
+	w.observe(key, token, stale, err, true)
+	return v, err
+}
+
+// unfencedWrite is the mutant's write: a plain CompareAndSwap by a holder
+// of token, classified as a fenced write would be.
+func (w *watchStore) unfencedWrite(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	stale := token < w.written(key)
+	v, err := w.FencedStore.CompareAndSwap(ctx, key, expected, value)
+	w.observe(key, token, stale, err, false)
+	return v, err
+}
+
+func (w *watchStore) observe(key string, token uint64, stale bool, err error, fenced bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil && fenced && token > w.highest[key] {
+		w.highest[key] = token
+	}
+	if !stale {
+		return
+	}
+	switch {
+	case err == nil:
+		w.stale.accepted++
+	case isFenced(err):
+		w.stale.rejected++
+	default:
+		w.stale.other++
+	}
+}
+
+func (w *watchStore) counts() staleCounts {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stale
+}
