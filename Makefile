@@ -27,9 +27,12 @@ unit:
 bench:
 	go test -run '^$$' -bench . -benchmem -count 6 ./occ/
 
-# faults runs occ.Update increments on every backend it can start while a
-# fault proxy drops connections or adds latency, checks that no increment
-# was lost or doubled, and writes $(OUT)/faults.json; see docs/reliability.md.
+# faults runs counter increments (occ.Update) and transfers (occ.Txn) on
+# every backend it can start while a fault strikes (dropped connections,
+# latency, answers cut mid-response, PostgreSQL and Redis restarts, etcd
+# leader loss), checks that nothing was lost or doubled and that every
+# history is linearizable (porcupine), and writes $(OUT)/faults.json; see
+# docs/reliability.md. It takes about 4 minutes (at most 10).
 OUT ?= ./faults-out
 .PHONY: faults
 faults:

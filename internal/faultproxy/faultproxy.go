@@ -42,6 +42,7 @@ type Proxy struct {
 	closed   bool
 	accepted int
 	dropped  int
+	cuts     int
 }
 
 // link is one proxied connection: the client's side and the server's.
@@ -137,6 +138,13 @@ func (p *Proxy) Stats() (accepted, dropped int) {
 	return p.accepted, p.dropped
 }
 
+// Cuts reports how many connections an armed cut (CutAfter) has closed.
+func (p *Proxy) Cuts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cuts
+}
+
 // Close stops accepting, closes every connection and waits for the
 // proxy's goroutines to end. It is safe to call more than once.
 func (p *Proxy) Close() error {
@@ -230,6 +238,9 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, fromServer bool) {
 				}
 			}
 			if cut {
+				p.mu.Lock()
+				p.cuts++
+				p.mu.Unlock()
 				l.close(false)
 				return
 			}

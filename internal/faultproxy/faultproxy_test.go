@@ -196,6 +196,9 @@ func TestCutAfter(t *testing.T) {
 				if n != int(tt.arm)-1 || !errors.Is(err, io.ErrUnexpectedEOF) {
 					t.Fatalf("read %q, %v; want %d bytes then EOF", got[:n], err, tt.arm-1)
 				}
+				if got := p.Cuts(); got != 1 {
+					t.Fatalf("Cuts() = %d after one cut, want 1", got)
+				}
 				return
 			}
 			if tt.cut {
@@ -205,10 +208,16 @@ func TestCutAfter(t *testing.T) {
 				if string(got[:n]) != tt.want {
 					t.Fatalf("before the cut: got %q, want %q", got[:n], tt.want)
 				}
+				if got := p.Cuts(); got != 1 {
+					t.Fatalf("Cuts() = %d after one cut, want 1", got)
+				}
 				return
 			}
 			if err != nil || string(got) != tt.want {
 				t.Fatalf("got %q, %v; want %q", got[:n], err, tt.want)
+			}
+			if got := p.Cuts(); got != 0 {
+				t.Fatalf("Cuts() = %d without a cut, want 0", got)
 			}
 		})
 	}

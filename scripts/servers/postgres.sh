@@ -12,6 +12,9 @@
 # server, leaves it running and prints the two lines to use it:
 #   export OCCKIT_PG_URL=postgres://...
 #   stop: <command that stops it and removes its directory>
+# and a third, for fault-injection runs (benchmarks/cmd/occfaults):
+#   restart: <command that restarts it on the same port and data, after
+#            $OCCKIT_RESTART_DOWN seconds down (default 1)>
 
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -91,10 +94,16 @@ EOF
 
   local stop
   stop="$(printf '%q ' "${as_pg[@]}" "$pgbin/pg_ctl" -D "$dir/data" -m immediate -w stop)>/dev/null 2>&1; rm -rf $(printf '%q' "$remove")"
+  # The restart command (for fault runs): a clean stop (sessions are
+  # terminated; everything committed is kept), $OCCKIT_RESTART_DOWN seconds
+  # down (default 1), then a start on the same port with the same data.
+  local restart
+  restart="$(printf '%q ' "${as_pg[@]}" "$pgbin/pg_ctl" -D "$dir/data" -m fast -w stop)>/dev/null 2>&1; sleep \"\${OCCKIT_RESTART_DOWN:-1}\"; $(printf '%q ' "${as_pg[@]}" "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "-p $port" start)>/dev/null 2>&1 || { tail -n 20 $(printf '%q' "$dir/server.log") >&2; exit 1; }"
   OCCKIT_PG_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
   export OCCKIT_PG_URL
   occkit_register_cleanup "$stop"
   OCCKIT_PG_STOP="$stop"
+  OCCKIT_PG_RESTART="$restart"
   echo "postgres: PostgreSQL 15 on 127.0.0.1:$port (data in $dir)" >&2
 }
 
@@ -132,6 +141,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   occkit_pg_main
   echo "export OCCKIT_PG_URL='$OCCKIT_PG_URL'"
   echo "stop: $OCCKIT_PG_STOP"
+  echo "restart: $OCCKIT_PG_RESTART"
 else
   occkit_pg_main
 fi

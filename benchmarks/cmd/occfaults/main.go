@@ -1,30 +1,76 @@
-// Command occfaults runs occ.Update increments against each backend it can
-// reach while a fault proxy (internal/faultproxy) between the client and
-// the server injects network faults, and checks that no acknowledged
-// increment was lost and none was applied twice.
+// Command occfaults runs concurrent clients against each backend it can
+// reach while a fault strikes — the network between client and server
+// breaks, slows down or loses answers, the server restarts, the etcd
+// leader crashes — and checks that no acknowledged write was lost, none
+// was applied twice, and every recorded history is linearizable.
 //
-//	go run ./benchmarks/cmd/occfaults --out DIR [--duration 10s]
+//	go run ./benchmarks/cmd/occfaults --out DIR [--duration 10s] [--only postgres,etcd/leader-loss]
 //
-// Backends: memory (memcas, in process: no network, so a concurrency
-// baseline without faults), postgres (OCCKIT_PG_URL, or a throwaway server
-// started with scripts/servers/postgres.sh), redis (OCCKIT_REDIS_URL, or
-// scripts/servers/redis.sh), etcd (one member in process) and dynamodb
-// (minidyn's server in process). A backend that cannot be started is
-// skipped, and said so.
+// Backends: memory (memcas, in process: no network, the concurrency
+// baseline without a fault), postgres (OCCKIT_PG_URL, or a throwaway
+// server started with scripts/servers/postgres.sh), redis
+// (OCCKIT_REDIS_URL, or scripts/servers/redis.sh), etcd (one member in
+// process; three for leader loss) and dynamodb (minidyn's server in
+// process). A backend that cannot be started is skipped, and said so.
 //
-// Faults, each for --duration, on a fresh proxy and fresh keys:
+// # Faults
 //
-//   - drop: every live connection is reset every 200 ms (a network path
-//     that breaks; answers in flight are lost).
-//   - latency: every forwarded chunk waits 2 ms more, in both directions.
+// Each for --duration, on a fresh proxy, fresh clients and fresh keys:
 //
-// Each call is classified as succeeded, ambiguous (errors.Is
-// cas.ErrAmbiguous) or failed. The counters are then read directly from the
-// server: lost = max(0, succeeded - final) and duplicated = max(0, final -
-// succeeded - ambiguous) must both be 0, or the command says so loudly and
-// exits with status 1. Results go to DIR/faults.json, and a markdown table
-// to stdout. A linearizability check (porcupine) over the faulted histories
-// is not done yet: "linearizable" is null.
+//   - drop: every live connection is reset every 200 ms (requests and
+//     answers in flight are lost).
+//   - latency: every forwarded chunk waits 2 ms more, both ways.
+//   - cut: every 200 ms, for 50 ms, every connection is closed once it has
+//     received 1 to 256 more bytes from the server (an answer lost
+//     mid-response, after the server acted).
+//   - restart (postgres, redis): a server of the run's own (started with
+//     the script, never the shared one) is stopped at a quarter of the
+//     run, stays down 1 s, and starts again on the same port with its
+//     data.
+//   - leader-loss (etcd): in a 3-member cluster of the run's own, the
+//     leader is stopped abruptly at a quarter of the run.
+//
+// After a restart or a leader loss the run goes on for at least
+// max(duration/2, 1 s) after the service is back.
+//
+// # Workloads
+//
+// Both run at once in each run, 8 goroutines each; one call in four is a
+// plain Get of a key.
+//
+//   - counter: occ.Update increments of 4 counters.
+//   - transfer (stores that implement cas.Committer): occ.Txn moves 1 to
+//     10 between two of 5 accounts, reading and writing both.
+//
+// Each call is succeeded, ambiguous (errors.Is cas.ErrAmbiguous: it may or
+// may not have applied) or failed (it applied nothing). At the end the
+// keys are read directly from the server. Counters: lost = max(0,
+// succeeded - final) and duplicated = max(0, final - succeeded -
+// ambiguous). Transfers: each account value names the transfer that wrote
+// it, so the transfers that applied are exactly those whose value was seen
+// (by a later write, a read, or at the end); lost counts succeeded
+// transfers that are not among them, duplicated failed ones that are (or
+// one applied twice), and the final balances must be the initial ones plus
+// exactly those transfers (and the total conserved).
+//
+// # Linearizability
+//
+// Every call on a key is recorded: when it began (for a write, when its
+// final attempt began), when it returned, the state it read and the state
+// it wrote. Each key's history is checked with porcupine against a
+// compare-and-set register: an ambiguous write returns at the end of time
+// and may or may not take effect; failed writes are left out (they applied
+// nothing). Keys are renewed every ~5000 calls each (a generation), which
+// keeps each history small enough to check; the first --window calls of
+// each workload are recorded (the memory backend makes more; later calls
+// are counted, not recorded). Before the runs, the checkers are run on
+// hand-made bad histories (a lost write, a stale read, a doubled write, a
+// half transfer...) and must reject them.
+//
+// Results go to DIR/faults.json, and a markdown table to stdout. A lost or
+// duplicated write, a history that is not linearizable, unexplained
+// balances or a run that could not be done make the command say so loudly
+// and exit with status 1.
 package main
 
 import (
@@ -35,69 +81,67 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	grpcbackoff "google.golang.org/grpc/backoff"
+	"github.com/anishathalye/porcupine"
 
-	"github.com/occkit/occkit/adapters/dynamocas"
-	"github.com/occkit/occkit/adapters/etcdcas"
-	"github.com/occkit/occkit/adapters/memcas"
-	"github.com/occkit/occkit/adapters/pgcas"
-	"github.com/occkit/occkit/adapters/rediscas"
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/internal/dynamotest"
-	"github.com/occkit/occkit/internal/faultproxy"
 	"github.com/occkit/occkit/occ"
 )
 
 const (
-	workers      = 8
-	numKeys      = 4
-	callTimeout  = 2 * time.Second
-	maxAttempts  = 20
-	dropEvery    = 200 * time.Millisecond
-	addedLatency = 2 * time.Millisecond
+	workers     = 8 // per workload
+	callTimeout = 2 * time.Second
+	maxAttempts = 20
 )
 
-const linearizableNote = "linearizable is null: a porcupine check over the faulted histories is not done yet; only lost and duplicated increments are checked"
-
-// Run is one (backend, fault) row of faults.json.
+// Run is one (backend, fault, workload) row of faults.json.
 type Run struct {
-	Backend      string   `json:"backend"`
-	Fault        string   `json:"fault"`
-	Ops          int64    `json:"ops"`
-	Succeeded    int64    `json:"succeeded"`
-	Ambiguous    int64    `json:"ambiguous"`
-	Failed       int64    `json:"failed"`
-	Final        int64    `json:"final"`
-	Lost         int64    `json:"lost"`
-	Duplicated   int64    `json:"duplicated"`
-	Linearizable *bool    `json:"linearizable"`
-	Drops        int      `json:"connections_dropped"`
-	Errors       []string `json:"sample_errors,omitempty"`
+	Backend  string  `json:"backend"`
+	Fault    string  `json:"fault"`
+	Workload string  `json:"workload"`
+	Seconds  float64 `json:"seconds"`
+	// Ops counts the write calls (increments or transfers); Reads the
+	// plain Gets that succeeded.
+	Ops              int64 `json:"ops"`
+	Succeeded        int64 `json:"succeeded"`
+	Ambiguous        int64 `json:"ambiguous"`
+	AmbiguousApplied int64 `json:"ambiguous_applied"`
+	Failed           int64 `json:"failed"`
+	Reads            int64 `json:"reads"`
+	// Final is the counters' sum, or the accounts' total balance.
+	Final      int64 `json:"final"`
+	Lost       int64 `json:"lost"`
+	Duplicated int64 `json:"duplicated"`
+	// Conserved and Explained are the transfer workload's checks.
+	Conserved *bool `json:"conserved,omitempty"`
+	Explained *bool `json:"explained,omitempty"`
+	// Linearizable is null when the check did not finish (see the note).
+	Linearizable        *bool    `json:"linearizable"`
+	LinearizabilityNote string   `json:"linearizability_note,omitempty"`
+	CheckedCalls        int      `json:"checked_calls"`
+	CheckedKeys         int      `json:"checked_keys"`
+	CheckSeconds        float64  `json:"check_seconds"`
+	FaultEvents         int      `json:"fault_events"`
+	SucceededAfterFault *int64   `json:"succeeded_after_fault,omitempty"`
+	Problems            []string `json:"problems,omitempty"`
+	Errors              []string `json:"sample_errors,omitempty"`
 }
 
-// Skipped is a backend the command could not run.
+// Bad reports whether the run broke a promise.
+func (r Run) Bad() bool {
+	return r.Lost != 0 || r.Duplicated != 0 || (r.Linearizable != nil && !*r.Linearizable) ||
+		(r.Conserved != nil && !*r.Conserved) || (r.Explained != nil && !*r.Explained) || len(r.Problems) > 0
+}
+
+// Skipped is a backend, or a (backend, fault) run, the command could not do.
 type Skipped struct {
 	Backend string `json:"backend"`
 	Reason  string `json:"reason"`
@@ -106,29 +150,38 @@ type Skipped struct {
 // Report is faults.json.
 type Report struct {
 	Started     time.Time `json:"started"`
+	Seconds     float64   `json:"seconds"`
 	DurationRun string    `json:"duration_per_run"`
-	Workers     int       `json:"workers"`
-	Keys        int       `json:"keys"`
+	Workers     int       `json:"workers_per_workload"`
+	Counters    int       `json:"counters"`
+	Accounts    int       `json:"accounts"`
 	CallTimeout string    `json:"call_timeout"`
-	Note        string    `json:"note"`
+	MaxAttempts int       `json:"max_attempts"`
+	Window      int64     `json:"history_window_calls"`
 	Runs        []Run     `json:"runs"`
 	Skipped     []Skipped `json:"skipped,omitempty"`
 }
 
-// target is one run's stores: ops goes through the proxy (nil for
-// memory), direct reads the server itself.
-type target struct {
-	ops, direct cas.Store
-	proxy       *faultproxy.Proxy
-	retryable   func(error) bool
-	close       func()
+// params are the knobs of the runs.
+type params struct {
+	duration     time.Duration
+	recovery     time.Duration // least time after a one-shot fault is over
+	workers      int           // per workload
+	window       int64         // calls recorded per workload and run
+	checkTimeout time.Duration // porcupine's time per workload and run
+	settle       time.Duration // wait before the final reads
+	out          string        // where visualizations of failures go
 }
 
-// backend opens a fresh target (fresh keys, fresh proxy) for each run.
-type backend struct {
-	name   string
-	faults []string
-	open   func(ctx context.Context, ns string) (*target, error)
+func defaultParams(d time.Duration) params {
+	return params{
+		duration:     d,
+		recovery:     max(d/2, time.Second),
+		workers:      workers,
+		window:       400_000,
+		checkTimeout: 60 * time.Second,
+		settle:       500 * time.Millisecond,
+	}
 }
 
 func main() {
@@ -138,29 +191,35 @@ func main() {
 func run() int {
 	out := flag.String("out", "", "directory for faults.json (required)")
 	duration := flag.Duration("duration", 10*time.Second, "length of each (backend, fault) run")
+	only := flag.String("only", "", "comma-separated backends or backend/fault runs to do (default all)")
+	window := flag.Int64("window", 400_000, "calls recorded and checked for linearizability per workload and run")
+	checkTimeout := flag.Duration("check-timeout", 60*time.Second, "porcupine's time per workload and run")
 	flag.Parse()
-	if *out == "" || *duration <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: occfaults --out DIR [--duration 10s]")
+	if *out == "" || *duration <= 0 || *window <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: occfaults --out DIR [--duration 10s] [--only backend[/fault],...] [--window calls] [--check-timeout 60s]")
 		return 2
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "occfaults:", err)
 		return 1
 	}
+	if err := selfTest(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	p := defaultParams(*duration)
+	p.window, p.checkTimeout, p.out = *window, *checkTimeout, *out
 
-	var cleanups []func()
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}()
+	started := time.Now()
 	rep := Report{
-		Started: time.Now().UTC(), DurationRun: duration.String(), Workers: workers, Keys: numKeys,
-		CallTimeout: callTimeout.String(), Note: linearizableNote,
+		Started: started.UTC(), DurationRun: duration.String(), Workers: p.workers, Counters: numCounters,
+		Accounts: numAccounts, CallTimeout: callTimeout.String(), MaxAttempts: maxAttempts, Window: p.window,
 	}
-	backends, skipped := openBackends(ctx, &cleanups)
+	e := newEnv(2*p.workers, logf)
+	defer e.close()
+	backends, skipped := openBackends(ctx, e, func(name string) bool { return selectedBackend(*only, name) })
 	rep.Skipped = skipped
 	for _, s := range skipped {
 		logf("%s: skipped: %s", s.Backend, s.Reason)
@@ -169,25 +228,30 @@ func run() int {
 	bad := false
 	for _, b := range backends {
 		for _, fault := range b.faults {
-			if ctx.Err() != nil {
-				break
+			if ctx.Err() != nil || !selected(*only, b.name, fault) {
+				continue
 			}
-			r, err := runOne(ctx, b, fault, *duration)
+			runs, err := runOne(ctx, p, b, fault)
 			if err != nil {
 				logf("%s/%s: %v", b.name, fault, err)
 				rep.Skipped = append(rep.Skipped, Skipped{Backend: b.name + "/" + fault, Reason: err.Error()})
-				bad = true
+				if !isSkip(err) {
+					bad = true
+				}
 				continue
 			}
-			logf("%s/%s: %d calls: %d succeeded, %d ambiguous, %d failed; final %d; lost %d, duplicated %d",
-				b.name, fault, r.Ops, r.Succeeded, r.Ambiguous, r.Failed, r.Final, r.Lost, r.Duplicated)
-			if r.Lost != 0 || r.Duplicated != 0 {
-				bad = true
-				fmt.Fprintf(os.Stderr, "\n!!!!!!!! %s under %s: %d LOST and %d DUPLICATED increments !!!!!!!!\n\n", b.name, fault, r.Lost, r.Duplicated)
+			for _, r := range runs {
+				logRun(r)
+				if r.Bad() {
+					bad = true
+					fmt.Fprintf(os.Stderr, "\n!!!!!!!! %s under %s, %s workload: %d LOST, %d DUPLICATED, linearizable %s%s !!!!!!!!\n\n",
+						r.Backend, r.Fault, r.Workload, r.Lost, r.Duplicated, fmtVerdict(r.Linearizable), problemsSuffix(r))
+				}
 			}
-			rep.Runs = append(rep.Runs, r)
+			rep.Runs = append(rep.Runs, runs...)
 		}
 	}
+	rep.Seconds = time.Since(started).Seconds()
 
 	buf, _ := json.MarshalIndent(rep, "", "  ")
 	path := filepath.Join(*out, "faults.json")
@@ -196,139 +260,268 @@ func run() int {
 		return 1
 	}
 	printTable(rep)
-	logf("wrote %s", path)
+	logf("wrote %s (%.0f s in all)", path, rep.Seconds)
 	if ctx.Err() != nil {
 		fmt.Fprintln(os.Stderr, "occfaults: interrupted")
 		return 1
 	}
 	if bad {
-		fmt.Fprintln(os.Stderr, "occfaults: FAILED: an increment was lost or duplicated, or a run could not be done (see above)")
+		fmt.Fprintln(os.Stderr, "occfaults: FAILED: a write was lost or duplicated, a history is not linearizable, balances are unexplained, or a run could not be done (see above)")
 		return 1
 	}
 	return 0
+}
+
+// selected reports whether --only selects the run.
+func selected(only, backend, fault string) bool {
+	if only == "" {
+		return true
+	}
+	for _, s := range strings.Split(only, ",") {
+		if s = strings.TrimSpace(s); s == backend || s == backend+"/"+fault {
+			return true
+		}
+	}
+	return false
+}
+
+// selectedBackend reports whether --only selects a run of the backend.
+func selectedBackend(only, backend string) bool {
+	if only == "" {
+		return true
+	}
+	for _, s := range strings.Split(only, ",") {
+		if b, _, _ := strings.Cut(strings.TrimSpace(s), "/"); b == backend {
+			return true
+		}
+	}
+	return false
+}
+
+func problemsSuffix(r Run) string {
+	if len(r.Problems) == 0 && r.LinearizabilityNote == "" {
+		return ""
+	}
+	return ": " + strings.Join(append(slices.Clone(r.Problems), r.LinearizabilityNote), "; ")
 }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "occfaults: "+format+"\n", args...)
 }
 
+func logRun(r Run) {
+	logf("%s/%s/%s: %d calls in %.1f s: %d succeeded, %d ambiguous (%d applied), %d failed, %d reads; lost %d, duplicated %d; linearizable %s (%d calls on %d keys, %.1f s); %d fault events",
+		r.Backend, r.Fault, r.Workload, r.Ops, r.Seconds, r.Succeeded, r.Ambiguous, r.AmbiguousApplied, r.Failed, r.Reads,
+		r.Lost, r.Duplicated, fmtVerdict(r.Linearizable), r.CheckedCalls, r.CheckedKeys, r.CheckSeconds, r.FaultEvents)
+}
+
 func printTable(rep Report) {
-	fmt.Println("| backend | fault | ops | succeeded | ambiguous | failed | lost | duplicated | linearizable |")
-	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Println("| backend | fault | workload | ops | succeeded | ambiguous (applied) | failed | reads | lost | duplicated | linearizable | fault events |")
+	fmt.Println("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
 	for _, r := range rep.Runs {
-		fmt.Printf("| %s | %s | %d | %d | %d | %d | %d | %d | not checked |\n",
-			r.Backend, r.Fault, r.Ops, r.Succeeded, r.Ambiguous, r.Failed, r.Lost, r.Duplicated)
+		lin := fmtVerdict(r.Linearizable)
+		if r.Linearizable == nil {
+			lin = "not decided"
+		}
+		if r.Explained != nil && !*r.Explained {
+			lin += ", balances UNEXPLAINED"
+		}
+		fmt.Printf("| %s | %s | %s | %d | %d | %d (%d) | %d | %d | %d | %d | %s | %d |\n",
+			r.Backend, r.Fault, r.Workload, r.Ops, r.Succeeded, r.Ambiguous, r.AmbiguousApplied, r.Failed, r.Reads,
+			r.Lost, r.Duplicated, lin, r.FaultEvents)
 	}
 	for _, s := range rep.Skipped {
 		fmt.Printf("\n%s: skipped: %s\n", s.Backend, s.Reason)
 	}
-	fmt.Printf("\n%d workers, %d keys, %s per run, %s per call. %s.\n", rep.Workers, rep.Keys, rep.DurationRun, rep.CallTimeout, linearizableNote)
+	fmt.Printf("\n%d workers per workload, %d counters, %d accounts, %s per run, %s and at most %d attempts per call; up to %d calls per workload and run checked for linearizability.\n",
+		rep.Workers, rep.Counters, rep.Accounts, rep.DurationRun, rep.CallTimeout, rep.MaxAttempts, rep.Window)
 }
 
-// runOne runs one fault against one backend and checks the counters.
-func runOne(ctx context.Context, b backend, fault string, d time.Duration) (Run, error) {
+// runOne runs one fault against one backend, both workloads at once, and
+// checks them.
+func runOne(ctx context.Context, p params, b backend, fault string) ([]Run, error) {
 	ns := "occfaults_" + strings.ReplaceAll(fault, "-", "_") + "_" + randHex(4)
-	tg, err := b.open(ctx, ns)
+	tg, err := b.open(ctx, fault, ns)
 	if err != nil {
-		return Run{}, err
+		return nil, err
 	}
 	defer tg.close()
-	counters := cas.NewTyped(tg.ops, cas.JSON[int64]())
-	keys := make([]string, numKeys)
-	for i := range keys {
-		keys[i] = "counter-" + strconv.Itoa(i)
-	}
 	opts := []occ.Option{occ.WithMaxAttempts(maxAttempts)}
 	if tg.retryable != nil {
 		opts = append(opts, occ.WithRetryable(tg.retryable))
 	}
 
-	rctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var succeeded, ambiguous, failed atomic.Int64
-	var errMu sync.Mutex
-	errSeen := map[string]int{}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; rctx.Err() == nil; i++ {
-				// The end of the run stops new calls, not calls in flight:
-				// each has its own timeout.
-				cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-				_, _, err := occ.Update(cctx, counters, keys[i%numKeys], func(n int64, _ bool) (int64, error) {
-					return n + 1, nil
-				}, opts...)
-				ccancel()
-				switch {
-				case err == nil:
-					succeeded.Add(1)
-				case errors.Is(err, cas.ErrAmbiguous):
-					ambiguous.Add(1)
-				default:
-					failed.Add(1)
-					errMu.Lock()
-					errSeen[shorten(err.Error())]++
-					errMu.Unlock()
-				}
-			}
-		}()
+	t0 := time.Now()
+	stop := make(chan struct{})
+	counter := newWorkload("counter", t0, numCounters, p.window)
+	wls := []*workload{counter}
+	waits := []func(){counter.start(ctx, stop, p.workers, 0, counterCall(counter, cas.NewTyped(tg.ops, cas.JSON[int64]()), opts))}
+	if _, err := cas.AsCommitter(tg.ops); err == nil {
+		transfer := newWorkload("transfer", t0, numAccounts, p.window)
+		wls = append(wls, transfer)
+		waits = append(waits, transfer.start(ctx, stop, p.workers, p.workers, transferCallFunc(transfer, tg.ops, opts)))
 	}
-
-	// The fault loop.
-	drops := 0
-	switch fault {
-	case "drop":
-		t := time.NewTicker(dropEvery)
-	loop:
-		for {
-			select {
-			case <-t.C:
-				drops += tg.proxy.DropAll()
-			case <-rctx.Done():
-				break loop
-			}
-		}
-		t.Stop()
-	case "latency":
-		tg.proxy.SetLatency(addedLatency)
-		<-rctx.Done()
-	default:
-		<-rctx.Done()
+	inj, ierr := inject(ctx, fault, tg, t0, p.duration, p.recovery)
+	close(stop)
+	for _, wait := range waits {
+		wait()
 	}
-	wg.Wait()
+	elapsed := time.Since(t0)
 	if tg.proxy != nil {
 		tg.proxy.SetLatency(0)
+		tg.proxy.CutAfter(0)
 	}
-	if ctx.Err() != nil {
-		return Run{}, ctx.Err()
+	if ierr != nil {
+		return nil, ierr
 	}
 	// Writes whose answers were lost have reached the server by now; let
 	// any still in flight there settle before reading.
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(p.settle)
 
-	vctx, vcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer vcancel()
-	direct := cas.NewTyped(tg.direct, cas.JSON[int64]())
-	var final int64
-	for _, k := range keys {
-		n, _, err := direct.Get(vctx, k)
-		if err != nil && !errors.Is(err, cas.ErrNotFound) {
-			return Run{}, fmt.Errorf("reading %s directly: %w", k, err)
+	var runs []Run
+	for _, wl := range wls {
+		r := Run{
+			Backend: b.name, Fault: fault, Workload: wl.name, Seconds: elapsed.Seconds(),
+			Succeeded: wl.succeeded, Ambiguous: wl.ambiguous, Failed: wl.failed, Reads: wl.reads,
+			FaultEvents: inj.events, Errors: topErrors(wl.errs, 5),
 		}
-		final += n
+		r.Ops = r.Succeeded + r.Ambiguous + r.Failed
+		if wl.unrecordable > 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("%d calls succeeded or were ambiguous without running their function", wl.unrecordable))
+		}
+		var err error
+		if wl.name == "counter" {
+			err = finishCounter(ctx, tg, wl, 2*p.workers, &r)
+		} else {
+			err = finishTransfer(ctx, tg, wl, 2*p.workers, &r)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !inj.over.IsZero() {
+			n := succeededAfter(wl, int64(inj.over.Sub(t0)))
+			r.SucceededAfterFault = &n
+		}
+		lin := checkLinearizable(wl.events, p.checkTimeout)
+		r.Linearizable, r.LinearizabilityNote = lin.ok, lin.note
+		r.CheckedCalls, r.CheckedKeys, r.CheckSeconds = lin.checked, lin.keys, lin.elapsed.Seconds()
+		if lin.ok != nil && !*lin.ok && p.out != "" {
+			path := filepath.Join(p.out, fmt.Sprintf("nonlinearizable-%s-%s-%s.html", b.name, fault, wl.name))
+			if err := porcupine.VisualizePath(registerModel, lin.info, path); err == nil {
+				r.LinearizabilityNote += "; see " + path
+			}
+		}
+		runs = append(runs, r)
 	}
-	r := Run{
-		Backend: b.name, Fault: fault,
-		Succeeded: succeeded.Load(), Ambiguous: ambiguous.Load(), Failed: failed.Load(),
-		Final: final, Drops: drops,
+	return runs, nil
+}
+
+// succeededAfter counts the recorded writes that began after t (ns since
+// the run began) and succeeded.
+func succeededAfter(wl *workload, t int64) int64 {
+	var n int64
+	for _, e := range wl.events {
+		if e.kind == opWrite && e.outcome == succeeded && e.call > t {
+			n++
+		}
 	}
-	r.Ops = r.Succeeded + r.Ambiguous + r.Failed
-	r.Lost = max(0, r.Succeeded-final)
-	r.Duplicated = max(0, final-r.Succeeded-r.Ambiguous)
-	r.Errors = topErrors(errSeen, 5)
-	return r, nil
+	return n
+}
+
+// readFinal reads key from the server directly, trying again for up to
+// 30 s (a restarted server's old connections fail first). It returns the
+// value, nil when the key does not exist.
+func readFinal(ctx context.Context, s cas.Store, key string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		it, err := s.Get(ctx, key)
+		switch {
+		case err == nil:
+			return it.Value, nil
+		case errors.Is(err, cas.ErrNotFound):
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("reading %s directly: %w", key, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// finishCounter reads the counters back and counts what was lost or
+// doubled; the final reads join the histories.
+func finishCounter(ctx context.Context, tg *target, wl *workload, client int, r *Run) error {
+	for g := range wl.generations() {
+		for i := range numCounters {
+			key := counterKey(i, g)
+			call := wl.now()
+			b, err := readFinal(ctx, tg.direct, key)
+			if err != nil {
+				return err
+			}
+			state := ""
+			if b != nil {
+				var n int64
+				if err := json.Unmarshal(b, &n); err != nil {
+					return fmt.Errorf("%s: %q: %w", key, b, err)
+				}
+				r.Final += n
+				state = counterState(n, true)
+			}
+			if g < wl.windowGens {
+				wl.events = append(wl.events, event{client: client, key: key, kind: opRead, call: call, ret: wl.now(), read: state})
+			}
+		}
+	}
+	r.Lost = max(0, r.Succeeded-r.Final)
+	r.Duplicated = max(0, r.Final-r.Succeeded-r.Ambiguous)
+	r.AmbiguousApplied = min(max(0, r.Final-r.Succeeded), r.Ambiguous)
+	return nil
+}
+
+// finishTransfer reads the accounts back and checks them against the
+// transfers that applied; the final reads join the histories.
+func finishTransfer(ctx context.Context, tg *target, wl *workload, client int, r *Run) error {
+	final := map[string]string{}
+	gens := wl.generations()
+	for g := range gens {
+		for i := range numAccounts {
+			key := accountKey(i, g)
+			call := wl.now()
+			b, err := readFinal(ctx, tg.direct, key)
+			if err != nil {
+				return err
+			}
+			state, bal := "", int64(initialBalance)
+			if b != nil {
+				a, err := decodeAccount(b)
+				if err != nil {
+					return err
+				}
+				state, bal = accountState(a), a.Balance
+			}
+			r.Final += bal
+			if g < wl.windowGens {
+				final[key] = state
+				wl.events = append(wl.events, event{client: client, key: key, kind: opRead, call: call, ret: wl.now(), read: state})
+			}
+		}
+	}
+	seen := make([]keyState, 0, len(wl.events))
+	for _, e := range wl.events {
+		seen = append(seen, keyState{e.key, e.read})
+	}
+	v := checkTransfers(wl.transfers, seen, final)
+	conserved := r.Final == gens*numAccounts*initialBalance
+	r.Lost, r.Duplicated, r.AmbiguousApplied = v.lost, v.duplicated, v.ambiguousApplied
+	r.Conserved, r.Explained = &conserved, &v.explained
+	r.Problems = append(r.Problems, v.problems...)
+	if !conserved {
+		r.Problems = append(r.Problems, fmt.Sprintf("total balance %d, want %d", r.Final, gens*numAccounts*initialBalance))
+	}
+	return nil
 }
 
 func shorten(s string) string {
@@ -347,7 +540,7 @@ func topErrors(m map[string]int, n int) []string {
 	for k, v := range m {
 		all = append(all, kv{k, v})
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n })
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || all[i].n == all[j].n && all[i].msg < all[j].msg })
 	var out []string
 	for i := 0; i < len(all) && i < n; i++ {
 		out = append(out, fmt.Sprintf("%d× %s", all[i].n, all[i].msg))
@@ -359,303 +552,4 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-var networkFaults = []string{"drop", "latency"}
-
-// openBackends starts (or finds) the servers; what it starts is stopped
-// by the cleanups, in reverse order.
-func openBackends(ctx context.Context, cleanups *[]func()) ([]backend, []Skipped) {
-	bs := []backend{{
-		name:   "memory",
-		faults: []string{"none"},
-		open: func(context.Context, string) (*target, error) {
-			s := memcas.New()
-			return &target{ops: s, direct: s, close: func() {}}, nil
-		},
-	}}
-	var skipped []Skipped
-	root, rootErr := func() (string, error) {
-		wd, err := os.Getwd()
-		if err != nil {
-			return "", err
-		}
-		return servers.RepoRoot(wd)
-	}()
-
-	// PostgreSQL.
-	if b, err := openPostgres(ctx, root, rootErr, cleanups); err != nil {
-		skipped = append(skipped, Skipped{"postgres", err.Error()})
-	} else {
-		bs = append(bs, b)
-	}
-	// Redis.
-	if b, err := openRedis(ctx, root, rootErr, cleanups); err != nil {
-		skipped = append(skipped, Skipped{"redis", err.Error()})
-	} else {
-		bs = append(bs, b)
-	}
-	// etcd, in process.
-	if b, err := openEtcd(ctx, cleanups); err != nil {
-		skipped = append(skipped, Skipped{"etcd", err.Error()})
-	} else {
-		bs = append(bs, b)
-	}
-	// DynamoDB: minidyn, in process.
-	bs = append(bs, openDynamo(cleanups))
-	return bs, skipped
-}
-
-// serverURL returns $envVar, or starts scripts/servers/<name>.sh.
-func serverURL(ctx context.Context, root string, rootErr error, name, envVar, binary string, cleanups *[]func()) (string, error) {
-	if u := os.Getenv(envVar); u != "" {
-		return u, nil
-	}
-	if rootErr != nil {
-		return "", fmt.Errorf("%s is not set, and the scripts cannot be found: %w", envVar, rootErr)
-	}
-	logf("%s: %s is not set: starting a throwaway server with scripts/servers/%s.sh", name, envVar, name)
-	s, err := servers.StartScript(ctx, root, name, envVar, binary, os.Stderr)
-	if err != nil {
-		return "", fmt.Errorf("%s is not set, and %w", envVar, err)
-	}
-	*cleanups = append(*cleanups, func() {
-		if err := s.Stop(context.Background()); err != nil {
-			logf("%s: stopping the server: %v", name, err)
-		} else {
-			logf("%s: stopped the server the command started", name)
-		}
-	})
-	return s.URL, nil
-}
-
-func hostPort(u string) (string, error) {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "", err
-	}
-	if p.Port() == "" {
-		return "", fmt.Errorf("no port in %s", p.Redacted())
-	}
-	return p.Host, nil
-}
-
-func openPostgres(ctx context.Context, root string, rootErr error, cleanups *[]func()) (backend, error) {
-	u, err := serverURL(ctx, root, rootErr, "postgres", "OCCKIT_PG_URL", servers.PostgresBinary, cleanups)
-	if err != nil {
-		return backend{}, err
-	}
-	hp, err := hostPort(u)
-	if err != nil {
-		return backend{}, err
-	}
-	direct, err := pgxpool.New(ctx, u)
-	if err != nil {
-		return backend{}, err
-	}
-	*cleanups = append(*cleanups, direct.Close)
-	open := func(ctx context.Context, ns string) (*target, error) {
-		ds, err := pgcas.New(direct, pgcas.Config{Table: ns})
-		if err != nil {
-			return nil, err
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := ds.CreateTable(cctx); err != nil {
-			return nil, err
-		}
-		dropTable := func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, _ = direct.Exec(dctx, "DROP TABLE IF EXISTS "+pgx.Identifier{ns}.Sanitize())
-		}
-		p, err := faultproxy.New(hp)
-		if err != nil {
-			dropTable()
-			return nil, err
-		}
-		cfg, err := pgxpool.ParseConfig(u)
-		if err != nil {
-			p.Close()
-			dropTable()
-			return nil, err
-		}
-		host, port, _ := net.SplitHostPort(p.Addr())
-		pn, _ := strconv.Atoi(port)
-		cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(pn)
-		cfg.ConnConfig.Fallbacks = nil
-		cfg.ConnConfig.ConnectTimeout = callTimeout
-		cfg.MaxConns = 2 * workers
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			p.Close()
-			dropTable()
-			return nil, err
-		}
-		ops, err := pgcas.New(pool, pgcas.Config{Table: ns})
-		if err != nil {
-			pool.Close()
-			p.Close()
-			dropTable()
-			return nil, err
-		}
-		return &target{ops: ops, direct: ds, proxy: p, retryable: pgcas.Retryable, close: func() {
-			p.Close()
-			pool.Close()
-			dropTable()
-		}}, nil
-	}
-	return backend{name: "postgres", faults: networkFaults, open: open}, nil
-}
-
-func openRedis(ctx context.Context, root string, rootErr error, cleanups *[]func()) (backend, error) {
-	u, err := serverURL(ctx, root, rootErr, "redis", "OCCKIT_REDIS_URL", servers.RedisBinary, cleanups)
-	if err != nil {
-		return backend{}, err
-	}
-	opts, err := redis.ParseURL(u)
-	if err != nil {
-		return backend{}, err
-	}
-	direct := redis.NewClient(opts)
-	*cleanups = append(*cleanups, func() { direct.Close() })
-	open := func(ctx context.Context, ns string) (*target, error) {
-		prefix := ns + ":"
-		ds, err := rediscas.New(direct, rediscas.Config{Prefix: prefix})
-		if err != nil {
-			return nil, err
-		}
-		p, err := faultproxy.New(opts.Addr)
-		if err != nil {
-			return nil, err
-		}
-		po := *opts
-		po.Addr = p.Addr()
-		po.ContextTimeoutEnabled = true
-		po.PoolSize = 2 * workers
-		cli := redis.NewClient(&po)
-		ops, err := rediscas.New(cli, rediscas.Config{Prefix: prefix})
-		if err != nil {
-			cli.Close()
-			p.Close()
-			return nil, err
-		}
-		return &target{ops: ops, direct: ds, proxy: p, retryable: rediscas.Retryable, close: func() {
-			p.Close()
-			cli.Close()
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			iter := direct.Scan(dctx, 0, prefix+"*", 1000).Iterator()
-			for iter.Next(dctx) {
-				direct.Del(dctx, iter.Val())
-			}
-		}}, nil
-	}
-	return backend{name: "redis", faults: networkFaults, open: open}, nil
-}
-
-func openEtcd(ctx context.Context, cleanups *[]func()) (backend, error) {
-	srv, err := servers.StartEtcd(ctx)
-	if err != nil {
-		return backend{}, err
-	}
-	logf("etcd: in-process member %s at %s", srv.Version, srv.Endpoint)
-	*cleanups = append(*cleanups, srv.Close)
-	direct, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return backend{}, err
-	}
-	*cleanups = append(*cleanups, func() { direct.Close() })
-	hp, err := hostPort(srv.Endpoint)
-	if err != nil {
-		return backend{}, err
-	}
-	open := func(ctx context.Context, ns string) (*target, error) {
-		prefix := ns + "/"
-		ds, err := etcdcas.New(direct, etcdcas.Config{Prefix: prefix})
-		if err != nil {
-			return nil, err
-		}
-		p, err := faultproxy.New(hp)
-		if err != nil {
-			return nil, err
-		}
-		cli, err := clientv3.New(clientv3.Config{
-			Endpoints:   []string{"http://" + p.Addr()},
-			DialTimeout: 5 * time.Second,
-			Logger:      zap.NewNop(),
-			// Reconnect soon after a drop (gRPC's default first wait is 1 s).
-			DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           grpcbackoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
-				MinConnectTimeout: callTimeout,
-			})},
-		})
-		if err != nil {
-			p.Close()
-			return nil, err
-		}
-		ops, err := etcdcas.New(cli, etcdcas.Config{Prefix: prefix})
-		if err != nil {
-			cli.Close()
-			p.Close()
-			return nil, err
-		}
-		return &target{ops: ops, direct: ds, proxy: p, retryable: etcdcas.Retryable, close: func() {
-			cli.Close()
-			p.Close()
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, _ = direct.Delete(dctx, prefix, clientv3.WithPrefix())
-		}}, nil
-	}
-	return backend{name: "etcd", faults: networkFaults, open: open}, nil
-}
-
-func openDynamo(cleanups *[]func()) backend {
-	srv := servers.StartMinidyn()
-	logf("dynamodb: minidyn's server in process at %s", srv.URL)
-	*cleanups = append(*cleanups, srv.Close)
-	direct, closeIdle := dynamotest.NewClient(srv.URL)
-	*cleanups = append(*cleanups, closeIdle)
-	open := func(ctx context.Context, ns string) (*target, error) {
-		table := strings.ReplaceAll(ns, "_", "-")
-		ds, err := dynamocas.New(direct, dynamocas.Config{Table: table})
-		if err != nil {
-			return nil, err
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := ds.CreateTable(cctx); err != nil {
-			return nil, err
-		}
-		dropTable := func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, _ = direct.DeleteTable(dctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)})
-		}
-		hp, err := hostPort(srv.URL)
-		if err != nil {
-			dropTable()
-			return nil, err
-		}
-		p, err := faultproxy.New(hp)
-		if err != nil {
-			dropTable()
-			return nil, err
-		}
-		cli, closeCli := dynamotest.NewClient("http://" + p.Addr())
-		ops, err := dynamocas.New(cli, dynamocas.Config{Table: table})
-		if err != nil {
-			closeCli()
-			p.Close()
-			dropTable()
-			return nil, err
-		}
-		return &target{ops: ops, direct: ds, proxy: p, retryable: dynamocas.Retryable, close: func() {
-			p.Close()
-			closeCli()
-			dropTable()
-		}}, nil
-	}
-	return backend{name: "dynamodb", faults: networkFaults, open: open}
 }

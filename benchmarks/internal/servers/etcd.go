@@ -1,6 +1,8 @@
-// Package servers starts the throwaway servers of the contention lab
-// outside of tests: an in-process etcd member, and PostgreSQL or Redis
-// through the repository's scripts/servers/<name>.sh run standalone.
+// Package servers starts the throwaway servers of the contention lab and
+// of the fault-injection runs (benchmarks/cmd/occfaults) outside of tests:
+// an in-process etcd member or cluster (whose leader can be crashed), and
+// PostgreSQL or Redis through the repository's scripts/servers/<name>.sh
+// run standalone (which can be restarted with their data).
 // (internal/etcdtest does the same for tests, but needs a testing.TB.)
 package servers
 
@@ -64,15 +66,8 @@ func startEtcd(ctx context.Context) (*Etcd, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cfg := embed.NewConfig()
-	cfg.Name = "lab"
-	cfg.Dir = dir
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg := memberConfig("lab", dir, peer, client)
 	cfg.InitialCluster = fmt.Sprintf("lab=%s", peer)
-	cfg.InitialClusterToken = "occbench"
-	cfg.UnsafeNoFsync = true
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -92,6 +87,21 @@ func startEtcd(ctx context.Context) (*Etcd, error) {
 		srv.Close()
 		return nil, errors.New("etcd: not ready after 30 s")
 	}
+}
+
+// memberConfig is the configuration of one lab member named name, with
+// its data in dir, its peer and client URLs, fsync off and no logging.
+// The caller sets InitialCluster.
+func memberConfig(name, dir string, peer, client *url.URL) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = name
+	cfg.Dir = dir
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.InitialClusterToken = "occbench"
+	cfg.UnsafeNoFsync = true
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	return cfg
 }
 
 // Close stops the member and removes its data. Close its clients first,

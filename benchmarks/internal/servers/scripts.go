@@ -29,8 +29,9 @@ var ErrNotInstalled = errors.New("not installed")
 // scripts/servers/<name>.sh, run standalone.
 type Script struct {
 	// URL is the server's URL, as the script exports it.
-	URL  string
-	stop string
+	URL     string
+	stop    string
+	restart string
 }
 
 // StartScript runs `bash scripts/servers/<name>.sh` standalone from the
@@ -68,6 +69,8 @@ func StartScript(ctx context.Context, repoRoot, name, envVar, binary string, log
 			p.URL = strings.Trim(strings.TrimPrefix(line, "export "+envVar+"="), `'"`)
 		case strings.HasPrefix(line, "stop: "):
 			p.stop = strings.TrimPrefix(line, "stop: ")
+		case strings.HasPrefix(line, "restart: "):
+			p.restart = strings.TrimPrefix(line, "restart: ")
 		}
 	}
 	if runErr != nil || p.URL == "" || p.stop == "" {
@@ -91,6 +94,33 @@ func (p *Script) Stop(ctx context.Context) error {
 		return fmt.Errorf("stop: %v: %s", err, out)
 	}
 	p.stop = ""
+	return nil
+}
+
+// ErrNoRestart reports a server whose script printed no restart command.
+var ErrNoRestart = errors.New("the script gives no restart command")
+
+// CanRestart reports whether the script printed a `restart: <command>`
+// line (scripts/servers/postgres.sh and redis.sh do).
+func (p *Script) CanRestart() bool { return p.restart != "" && p.stop != "" }
+
+// Restart restarts the server with the script's restart command: the
+// server stops (its clients' connections break), stays down for down
+// (rounded to whole milliseconds; the command reads it from
+// OCCKIT_RESTART_DOWN, in seconds), and starts again on the same port with
+// its data. Restart returns when the server serves again, or fails with
+// ErrNoRestart.
+func (p *Script) Restart(ctx context.Context, down time.Duration) error {
+	if !p.CanRestart() {
+		return ErrNoRestart
+	}
+	ctx, cancel := context.WithTimeout(ctx, down+2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", p.restart)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("OCCKIT_RESTART_DOWN=%.3f", down.Seconds()))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("restart: %v: %s", err, out)
+	}
 	return nil
 }
 

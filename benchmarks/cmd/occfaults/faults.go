@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// The faults.
+const (
+	faultNone       = "none"        // no fault (the memory baseline)
+	faultDrop       = "drop"        // every live connection reset every dropEvery
+	faultLatency    = "latency"     // addedLatency on every forwarded chunk
+	faultCut        = "cut"         // answers cut after a few bytes, every cutEvery
+	faultRestart    = "restart"     // the server stopped, restartDown down, started again
+	faultLeaderLoss = "leader-loss" // the leader of a 3-member etcd cluster crashes
+)
+
+const (
+	dropEvery    = 200 * time.Millisecond
+	addedLatency = 2 * time.Millisecond
+	// cutEvery is how often a cut is armed, for cutArmed: every connection
+	// that receives at least n more bytes from the server meanwhile (n
+	// between 1 and cutMaxBytes, drawn each time) is closed after the n-th
+	// byte, mid-answer.
+	cutEvery    = 200 * time.Millisecond
+	cutArmed    = 50 * time.Millisecond
+	cutMaxBytes = 256
+	restartDown = time.Second
+)
+
+// networkFaults go through the proxy.
+var networkFaults = []string{faultDrop, faultLatency, faultCut}
+
+// errNoFault is the error of a fault the target cannot inject.
+var errNoFault = errors.New("occfaults: the target cannot inject this fault")
+
+// injection is what inject did.
+type injection struct {
+	events int // connections dropped or cut, restarts, leaders stopped
+	// over is when a one-shot fault's disruption ended (the server serves
+	// again, a new leader is elected); zero for the others.
+	over time.Time
+}
+
+// inject runs fault on tg for d from start (a one-shot fault strikes at a
+// quarter of d, and the run lasts until at least recovery after it ends).
+func inject(ctx context.Context, fault string, tg *target, start time.Time, d, recovery time.Duration) (injection, error) {
+	var inj injection
+	end := start.Add(d)
+	wait := func(until time.Time) bool {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	needProxy := func() error {
+		if tg.proxy == nil {
+			return fmt.Errorf("%w: %s needs a proxy", errNoFault, fault)
+		}
+		return nil
+	}
+	switch fault {
+	case faultNone:
+		wait(end)
+	case faultDrop:
+		if err := needProxy(); err != nil {
+			return inj, err
+		}
+		for next := start.Add(dropEvery); next.Before(end) && wait(next); next = next.Add(dropEvery) {
+			inj.events += tg.proxy.DropAll()
+		}
+		wait(end)
+	case faultLatency:
+		if err := needProxy(); err != nil {
+			return inj, err
+		}
+		tg.proxy.SetLatency(addedLatency)
+		wait(end)
+		tg.proxy.SetLatency(0)
+	case faultCut:
+		if err := needProxy(); err != nil {
+			return inj, err
+		}
+		before := tg.proxy.Cuts()
+		for next := start.Add(cutEvery); next.Before(end) && wait(next); next = next.Add(cutEvery) {
+			tg.proxy.CutAfter(1 + rand.Int64N(cutMaxBytes))
+			wait(next.Add(cutArmed))
+			tg.proxy.CutAfter(0)
+		}
+		wait(end)
+		inj.events = tg.proxy.Cuts() - before
+	case faultRestart, faultLeaderLoss:
+		if tg.disrupt == nil {
+			return inj, fmt.Errorf("%w: %s", errNoFault, fault)
+		}
+		if !wait(start.Add(d / 4)) {
+			return inj, ctx.Err()
+		}
+		if err := tg.disrupt(ctx); err != nil {
+			return inj, fmt.Errorf("%s: %w", fault, err)
+		}
+		inj.events, inj.over = 1, time.Now()
+		wait(maxTime(end, inj.over.Add(recovery)))
+	default:
+		return inj, fmt.Errorf("%w: unknown fault %q", errNoFault, fault)
+	}
+	return inj, ctx.Err()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

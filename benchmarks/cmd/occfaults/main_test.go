@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/cas"
+)
+
+// TestCheckerVerdicts: the linearizability checker accepts the good
+// hand-made histories and rejects the bad ones (a lost write, a stale
+// read, a write applied twice, a state nobody wrote, an ambiguous write
+// seen before it was sent).
+func TestCheckerVerdicts(t *testing.T) {
+	for _, c := range selfTestCases {
+		t.Run(c.name, func(t *testing.T) {
+			res := checkLinearizable(c.events, 10*time.Second)
+			if res.ok == nil {
+				t.Fatalf("no verdict: %s", res.note)
+			}
+			if *res.ok != c.linearizable {
+				t.Fatalf("linearizable = %v, want %v (%s)", *res.ok, c.linearizable, res.note)
+			}
+			if !c.linearizable && res.badKey != "k" {
+				t.Fatalf("bad key %q, want k", res.badKey)
+			}
+		})
+	}
+}
+
+// TestTransferVerdicts: the transfer check explains good histories and
+// finds a lost transfer, half a transfer, a failed one that applied and
+// one applied twice.
+func TestTransferVerdicts(t *testing.T) {
+	for _, c := range transferSelfTests {
+		t.Run(c.name, func(t *testing.T) {
+			v := checkTransfers(c.calls, c.seen, c.final)
+			if v.explained != c.explained || v.lost != c.lost || v.duplicated != c.duplicated || v.ambiguousApplied != c.ambiguousUsed {
+				t.Fatalf("explained %v lost %d duplicated %d ambiguous applied %d, want %v %d %d %d (problems: %v)",
+					v.explained, v.lost, v.duplicated, v.ambiguousApplied, c.explained, c.lost, c.duplicated, c.ambiguousUsed, v.problems)
+			}
+			if v.explained != (len(v.problems) == 0) {
+				t.Fatalf("explained %v with problems %v", v.explained, v.problems)
+			}
+		})
+	}
+}
+
+// TestSelfTestCatchesAVacuousChecker: with a model that accepts every
+// step, the self-test the command runs before its runs fails.
+func TestSelfTestCatchesAVacuousChecker(t *testing.T) {
+	if err := selfTest(); err != nil {
+		t.Fatalf("self-test of the real checker: %v", err)
+	}
+	saved := registerModel
+	t.Cleanup(func() { registerModel = saved })
+	registerModel.Step = func(state, _, _ any) (bool, any) { return true, state }
+	if err := selfTest(); !errors.Is(err, errSelfTest) {
+		t.Fatalf("self-test of a checker that accepts everything: %v, want errSelfTest", err)
+	}
+}
+
+// TestAmbiguousWriteAppliedLate: an ambiguous write whose effect is seen
+// long after its call (it returns at the end of time) is linearizable,
+// and the same history with the write counted as succeeded — returned
+// before the read that misses it — is not.
+func TestAmbiguousWriteAppliedLate(t *testing.T) {
+	h := []event{
+		w(0, 10, 0, ambiguous, "", "1"),
+		r(1, 20, 30, ""),
+		r(1, 40, 50, "1"),
+	}
+	if res := checkLinearizable(h, 10*time.Second); res.ok == nil || !*res.ok {
+		t.Fatalf("ambiguous write applied late: %s", res.note)
+	}
+	h[0] = w(0, 10, 15, succeeded, "", "1")
+	if res := checkLinearizable(h, 10*time.Second); res.ok == nil || *res.ok {
+		t.Fatalf("acknowledged write missed by a later read: linearizable %s", fmtVerdict(res.ok))
+	}
+}
+
+// TestCheckTimeout: a check that runs out of time decides nothing.
+func TestCheckTimeout(t *testing.T) {
+	res := checkLinearizable([]event{w(0, 1, 2, succeeded, "", "1")}, -time.Second)
+	if res.ok != nil || res.note == "" {
+		t.Fatalf("out of time: linearizable %s, note %q", fmtVerdict(res.ok), res.note)
+	}
+}
+
+// envServers are the servers `make test` starts (scripts/test.sh) and
+// TestFaultsShort needs; etcd and minidyn run in process.
+var envServers = []string{"OCCKIT_PG_URL", "OCCKIT_REDIS_URL"}
+
+// TestFaultsShort is the short version of `make faults`: every backend
+// under every fault for about a second (restarts and leader loss on
+// servers of the run's own), both workloads, and the same checks: nothing
+// lost, nothing applied twice, transfers explained, every history
+// linearizable, the fault really struck, and after a restart or a leader
+// loss calls succeed again.
+func TestFaultsShort(t *testing.T) {
+	for _, v := range envServers {
+		if os.Getenv(v) == "" {
+			t.Fatalf("%s is not set: this test runs the fault suite against the servers `make test` starts. "+
+				"Run `make test`, or start them with `bash scripts/servers/postgres.sh` and `bash scripts/servers/redis.sh` "+
+				"and export the OCCKIT_PG_URL and OCCKIT_REDIS_URL they print", v)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p := defaultParams(time.Second)
+	p.window = 20_000 // the memory backend makes far more calls than the other backends
+	p.checkTimeout = 30 * time.Second
+	p.settle = 300 * time.Millisecond
+	p.out = t.TempDir()
+
+	e := newEnv(2*p.workers, t.Logf)
+	t.Cleanup(e.close)
+	backends, skipped := openBackends(ctx, e, func(string) bool { return true })
+	for _, s := range skipped {
+		t.Errorf("backend %s: %s", s.Backend, s.Reason)
+	}
+	seen := map[string]bool{}
+	for _, b := range backends {
+		seen[b.name] = true
+		for _, fault := range b.faults {
+			t.Run(b.name+"/"+fault, func(t *testing.T) {
+				start := time.Now()
+				runs, err := runOne(ctx, p, b, fault)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(runs) != 2 {
+					t.Fatalf("%d workloads ran, want counter and transfer", len(runs))
+				}
+				for _, r := range runs {
+					checkRun(t, r)
+				}
+				t.Logf("%.1f s", time.Since(start).Seconds())
+			})
+		}
+	}
+	for _, name := range []string{"memory", "postgres", "redis", "etcd", "dynamodb"} {
+		if !seen[name] {
+			t.Errorf("backend %s did not run", name)
+		}
+	}
+}
+
+func checkRun(t *testing.T, r Run) {
+	t.Helper()
+	logRun := func() {
+		t.Logf("%s: %d ops, %d succeeded, %d ambiguous (%d applied), %d failed, %d reads, lost %d, duplicated %d, linearizable %s (%d calls), %d fault events; errors %v",
+			r.Workload, r.Ops, r.Succeeded, r.Ambiguous, r.AmbiguousApplied, r.Failed, r.Reads, r.Lost, r.Duplicated, fmtVerdict(r.Linearizable), r.CheckedCalls, r.FaultEvents, r.Errors)
+	}
+	logRun()
+	if r.Lost != 0 || r.Duplicated != 0 {
+		t.Errorf("%s: %d lost, %d duplicated", r.Workload, r.Lost, r.Duplicated)
+	}
+	if r.Linearizable == nil || !*r.Linearizable {
+		t.Errorf("%s: linearizable %s: %s", r.Workload, fmtVerdict(r.Linearizable), r.LinearizabilityNote)
+	}
+	if r.CheckedCalls == 0 {
+		t.Errorf("%s: no call checked for linearizability", r.Workload)
+	}
+	if r.Workload == "transfer" && (r.Conserved == nil || !*r.Conserved || r.Explained == nil || !*r.Explained) {
+		t.Errorf("transfer: conserved %s, explained %s", fmtVerdict(r.Conserved), fmtVerdict(r.Explained))
+	}
+	if len(r.Problems) > 0 {
+		t.Errorf("%s: problems: %v", r.Workload, r.Problems)
+	}
+	if r.Succeeded == 0 {
+		t.Errorf("%s: no call succeeded", r.Workload)
+	}
+	switch r.Fault {
+	case faultNone, faultLatency:
+	default:
+		if r.FaultEvents == 0 {
+			t.Errorf("%s: the fault never struck", r.Workload)
+		}
+	}
+	if r.Fault == faultRestart || r.Fault == faultLeaderLoss {
+		if r.SucceededAfterFault == nil || *r.SucceededAfterFault == 0 {
+			t.Errorf("%s: no call succeeded after the %s", r.Workload, r.Fault)
+		}
+	}
+}
+
+// buggyStore is a memcas store with one deliberate bug, every bugEvery-th
+// time it can strike.
+type buggyStore struct {
+	*memcas.Store
+	bug  string
+	n    atomic.Int64
+	mu   sync.Mutex
+	last map[string]cas.Item // the previous answer of Get, per key
+}
+
+const bugEvery = 50
+
+var errBuggy = errors.New("buggy store: an error after applying the write")
+
+func (s *buggyStore) strikes(bug string) bool { return s.bug == bug && s.n.Add(1)%bugEvery == 0 }
+
+func (s *buggyStore) Get(ctx context.Context, key string) (cas.Item, error) {
+	it, err := s.Store.Get(ctx, key)
+	if s.bug != "stale-read" {
+		return it, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, seen := s.last[key]
+	s.last[key] = it
+	if seen && s.strikes("stale-read") {
+		if prev.Version == 0 {
+			return cas.Item{}, cas.ErrNotFound
+		}
+		return prev, nil
+	}
+	return it, err
+}
+
+func (s *buggyStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	switch {
+	case s.strikes("acknowledged-not-applied"):
+		return expected + 1, nil
+	case s.strikes("applied-reported-failed"):
+		if _, err := s.Store.CompareAndSwap(ctx, key, expected, value); err != nil {
+			return 0, err
+		}
+		return 0, errBuggy
+	}
+	return s.Store.CompareAndSwap(ctx, key, expected, value)
+}
+
+func (s *buggyStore) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	switch {
+	case s.strikes("acknowledged-not-applied"):
+		vs := make([]cas.Version, len(ops))
+		for i, op := range ops {
+			vs[i] = op.Expected + 1
+		}
+		return vs, nil
+	case s.strikes("applied-reported-failed"):
+		if _, err := s.Store.Commit(ctx, ops); err != nil {
+			return nil, err
+		}
+		return nil, errBuggy
+	case s.strikes("half-commit"):
+		// Only the first write applies.
+		vs := make([]cas.Version, len(ops))
+		for i, op := range ops {
+			vs[i] = op.Expected + 1
+		}
+		for _, op := range ops {
+			if op.Kind == cas.OpPut {
+				v, err := s.Store.CompareAndSwap(ctx, op.Key, op.Expected, op.Value)
+				if err != nil {
+					return nil, err
+				}
+				vs[0] = v
+				break
+			}
+		}
+		return vs, nil
+	}
+	return s.Store.Commit(ctx, ops)
+}
+
+// TestRunCatchesBuggyStores: a whole run against a store with a bug — it
+// acknowledges writes it drops, reports writes it applied as failed, serves
+// stale reads, or commits half a transaction — fails its checks. The
+// checks are not vacuous end to end.
+func TestRunCatchesBuggyStores(t *testing.T) {
+	tests := []struct {
+		bug string
+		// caught reports whether the run's rows show the bug.
+		caught func(counter, transfer Run) bool
+	}{
+		{"acknowledged-not-applied", func(c, tr Run) bool {
+			return c.Lost > 0 && !*c.Linearizable && tr.Lost > 0 && !*tr.Explained
+		}},
+		{"applied-reported-failed", func(c, tr Run) bool {
+			return c.Duplicated > 0 && !*c.Linearizable && tr.Duplicated > 0 && !*tr.Explained
+		}},
+		{"stale-read", func(c, tr Run) bool {
+			return !*c.Linearizable && !*tr.Linearizable
+		}},
+		{"half-commit", func(c, tr Run) bool {
+			return !c.Bad() && !*tr.Explained && tr.Bad()
+		}},
+	}
+	p := defaultParams(300 * time.Millisecond)
+	p.window = 20_000
+	p.settle = 0
+	for _, tt := range tests {
+		t.Run(tt.bug, func(t *testing.T) {
+			b := backend{name: "buggy", faults: []string{faultNone}, open: func(context.Context, string, string) (*target, error) {
+				s := &buggyStore{Store: memcas.New(), bug: tt.bug, last: map[string]cas.Item{}}
+				return &target{ops: s, direct: s.Store, close: func() {}}, nil
+			}}
+			runs, err := runOne(context.Background(), p, b, faultNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(runs) != 2 {
+				t.Fatalf("%d workloads ran, want counter and transfer", len(runs))
+			}
+			c, tr := runs[0], runs[1]
+			for _, r := range runs {
+				if r.Linearizable == nil || r.Explained == nil && r.Workload == "transfer" {
+					t.Fatalf("%s: no verdict: %s", r.Workload, r.LinearizabilityNote)
+				}
+				t.Logf("%s: %d ops, lost %d, duplicated %d, linearizable %s, explained %s; %s; %v",
+					r.Workload, r.Ops, r.Lost, r.Duplicated, fmtVerdict(r.Linearizable), fmtVerdict(r.Explained), r.LinearizabilityNote, r.Problems)
+			}
+			if !tt.caught(c, tr) {
+				t.Fatal("the bug went unnoticed")
+			}
+		})
+	}
+}

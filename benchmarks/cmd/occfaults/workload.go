@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+const (
+	// numCounters is the number of counters the counter workload
+	// increments; numAccounts the number of accounts transfers move
+	// amounts between.
+	numCounters = 4
+	numAccounts = 5
+	// readEvery: one call in readEvery is a plain Get of a key.
+	readEvery = 4
+	// perKeyGeneration is about how many calls each key gets before the
+	// workload moves on to fresh keys (a new generation): it bounds the
+	// history porcupine checks at once (its memory grows with the square
+	// of a key's history).
+	perKeyGeneration = 5000
+	maxTransfer      = 10
+)
+
+// workload is one workload's state during a run: the calls it made, their
+// outcomes, and the histories of the calls inside the history window.
+type workload struct {
+	name        string
+	t0          time.Time
+	callsPerGen int64
+	windowGens  int64 // generations below this are recorded
+	invoked     atomic.Int64
+
+	mu                               sync.Mutex
+	events                           []event
+	transfers                        []transferCall
+	succeeded, ambiguous, failed     int64
+	reads, readsFailed, unrecordable int64
+	errs                             map[string]int
+}
+
+// worker is one goroutine's share, merged into the workload at its end.
+type worker struct {
+	id                               int
+	rng                              *rand.Rand
+	events                           []event
+	transfers                        []transferCall
+	succeeded, ambiguous, failed     int64
+	reads, readsFailed, unrecordable int64
+	errs                             map[string]int
+}
+
+func newWorkload(name string, t0 time.Time, keys int, window int64) *workload {
+	perGen := int64(perKeyGeneration * keys)
+	if name == "transfer" {
+		perGen /= 2 // a transfer touches two accounts
+	}
+	return &workload{name: name, t0: t0, callsPerGen: perGen, windowGens: max(1, window/perGen), errs: map[string]int{}}
+}
+
+func (wl *workload) now() int64 { return int64(time.Since(wl.t0)) }
+
+// next numbers a call: its generation, and whether it is recorded.
+func (wl *workload) next() (gen int64, recorded bool) {
+	n := wl.invoked.Add(1) - 1
+	gen = n / wl.callsPerGen
+	return gen, gen < wl.windowGens
+}
+
+// generations returns how many generations the calls used.
+func (wl *workload) generations() int64 {
+	n := wl.invoked.Load()
+	if n == 0 {
+		return 0
+	}
+	return (n-1)/wl.callsPerGen + 1
+}
+
+func (wl *workload) merge(wk *worker) {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	wl.events = append(wl.events, wk.events...)
+	wl.transfers = append(wl.transfers, wk.transfers...)
+	wl.succeeded += wk.succeeded
+	wl.ambiguous += wk.ambiguous
+	wl.failed += wk.failed
+	wl.reads += wk.reads
+	wl.readsFailed += wk.readsFailed
+	wl.unrecordable += wk.unrecordable
+	for k, n := range wk.errs {
+		wl.errs[k] += n
+	}
+}
+
+func (wk *worker) count(o outcome, err error) {
+	switch o {
+	case succeeded:
+		wk.succeeded++
+	case ambiguous:
+		wk.ambiguous++
+	default:
+		wk.failed++
+		wk.errs[shorten(err.Error())]++
+	}
+}
+
+func classify(err error) outcome {
+	switch {
+	case err == nil:
+		return succeeded
+	case errors.Is(err, cas.ErrAmbiguous):
+		return ambiguous
+	}
+	return failed
+}
+
+// start runs workers goroutines calling call until stop is closed; the
+// returned function waits for them and merges what they recorded.
+func (wl *workload) start(ctx context.Context, stop <-chan struct{}, workers, firstID int, call func(ctx context.Context, wk *worker)) func() {
+	var wg sync.WaitGroup
+	for i := range workers {
+		wk := &worker{id: firstID + i, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(firstID+i))), errs: map[string]int{}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer wl.merge(wk)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// The end of the run stops new calls, not calls in flight:
+				// each has its own timeout.
+				call(ctx, wk)
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+func counterKey(i int, gen int64) string {
+	return "counter-" + strconv.Itoa(i) + ".g" + strconv.FormatInt(gen, 10)
+}
+
+func accountKey(i int, gen int64) string {
+	return "account-" + strconv.Itoa(i) + ".g" + strconv.FormatInt(gen, 10)
+}
+
+// counterCall returns the function a worker of the counter workload calls
+// in a loop: one call, a Get of a counter or an occ.Update that increments
+// it, counted and (inside the window) recorded.
+func counterCall(wl *workload, counters *cas.Typed[int64], opts []occ.Option) func(ctx context.Context, wk *worker) {
+	return func(ctx context.Context, wk *worker) {
+		gen, rec := wl.next()
+		key := counterKey(wk.rng.IntN(numCounters), gen)
+		ctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		if wk.rng.IntN(readEvery) == 0 {
+			call := wl.now()
+			n, _, err := counters.Get(ctx, key)
+			ret := wl.now()
+			if err != nil && !errors.Is(err, cas.ErrNotFound) {
+				wk.readsFailed++
+				return
+			}
+			wk.reads++
+			if rec {
+				wk.events = append(wk.events, event{client: wk.id, key: key, kind: opRead, call: call, ret: ret, read: counterState(n, err == nil)})
+			}
+			return
+		}
+		call := int64(-1)
+		var read, wrote string
+		_, _, err := occ.Update(ctx, counters, key, func(n int64, exists bool) (int64, error) {
+			call = wl.now()
+			read, wrote = counterState(n, exists), counterState(n+1, true)
+			return n + 1, nil
+		}, opts...)
+		ret := wl.now()
+		o := classify(err)
+		wk.count(o, err)
+		if !rec {
+			return
+		}
+		if call < 0 {
+			if o != failed {
+				wk.unrecordable++ // an outcome without a write: cannot be
+			}
+			return
+		}
+		if o == ambiguous {
+			ret = endOfTime
+		}
+		wk.events = append(wk.events, event{client: wk.id, key: key, kind: opWrite, outcome: o, call: call, ret: ret, read: read, wrote: wrote})
+	}
+}
+
+// errBadAccount is the error of an account value that does not decode.
+var errBadAccount = errors.New("occfaults: account value does not decode")
+
+func decodeAccount(b []byte) (account, error) {
+	var a account
+	if err := json.Unmarshal(b, &a); err != nil {
+		return account{}, fmt.Errorf("%w: %q: %v", errBadAccount, b, err)
+	}
+	return a, nil
+}
+
+// readAccount reads an account in a transaction: its value and state.
+func readAccount(tx *occ.Tx, key string) (account, string, error) {
+	b, ok, err := tx.Get(key)
+	if err != nil || !ok {
+		return account{Balance: initialBalance}, "", err
+	}
+	a, err := decodeAccount(b)
+	if err != nil {
+		return account{}, "", err
+	}
+	return a, accountState(a), nil
+}
+
+// transferCallFunc returns the function a worker of the transfer workload
+// calls in a loop: one call, a Get of an account or an occ.Txn that moves
+// 1 to maxTransfer from one account to another (both read, both written,
+// one atomic commit), counted and (inside the window) recorded.
+func transferCallFunc(wl *workload, store cas.Store, opts []occ.Option) func(ctx context.Context, wk *worker) {
+	return func(ctx context.Context, wk *worker) {
+		gen, rec := wl.next()
+		ctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		if wk.rng.IntN(readEvery) == 0 {
+			key := accountKey(wk.rng.IntN(numAccounts), gen)
+			call := wl.now()
+			it, err := store.Get(ctx, key)
+			ret := wl.now()
+			state := ""
+			switch {
+			case errors.Is(err, cas.ErrNotFound):
+			case err != nil:
+				wk.readsFailed++
+				return
+			default:
+				a, derr := decodeAccount(it.Value)
+				if derr != nil {
+					wk.readsFailed++
+					wk.errs[shorten(derr.Error())]++
+					return
+				}
+				state = accountState(a)
+			}
+			wk.reads++
+			if rec {
+				wk.events = append(wk.events, event{client: wk.id, key: key, kind: opRead, call: call, ret: ret, read: state})
+			}
+			return
+		}
+		i := wk.rng.IntN(numAccounts)
+		j := (i + 1 + wk.rng.IntN(numAccounts-1)) % numAccounts
+		from, to := accountKey(i, gen), accountKey(j, gen)
+		amount := int64(1 + wk.rng.IntN(maxTransfer))
+		id := fmt.Sprintf("%d.%d", wk.id, wk.succeeded+wk.ambiguous+wk.failed)
+		t := transferCall{id: id, from: from, to: to, amount: amount}
+		var call int64
+		var readFrom, readTo string
+		err := occ.Txn(ctx, store, func(tx *occ.Tx) error {
+			call = wl.now()
+			a, sa, err := readAccount(tx, from)
+			if err != nil {
+				return err
+			}
+			b, sb, err := readAccount(tx, to)
+			if err != nil {
+				return err
+			}
+			na, nb := account{a.Balance - amount, id}, account{b.Balance + amount, id}
+			va, _ := json.Marshal(na)
+			vb, _ := json.Marshal(nb)
+			tx.Put(from, va)
+			tx.Put(to, vb)
+			readFrom, readTo = sa, sb
+			t.wroteFrom, t.wroteTo, t.ran = accountState(na), accountState(nb), true
+			return nil
+		}, opts...)
+		ret := wl.now()
+		t.outcome = classify(err)
+		wk.count(t.outcome, err)
+		if !rec {
+			return
+		}
+		if !t.ran {
+			if t.outcome != failed {
+				wk.unrecordable++
+			}
+			return
+		}
+		if t.outcome == ambiguous {
+			ret = endOfTime
+		}
+		wk.transfers = append(wk.transfers, t)
+		wk.events = append(wk.events,
+			event{client: wk.id, key: from, kind: opWrite, outcome: t.outcome, call: call, ret: ret, read: readFrom, wrote: t.wroteFrom},
+			event{client: wk.id, key: to, kind: opWrite, outcome: t.outcome, call: call, ret: ret, read: readTo, wrote: t.wroteTo})
+	}
+}
