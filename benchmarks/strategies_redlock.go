@@ -62,6 +62,36 @@ func (s *redlockService) RedlockAddrs() []string {
 	return out
 }
 
+// RedlockService is the set of independent Redis servers lock-redlock
+// locks on, for code outside the lab that runs its own Redlock (the lock
+// stories, benchmarks/story).
+type RedlockService interface {
+	Service
+	// RedlockClients returns a client of each server, in a fixed order.
+	RedlockClients() []*redis.Client
+}
+
+// RedlockClients implements RedlockService.
+func (s *redlockService) RedlockClients() []*redis.Client {
+	return append([]*redis.Client(nil), s.clients...)
+}
+
+// OpenRedlock returns the lab's Redlock servers, opening them as the first
+// lock-redlock cell does when none has yet (OCCKIT_REDLOCK_URLS, or
+// RedlockServers throwaway servers started with scripts/servers/redis.sh);
+// the lab stops the servers it started at Close.
+func (l *Lab) OpenRedlock(ctx context.Context) (RedlockService, error) {
+	svc, err := l.OpenService(ctx, "redlock", openRedlock)
+	if err != nil {
+		return nil, err
+	}
+	rs, ok := svc.(RedlockService)
+	if !ok {
+		return nil, fmt.Errorf("benchmarks: the redlock service is %T, not the lab's", svc)
+	}
+	return rs, nil
+}
+
 func openRedlock(ctx context.Context, env *Env) (_ Service, err error) {
 	s := &redlockService{}
 	defer func() {

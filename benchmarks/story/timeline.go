@@ -70,7 +70,8 @@ type Outcome struct {
 	// Final is the value read from the store at the end.
 	Final int64 `json:"final"`
 	// LostUpdates is how many acknowledged updates the final value is
-	// missing (Expected - Final when positive).
+	// missing: for the stories' stock, which every sale lowers by one,
+	// Final - Expected when positive.
 	LostUpdates int64 `json:"lost_updates"`
 	// StaleAccepted counts writes by a client that had lost the lock (or
 	// wrote from a stale read) that the store applied.

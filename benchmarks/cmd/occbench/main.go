@@ -23,6 +23,19 @@
 // stderr; --out DIR also writes results.json, results.csv, charts/*.png
 // and report.html. A broken invariant is printed loudly and makes the
 // exit status 1.
+//
+// `occbench story` runs the lock stories instead (package
+// benchmarks/story): scripted scenarios in which a lock fails as locks
+// fail in production, in each lock mode, on real servers:
+//
+//	go run ./benchmarks/cmd/occbench story --out /tmp/stories
+//	go run ./benchmarks/cmd/occbench story --stories gc-pause --modes redis,fenced,occ
+//
+// It prints the outcome table (lost updates, stale writes accepted and
+// rejected, time blocked, verdict) and, with --out DIR, writes
+// DIR/stories.json and DIR/stories.html. Its exit status is 1 when a
+// run failed or when the fenced or occ mode lost an update or accepted a
+// stale write; unfenced locks losing updates is the expected outcome.
 package main
 
 import (
@@ -43,9 +56,12 @@ import (
 	"golang.org/x/term"
 
 	"github.com/occkit/occkit/benchmarks"
+	"github.com/occkit/occkit/benchmarks/story"
 )
 
 func main() {
+	// gc-pause's client A is this binary, re-run as a child process.
+	story.ChildMain()
 	os.Exit(run(os.Args[1:], os.Stdout))
 }
 
@@ -53,9 +69,12 @@ func main() {
 // os.Stderr. It returns the exit status: 0, 1 when an invariant broke or a
 // cell or backend failed, 2 for a usage error.
 func run(args []string, stdout io.Writer) int {
+	if len(args) > 0 && args[0] == "story" {
+		return runStory(args[1:], stdout)
+	}
 	fs := flag.NewFlagSet("occbench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: occbench [flags]\n\nThe contention lab: strategies against locks, with invariant checks.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: occbench [flags]\n       occbench story [flags]   (the lock stories; occbench story --help)\n\nThe contention lab: strategies against locks, with invariant checks.\n\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\nbackends:   %s\nstrategies: %s\nworkloads:  %s\n",
 			strings.Join(benchmarks.Backends(), ", "), strings.Join(benchmarks.Strategies(), ", "), strings.Join(benchmarks.Workloads(), ", "))

@@ -1,15 +1,29 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/occkit/occkit/benchmarks/story"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the test binary as a lock story's child client when
+// `occbench story` re-executes it (as main does), and otherwise checks for
+// leaked goroutines. The embedded etcd's HTTP handlers wind down after it
+// closes, as in package benchmarks.
+func TestMain(m *testing.M) {
+	story.ChildMain()
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+	)
+}
 
 // TestRun runs the command on memory with short cells and checks its
 // outputs.
@@ -33,8 +47,41 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestStory runs `occbench story` on two quick stories in three modes
+// (gc-pause's client A is this test binary, re-executed) on Redis
+// (OCCKIT_REDIS_URL, or a throwaway server it starts), and checks its
+// table, stories.json and stories.html.
+func TestStory(t *testing.T) {
+	dir := t.TempDir()
+	var out strings.Builder
+	code := run([]string{"story", "--stories", "gc-pause,clock-jump", "--modes", "redis,fenced,occ", "--out", dir}, &out)
+	if code != 0 {
+		t.Fatalf("exit status %d; stdout:\n%s", code, out.String())
+	}
+	for _, s := range []string{"| story | mode | lost updates |", "| gc-pause | redis | 1 | 1 | 0 |", "| gc-pause | fenced | 0 | 0 | 1 |", "| clock-jump | occ | 0 | 0 | 1 |"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("stdout lacks %q:\n%s", s, out.String())
+		}
+	}
+	if page, err := os.ReadFile(filepath.Join(dir, "stories.html")); err != nil || !strings.Contains(string(page), "gc-pause") {
+		t.Errorf("stories.html: %v (%d bytes)", err, len(page))
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "stories.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep story.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 6 || len(rep.Stories) != 2 || len(rep.Modes) != 3 || !strings.Contains(rep.Command, "occbench story") {
+		t.Errorf("stories.json: %d results, %d stories, %d modes, command %q", len(rep.Results), len(rep.Stories), len(rep.Modes), rep.Command)
+	}
+}
+
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{{"--theta", "3"}, {"--workers", "0"}, {"--work", "soon"}, {"--nope"}, {"--backends", "memory", "--strategies", "nope", "--ops", "1"}} {
+	for _, args := range [][]string{{"--theta", "3"}, {"--workers", "0"}, {"--work", "soon"}, {"--nope"}, {"--backends", "memory", "--strategies", "nope", "--ops", "1"},
+		{"story", "--modes", "nope"}, {"story", "--stories", "gc-pause,nope"}, {"story", "extra"}, {"story", "--nope"}} {
 		if code := run(args, &strings.Builder{}); code != 2 {
 			t.Errorf("%v: exit status %d, want 2", args, code)
 		}

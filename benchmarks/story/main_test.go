@@ -1,0 +1,20 @@
+package story
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain runs the test binary as gc-pause's child client when the
+// runner re-executes it (ChildMain), and otherwise fails the package if a
+// test leaves a goroutine behind. The embedded etcd's HTTP handlers wind
+// down after it closes, as in package benchmarks.
+func TestMain(m *testing.M) {
+	ChildMain()
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+	)
+}

@@ -1,0 +1,278 @@
+package story
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/occkit/occkit/benchmarks"
+)
+
+// Config says which stories to run in which modes, and how to reach or
+// start their servers.
+type Config struct {
+	// Stories and Modes name what to run (default: every story, every
+	// mode), in the order given.
+	Stories, Modes []string
+	// Env is how servers are reached or started, as the lab does it:
+	// OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS and OCCKIT_ZK_ADDR (read with
+	// Env.Getenv) name servers to use; without them, and with
+	// Env.StartServers, throwaway servers are started (Redis with
+	// scripts/servers/redis.sh, ZooKeeper from Debian's package, etcd in
+	// process) and stopped before Run returns.
+	Env benchmarks.Env
+	// Command is the command line that reproduces the run, for the report.
+	Command string
+	// Progress, when set, is called after each story run.
+	Progress func(Result)
+}
+
+// runTimeout bounds one story in one mode.
+const runTimeout = 2 * time.Minute
+
+// Run runs every chosen story in every chosen mode, one after the other,
+// against real servers, and returns the report. A run that fails (a
+// server that cannot be reached, a client that errs) has Result.Err set
+// and the others go on. Run fails only for an unknown story or mode, or
+// when ctx ends (it then returns the partial report too).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	sts, ms, err := choose(cfg.Stories, cfg.Modes)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Started: time.Now(), Command: cfg.Command}
+	for _, s := range sts {
+		rep.Stories = append(rep.Stories, s.Info)
+	}
+	for _, m := range ms {
+		rep.Modes = append(rep.Modes, m.Info)
+	}
+	srv, err := openServers(ctx, cfg.Env, ms)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := srv.lab.Close(cctx); err != nil {
+			fmt.Fprintf(logOf(cfg.Env), "story: stopping servers: %v\n", err)
+		}
+	}()
+	rep.Servers = srv.servers
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	runID := hex.EncodeToString(b[:])
+	for _, st := range sts {
+		for _, m := range ms {
+			var res Result
+			switch {
+			case ctx.Err() != nil:
+				res = Result{Story: st.Name, Mode: m.Name, Err: "not run: interrupted"}
+			case srv.unavailable(m) != "":
+				res = Result{Story: st.Name, Mode: m.Name, Err: srv.unavailable(m)}
+			default:
+				res = runOne(ctx, st, m, srv.ep, runID)
+			}
+			rep.Results = append(rep.Results, res)
+			if cfg.Progress != nil {
+				cfg.Progress(res)
+			}
+		}
+	}
+	return rep, ctx.Err()
+}
+
+// choose resolves the names, defaulting to all.
+func choose(storyNames, modeNames []string) ([]storySpec, []modeSpec, error) {
+	if len(storyNames) == 0 {
+		storyNames = StoryNames()
+	}
+	if len(modeNames) == 0 {
+		modeNames = ModeNames()
+	}
+	var sts []storySpec
+	for _, n := range storyNames {
+		s, ok := lookupStory(n)
+		if !ok {
+			return nil, nil, fmt.Errorf("story: unknown story %q (have %v)", n, StoryNames())
+		}
+		sts = append(sts, s)
+	}
+	var ms []modeSpec
+	for _, n := range modeNames {
+		m, ok := lookupMode(n)
+		if !ok {
+			return nil, nil, fmt.Errorf("story: unknown mode %q (have %v)", n, ModeNames())
+		}
+		ms = append(ms, m)
+	}
+	return sts, ms, nil
+}
+
+func logOf(env benchmarks.Env) interface{ Write([]byte) (int, error) } {
+	if env.Log != nil {
+		return env.Log
+	}
+	return discard{}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// serverSet is the lab services the stories run against.
+type serverSet struct {
+	lab     *benchmarks.Lab
+	ep      endpoints
+	missing map[string]string // service → why it is unavailable
+	servers []string
+}
+
+// unavailable says why mode m cannot run, or "".
+func (s *serverSet) unavailable(m modeSpec) string {
+	if why := s.missing["redis"]; why != "" {
+		return "no Redis (it holds every mode's data): " + why
+	}
+	if m.needs != "" {
+		if why := s.missing[m.needs]; why != "" {
+			return fmt.Sprintf("no %s: %s", m.needs, why)
+		}
+	}
+	return ""
+}
+
+// openServers opens, through the lab, Redis and what the modes need
+// besides: Redlock's five Redis servers, ZooKeeper, etcd.
+func openServers(ctx context.Context, env benchmarks.Env, ms []modeSpec) (*serverSet, error) {
+	needs := map[string]bool{}
+	for _, m := range ms {
+		if m.needs != "" {
+			needs[m.needs] = true
+		}
+	}
+	names := []string{"redis"}
+	for _, n := range []string{"etcd", "zookeeper"} {
+		if needs[n] {
+			names = append(names, n)
+		}
+	}
+	lab, err := benchmarks.OpenLab(ctx, names, env)
+	if err != nil {
+		return nil, err
+	}
+	s := &serverSet{lab: lab, missing: map[string]string{}}
+	for _, sk := range lab.Skipped() {
+		s.missing[sk.Name] = sk.Reason
+	}
+	if svc, ok := lab.Service("redis"); ok {
+		rs, _ := svc.(benchmarks.RedisService)
+		var cli *redis.Client
+		if rs != nil {
+			cli, _ = rs.RedisClient().(*redis.Client)
+		}
+		if cli == nil {
+			s.missing["redis"] = fmt.Sprintf("the lab's Redis service is %T, not a single server", svc)
+		} else {
+			s.ep.Redis = redisAddrOf(cli)
+		}
+	}
+	if svc, ok := lab.Service("etcd"); ok {
+		if es, ok := svc.(benchmarks.EtcdService); ok && len(es.EtcdClient().Endpoints()) > 0 {
+			s.ep.Etcd = es.EtcdClient().Endpoints()[0]
+		} else {
+			s.missing["etcd"] = "the lab's etcd service has no endpoint"
+		}
+	}
+	if svc, ok := lab.Service("zookeeper"); ok {
+		if zs, ok := svc.(benchmarks.ZooKeeperService); ok {
+			s.ep.ZK = zs.ZooKeeperAddr()
+		}
+	}
+	if needs["redlock"] {
+		rl, err := lab.OpenRedlock(ctx)
+		if err != nil {
+			s.missing["redlock"] = err.Error()
+		} else {
+			for _, c := range rl.RedlockClients() {
+				s.ep.Redlock = append(s.ep.Redlock, redisAddrOf(c))
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		_ = lab.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	for _, info := range lab.Infos() {
+		s.servers = append(s.servers, info.Server)
+	}
+	return s, nil
+}
+
+// runOne runs story st in mode m.
+func runOne(ctx context.Context, st storySpec, m modeSpec, ep endpoints, runID string) (res Result) {
+	res = Result{Story: st.Name, Mode: m.Name}
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+	spec := runSpec{Story: st.Name, Mode: m.Name, NS: runID + "." + st.Name + "." + m.Name, TTL: st.ttl,
+		Start: time.Now().UnixNano(), Initial: st.initial, Endpoints: ep}
+	rec := newRecorder(ctx)
+	defer rec.cancel()
+	r, err := openRun(ctx, spec, rec)
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	rec.r, r.rec = r, rec
+	defer r.close()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := r.cleanup(cctx); err != nil {
+			res.Err = join(res.Err, "cleaning up: "+err.Error())
+		}
+	}()
+	if err := r.seed(ctx); err != nil {
+		res.Err = "seeding the stock: " + err.Error()
+		return res
+	}
+	r.start = time.Now()
+	r.spec.Start = r.start.UnixNano()
+	serr := st.script(ctx, r)
+	res.Duration = r.at()
+	res.Events, res.Clients = rec.stop()
+	if serr != nil {
+		res.Err = serr.Error()
+	}
+	if err := r.judge(context.WithoutCancel(ctx), &res); err != nil {
+		res.Err = join(res.Err, err.Error())
+	}
+	if res.Err != "" {
+		res.Safe = false
+	}
+	return res
+}
+
+// Problems returns what makes a report a failure: runs that failed, and
+// runs of the fenced and occ modes (occkit's promises) that lost an
+// update or accepted a stale write. Unfenced locks losing updates is the
+// expected, reported outcome, not a problem.
+func Problems(r *Report) []string {
+	var out []string
+	for _, res := range r.Results {
+		switch {
+		case res.Err != "":
+			out = append(out, fmt.Sprintf("%s/%s: %s", res.Story, res.Mode, res.Err))
+		case slices.Contains([]string{ModeFenced, ModeOCC}, res.Mode) && !res.Safe:
+			out = append(out, fmt.Sprintf("%s/%s: occkit's promise broken: %s", res.Story, res.Mode, res.Verdict))
+		}
+	}
+	return out
+}
+
+var errNoChild = errors.New("story: the child process did not start as a story client (does the binary call story.ChildMain first thing?)")
