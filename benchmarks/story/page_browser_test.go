@@ -59,43 +59,8 @@ const timelineStateJS = `(() => {
 // URL selects that timeline, and a screenshot of the whole page is saved
 // (to $OCCKIT_STORY_SCREENSHOT when set).
 func TestPageInChromium(t *testing.T) {
-	exe := chromiumPath
-	if _, err := os.Stat(exe); err != nil {
-		p, lerr := exec.LookPath("chromium")
-		if lerr != nil {
-			t.Fatalf("Chromium is missing (%v): the lock-story page is tested in a real browser. "+
-				"Install Debian's package with `apt-get install -y --no-install-recommends chromium`, "+
-				"or run `make test`, whose scripts/ensure-tools.sh installs it", err)
-		}
-		exe = p
-	}
-
-	dir := t.TempDir()
-	page := filepath.Join(dir, "stories.html")
-	var b bytes.Buffer
-	if err := WritePage(&b, pageSampleReport()); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(page, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	pageURL := (&url.URL{Scheme: "file", Path: page}).String()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	actx, acancel := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(exe),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.WindowSize(1200, 900),
-	)
-	defer acancel()
+	pageURL := writePageFile(t, pageSampleReport())
+	actx := startChromium(t)
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
 
@@ -135,7 +100,7 @@ func TestPageInChromium(t *testing.T) {
 			}
 		})
 		if err != nil {
-			t.Fatalf("starting Chromium (%s): %v", exe, err)
+			t.Fatalf("starting Chromium: %v", err)
 		}
 	}
 	state := func(tctx context.Context, story string) timelineState {
@@ -276,4 +241,95 @@ func nearRGB(a, b [3]uint32) bool {
 		return y - x
 	}
 	return d(a[0], b[0]) < 8 && d(a[1], b[1]) < 8 && d(a[2], b[2]) < 8
+}
+
+// writePageFile writes the page of r into a temporary directory and
+// returns its file:// URL.
+func writePageFile(t *testing.T, r *Report) string {
+	t.Helper()
+	dir := t.TempDir()
+	page := filepath.Join(dir, "stories.html")
+	var b bytes.Buffer
+	if err := WritePage(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(page, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return (&url.URL{Scheme: "file", Path: page}).String()
+}
+
+// startChromium starts headless Chromium for the test (it fails loudly
+// when Chromium is missing) and returns its allocator context, which ends
+// with the test.
+func startChromium(t *testing.T) context.Context {
+	t.Helper()
+	exe := chromiumPath
+	if _, err := os.Stat(exe); err != nil {
+		p, lerr := exec.LookPath("chromium")
+		if lerr != nil {
+			t.Fatalf("Chromium is missing (%v): the lock-story page is tested in a real browser. "+
+				"Install Debian's package with `apt-get install -y --no-install-recommends chromium`, "+
+				"or run `make test`, whose scripts/ensure-tools.sh installs it", err)
+		}
+		exe = p
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.WindowSize(1200, 900),
+	)
+	t.Cleanup(acancel)
+	return actx
+}
+
+// checkRunInChromium opens the page of a real run in Chromium and checks,
+// for every story and mode, that the timeline the mode switch shows is
+// that mode's and draws its outcome: as many red marks (stale writes
+// accepted) and green marks (stale writes rejected) as the run counted.
+func checkRunInChromium(t *testing.T, r *Report) {
+	t.Helper()
+	pageURL := writePageFile(t, r)
+	bctx, cancel := chromedp.NewContext(startChromium(t))
+	defer cancel()
+	if err := chromedp.Do(bctx, chromedp.Navigate(pageURL)); err != nil {
+		t.Fatalf("opening the page of the run: %v", err)
+	}
+	for _, res := range r.Results {
+		sel := fmt.Sprintf(`section.story[data-story=%q] .switch button[data-mode=%q]`, res.Story, res.Mode)
+		if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
+			t.Fatalf("clicking %s/%s: %v", res.Story, res.Mode, err)
+		}
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[timelineState](fmt.Sprintf(timelineStateJS, res.Story)))
+		if err != nil {
+			t.Fatalf("reading the %s timeline: %v", res.Story, err)
+		}
+		o := res.Outcome
+		if s.Visible != 1 || s.Mode != res.Mode || s.Lanes != len(res.Clients) || s.Red != o.StaleAccepted || s.Green != o.StaleRejected {
+			t.Errorf("%s/%s in Chromium: %+v, want that mode, %d lanes, %d red, %d green",
+				res.Story, res.Mode, s, len(res.Clients), o.StaleAccepted, o.StaleRejected)
+		}
+	}
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if out := os.Getenv("OCCKIT_STORY_SCREENSHOT"); out != "" {
+		out = strings.TrimSuffix(out, ".png") + "-run.png"
+		if err := os.WriteFile(out, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot of the run: %s", out)
+	}
+	checkScreenshot(t, shot)
 }

@@ -89,6 +89,7 @@ func TestStories(t *testing.T) {
 	if p := Problems(rep); len(p) > 0 {
 		t.Errorf("problems: %q", p)
 	}
+	t.Run("page", func(t *testing.T) { checkRunInChromium(t, rep) })
 }
 
 func checkShape(t *testing.T, res Result) {
