@@ -143,7 +143,7 @@ func modes() []modeSpec {
 			Info: Info{Name: ModeEtcd, Title: "etcd lease lock",
 				About: "etcdcas.Locker on etcd (in process): a key attached to a lease kept alive by the client, held by the oldest " +
 					"key of the lock, waiters watching their predecessor. Its token is the key's creation revision, which this mode " +
-					"does not check: " + data},
+					"does not check. " + data},
 			data: plainData, lock: openEtcdLock, needs: "etcd",
 		},
 		{
