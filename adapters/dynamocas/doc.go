@@ -64,12 +64,15 @@
 //
 // A refused condition is a *cas.ConflictError (ConditionalCheckFailed, in
 // a single write or as a transaction's cancellation reason) naming the key,
-// with the current item. Throttling, TransactionConflict and server errors
-// are reported for occ by [Retryable]. A write whose answer was lost is
-// resolved by reading its write id back: found, it applied; the key
-// unchanged, it is sent again (at most one of the two sends can apply);
-// otherwise the caller gets a *cas.AmbiguousError with the key and the
-// write id. Native SDK errors
+// with the current item. Throttling, TransactionConflict, server errors, a
+// read whose answer was lost or cut, and a refusal (HTTP 4xx) whose body
+// was cut are reported for occ by [Retryable]; a cut refusal of a write
+// whose key no longer matches its condition is the conflict. A write whose
+// answer was lost, or whose HTTP 200 answer was cut, is resolved by reading
+// its write id back: found, it applied; the key unchanged, it is sent
+// again (at most one of the two sends can apply); otherwise the caller
+// gets a *cas.AmbiguousError with the key and the write id. Native SDK
+// errors
 // (*types.ConditionalCheckFailedException,
 // *types.TransactionCanceledException, ...) stay reachable with errors.As.
 //

@@ -37,25 +37,38 @@ var transientReasons = map[string]bool{
 	"":                              true,
 }
 
-// Retryable reports whether err is a transient failure after which trying
-// the operation again is safe: throttling (ProvisionedThroughputExceeded,
-// ThrottlingException, RequestLimitExceeded), a transaction refused because
-// of another transaction on the same items (TransactionCanceledException
-// with reason TransactionConflict, TransactionConflictException), a server
-// error (HTTP 5xx), a connection that could not be made, or a read that
-// failed in transit. Pass it to occ.WithRetryable.
+// Retryable reports whether err is a failure after which trying the
+// operation again is safe and may succeed. Pass it to occ.WithRetryable.
+// It is true for
 //
-// Conflicts are not Retryable's business (occ always retries them), and an
-// ambiguous write (cas.ErrAmbiguous: it may have applied) is never
-// retryable: the store returns it only when reading the key back could not
-// tell. A context that ended is not retryable either.
+//   - throttling (ProvisionedThroughputExceeded, ThrottlingException,
+//     RequestLimitExceeded) and a transaction refused because of another
+//     transaction on the same items (TransactionCanceledException with
+//     reason TransactionConflict, TransactionConflictException);
+//   - a server error (HTTP 5xx) and a connection that could not be made;
+//   - a read (Get) that failed in transit: no answer, or an answer whose
+//     body was cut or garbled (the SDK's "deserialization failed"), with
+//     any status: reading again is always safe;
+//   - a request the server refused (HTTP 4xx) whose answer was cut before
+//     its body said why: a 4xx means the request was not applied, and the
+//     next attempt learns the reason. (A single-key write first reads the
+//     key: when it no longer matches the write's condition the store
+//     returns the *cas.ConflictError, or *cas.FencedError, the refusal
+//     most likely was.)
+//
+// Conflicts are not Retryable's business (occ always retries them). A
+// write whose answer was lost — no answer, a 5xx, or an HTTP 200 whose
+// body was cut (it applied, but its result is unknown) — goes through the
+// store's write-id resolution, and when that cannot tell, the store
+// returns a *cas.AmbiguousError (cas.ErrAmbiguous: it may have applied),
+// which is never retryable. A context that ended is not retryable either.
 func Retryable(err error) bool {
 	if err == nil || errors.Is(err, cas.ErrAmbiguous) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var re *readError
-	if errors.As(err, &re) && !answered(re.err) {
+	if errors.As(err, &re) && (!answered(re.err) || unread(re.err)) {
 		return true // lost in transit: reading again is safe
 	}
 	var tce *types.TransactionCanceledException
@@ -66,7 +79,8 @@ func Retryable(err error) bool {
 	if errors.As(err, &api) && transientCodes[api.ErrorCode()] {
 		return true
 	}
-	return httpStatus(err) >= 500 || neverSent(err)
+	st := httpStatus(err)
+	return st >= 500 || (st >= 400 && unread(err)) || neverSent(err)
 }
 
 // neverSent reports a request that failed before reaching the server:
@@ -105,12 +119,22 @@ func httpStatus(err error) int {
 // answered reports whether the server answered the request at all.
 func answered(err error) bool { return httpStatus(err) != 0 }
 
+// unread reports an answer whose status came but whose body could not be
+// read or decoded: the connection was cut after the status line, or the
+// body is garbled. For a write, the status still tells a refusal (4xx:
+// not applied) from a success (2xx: applied, result unknown).
+func unread(err error) bool {
+	var de *smithy.DeserializationError
+	return answered(err) && errors.As(err, &de)
+}
+
 // definite reports whether a write that failed with err certainly did not
 // apply: the server answered with a client error (HTTP 4xx: validation,
-// throttling, a failed condition, a missing table...), or no connection
-// could be made. A server error
-// (5xx) or no answer at all (a timeout, a lost connection, the caller's
-// context ending in flight) may hide an applied write.
+// throttling, a failed condition, a missing table...; also when the body
+// saying which was cut), or no connection could be made. A server error
+// (5xx), a success whose body was cut (2xx), or no answer at all (a
+// timeout, a lost connection, the caller's context ending in flight) may
+// hide an applied write.
 func definite(err error) bool {
 	st := httpStatus(err)
 	return (st >= 400 && st < 500) || neverSent(err)

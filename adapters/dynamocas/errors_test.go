@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -55,6 +56,9 @@ func TestRetryable(t *testing.T) {
 		{"ResourceNotFound", withStatus(400, &types.ResourceNotFoundException{}), false},
 		{"Conflict", &cas.ConflictError{Key: "k"}, false},
 		{"Ambiguous5xx", &cas.AmbiguousError{Key: "k", Err: withStatus(500, &types.InternalServerError{})}, false},
+		{"RefusalCut", withStatus(400, &smithy.DeserializationError{Err: io.ErrUnexpectedEOF}), true},
+		{"WriteSuccessCut", withStatus(200, &smithy.DeserializationError{Err: io.ErrUnexpectedEOF}), false},
+		{"AmbiguousCut", &cas.AmbiguousError{Key: "k", Err: withStatus(200, &smithy.DeserializationError{Err: io.ErrUnexpectedEOF})}, false},
 		{"DialRefused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, true},
 		{"ReadReset", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset")}, false},
 		{"Canceled", fmt.Errorf("w: %w", context.Canceled), false},

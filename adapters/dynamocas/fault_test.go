@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/cenkalti/backoff/v4"
 	"github.com/occkit/occkit/adapters/dynamocas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/dynamotest"
+	"github.com/occkit/occkit/occ"
 )
 
 // errInjected stands for a connection that broke: no HTTP answer at all.
@@ -220,5 +223,318 @@ func TestCancelledInFlight(t *testing.T) {
 	v, err := s.CompareAndSwap(ctx, "k", 0, []byte("x"))
 	if err != nil || v == 0 {
 		t.Fatalf("applied write cancelled in flight: v%d, %v; want it found applied", v, err)
+	}
+}
+
+// cutter cuts the answer to the next request of operation op (once armed)
+// whose HTTP status is status (0: any) after n bytes of its body, as a
+// connection closed mid-response does: the status line and headers came,
+// the body stops with io.ErrUnexpectedEOF. before, if set, runs once the
+// server has answered and before the client sees the cut answer; pre, if
+// set, runs before the next request of op is sent.
+type cutter struct {
+	armed  atomic.Bool
+	op     string
+	status int
+	n      int
+	before func()
+	pre    func()
+	cuts   atomic.Int64
+}
+
+func (c *cutter) arm(op string, status, n int, before func()) {
+	c.op, c.status, c.n, c.before, c.pre = op, status, n, before, nil
+	c.armed.Store(true)
+}
+
+func (c *cutter) wrap(next http.RoundTripper) http.RoundTripper {
+	return dynamotest.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if c.armed.Load() && c.pre != nil && dynamotest.Operation(r) == c.op {
+			c.pre()
+			c.pre = nil
+		}
+		resp, err := next.RoundTrip(r)
+		if err != nil || !c.armed.Load() || dynamotest.Operation(r) != c.op ||
+			(c.status != 0 && resp.StatusCode != c.status) || !c.armed.CompareAndSwap(true, false) {
+			return resp, err
+		}
+		c.cuts.Add(1)
+		if c.before != nil {
+			c.before()
+		}
+		resp.Body = &cutBody{ReadCloser: resp.Body, left: c.n}
+		resp.ContentLength = -1
+		return resp, nil
+	})
+}
+
+// cutBody is a body that fails after left bytes.
+type cutBody struct {
+	io.ReadCloser
+	left int
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if len(p) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= n
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// TestCutAnswers checks answers whose status line came but whose body was
+// cut (the `cut` fault of occfaults): a cut read is retryable; a cut
+// refusal (HTTP 400) of a write applied nothing and is a conflict when the
+// key has moved on, or else a retryable error; a cut success (HTTP 200)
+// of a write applied, and is resolved by its write id, or ambiguous — and
+// then never retried — when the key has moved on since.
+func TestCutAnswers(t *testing.T) {
+	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
+		c := &cutter{}
+		s := newStore(t, dynamotest.ClientWith(t, srv, c.wrap), dynamocas.Config{ResolveTimeout: 5 * time.Second})
+		other, err := dynamocas.New(dynamotest.Client(t, srv), dynamocas.Config{Table: s.Table()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := dynamotest.Ctx(t, time.Minute)
+		counters := cas.NewTyped[int](s, cas.JSON[int]())
+		zero := occ.WithBackOff(&backoff.ZeroBackOff{})
+		wantCuts := func(t *testing.T, n int64) {
+			t.Helper()
+			if c.armed.Load() || c.cuts.Load() != n {
+				t.Fatalf("%d answers cut (armed: %v), want %d", c.cuts.Load(), c.armed.Load(), n)
+			}
+		}
+		// counter makes key a counter at 0 and returns its version.
+		counter := func(t *testing.T, key string) cas.Version {
+			t.Helper()
+			v, err := s.CompareAndSwap(ctx, key, 0, []byte("0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		// bump moves key on from v, as another writer.
+		bump := func(t *testing.T, key string, v cas.Version) cas.Version {
+			t.Helper()
+			nv, err := other.CompareAndSwap(ctx, key, v, []byte("10"))
+			if err != nil {
+				t.Errorf("other writer: %v", err)
+			}
+			return nv
+		}
+		wantValue := func(t *testing.T, key string, want int) {
+			t.Helper()
+			if got, _, err := counters.Get(ctx, key); err != nil || got != want {
+				t.Fatalf("%s = %d, %v; want %d", key, got, err, want)
+			}
+		}
+
+		t.Run("Read", func(t *testing.T) {
+			c.cuts.Store(0)
+			counter(t, "read")
+			c.arm("GetItem", 200, 5, nil)
+			_, err := s.Get(ctx, "read")
+			wantCuts(t, 1)
+			if err == nil || !dynamocas.Retryable(err) || errors.Is(err, cas.ErrAmbiguous) {
+				t.Fatalf("cut read: %v; want an error Retryable accepts", err)
+			}
+			// Through occ with Retryable: the read is tried again.
+			c.arm("GetItem", 200, 0, nil)
+			n, _, err := occ.Update(ctx, counters, "read", func(n int, _ bool) (int, error) { return n + 1, nil },
+				occ.WithRetryable(dynamocas.Retryable), zero)
+			wantCuts(t, 2)
+			if err != nil || n != 1 {
+				t.Fatalf("update over a cut read = %d, %v; want 1", n, err)
+			}
+			wantValue(t, "read", 1)
+		})
+
+		t.Run("Refusal", func(t *testing.T) {
+			c.cuts.Store(0)
+			v1 := counter(t, "refused")
+			v2 := bump(t, "refused", v1)
+			c.arm("UpdateItem", 400, 10, nil)
+			_, err := s.CompareAndSwap(ctx, "refused", v1, []byte("1"))
+			wantCuts(t, 1)
+			var ce *cas.ConflictError
+			if !errors.As(err, &ce) || !ce.HasCurrent || ce.Current.Version != v2 || errors.Is(err, cas.ErrAmbiguous) {
+				t.Fatalf("cut refusal of a stale write: %v; want a conflict with the current item at v%d", err, v2)
+			}
+			// Through occ (no Retryable needed): another writer gets in
+			// between the read and the write, whose refusal is cut.
+			calls := 0
+			n, _, err := occ.Update(ctx, counters, "refused", func(n int, _ bool) (int, error) {
+				if calls++; calls == 1 {
+					_, v, err := counters.Get(ctx, "refused")
+					if err != nil {
+						t.Error(err)
+					}
+					bump(t, "refused", v)
+					c.arm("UpdateItem", 400, 0, nil)
+				}
+				return n + 1, nil
+			}, zero)
+			wantCuts(t, 2)
+			if err != nil || n != 11 || calls != 2 {
+				t.Fatalf("update over a cut refusal = %d, %v after %d calls; want 11 after 2", n, err, calls)
+			}
+			wantValue(t, "refused", 11)
+		})
+
+		t.Run("RefusalOtherReason", func(t *testing.T) {
+			// A refusal that is not the condition's (the table does not
+			// exist), cut: not applied, reason unknown, key not in
+			// conflict: retryable, and neither a conflict nor ambiguous.
+			c.cuts.Store(0)
+			missing, err := dynamocas.New(dynamotest.ClientWith(t, srv, c.wrap), dynamocas.Config{Table: dynamotest.TableName("missing")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.arm("UpdateItem", 400, 3, nil)
+			_, err = missing.CompareAndSwap(ctx, "k", 0, []byte("x"))
+			wantCuts(t, 1)
+			if err == nil || !dynamocas.Retryable(err) || errors.Is(err, cas.ErrConflict) || errors.Is(err, cas.ErrAmbiguous) {
+				t.Fatalf("cut refusal for another reason: %v; want a plain error Retryable accepts", err)
+			}
+		})
+
+		t.Run("Success", func(t *testing.T) {
+			// The write applied and its answer was cut: the write id
+			// finds it, once.
+			c.cuts.Store(0)
+			v1 := counter(t, "applied")
+			c.arm("UpdateItem", 200, 0, nil)
+			v2, err := s.CompareAndSwap(ctx, "applied", v1, []byte("1"))
+			wantCuts(t, 1)
+			if err != nil || v2 != v1+1 {
+				t.Fatalf("cut success: v%d, %v; want v%d", v2, err, v1+1)
+			}
+			wantValue(t, "applied", 1)
+
+			// The key moves on before the writer can look: ambiguous, and
+			// occ does not run it again, even with Retryable.
+			calls := 0
+			_, _, err = occ.Update(ctx, counters, "applied", func(n int, _ bool) (int, error) {
+				if calls++; calls == 1 {
+					c.arm("UpdateItem", 200, 0, func() { bump(t, "applied", v2+1) })
+				}
+				return n + 1, nil
+			}, occ.WithRetryable(dynamocas.Retryable), zero)
+			wantCuts(t, 2)
+			var amb *cas.AmbiguousError
+			if !errors.As(err, &amb) || amb.Key != "applied" || dynamocas.Retryable(err) || errors.Is(err, cas.ErrConflict) || calls != 1 {
+				t.Fatalf("cut success, then overwritten: %v after %d calls; want a *cas.AmbiguousError after 1, not Retryable", err, calls)
+			}
+			wantValue(t, "applied", 10)
+		})
+	})
+}
+
+// TestCutCommitRefusal checks a commit refused (HTTP 400,
+// TransactionCanceledException) in an answer cut before its body: nothing
+// applied, Retryable, and occ.Txn with Retryable runs it again.
+func TestCutCommitRefusal(t *testing.T) {
+	srv := dynamotest.StartMinidyn(t)
+	c := &cutter{}
+	s := newStore(t, dynamotest.ClientWith(t, srv, c.wrap), dynamocas.Config{})
+	ctx := dynamotest.Ctx(t, time.Minute)
+	a, err := s.CompareAndSwap(ctx, "a", 0, []byte("A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.arm("TransactWriteItems", 400, 7, nil)
+	_, err = s.Commit(ctx, []cas.Op{cas.Put("a", a+5, []byte("stale")), cas.Put("b", 0, []byte("B"))})
+	if c.cuts.Load() != 1 {
+		t.Fatalf("%d answers cut, want 1", c.cuts.Load())
+	}
+	if err == nil || !dynamocas.Retryable(err) || errors.Is(err, cas.ErrAmbiguous) {
+		t.Fatalf("cut refusal of a commit: %v; want an error Retryable accepts", err)
+	}
+	if it, err := s.Get(ctx, "a"); err != nil || it.Version != a {
+		t.Fatalf("a = %+v, %v; want v%d untouched", it, err, a)
+	}
+	if _, err := s.Get(ctx, "b"); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("b: %v, want not found", err)
+	}
+}
+
+// TestTxResendRefusalCut checks a Tx whose first send applied but lost its
+// answer, and whose resend is refused (its conditions no longer hold) in
+// an answer cut before its body: the first send's outcome stays unknown,
+// so the commit is ambiguous, not a plain (and Retryable) refusal.
+func TestTxResendRefusalCut(t *testing.T) {
+	srv := dynamotest.StartMinidyn(t)
+	fl, c := &faulty{}, &cutter{}
+	cli := dynamotest.ClientWith(t, srv, func(next http.RoundTripper) http.RoundTripper { return fl.wrap(c.wrap(next)) })
+	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
+	items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := dynamotest.Ctx(t, time.Minute)
+	sv, err := items.Put(ctx, stock{SKU: "book", Remaining: 5}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := dynamocas.NewTx(cli)
+	must(t, items.TxPut(tx, stock{SKU: "book", Remaining: 4, Sold: 1}, sv))
+	fl.arm("TransactWriteItems", dropAnswer, nil)
+	c.arm("TransactWriteItems", 400, 5, nil)
+	_, err = tx.Commit(ctx)
+	if fl.armed.Load() || c.cuts.Load() != 1 {
+		t.Fatalf("faults not injected (lost answer armed: %v, cuts %d)", fl.armed.Load(), c.cuts.Load())
+	}
+	if !errors.Is(err, cas.ErrAmbiguous) || dynamocas.Retryable(err) || errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("commit applied, answer lost, resend refused in a cut answer: %v; want ambiguous, not Retryable", err)
+	}
+	if s, v, err := items.Get(ctx, dynamocas.Key{Partition: "book"}); err != nil || v != sv+1 || s.Sold != 1 {
+		t.Fatalf("book = %+v v%d, %v; want the commit applied once at v%d", s, v, err, sv+1)
+	}
+}
+
+// TestTableResendRefusalCut checks a Table write whose request was lost,
+// then sent again and refused in an answer cut before its body (another
+// writer changed the item in between): the first send may have applied
+// late and refused the resend, and the item carries no write id, so the
+// write is ambiguous, not a plain (and Retryable) refusal.
+func TestTableResendRefusalCut(t *testing.T) {
+	srv := dynamotest.StartMinidyn(t)
+	fl, c := &faulty{}, &cutter{}
+	cli := dynamotest.ClientWith(t, srv, func(next http.RoundTripper) http.RoundTripper { return fl.wrap(c.wrap(next)) })
+	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
+	items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	others, err := dynamocas.NewTable[stock](dynamotest.Client(t, srv), dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := dynamotest.Ctx(t, time.Minute)
+	v, err := items.Put(ctx, stock{SKU: "book", Remaining: 5}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl.arm("PutItem", dropRequest, nil)
+	c.arm("PutItem", 400, 5, nil)
+	c.pre = func() {
+		if _, err := others.Put(ctx, stock{SKU: "book", Remaining: 9}, v); err != nil {
+			t.Errorf("other writer: %v", err)
+		}
+	}
+	_, err = items.Put(ctx, stock{SKU: "book", Remaining: 4, Sold: 1}, v)
+	if fl.armed.Load() || c.cuts.Load() != 1 {
+		t.Fatalf("faults not injected (lost request armed: %v, cuts %d)", fl.armed.Load(), c.cuts.Load())
+	}
+	if !errors.Is(err, cas.ErrAmbiguous) || dynamocas.Retryable(err) || errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("resend refused in a cut answer: %v; want ambiguous, not Retryable", err)
 	}
 }

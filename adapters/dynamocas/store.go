@@ -412,9 +412,33 @@ func (s *Store) send(ctx context.Context, w *write) (cas.Version, error) {
 		return s.refused(ctx, w, ccf.Item, err)
 	}
 	if definite(err) {
+		if unread(err) {
+			return s.refusedUnread(ctx, w, err)
+		}
 		return 0, s.definiteError(w.op, w.key, err)
 	}
 	return s.resolveWrite(ctx, w, err)
+}
+
+// refusedUnread handles a write the server refused (HTTP 4xx) in an answer
+// cut before its body: nothing applied, but the reason (a failed condition,
+// throttling, a validation error...) is lost. A consistent read tells a
+// conflict — the key no longer as w expects: a *cas.ConflictError with the
+// current item, or a *cas.FencedError — from a refusal for another reason,
+// returned as the definite error (Retryable: the next attempt learns the
+// reason). A key found as w expects most likely did not fail w's
+// condition (versions only grow); nothing applied either way.
+func (s *Store) refusedUnread(ctx context.Context, w *write, cause error) (cas.Version, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
+	st, err := s.readState(rctx, w.key)
+	cancel()
+	switch {
+	case err != nil || w.holds(st):
+		return 0, s.definiteError(w.op, w.key, cause)
+	case w.fenced && st.fence > w.token:
+		return 0, &cas.FencedError{Key: w.key, Token: w.token, Highest: st.fence, Err: cause}
+	}
+	return 0, &cas.ConflictError{Key: w.key, Expected: w.expected, Current: st.item, HasCurrent: true, Err: cause}
 }
 
 // written is the version a successful write gave the key.

@@ -461,7 +461,9 @@ func (t *Table[T]) lost(ctx context.Context, w *tableWrite, cause error) error {
 	}
 	_, err = t.send(ctx, w)
 	var ce *cas.ConflictError
-	if errors.As(err, &ce) || errors.Is(err, cas.ErrAmbiguous) {
+	if errors.As(err, &ce) || errors.Is(err, cas.ErrAmbiguous) || (definite(err) && unread(err)) {
+		// Refused by the condition (or, its answer cut, maybe so): by
+		// the first send, which applied meanwhile, or by another writer.
 		return amb
 	}
 	return err

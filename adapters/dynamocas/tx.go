@@ -172,9 +172,16 @@ func (tx *Tx) Commit(ctx context.Context) ([]cas.Version, error) {
 			return nil, amb
 		case errors.As(err, &tce):
 			return nil, tx.cancelled(ctx, tce, err)
-		case definite(err):
+		case definite(err) && resends == 0:
 			return nil, fmt.Errorf("dynamocas: commit (first key %q): %w", truncate(tx.keys[0], 64), err)
+		case definite(err) && !Retryable(err):
+			// A resend refused outright: the first send stays unknown.
+			amb.Err = errors.Join(amb.Err, err)
+			return nil, amb
 		}
+		// No answer, a server error, or a resend refused for a reason that
+		// may pass (throttling, or a refusal whose body was cut): the
+		// token makes sending again safe.
 		amb.Err = errors.Join(amb.Err, err)
 		if ctx.Err() != nil || resends == maxResends {
 			return nil, amb

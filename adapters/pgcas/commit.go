@@ -78,7 +78,7 @@ func (s *Store) commitOnce(ctx context.Context, ops []cas.Op, order []int, id wr
 
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("pgcas: commit: %w", err)
+		return nil, false, acquireError("commit", ops[0].Key, err)
 	}
 	defer conn.Release()
 	br := conn.SendBatch(ctx, b)
@@ -136,12 +136,18 @@ func (s *Store) commitFailed(ctx context.Context, ops []cas.Op, id writeID, err 
 	key := ops[0].Key
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		// The server refused a statement or the COMMIT: the transaction
-		// was rolled back.
+		// The server refused a statement or the implicit COMMIT at the
+		// Sync (PostgreSQL never answers a committed transaction with an
+		// error: a session ended after the commit sends its reply first,
+		// or nothing): the transaction was rolled back. A session that
+		// ended (57P01...) may take the next attempt.
+		if transientCodes[pgErr.Code] {
+			return nil, &transientError{op: "commit", key: key, why: "not applied", err: err}
+		}
 		return nil, s.serverError("commit", key, ops[0].Expected, pgErr)
 	}
 	if !sent(err) {
-		return nil, &transientError{op: "commit", key: ops[0].Key, notSent: true, err: err}
+		return nil, &transientError{op: "commit", key: key, why: "not sent", err: err}
 	}
 	var writes []string
 	for _, op := range ops {

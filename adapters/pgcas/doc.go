@@ -70,7 +70,10 @@
 //
 // Errors match the cas sentinels with errors.Is and keep pgx's error
 // reachable with errors.As (*pgconn.PgError). SQLSTATE 40001 and 40P01 are
-// conflicts. A request that failed before it was sent is a plain error.
+// conflicts. A request that failed before it was sent (no connection, or
+// one that broke first), a write the server answered with the end of the
+// session (SQLSTATE 57P01 and the like, as a shutdown gives), and a read
+// that failed applied nothing: [Retryable] says so, for occ.WithRetryable.
 // When the connection breaks after a write was sent, the store reads the
 // key back: its own write id in the row proves the write applied, and the
 // call succeeds; otherwise it returns a *cas.AmbiguousError with the key

@@ -3,8 +3,12 @@ package pgcas_test
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cenkalti/backoff/v4"
@@ -184,5 +188,259 @@ func fired(t *testing.T, f *pgtest.Faults, n int) {
 	t.Helper()
 	if got := f.Fired(); got != n {
 		t.Fatalf("faults fired %d times, want %d", got, n)
+	}
+}
+
+// wantNotApplied checks that err is a failure Retryable accepts, neither
+// ambiguous nor a conflict, keeping the cause reachable.
+func wantNotApplied(t *testing.T, what string, err error, cause any) {
+	t.Helper()
+	if err == nil || !pgcas.Retryable(err) || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("%s: %v; want an error Retryable accepts, not ambiguous, not a conflict", what, err)
+	}
+	if cause != nil && !errors.As(err, cause) {
+		t.Fatalf("%s: %v; the cause (%T) is not reachable", what, err, cause)
+	}
+}
+
+// Fault: no connection can be made while a write or a read starts: the
+// server is down (connection refused), or refuses sessions while it shuts
+// down or starts up (SQLSTATE 57P03). Nothing was sent: Retryable, and an
+// update through occ rides over a failure between its read and its write.
+func TestConnectFailuresRetryable(t *testing.T) {
+	tests := []struct {
+		name  string
+		arm   func(f *pgtest.Faults, n int)
+		cause func() any
+	}{
+		{"Refused", func(f *pgtest.Faults, n int) { f.RefuseConnections(n) },
+			func() any { return new(*net.OpError) }},
+		{"ShuttingDown", func(f *pgtest.Faults, n int) {
+			f.RejectSessions(n, "57P03", "the database system is shutting down")
+		}, func() any { return new(*pgconn.PgError) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			var f pgtest.Faults
+			s := faultyStore(t, &f)
+			v1, err := s.CompareAndSwap(ctx, "k", 0, []byte("1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			down := func() {
+				s.Pool().Reset() // close the idle connections: the next call dials
+				tc.arm(&f, 1)
+			}
+
+			down()
+			_, err = s.CompareAndSwap(ctx, "k", v1, []byte("2"))
+			fired(t, &f, 1)
+			wantNotApplied(t, "swap", err, tc.cause())
+			if ce := new(*pgconn.ConnectError); !errors.As(err, ce) {
+				t.Fatalf("swap: %v; the *pgconn.ConnectError is not reachable", err)
+			}
+
+			down()
+			_, err = s.Commit(ctx, []cas.Op{cas.Put("k", v1, []byte("2")), cas.Put("k2", 0, []byte("x"))})
+			fired(t, &f, 2)
+			wantNotApplied(t, "commit", err, tc.cause())
+
+			down()
+			_, err = s.Get(ctx, "k")
+			fired(t, &f, 3)
+			wantNotApplied(t, "get", err, tc.cause())
+
+			if it, err := s.Get(ctx, "k"); err != nil || it.Version != v1 {
+				t.Fatalf("get = %+v, %v; want v%d untouched", it, err, v1)
+			}
+			if _, err := s.Get(ctx, "k2"); !errors.Is(err, cas.ErrNotFound) {
+				t.Fatalf("get k2: %v, want not found (the commit applied nothing)", err)
+			}
+
+			// The server goes away between the read and the write of an
+			// update: occ, with Retryable, reads again and writes once.
+			counters := cas.NewTyped[int](s, cas.JSON[int]())
+			if _, err := s.CompareAndSwap(ctx, "n", 0, []byte("0")); err != nil {
+				t.Fatal(err)
+			}
+			calls := 0
+			n, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
+				if calls++; calls == 1 {
+					down()
+				}
+				return n + 1, nil
+			}, occ.WithRetryable(pgcas.Retryable), occ.WithBackOff(&backoff.ZeroBackOff{}))
+			fired(t, &f, 4)
+			if err != nil || n != 1 || calls != 2 {
+				t.Fatalf("update over a lost server = %d, %v after %d calls; want 1 after 2", n, err, calls)
+			}
+			if got, _, err := counters.Get(ctx, "n"); err != nil || got != 1 {
+				t.Fatalf("n = %d, %v; want 1 (applied once)", got, err)
+			}
+		})
+	}
+}
+
+// terminator ends the backend of the one connection of a store's pool the
+// way a fast shutdown does (pg_terminate_backend: SIGTERM, SQLSTATE 57P01),
+// while the connection is idle in the pool, and waits until the backend
+// has gone. The client learns it only from the next statement it sends,
+// whose answer is the FATAL error.
+func terminator(t *testing.T, s *pgcas.Store) func() {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(ctx) })
+	return func() {
+		t.Helper()
+		var pid uint32
+		if err := s.Pool().QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		terminate(t, admin, pid)
+	}
+}
+
+// terminate ends backend pid and waits until it has gone.
+func terminate(t *testing.T, admin *pgx.Conn, pid uint32) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, int(pid)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int(pid)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d still there", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// is57P01 checks that err carries the server's admin_shutdown error, so
+// that the test exercises what it means to.
+func is57P01(t *testing.T, what string, err error) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "57P01" {
+		t.Fatalf("%s: %v; want SQLSTATE 57P01 from the server", what, err)
+	}
+}
+
+// Fault: the server ends the session (SQLSTATE 57P01, as a fast shutdown
+// or pg_terminate_backend does) while the connection is idle; the next
+// write, commit or read on it is answered with that error instead of
+// running. Nothing applied: Retryable.
+func TestSessionEndedRetryable(t *testing.T) {
+	ctx := context.Background()
+	never := func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns, c.ShouldPing = 1, never })
+	s, err := pgcas.New(pool, pgcas.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kill := terminator(t, s)
+	v1, err := s.CompareAndSwap(ctx, "k", 0, []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	kill()
+	_, err = s.CompareAndSwap(ctx, "k", v1, []byte("2"))
+	is57P01(t, "swap", err)
+	wantNotApplied(t, "swap", err, nil)
+
+	kill()
+	_, err = s.Commit(ctx, []cas.Op{cas.Put("k", v1, []byte("2")), cas.Put("k2", 0, []byte("x"))})
+	is57P01(t, "commit", err)
+	wantNotApplied(t, "commit", err, nil)
+
+	kill()
+	_, err = s.Get(ctx, "k")
+	is57P01(t, "get", err)
+	wantNotApplied(t, "get", err, nil)
+
+	if it, err := s.Get(ctx, "k"); err != nil || it.Version != v1 {
+		t.Fatalf("get = %+v, %v; want v%d untouched", it, err, v1)
+	}
+	if _, err := s.Get(ctx, "k2"); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("get k2: %v, want not found (the commit applied nothing)", err)
+	}
+
+	// The session ends between the read and the write of an update.
+	counters := cas.NewTyped[int](s, cas.JSON[int]())
+	if _, err := s.CompareAndSwap(ctx, "n", 0, []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	n, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
+		if calls++; calls == 1 {
+			kill()
+		}
+		return n + 1, nil
+	}, occ.WithRetryable(pgcas.Retryable), occ.WithBackOff(&backoff.ZeroBackOff{}))
+	if err != nil || n != 1 || calls != 2 {
+		t.Fatalf("update over an ended session = %d, %v after %d calls; want 1 after 2", n, err, calls)
+	}
+	if got, _, err := counters.Get(ctx, "n"); err != nil || got != 1 {
+		t.Fatalf("n = %d, %v; want 1 (applied once)", got, err)
+	}
+}
+
+// A write or commit whose reply was lost after it was sent, and that the
+// write id cannot resolve (it did not apply, the key moved on), stays
+// ambiguous: Retryable refuses it, and occ does not run it again even
+// with Retryable.
+func TestLostReplyNotRetried(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	s := faultyStore(t, &f)
+	counters := cas.NewTyped[int](s, cas.JSON[int]())
+	if _, err := s.CompareAndSwap(ctx, "n", 0, []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	_, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
+		if calls++; calls == 1 {
+			// Another writer moves the key on, and the reply to this
+			// update's (now stale) write is lost.
+			it, err := s.Get(ctx, "n")
+			if err != nil {
+				t.Error(err)
+			}
+			if _, err := s.CompareAndSwap(ctx, "n", it.Version, []byte("10")); err != nil {
+				t.Error(err)
+			}
+			f.LoseReply("n")
+		}
+		return n + 1, nil
+	}, occ.WithRetryable(pgcas.Retryable), occ.WithBackOff(&backoff.ZeroBackOff{}))
+	fired(t, &f, 1)
+	if !errors.Is(err, cas.ErrAmbiguous) || pgcas.Retryable(err) || calls != 1 {
+		t.Fatalf("update with a lost, unresolvable reply: %v after %d calls; want ErrAmbiguous after 1, not Retryable", err, calls)
+	}
+
+	v, err := s.CompareAndSwap(ctx, "a", 0, []byte("A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.LoseReply("commit-x")
+	_, err = s.Commit(ctx, []cas.Op{cas.Put("a", v+1000, []byte("stale")), cas.Put("commit-x", 0, []byte("X"))})
+	fired(t, &f, 2)
+	if !errors.Is(err, cas.ErrAmbiguous) || pgcas.Retryable(err) {
+		t.Fatalf("commit with a lost, unresolvable reply: %v; want ErrAmbiguous, not Retryable", err)
 	}
 }

@@ -379,7 +379,7 @@ func (s *Store) write(ctx context.Context, op string, key string, expected cas.V
 		var r result
 		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("pgcas: %s %q: %w", op, key, err)
+			return 0, acquireError(op, key, err)
 		}
 		err = conn.QueryRow(ctx, sql, args...).Scan(&r.newVersion, &r.curVersion, &r.curValue, &r.curToken)
 		conn.Release()

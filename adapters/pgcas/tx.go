@@ -53,7 +53,12 @@ type TxBeginner interface {
 //
 // A COMMIT whose reply is lost (the connection broke after it was sent)
 // leaves the outcome unknown: RunTx then returns a *cas.AmbiguousError
-// (errors.Is(err, cas.ErrAmbiguous)) and never runs fn again.
+// (errors.Is(err, cas.ErrAmbiguous)) and never runs fn again. A BEGIN or
+// COMMIT that certainly applied nothing for a reason that may pass — no
+// connection could be made, COMMIT was never sent, or the server ended
+// the session (SQLSTATE 57P01 and the other codes Retryable lists), which
+// rolls the transaction back — is an error Retryable accepts: pass
+// occ.WithRetryable(pgcas.Retryable) in opts to run fn again for it.
 //
 // Serializable transactions with retry, the classic write skew guard:
 //
@@ -79,6 +84,9 @@ func RunTx(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn func(
 func runTxOnce(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn func(tx pgx.Tx) error) error {
 	tx, err := db.BeginTx(ctx, txOptions)
 	if err != nil {
+		if beginPassing(err) {
+			return &transientError{op: "begin", key: txConflictKey, why: "not applied", err: err}
+		}
 		return txError("begin", err)
 	}
 	// Rolls back when fn fails or panics (the panic goes on, but the
@@ -102,13 +110,32 @@ func runTxOnce(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn f
 	}
 	var pgErr *pgconn.PgError
 	switch {
+	case transientServer(err):
+		// The server answered the COMMIT with the end of the session (on
+		// a connection that died while idle in the transaction, or
+		// before the commit): the transaction was rolled back.
+		return &transientError{op: "commit", key: txConflictKey, why: "transaction rolled back", err: err}
 	case errors.As(err, &pgErr), errors.Is(err, pgx.ErrTxCommitRollback):
 		// The server answered: the transaction was rolled back.
 		return txError("commit", err)
 	case closedBefore || !sent(err):
-		return fmt.Errorf("pgcas: commit not sent, transaction rolled back: %w", err)
+		return &transientError{op: "commit", key: txConflictKey, why: "not sent, transaction rolled back", err: err}
 	}
 	return &cas.AmbiguousError{Op: "commit", Err: err}
+}
+
+// beginPassing reports whether BEGIN failed for a reason that may pass: no
+// connection could be made (see acquireError), or the server ended the
+// session (transientCodes). Nothing was applied either way.
+func beginPassing(err error) bool {
+	if IsRetryable(err) {
+		return false // txError makes it a conflict
+	}
+	if transientServer(err) {
+		return true
+	}
+	var te *transientError
+	return errors.As(acquireError("begin", "", err), &te)
 }
 
 // txError makes a serialization failure or a deadlock a *cas.ConflictError,

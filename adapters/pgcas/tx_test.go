@@ -137,12 +137,12 @@ func TestRunTxAmbiguousCommit(t *testing.T) {
 		_, err := tx.Exec(ctx, `INSERT INTO events VALUES (1)`)
 		f.LoseReply("commit")
 		return err
-	})
+	}, occ.WithRetryable(pgcas.Retryable))
 	if f.Fired() != 1 {
 		t.Fatalf("fault fired %d times", f.Fired())
 	}
-	if !errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || calls != 1 {
-		t.Fatalf("err = %v after %d calls, want ErrAmbiguous after 1", err, calls)
+	if !errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || pgcas.Retryable(err) || calls != 1 {
+		t.Fatalf("err = %v after %d calls, want ErrAmbiguous, not Retryable, after 1 (also with Retryable)", err, calls)
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil || n != 1 {
@@ -166,12 +166,70 @@ func TestRunTxCommitNotSent(t *testing.T) {
 		f.FailSend("commit")
 		return err
 	})
-	if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || calls != 1 {
-		t.Fatalf("err = %v after %d calls, want a plain error after 1", err, calls)
+	if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || !pgcas.Retryable(err) || calls != 1 {
+		t.Fatalf("err = %v after %d calls, want a plain error Retryable accepts after 1", err, calls)
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("events = %d, %v; want none", n, err)
+	}
+}
+
+// Fault: the server ends the session while the transaction is idle before
+// COMMIT (SQLSTATE 57P01, as a fast shutdown does): COMMIT is answered
+// with that error, and the transaction was rolled back. Retryable accepts
+// it, so with occ.WithRetryable(pgcas.Retryable) the function runs again
+// and commits once.
+func TestRunTxCommitSessionEnded(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE events (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	count := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, retry := range []bool{false, true} {
+		var opts []occ.Option
+		if retry {
+			opts = append(opts, occ.WithRetryable(pgcas.Retryable))
+		}
+		calls := 0
+		err := pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			calls++
+			if _, err := tx.Exec(ctx, `INSERT INTO events VALUES (1)`); err != nil {
+				return err
+			}
+			if calls == 1 {
+				terminate(t, admin, tx.Conn().PgConn().PID())
+			}
+			return nil
+		}, opts...)
+		if !retry {
+			is57P01(t, "commit", err)
+			if !pgcas.Retryable(err) || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || calls != 1 {
+				t.Fatalf("err = %v after %d calls; want an error Retryable accepts after 1", err, calls)
+			}
+			if n := count(); n != 0 {
+				t.Fatalf("%d events, want none (rolled back)", n)
+			}
+			continue
+		}
+		if err != nil || calls != 2 {
+			t.Fatalf("with Retryable: err = %v after %d calls; want success after 2", err, calls)
+		}
+		if n := count(); n != 1 {
+			t.Fatalf("%d events, want 1 (committed once)", n)
+		}
 	}
 }
 
