@@ -30,9 +30,11 @@ bench:
 # faults runs counter increments (occ.Update) and transfers (occ.Txn) on
 # every backend it can start while a fault strikes (dropped connections,
 # latency, answers cut mid-response, PostgreSQL and Redis restarts, etcd
-# leader loss), checks that nothing was lost or doubled and that every
-# history is linearizable (porcupine), and writes $(OUT)/faults.json; see
-# docs/reliability.md. It takes about 4 minutes (at most 10).
+# leader loss), and hybrid.Update increments while lease holders pause past
+# their TTL or their clocks jump; checks that nothing was lost or doubled,
+# that no stale write was accepted and that every recorded history is
+# linearizable (porcupine), and writes $(OUT)/faults.json; see
+# docs/reliability.md. It takes about 5 minutes (at most 10).
 OUT ?= ./faults-out
 .PHONY: faults
 faults:

@@ -1,26 +1,44 @@
-// Package etcdtest starts in-process etcd servers for tests and the
-// contention lab: one member, or a cluster of several for failover tests,
-// each on free 127.0.0.1 ports in a temporary directory, stopped (clients
-// first, so shutdown does not stall) when the test ends.
+// Package etcdtest starts in-process etcd servers for tests, the
+// contention lab and the fault-injection runs: one member, or a cluster of
+// several for failover, each on free 127.0.0.1 ports with its data in a
+// temporary directory and fsync off (throwaway data).
+//
+// Tests call Start, which fails the test if the cluster does not come up
+// and stops it (clients first, so that the shutdown does not stall) when
+// the test ends:
+//
+//	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+//	cli := c.Client()
+//	...
+//	c.HardStop(c.WaitLeader(10 * time.Second)) // the leader crashes
+//
+// Programs call StartCluster, which returns an error instead, and Close
+// the cluster themselves.
 package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/occkit/occkit/internal/faultproxy"
 )
 
-// Options configure a cluster.
+// Options configure a cluster. The zero value is one member with fast
+// raft timings behind a proxy.
 type Options struct {
 	// Members is the number of members (default 1).
 	Members int
@@ -30,12 +48,30 @@ type Options struct {
 	// MaxRequestBytes and MaxTxnOps are the server's limits (0: etcd's
 	// defaults, 1.5 MiB and 128).
 	MaxRequestBytes, MaxTxnOps uint
+	// NoProxy makes the client URLs the members' own ports. By default
+	// each member's client port sits behind a TCP proxy
+	// (internal/faultproxy), so that HardStop cuts the member's clients
+	// off at once, as a crashed host would; without it, a hard-stopped
+	// member's clients notice when its shutdown closes their connections.
+	// The lab sets it to spare every request a hop.
+	NoProxy bool
 }
+
+// startTimeout bounds the wait for the members to serve and agree on a
+// leader.
+const startTimeout = 30 * time.Second
+
+// ErrNoLeader reports that the running members did not agree on a leader
+// in time.
+var ErrNoLeader = errors.New("etcdtest: no leader")
+
+// Version returns the embedded etcd server's version.
+func Version() string { return version.Version }
 
 // Cluster is a running set of in-process etcd members. Its methods are safe
 // for concurrent use.
 type Cluster struct {
-	t       testing.TB
+	t       testing.TB // nil for a cluster from StartCluster
 	dir     string
 	mu      sync.Mutex
 	members []*member
@@ -46,30 +82,44 @@ type member struct {
 	name      string
 	cfg       *embed.Config
 	etcd      *embed.Etcd
-	clientURL string // the proxy in front of the member's client port
-	proxy     *proxy
+	clientURL string            // the proxy in front of the member's client port, or the port
+	proxy     *faultproxy.Proxy // nil with Options.NoProxy
 	stopped   bool
 	closed    chan struct{} // closed when the member's shutdown is complete
 }
 
-// Start starts a cluster and registers its shutdown with t.Cleanup. It
-// fails the test if the cluster does not elect a leader within 30 s.
+// Start starts a cluster for the test t and registers its Close with
+// t.Cleanup. It fails the test if the cluster does not serve and elect a
+// leader within 30 s.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
+	c, err := StartCluster(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.t = t
+	t.Cleanup(c.Close)
+	return c
+}
+
+// StartCluster starts a cluster and waits until its members serve and
+// agree on a leader (30 s at most, or until ctx ends). The caller must
+// Close it.
+func StartCluster(ctx context.Context, opts Options) (*Cluster, error) {
 	// Free ports are found by binding and releasing them, so another
 	// process may take one before etcd binds it: try again with new ports.
 	for attempt := 1; ; attempt++ {
-		c, err := start(t, opts)
+		c, err := start(ctx, opts)
 		if err == nil {
-			return c
+			return c, nil
 		}
 		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
-			t.Fatalf("etcdtest: %v", err)
+			return nil, fmt.Errorf("etcdtest: %w", err)
 		}
 	}
 }
 
-func start(t testing.TB, opts Options) (*Cluster, error) {
+func start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Members <= 0 {
 		opts.Members = 1
 	}
@@ -83,15 +133,24 @@ func start(t testing.TB, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{t: t, dir: dir}
+	c := &Cluster{dir: dir}
 
 	var initial []string
 	for i := range opts.Members {
-		peer, client := freeURL(t), freeURL(t)
+		peer, err := freeURL()
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		client, err := freeURL()
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
 		name := fmt.Sprintf("m%d", i)
 		cfg := embed.NewConfig()
 		cfg.Name = name
-		cfg.Dir = fmt.Sprintf("%s/%s", dir, name)
+		cfg.Dir = filepath.Join(dir, name)
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
 		cfg.ElectionMs, cfg.TickMs = opts.ElectionMs, opts.TickMs
@@ -105,12 +164,15 @@ func start(t testing.TB, opts Options) (*Cluster, error) {
 			cfg.MaxTxnOps = opts.MaxTxnOps
 		}
 		initial = append(initial, fmt.Sprintf("%s=%s", name, peer))
-		px, err := newProxy(client.Host)
-		if err != nil {
-			c.close()
-			return nil, fmt.Errorf("proxy: %w", err)
+		m := &member{name: name, cfg: cfg, clientURL: client.String(), closed: make(chan struct{})}
+		if !opts.NoProxy {
+			if m.proxy, err = faultproxy.New(client.Host); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("proxy: %w", err)
+			}
+			m.clientURL = "http://" + m.proxy.Addr()
 		}
-		c.members = append(c.members, &member{name: name, cfg: cfg, clientURL: "http://" + px.addr(), proxy: px, closed: make(chan struct{})})
+		c.members = append(c.members, m)
 	}
 	for _, m := range c.members {
 		m.cfg.InitialCluster = strings.Join(initial, ",")
@@ -135,31 +197,38 @@ func start(t testing.TB, opts Options) (*Cluster, error) {
 		}
 	}
 	if startErr != nil {
-		c.close()
+		c.Close()
 		return nil, startErr
 	}
-	t.Cleanup(c.close)
+	wctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	for _, m := range c.members {
 		select {
 		case <-m.etcd.Server.ReadyNotify():
-		case <-time.After(30 * time.Second):
-			t.Fatalf("etcdtest: member %s not ready after 30s", m.name)
+		case err := <-m.etcd.Err():
+			c.Close()
+			return nil, fmt.Errorf("member %s: %w", m.name, err)
+		case <-wctx.Done():
+			c.Close()
+			return nil, fmt.Errorf("member %s not ready: %w", m.name, wctx.Err())
 		}
 	}
-	c.WaitLeader(30 * time.Second)
+	if _, err := c.AwaitLeader(wctx); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
 }
 
 // freeURL returns an http URL on a free loopback port.
-func freeURL(t testing.TB) *url.URL {
-	t.Helper()
+func freeURL() (*url.URL, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("etcdtest: finding a free port: %v", err)
+		return nil, fmt.Errorf("finding a free port: %w", err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	return &url.URL{Scheme: "http", Host: addr}
+	return &url.URL{Scheme: "http", Host: addr}, nil
 }
 
 // Endpoints returns the client URLs of the members that are running.
@@ -175,7 +244,8 @@ func (c *Cluster) Endpoints() []string {
 	return eps
 }
 
-// AllEndpoints returns the client URLs of every member, stopped or not.
+// AllEndpoints returns the client URLs of every member, stopped or not (a
+// stopped member's refuses connections).
 func (c *Cluster) AllEndpoints() []string {
 	var eps []string
 	for _, m := range c.members {
@@ -184,28 +254,44 @@ func (c *Cluster) AllEndpoints() []string {
 	return eps
 }
 
-// Client returns a client of the cluster that is closed before the servers
-// stop.
-func (c *Cluster) Client() *clientv3.Client {
-	c.t.Helper()
-	return c.ClientOf(c.AllEndpoints()...)
-}
-
-// ClientOf returns a client of the given endpoints, closed before the
-// servers stop.
-func (c *Cluster) ClientOf(endpoints ...string) *clientv3.Client {
-	c.t.Helper()
+// NewClient returns a client of the given endpoints (default every
+// member's), which Close closes before it stops the members.
+func (c *Cluster) NewClient(endpoints ...string) (*clientv3.Client, error) {
+	if len(endpoints) == 0 {
+		endpoints = c.AllEndpoints()
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		c.t.Fatalf("etcdtest: client: %v", err)
+		return nil, fmt.Errorf("etcdtest: client: %w", err)
 	}
 	c.mu.Lock()
 	c.clients = append(c.clients, cli)
 	c.mu.Unlock()
+	return cli, nil
+}
+
+// Client returns a client of every member that is closed before the
+// servers stop. It fails the test on error: it is for clusters from Start
+// (on one from StartCluster it panics; use NewClient).
+func (c *Cluster) Client() *clientv3.Client {
+	if c.t != nil {
+		c.t.Helper()
+	}
+	return c.ClientOf(c.AllEndpoints()...)
+}
+
+// ClientOf returns a client of the given endpoints, closed before the
+// servers stop. Like Client, it fails the test on error.
+func (c *Cluster) ClientOf(endpoints ...string) *clientv3.Client {
+	if c.t != nil {
+		c.t.Helper()
+	}
+	cli, err := c.NewClient(endpoints...)
+	c.check(err)
 	return cli
 }
 
@@ -237,23 +323,41 @@ func (c *Cluster) Leader() int {
 	return lead
 }
 
-// WaitLeader waits until the running members agree on a leader and
-// returns its index; it fails the test after timeout.
-func (c *Cluster) WaitLeader(timeout time.Duration) int {
-	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+// AwaitLeader waits until the running members agree on a leader and
+// returns its index. When ctx ends first, the error matches ErrNoLeader
+// and ctx.Err().
+func (c *Cluster) AwaitLeader(ctx context.Context) (int, error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
 		if l := c.Leader(); l >= 0 {
-			return l
+			return l, nil
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("%w: %w", ErrNoLeader, ctx.Err())
+		case <-t.C:
+		}
 	}
-	c.t.Fatalf("etcdtest: no leader after %v", timeout)
-	return -1
+}
+
+// WaitLeader waits until the running members agree on a leader and
+// returns its index; it fails the test after timeout (see Client).
+func (c *Cluster) WaitLeader(timeout time.Duration) int {
+	if c.t != nil {
+		c.t.Helper()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	l, err := c.AwaitLeader(ctx)
+	c.check(err)
+	return l
 }
 
 // HardStop stops member i abruptly, without handing over leadership: the
-// crash of a leader, as the rest of the cluster sees it.
+// crash of a leader, as the rest of the cluster sees it. Its clients are
+// cut off at once (unless Options.NoProxy), and its raft node stops; the
+// member's own shutdown finishes in the background.
 func (c *Cluster) HardStop(i int) {
 	c.mu.Lock()
 	m := c.members[i]
@@ -265,8 +369,10 @@ func (c *Cluster) HardStop(i int) {
 	c.mu.Unlock()
 	// Cut the clients off first, as a crash would, then stop raft without
 	// handing leadership over. The embedded server's own shutdown can take
-	// seconds; it finishes in the background.
-	m.proxy.cut()
+	// seconds.
+	if m.proxy != nil {
+		m.proxy.Close()
+	}
 	m.etcd.Server.HardStop()
 	go func() {
 		m.etcd.Close()
@@ -274,8 +380,11 @@ func (c *Cluster) HardStop(i int) {
 	}()
 }
 
-// close stops clients, then members.
-func (c *Cluster) close() {
+// Close closes the clients made by NewClient, Client and ClientOf, stops
+// every member, waits for their shutdown and removes their data. Close
+// the other clients first, or the shutdown waits for them. Calling Close
+// again does nothing.
+func (c *Cluster) Close() {
 	c.mu.Lock()
 	clients := c.clients
 	c.clients = nil
@@ -287,11 +396,14 @@ func (c *Cluster) close() {
 		c.mu.Lock()
 		stopped := m.stopped
 		m.stopped = true
+		e := m.etcd
 		c.mu.Unlock()
 		if !stopped {
-			m.proxy.cut()
-			if m.etcd != nil {
-				m.etcd.Close()
+			if m.proxy != nil {
+				m.proxy.Close()
+			}
+			if e != nil {
+				e.Close()
 			}
 			close(m.closed)
 		}
@@ -300,6 +412,19 @@ func (c *Cluster) close() {
 		<-m.closed
 	}
 	os.RemoveAll(c.dir)
+}
+
+// check fails the test of a cluster from Start if err is not nil; on a
+// cluster from StartCluster, which has no test to fail, it panics.
+func (c *Cluster) check(err error) {
+	if err == nil {
+		return
+	}
+	if c.t == nil {
+		panic(err)
+	}
+	c.t.Helper()
+	c.t.Fatal(err)
 }
 
 // Ctx returns a context for a test step, cancelled after d.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/occkit/occkit/adapters/memcas"
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/adapters/rediscas"
+	"github.com/occkit/occkit/benchmarks/internal/leasefaults"
 	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/dynamotest"
@@ -50,6 +52,9 @@ type backend struct {
 	name   string
 	faults []string
 	open   func(ctx context.Context, fault, ns string) (*target, error)
+	// lease opens the backend's lease lock and fenced store for the lease
+	// faults (runLease), which open does not serve.
+	lease leaseOpener
 }
 
 // env is what opening backends needs: the checkout's scripts, where to
@@ -87,10 +92,13 @@ func (e *env) close() {
 func openBackends(ctx context.Context, e *env, want func(backend string) bool) ([]backend, []Skipped) {
 	bs := []backend{{
 		name:   "memory",
-		faults: []string{faultNone},
+		faults: withLease(faultNone),
 		open: func(context.Context, string, string) (*target, error) {
 			s := memcas.New()
 			return &target{ops: s, direct: s, close: func() {}}, nil
+		},
+		lease: func(context.Context, string, int) (leasefaults.Backend, func(), error) {
+			return leasefaults.Memory(leaseTTL), func() {}, nil
 		},
 	}}
 	var skipped []Skipped
@@ -117,6 +125,11 @@ func openBackends(ctx context.Context, e *env, want func(backend string) bool) (
 		bs = append(bs, openDynamo(e))
 	}
 	return bs, skipped
+}
+
+// withLease returns faults followed by the lease faults.
+func withLease(faults ...string) []string {
+	return append(slices.Clone(faults), leaseFaults...)
 }
 
 // startScript starts a throwaway server with scripts/servers/<name>.sh.
@@ -211,7 +224,50 @@ func openPostgres(ctx context.Context, e *env) (backend, error) {
 		}
 		return tg, nil
 	}
-	return backend{name: "postgres", faults: append(networkFaults[:len(networkFaults):len(networkFaults)], faultRestart), open: open}, nil
+	lease := func(ctx context.Context, ns string, workers int) (leasefaults.Backend, func(), error) {
+		return postgresLease(ctx, u, direct, ns, workers)
+	}
+	faults := withLease(append(slices.Clone(networkFaults), faultRestart)...)
+	return backend{name: "postgres", faults: faults, open: open, lease: lease}, nil
+}
+
+// postgresLease makes a table ns on the server at u, with a pool for the
+// store and one for the advisory locks (a connection per worker, and two
+// to spare), neither through a proxy.
+func postgresLease(ctx context.Context, u string, direct *pgxpool.Pool, ns string, workers int) (leasefaults.Backend, func(), error) {
+	var closers []func()
+	cleanup := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	closers = append(closers, func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = direct.Exec(dctx, "DROP TABLE IF EXISTS "+pgx.Identifier{ns}.Sanitize())
+	})
+	var pools [2]*pgxpool.Pool
+	for i := range pools {
+		cfg, err := pgxpool.ParseConfig(u)
+		if err != nil {
+			cleanup()
+			return leasefaults.Backend{}, nil, err
+		}
+		cfg.MaxConns = int32(workers + 2)
+		if pools[i], err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+			cleanup()
+			return leasefaults.Backend{}, nil, err
+		}
+		closers = append(closers, pools[i].Close)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b, err := leasefaults.Postgres(cctx, pools[0], pools[1], ns)
+	if err != nil {
+		cleanup()
+		return leasefaults.Backend{}, nil, err
+	}
+	return b, cleanup, nil
 }
 
 // postgresTarget makes a table ns on the server at u, and a pool of its
@@ -317,7 +373,35 @@ func openRedis(ctx context.Context, e *env) (backend, error) {
 		}
 		return tg, nil
 	}
-	return backend{name: "redis", faults: append(networkFaults[:len(networkFaults):len(networkFaults)], faultRestart), open: open}, nil
+	lease := func(_ context.Context, ns string, _ int) (leasefaults.Backend, func(), error) {
+		prefix := ns + ":"
+		lo := *opts
+		lo.ContextTimeoutEnabled = true
+		cli := redis.NewClient(&lo)
+		cleanup := func() {
+			cli.Close()
+			deletePrefix(direct, prefix)
+		}
+		b, err := leasefaults.Redis(cli, prefix, leaseTTL)
+		if err != nil {
+			cleanup()
+			return leasefaults.Backend{}, nil, err
+		}
+		return b, cleanup, nil
+	}
+	faults := withLease(append(slices.Clone(networkFaults), faultRestart)...)
+	return backend{name: "redis", faults: faults, open: open, lease: lease}, nil
+}
+
+// deletePrefix deletes the keys of the Redis server of direct that begin
+// with prefix.
+func deletePrefix(direct *redis.Client, prefix string) {
+	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	iter := direct.Scan(dctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(dctx) {
+		direct.Del(dctx, iter.Val())
+	}
 }
 
 // redisTarget uses the key prefix ns: on the server of opts, with a client
@@ -352,12 +436,7 @@ func redisTarget(e *env, opts *redis.Options, direct *redis.Client, ns string, p
 			p.Close()
 		}
 		cli.Close()
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		iter := direct.Scan(dctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(dctx) {
-			direct.Del(dctx, iter.Val())
-		}
+		deletePrefix(direct, prefix)
 	}}, nil
 }
 
@@ -423,7 +502,27 @@ func openEtcd(ctx context.Context, e *env) (backend, error) {
 			_, _ = direct.Delete(dctx, prefix, clientv3.WithPrefix())
 		}}, nil
 	}
-	return backend{name: "etcd", faults: append(networkFaults[:len(networkFaults):len(networkFaults)], faultLeaderLoss), open: open}, nil
+	lease := func(_ context.Context, ns string, _ int) (leasefaults.Backend, func(), error) {
+		prefix := ns + "/"
+		cli, err := etcdClient(srv.Endpoint)
+		if err != nil {
+			return leasefaults.Backend{}, nil, err
+		}
+		cleanup := func() {
+			cli.Close()
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, _ = direct.Delete(dctx, prefix, clientv3.WithPrefix())
+		}
+		b, err := leasefaults.Etcd(cli, prefix)
+		if err != nil {
+			cleanup()
+			return leasefaults.Backend{}, nil, err
+		}
+		return b, cleanup, nil
+	}
+	faults := withLease(append(slices.Clone(networkFaults), faultLeaderLoss)...)
+	return backend{name: "etcd", faults: faults, open: open, lease: lease}, nil
 }
 
 // etcdClusterTarget starts a 3-member cluster of the run's own; its
@@ -442,7 +541,7 @@ func etcdClusterTarget(ctx context.Context, prefix string) (*target, error) {
 	}
 	var stores []*etcdcas.Store
 	for range 2 {
-		cli, err := etcdClient(c.Endpoints()...)
+		cli, err := etcdClient(c.AllEndpoints()...)
 		if err != nil {
 			closeAll()
 			return nil, err
@@ -463,7 +562,7 @@ func etcdClusterTarget(ctx context.Context, prefix string) (*target, error) {
 		c.HardStop(lead)
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err := c.WaitLeader(wctx)
+		_, err := c.AwaitLeader(wctx)
 		return err
 	}
 	return &target{ops: stores[0], direct: stores[1], retryable: etcdcas.Retryable, disrupt: disrupt, close: closeAll}, nil
@@ -476,20 +575,9 @@ func openDynamo(e *env) backend {
 	direct, closeIdle := dynamotest.NewClient(srv.URL)
 	e.atExit(closeIdle)
 	open := func(ctx context.Context, _, ns string) (*target, error) {
-		table := strings.ReplaceAll(ns, "_", "-")
-		ds, err := dynamocas.New(direct, dynamocas.Config{Table: table})
+		table, ds, dropTable, err := dynamoTable(ctx, direct, ns)
 		if err != nil {
 			return nil, err
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := ds.CreateTable(cctx); err != nil {
-			return nil, err
-		}
-		dropTable := func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, _ = direct.DeleteTable(dctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)})
 		}
 		hp, err := hostPort(srv.URL)
 		if err != nil {
@@ -515,7 +603,39 @@ func openDynamo(e *env) backend {
 			dropTable()
 		}}, nil
 	}
-	return backend{name: "dynamodb", faults: networkFaults, open: open}
+	// DynamoDB has no lock service: the in-process locker grants the
+	// leases, and the table checks their tokens.
+	lease := func(ctx context.Context, ns string, _ int) (leasefaults.Backend, func(), error) {
+		_, ds, dropTable, err := dynamoTable(ctx, direct, ns)
+		if err != nil {
+			return leasefaults.Backend{}, nil, err
+		}
+		b := leasefaults.Memory(leaseTTL)
+		b.Name, b.Store, b.Retryable = "dynamodb", ds, dynamocas.Retryable
+		return b, dropTable, nil
+	}
+	return backend{name: "dynamodb", faults: withLease(networkFaults...), open: open, lease: lease}
+}
+
+// dynamoTable creates a table named after ns through direct, and returns
+// its name, a store on it and a function that drops it.
+func dynamoTable(ctx context.Context, direct *dynamodb.Client, ns string) (string, *dynamocas.Store, func(), error) {
+	table := strings.ReplaceAll(ns, "_", "-")
+	ds, err := dynamocas.New(direct, dynamocas.Config{Table: table})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := ds.CreateTable(cctx); err != nil {
+		return "", nil, nil, err
+	}
+	drop := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = direct.DeleteTable(dctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	}
+	return table, ds, drop, nil
 }
 
 // isSkip reports a run that cannot be done here for want of something

@@ -1,8 +1,10 @@
 // Command occfaults runs concurrent clients against each backend it can
 // reach while a fault strikes — the network between client and server
 // breaks, slows down or loses answers, the server restarts, the etcd
-// leader crashes — and checks that no acknowledged write was lost, none
-// was applied twice, and every recorded history is linearizable.
+// leader crashes, a lease holder pauses or its clock is wrong — and checks
+// that no acknowledged write was lost, none was applied twice, every
+// recorded history is linearizable, and no stale lease holder's write got
+// in.
 //
 //	go run ./benchmarks/cmd/occfaults --out DIR [--duration 10s] [--only postgres,etcd/leader-loss]
 //
@@ -32,6 +34,28 @@
 //
 // After a restart or a leader loss the run goes on for at least
 // max(duration/2, 1 s) after the service is back.
+//
+// # Lease faults
+//
+// paused-holder and clock-jump, on every backend, are
+// benchmarks/internal/leasefaults' runs (see its documentation), on the
+// same servers without a proxy: for --duration, 8 workers make
+// hybrid.Update increments of 4 counters with the backend's lease lock
+// (the in-process locker for memory and DynamoDB, TTL 300 ms; rediscas's,
+// TTL 300 ms; etcdcas's, TTL 1 s; pgcas's session advisory locks) and
+// fenced store, while the grants of disturbed holders end on the server
+// inside their critical section — a paused holder's renewals stop and its
+// grant runs out (in-process locker, Redis) or the server ends it (etcd:
+// its session lease revoked; PostgreSQL: its backend terminated); under a
+// clock jump the holder's clock says its grant still runs while the server
+// has ended it (Redis: the lock key deleted) or it ran out — and the
+// holders write with their old tokens once a newer holder has written.
+// Their rows
+// (workload "lease") count the stale writes accepted (must be 0), refused
+// with cas.ErrFenced and failed otherwise; lost and duplicated as for the
+// counters; linearizable is null (no history is recorded). A run with a
+// stale write accepted, an increment lost or doubled, or no stale write
+// sent at all (leasefaults.Result.Check) fails the command.
 //
 // # Workloads
 //
@@ -69,8 +93,9 @@
 //
 // Results go to DIR/faults.json, and a markdown table to stdout. A lost or
 // duplicated write, a history that is not linearizable, unexplained
-// balances or a run that could not be done make the command say so loudly
-// and exit with status 1.
+// balances, a stale write accepted (or none tried) under a lease fault, or
+// a run that could not be done make the command say so loudly and exit
+// with status 1.
 package main
 
 import (
@@ -124,20 +149,31 @@ type Run struct {
 	Conserved *bool `json:"conserved,omitempty"`
 	Explained *bool `json:"explained,omitempty"`
 	// Linearizable is null when the check did not finish (see the note).
-	Linearizable        *bool    `json:"linearizable"`
-	LinearizabilityNote string   `json:"linearizability_note,omitempty"`
-	CheckedCalls        int      `json:"checked_calls"`
-	CheckedKeys         int      `json:"checked_keys"`
-	CheckSeconds        float64  `json:"check_seconds"`
-	FaultEvents         int      `json:"fault_events"`
-	SucceededAfterFault *int64   `json:"succeeded_after_fault,omitempty"`
-	Problems            []string `json:"problems,omitempty"`
-	Errors              []string `json:"sample_errors,omitempty"`
+	Linearizable        *bool   `json:"linearizable"`
+	LinearizabilityNote string  `json:"linearizability_note,omitempty"`
+	CheckedCalls        int     `json:"checked_calls"`
+	CheckedKeys         int     `json:"checked_keys"`
+	CheckSeconds        float64 `json:"check_seconds"`
+	FaultEvents         int     `json:"fault_events"`
+	SucceededAfterFault *int64  `json:"succeeded_after_fault,omitempty"`
+	// The lease faults' writes sent with a token smaller than one that had
+	// already written the key: applied (must be 0), refused with
+	// cas.ErrFenced, or failed otherwise. Nil for the other faults.
+	StaleWritesAccepted *int64 `json:"stale_writes_accepted,omitempty"`
+	StaleWritesRejected *int64 `json:"stale_writes_rejected,omitempty"`
+	StaleWritesOther    *int64 `json:"stale_writes_other,omitempty"`
+	// LeaseExpiry says how a lease fault ended the disturbed holders'
+	// grants on the server.
+	LeaseExpiry string   `json:"lease_expiry,omitempty"`
+	Problems    []string `json:"problems,omitempty"`
+	Errors      []string `json:"sample_errors,omitempty"`
 }
 
-// Bad reports whether the run broke a promise.
+// Bad reports whether the run broke a promise (a lease fault's failed
+// leasefaults check is one of its Problems).
 func (r Run) Bad() bool {
 	return r.Lost != 0 || r.Duplicated != 0 || (r.Linearizable != nil && !*r.Linearizable) ||
+		(r.StaleWritesAccepted != nil && *r.StaleWritesAccepted != 0) ||
 		(r.Conserved != nil && !*r.Conserved) || (r.Explained != nil && !*r.Explained) || len(r.Problems) > 0
 }
 
@@ -244,8 +280,8 @@ func run() int {
 				logRun(r)
 				if r.Bad() {
 					bad = true
-					fmt.Fprintf(os.Stderr, "\n!!!!!!!! %s under %s, %s workload: %d LOST, %d DUPLICATED, linearizable %s%s !!!!!!!!\n\n",
-						r.Backend, r.Fault, r.Workload, r.Lost, r.Duplicated, fmtVerdict(r.Linearizable), problemsSuffix(r))
+					fmt.Fprintf(os.Stderr, "\n!!!!!!!! %s under %s, %s workload: %d LOST, %d DUPLICATED, linearizable %s%s%s !!!!!!!!\n\n",
+						r.Backend, r.Fault, r.Workload, r.Lost, r.Duplicated, fmtVerdict(r.Linearizable), staleSuffix(r), problemsSuffix(r))
 				}
 			}
 			rep.Runs = append(rep.Runs, runs...)
@@ -266,7 +302,7 @@ func run() int {
 		return 1
 	}
 	if bad {
-		fmt.Fprintln(os.Stderr, "occfaults: FAILED: a write was lost or duplicated, a history is not linearizable, balances are unexplained, or a run could not be done (see above)")
+		fmt.Fprintln(os.Stderr, "occfaults: FAILED: a write was lost or duplicated, a history is not linearizable, balances are unexplained, a stale write got past the fence or none was tried, or a run could not be done (see above)")
 		return 1
 	}
 	return 0
@@ -298,6 +334,21 @@ func selectedBackend(only, backend string) bool {
 	return false
 }
 
+func leaseProblems(r Run) string {
+	if len(r.Problems) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(r.Problems, "; ")
+}
+
+// staleSuffix names the stale writes a lease fault's run let in.
+func staleSuffix(r Run) string {
+	if r.StaleWritesAccepted == nil {
+		return ""
+	}
+	return fmt.Sprintf(", %d STALE WRITES ACCEPTED", *r.StaleWritesAccepted)
+}
+
 func problemsSuffix(r Run) string {
 	if len(r.Problems) == 0 && r.LinearizabilityNote == "" {
 		return ""
@@ -310,25 +361,39 @@ func logf(format string, args ...any) {
 }
 
 func logRun(r Run) {
+	if r.Workload == leaseWorkload {
+		logf("%s/%s/%s: %d increments in %.1f s: %d succeeded, %d ambiguous (%d applied), %d failed; lost %d, duplicated %d; %d holders disturbed; stale writes: %d refused, %d accepted, %d failed otherwise%s",
+			r.Backend, r.Fault, r.Workload, r.Ops, r.Seconds, r.Succeeded, r.Ambiguous, r.AmbiguousApplied, r.Failed,
+			r.Lost, r.Duplicated, r.FaultEvents, *r.StaleWritesRejected, *r.StaleWritesAccepted, *r.StaleWritesOther, leaseProblems(r))
+		return
+	}
 	logf("%s/%s/%s: %d calls in %.1f s: %d succeeded, %d ambiguous (%d applied), %d failed, %d reads; lost %d, duplicated %d; linearizable %s (%d calls on %d keys, %.1f s); %d fault events",
 		r.Backend, r.Fault, r.Workload, r.Ops, r.Seconds, r.Succeeded, r.Ambiguous, r.AmbiguousApplied, r.Failed, r.Reads,
 		r.Lost, r.Duplicated, fmtVerdict(r.Linearizable), r.CheckedCalls, r.CheckedKeys, r.CheckSeconds, r.FaultEvents)
 }
 
 func printTable(rep Report) {
-	fmt.Println("| backend | fault | workload | ops | succeeded | ambiguous (applied) | failed | reads | lost | duplicated | linearizable | fault events |")
-	fmt.Println("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+	fmt.Println("| backend | fault | workload | ops | succeeded | ambiguous (applied) | failed | reads | lost | duplicated | linearizable | fault events | stale writes refused / accepted |")
+	fmt.Println("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
 	for _, r := range rep.Runs {
 		lin := fmtVerdict(r.Linearizable)
-		if r.Linearizable == nil {
+		switch {
+		case r.Linearizable != nil:
+		case r.Workload == leaseWorkload:
+			lin = "not recorded"
+		default:
 			lin = "not decided"
 		}
 		if r.Explained != nil && !*r.Explained {
 			lin += ", balances UNEXPLAINED"
 		}
-		fmt.Printf("| %s | %s | %s | %d | %d | %d (%d) | %d | %d | %d | %d | %s | %d |\n",
+		stale := "–"
+		if r.StaleWritesRejected != nil && r.StaleWritesAccepted != nil {
+			stale = fmt.Sprintf("%d / %d", *r.StaleWritesRejected, *r.StaleWritesAccepted)
+		}
+		fmt.Printf("| %s | %s | %s | %d | %d | %d (%d) | %d | %d | %d | %d | %s | %d | %s |\n",
 			r.Backend, r.Fault, r.Workload, r.Ops, r.Succeeded, r.Ambiguous, r.AmbiguousApplied, r.Failed, r.Reads,
-			r.Lost, r.Duplicated, lin, r.FaultEvents)
+			r.Lost, r.Duplicated, lin, r.FaultEvents, stale)
 	}
 	for _, s := range rep.Skipped {
 		fmt.Printf("\n%s: skipped: %s\n", s.Backend, s.Reason)
@@ -338,10 +403,12 @@ func printTable(rep Report) {
 }
 
 // runOne runs one fault against one backend, both workloads at once, and
-// checks them.
+// checks them; a lease fault is runLease's.
 func runOne(ctx context.Context, p params, b backend, fault string) ([]Run, error) {
-	ns := "occfaults_" + strings.ReplaceAll(fault, "-", "_") + "_" + randHex(4)
-	tg, err := b.open(ctx, fault, ns)
+	if isLeaseFault(fault) {
+		return runLease(ctx, p, b, fault)
+	}
+	tg, err := b.open(ctx, fault, namespace(fault))
 	if err != nil {
 		return nil, err
 	}
@@ -414,6 +481,11 @@ func runOne(ctx context.Context, p params, b backend, fault string) ([]Run, erro
 		runs = append(runs, r)
 	}
 	return runs, nil
+}
+
+// namespace returns a fresh name for a run's table or key prefix.
+func namespace(fault string) string {
+	return "occfaults_" + strings.ReplaceAll(fault, "-", "_") + "_" + randHex(4)
 }
 
 // succeededAfter counts the recorded writes that began after t (ns since

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/occkit/occkit/benchmarks/internal/leasefaults"
+)
+
+// The lease faults, run by benchmarks/internal/leasefaults on the clients
+// the command already has (no proxy: they need no network fault).
+const (
+	faultPausedHolder = leasefaults.PausedHolder // the holder stops past the end of its grant
+	faultClockJump    = leasefaults.ClockJump    // the holder's clock says its ended grant still runs
+	// leaseWorkload is the workload of the lease faults' rows: hybrid.Update
+	// increments of numCounters counters, with disturbed holders.
+	leaseWorkload = "lease"
+	// leaseTTL is the grants' TTL on the backends whose TTL can be chosen
+	// (the in-process locker, Redis; etcd's least is 1 s, PostgreSQL's
+	// session locks have none).
+	leaseTTL = 300 * time.Millisecond
+)
+
+// leaseFaults are the lease faults, in the order they run.
+var leaseFaults = leasefaults.AllFaults()
+
+func isLeaseFault(fault string) bool { return slices.Contains(leaseFaults, fault) }
+
+// leaseOpener returns the lease lock and fenced store of a backend for one
+// lease-fault run of workers workers, on fresh keys (a table or key prefix
+// ns), and a function that removes them.
+type leaseOpener func(ctx context.Context, ns string, workers int) (leasefaults.Backend, func(), error)
+
+// leaseNote is the linearizability note of the lease rows.
+const leaseNote = "histories not recorded for the lease faults: their check is that every stale write is refused and the counters equal the increments that applied"
+
+// runLease runs one lease fault on b and makes its row: leasefaults.Run's
+// result, whose failed Check is a problem of the row.
+func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, error) {
+	if b.lease == nil {
+		return nil, fmt.Errorf("%w: %s has no lease lock", errNoFault, b.name)
+	}
+	lb, cleanup, err := b.lease(ctx, namespace(fault), p.workers)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	t0 := time.Now()
+	results, err := leasefaults.Run(ctx, leasefaults.Config{
+		Backends: []leasefaults.Backend{lb},
+		Faults:   []string{fault},
+		Duration: p.duration,
+		Workers:  p.workers,
+		Keys:     numCounters,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(results) != 1 {
+		return nil, fmt.Errorf("leasefaults: %d results, want 1", len(results))
+	}
+	res := results[0]
+	r := Run{
+		Backend: b.name, Fault: fault, Workload: leaseWorkload, Seconds: time.Since(t0).Seconds(),
+		Ops: res.Ops, Succeeded: res.Succeeded, Ambiguous: res.Ambiguous, Failed: res.Failed, Final: res.Final,
+		AmbiguousApplied: min(max(0, res.Final-res.Succeeded), res.Ambiguous),
+		Lost:             res.Lost, Duplicated: res.Duplicated,
+		LinearizabilityNote: leaseNote,
+		FaultEvents:         int(res.Disturbed),
+		StaleWritesAccepted: &res.StaleWritesAccepted,
+		StaleWritesRejected: &res.StaleWritesRejected,
+		StaleWritesOther:    &res.StaleWritesOther,
+		LeaseExpiry:         res.Expiry,
+		Errors:              res.Errors,
+	}
+	if err := res.Check(); err != nil {
+		r.Problems = append(r.Problems, err.Error())
+	}
+	return []Run{r}, nil
+}
