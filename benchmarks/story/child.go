@@ -212,9 +212,11 @@ func (r *run) startChild(ctx context.Context, name string, ep clientEndpoints) (
 	}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
+		p.stdin.Close()
 		return nil, err
 	}
-	if err := p.cmd.Start(); err != nil {
+	if err := startTied(p.cmd, p.exited); err != nil {
+		p.stdin.Close()
 		return nil, fmt.Errorf("starting client %s: %w", name, err)
 	}
 	r.rec.lane(name)

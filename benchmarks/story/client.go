@@ -68,6 +68,9 @@ func newClient(ctx context.Context, r *run, name string, ep clientEndpoints) (*c
 		c.close()
 		return nil, err
 	}
+	if r.mode.data != plainData {
+		c.rdb.AddHook(refusalHook{rdb: c.rdb, client: name, dataKey: c.store.DataKey("stock"), list: r.refusedKey()})
+	}
 	if r.lock != nil {
 		if c.lock, err = r.lock.newLocker(ctx, ep.Lock); err != nil {
 			c.close()
@@ -291,10 +294,10 @@ func (c *client) saleFenced(ctx context.Context, h hook) error {
 			c.release(ctx, g)
 			return aerr
 		case errors.Is(err, cas.ErrFenced):
-			c.emit(Event{Kind: WriteRejected, Token: tok, Value: ptr(v - 1), Stale: true,
+			c.emit(Event{Kind: WriteRejected, Token: tok, Value: ptr(v - 1),
 				Detail: fmt.Sprintf("refused by the store (ErrFenced): a token larger than %d has written the stock", tok)})
 		case errors.Is(err, cas.ErrConflict):
-			c.emit(Event{Kind: WriteRejected, Token: tok, Value: ptr(v - 1), Stale: true,
+			c.emit(Event{Kind: WriteRejected, Token: tok, Value: ptr(v - 1),
 				Detail: fmt.Sprintf("refused by the store (conflict): version %d is no longer current", ver)})
 		default:
 			c.release(ctx, g)
@@ -344,7 +347,7 @@ func (s *recordingStore) CompareAndSwap(ctx context.Context, key string, expecte
 		}
 		s.c.emit(Event{Kind: WriteAccepted, Value: ptr(wrote), Detail: fmt.Sprintf("conditional write: version %d was still current", expected)})
 	case errors.Is(err, cas.ErrConflict):
-		s.c.emit(Event{Kind: WriteRejected, Value: ptr(wrote), Stale: true,
+		s.c.emit(Event{Kind: WriteRejected, Value: ptr(wrote),
 			Detail: fmt.Sprintf("refused by the store (conflict): version %d is no longer current; occ.Update retries with the current value", expected)})
 	}
 	return nv, err

@@ -12,6 +12,7 @@ import (
 // down after it closes, as in package benchmarks.
 func TestMain(m *testing.M) {
 	ChildMain()
+	tiedHelperMain()
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),

@@ -9,9 +9,10 @@ import (
 )
 
 // judge computes a run's Outcome from the data read back at the end (the
-// final stock and the audit list of accepted writes), marks the accepted
-// writes of the timeline stale or not from the same data, and writes the
-// verdict.
+// final stock, the audit list of accepted writes and the list of the
+// store's refusals), marks the writes of the timeline stale or not from
+// the same data, fails when the timeline's writes are not the data's, and
+// writes the verdict.
 func (r *run) judge(ctx context.Context, res *Result) error {
 	final, err := r.final(ctx)
 	if err != nil {
@@ -20,6 +21,10 @@ func (r *run) judge(ctx context.Context, res *Result) error {
 	entries, err := r.audit(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the audit list: %w", err)
+	}
+	refused, err := r.refusals(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the refusal list: %w", err)
 	}
 	o := Outcome{Expected: r.spec.Initial - int64(len(entries)), Final: final}
 	// Every update is a sale (minus one): a lost one leaves the stock
@@ -41,17 +46,30 @@ func (r *run) judge(ctx context.Context, res *Result) error {
 		}
 		prev = e.Wrote
 	}
-	if len(entries) > 0 && prev != final {
+	if prev != final {
+		if len(entries) == 0 {
+			return fmt.Errorf("the stock is %d, but no write was accepted (initial %d)", final, prev)
+		}
 		return fmt.Errorf("the stock is %d, but the last accepted write wrote %d", final, prev)
 	}
-	// The timeline's accepted writes, client by client, are the audit's.
-	next := map[string]int{}
+	// Every write the store refused was stale: its token or its version
+	// had been overtaken.
+	o.StaleRejected = len(refused)
+	for _, f := range refused {
+		if f.Status == refusedFenced {
+			o.FencedOff++
+		}
+	}
+	// The timeline's accepted writes, client by client, are the audit's,
+	// and its rejected writes the store's refusals.
+	var reasons []string
+	accepted, rejected := map[string]int{}, map[string]int{}
 	for i := range res.Events {
 		e := &res.Events[i]
 		switch e.Kind {
 		case WriteAccepted:
-			k := nthOf(entries, e.Client, next[e.Client])
-			next[e.Client]++
+			k := nthOf(entries, func(a auditEntry) bool { return a.Client == e.Client }, accepted[e.Client])
+			accepted[e.Client]++
 			if k < 0 {
 				return fmt.Errorf("%s's accepted write at %v is not in the audit list", e.Client, e.At)
 			}
@@ -60,22 +78,45 @@ func (r *run) judge(ctx context.Context, res *Result) error {
 				e.Detail = join(e.Detail, overtaken[k])
 			}
 		case WriteRejected:
-			if e.Stale {
-				o.StaleRejected++
+			k := nthOf(refused, func(f refusalEntry) bool { return f.Client == e.Client }, rejected[e.Client])
+			rejected[e.Client]++
+			if k < 0 {
+				return fmt.Errorf("%s's rejected write at %v was not refused by the store (no refusal of it was seen)", e.Client, e.At)
+			}
+			e.Stale = true
+			why := "a version conflict"
+			if refused[k].Status == refusedFenced {
+				why = fmt.Sprintf("%s's token %d fenced off", e.Client, e.Token)
+			}
+			if !slices.Contains(reasons, why) {
+				reasons = append(reasons, why)
 			}
 		}
+	}
+	if n := sum(accepted); n != len(entries) {
+		return fmt.Errorf("the audit list has %d accepted writes, the timeline %d", len(entries), n)
+	}
+	if n := sum(rejected); n != len(refused) {
+		return fmt.Errorf("the store refused %d writes, the timeline shows %d", len(refused), n)
 	}
 	o.Blocked = blocked(res.Events)
 	res.Outcome = o
 	res.Safe = o.LostUpdates == 0 && o.StaleAccepted == 0
-	res.Verdict = verdict(o, entries, stale, res.Events)
+	res.Verdict = verdict(o, entries, stale, reasons)
 	return nil
 }
 
-// nthOf returns the index of client's n-th entry (from 0), or -1.
-func nthOf(entries []auditEntry, client string, n int) int {
+func sum(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// nthOf returns the index of the n-th entry (from 0) that is, or -1.
+func nthOf[E any](entries []E, is func(E) bool, n int) int {
 	for i, e := range entries {
-		if e.Client == client {
+		if is(e) {
 			if n == 0 {
 				return i
 			}
@@ -110,7 +151,9 @@ func plural(n int64, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-func verdict(o Outcome, entries []auditEntry, stale []bool, events []Event) string {
+// verdict is the one line of a run's outcome; reasons say why the store
+// refused the stale writes it refused.
+func verdict(o Outcome, entries []auditEntry, stale []bool, reasons []string) string {
 	first := -1
 	for i, s := range stale {
 		if s {
@@ -136,21 +179,8 @@ func verdict(o Outcome, entries []auditEntry, stale []bool, events []Event) stri
 	case o.Final != o.Expected:
 		return fmt.Sprintf("final %d, expected %d", o.Final, o.Expected)
 	case o.StaleRejected > 0:
-		var reasons []string
-		for _, e := range events {
-			if e.Kind != WriteRejected || !e.Stale {
-				continue
-			}
-			r := "a version conflict"
-			if strings.Contains(e.Detail, "ErrFenced") {
-				r = fmt.Sprintf("%s's token %d fenced off", e.Client, e.Token)
-			}
-			if !slices.Contains(reasons, r) {
-				reasons = append(reasons, r)
-			}
-		}
 		if len(reasons) > 3 {
-			reasons = append(reasons[:3], "…")
+			reasons = append(reasons[:3:3], "…")
 		}
 		return fmt.Sprintf("safe: %s rejected (%s) and retried; final %d as expected",
 			plural(int64(o.StaleRejected), "stale write", "stale writes"), strings.Join(reasons, ", "), o.Final)

@@ -2,6 +2,7 @@ package story
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -61,6 +62,9 @@ func (rec *recorder) releasing(_ context.Context, ref string) error {
 }
 
 func (rec *recorder) held(ctx context.Context, ref string) (bool, error) {
+	if rec.r.lock == nil {
+		return false, errors.New("story: this mode has no lock to hold")
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return rec.r.lock.held(ctx, ref)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -39,8 +40,9 @@ const runTimeout = 2 * time.Minute
 // Run runs every chosen story in every chosen mode, one after the other,
 // against real servers, and returns the report. A run that fails (a
 // server that cannot be reached, a client that errs) has Result.Err set
-// and the others go on. Run fails only for an unknown story or mode, or
-// when ctx ends (it then returns the partial report too).
+// and the others go on. Run fails only for an unknown story or mode, when
+// the servers cannot be opened or started, or when ctx ends (it then
+// returns the partial report too).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	sts, ms, err := choose(cfg.Stories, cfg.Modes)
 	if err != nil {
@@ -115,16 +117,13 @@ func choose(storyNames, modeNames []string) ([]storySpec, []modeSpec, error) {
 	return sts, ms, nil
 }
 
-func logOf(env benchmarks.Env) interface{ Write([]byte) (int, error) } {
+// logOf returns where the lab's messages go.
+func logOf(env benchmarks.Env) io.Writer {
 	if env.Log != nil {
 		return env.Log
 	}
-	return discard{}
+	return io.Discard
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // serverSet is the lab services the stories run against.
 type serverSet struct {

@@ -81,7 +81,8 @@ func (g *gate) hook(ctx context.Context, attempt int) error {
 	}
 }
 
-// waitReached waits until the gated sale has read, or has failed.
+// waitReached waits until the gated sale has read, or has failed; when
+// it fails, the sale has ended (its clients can be closed).
 func (g *gate) waitReached(ctx context.Context, done <-chan error) error {
 	select {
 	case <-g.reached:
@@ -92,6 +93,7 @@ func (g *gate) waitReached(ctx context.Context, done <-chan error) error {
 		}
 		return err
 	case <-ctx.Done():
+		<-done // the sale ends with ctx too
 		return ctx.Err()
 	}
 }
@@ -299,12 +301,27 @@ func contention(ctx context.Context, r *run) error {
 		clients = append(clients, c)
 	}
 	errs := make([]error, len(clients))
+	// The others start once A is inside its long first sale (it holds the
+	// lock and has read), so that they are waiting when A outlasts its TTL
+	// however the goroutines are scheduled; then staggered, B asking first.
+	aInside := make(chan struct{})
+	var aOnce sync.Once
+	letOthersIn := func() { aOnce.Do(func() { close(aInside) }) }
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Staggered, so that A asks first and the others wait.
+			if i == 0 {
+				defer letOthersIn() // also when A's first sale fails
+			} else {
+				select {
+				case <-aInside:
+				case <-ctx.Done():
+					errs[i] = ctx.Err()
+					return
+				}
+			}
 			if !sleep(ctx, time.Duration(i)*15*time.Millisecond) {
 				errs[i] = ctx.Err()
 				return
@@ -318,6 +335,9 @@ func contention(ctx context.Context, r *run) error {
 					d := work
 					if attempt > 1 {
 						d = contentionWork
+					}
+					if i == 0 && j == 0 {
+						letOthersIn()
 					}
 					if d > r.spec.TTL {
 						c.emit(Event{Kind: Note, Detail: fmt.Sprintf("works %v inside the critical section, longer than the %v TTL", d, r.spec.TTL)})

@@ -133,6 +133,19 @@ func checkShape(t *testing.T, res Result) {
 			t.Errorf("%+v (%s): want final 8, A's stale write rejected", o, res.Verdict)
 		}
 	}
+	// The fence, not only the version, refused A's stale write: a fenced
+	// mode that wrote without its token would pass the check above on the
+	// version alone.
+	switch res.Mode {
+	case ModeFenced:
+		if o.FencedOff < 1 {
+			t.Errorf("%+v (%s): A's stale write was not refused for its token", o, res.Verdict)
+		}
+	case ModeOCC:
+		if o.FencedOff != 0 {
+			t.Errorf("%+v: occ writes carry no token, yet a write was fenced off", o)
+		}
+	}
 	switch res.Story {
 	case GCPause:
 		if kinds["A pause"] != 1 || kinds["A resume"] != 1 {

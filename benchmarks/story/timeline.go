@@ -76,8 +76,13 @@ type Outcome struct {
 	// StaleAccepted counts writes by a client that had lost the lock (or
 	// wrote from a stale read) that the store applied.
 	StaleAccepted int `json:"stale_writes_accepted"`
-	// StaleRejected counts such writes the store refused.
+	// StaleRejected counts such writes the store refused, as Redis
+	// answered them (not as the clients report them).
 	StaleRejected int `json:"stale_writes_rejected"`
+	// FencedOff is how many of StaleRejected the store refused for their
+	// fencing token (a larger token had written); the others were refused
+	// for their version.
+	FencedOff int `json:"stale_writes_fenced,omitempty"`
 	// Blocked is the total time clients spent waiting for a lock.
 	Blocked time.Duration `json:"blocked_ns"`
 }
