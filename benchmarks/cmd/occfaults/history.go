@@ -3,190 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/anishathalye/porcupine"
+	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 )
-
-// opKind is the kind of a recorded call on one key.
-type opKind uint8
-
-const (
-	opRead  opKind = iota // a plain Get
-	opWrite               // a conditional write of what the call read
-)
-
-// outcome is how a call ended.
-type outcome uint8
-
-const (
-	succeeded outcome = iota // no error
-	ambiguous                // cas.ErrAmbiguous: it may or may not have applied
-	failed                   // any other error: it applied nothing
-)
-
-func (o outcome) String() string {
-	switch o {
-	case succeeded:
-		return "ok"
-	case ambiguous:
-		return "ambiguous"
-	}
-	return "failed"
-}
-
-// endOfTime is the return time of an ambiguous write: it may take effect
-// at any moment after its call, also after every other call returned (or
-// never, which looks the same to everyone).
-const endOfTime = math.MaxInt64
-
-// event is one recorded call's part on one key: a transfer makes two, one
-// per account. States are the key's value in a comparable form, "" when
-// the key does not exist.
-type event struct {
-	client  int
-	key     string
-	kind    opKind
-	outcome outcome
-	// call is when the call began — for a write, when its final attempt
-	// began (the function given to occ.Update or occ.Txn was called for
-	// the last time, after which the write was sent); ret is when it
-	// returned, or endOfTime for an ambiguous write.
-	call, ret int64
-	// read is the state the read (or the final attempt) saw; wrote is the
-	// state the final attempt wrote.
-	read, wrote string
-}
-
-// modelInput is an event as porcupine sees it (the output is unused: the
-// outcome is part of the input).
-type modelInput struct {
-	kind        opKind
-	ambiguous   bool
-	read, wrote string
-}
-
-// registerModel is the sequential specification of one key: a register
-// whose writes are compare-and-set. A read returns the current state. A
-// write that succeeded read the current state and replaced it, atomically
-// (occ writes with the version it read, so the read holds at the write).
-// An ambiguous write does the same if the state is still the one it read,
-// else nothing: since its return is at the end of time, it can always be
-// placed where it did not apply (after everything else), so accepting it
-// there loses no linearization, and where it applied it must have read the
-// current state like any other write. Writes that failed applied nothing
-// and are left out of the history.
-var registerModel = porcupine.Model{
-	Init: func() any { return "" },
-	Step: func(state, input, _ any) (bool, any) {
-		s, in := state.(string), input.(modelInput)
-		switch {
-		case in.kind == opRead:
-			return s == in.read, s
-		case s == in.read:
-			return true, in.wrote
-		default:
-			return in.ambiguous, s
-		}
-	},
-	Hash: func(state any) uint64 {
-		h := fnv.New64a()
-		h.Write([]byte(state.(string)))
-		return h.Sum64()
-	},
-	DescribeOperation: func(input, _ any) string {
-		in := input.(modelInput)
-		if in.kind == opRead {
-			return "read " + describeState(in.read)
-		}
-		s := fmt.Sprintf("%s -> %s", describeState(in.read), describeState(in.wrote))
-		if in.ambiguous {
-			s += " (ambiguous)"
-		}
-		return s
-	},
-	DescribeState: func(state any) string { return describeState(state.(string)) },
-}
-
-func describeState(s string) string {
-	if s == "" {
-		return "absent"
-	}
-	return s
-}
-
-// linResult is the linearizability verdict over a run's histories.
-type linResult struct {
-	// ok is true (linearizable), false (not), or nil (not decided: the
-	// check timed out).
-	ok      *bool
-	note    string
-	checked int // events checked
-	keys    int
-	elapsed time.Duration
-	// badKey and info describe the first key found not linearizable.
-	badKey string
-	info   porcupine.LinearizationInfo
-}
-
-// checkLinearizable checks each key's history against registerModel, one
-// key after the other, within timeout in all. Failed writes are left out.
-func checkLinearizable(events []event, timeout time.Duration) linResult {
-	start := time.Now()
-	deadline := start.Add(timeout)
-	byKey := map[string][]porcupine.Operation{}
-	n := 0
-	for _, e := range events {
-		if e.outcome == failed {
-			continue
-		}
-		byKey[e.key] = append(byKey[e.key], porcupine.Operation{
-			ClientId: e.client,
-			Input:    modelInput{kind: e.kind, ambiguous: e.outcome == ambiguous, read: e.read, wrote: e.wrote},
-			Call:     e.call,
-			Return:   e.ret,
-		})
-		n++
-	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	res := linResult{checked: n, keys: len(keys)}
-	for i, k := range keys {
-		left := time.Until(deadline)
-		if left <= 0 {
-			res.note = fmt.Sprintf("porcupine ran out of its %s after %d of %d keys", timeout, i, len(keys))
-			res.elapsed = time.Since(start)
-			return res
-		}
-		switch porcupine.CheckOperationsTimeout(registerModel, byKey[k], left) {
-		case porcupine.Ok:
-		case porcupine.Illegal:
-			no := false
-			res.ok, res.badKey = &no, k
-			res.note = fmt.Sprintf("key %s: no linearization of its %d calls", k, len(byKey[k]))
-			// Again, verbosely, for a visualization of the failure.
-			_, res.info = porcupine.CheckOperationsVerbose(registerModel, byKey[k], time.Minute)
-			res.elapsed = time.Since(start)
-			return res
-		default:
-			res.note = fmt.Sprintf("porcupine timed out on key %s (%d calls) after %d of %d keys, %s in all", k, len(byKey[k]), i, len(keys), timeout)
-			res.elapsed = time.Since(start)
-			return res
-		}
-	}
-	yes := true
-	res.ok = &yes
-	res.elapsed = time.Since(start)
-	return res
-}
 
 // Counter states are the counter's value in decimal.
 func counterState(n int64, exists bool) string {
@@ -228,7 +50,7 @@ type transferCall struct {
 	id       string
 	from, to string // account keys
 	amount   int64
-	outcome  outcome
+	outcome  linearcheck.Outcome
 	// wroteFrom and wroteTo are the states the final attempt wrote; ran
 	// is false when the function never ran (nothing was written).
 	wroteFrom, wroteTo string
@@ -327,16 +149,16 @@ func checkTransfers(calls []transferCall, seen []keyState, final map[string]stri
 	for _, c := range calls {
 		sd := applied[c.id]
 		switch {
-		case sd == nil && c.outcome == succeeded:
+		case sd == nil && c.outcome == linearcheck.Succeeded:
 			v.lost++
 			problem("transfer %s (%d, %s -> %s) succeeded and is not there", c.id, c.amount, c.from, c.to)
 		case sd == nil:
 		case !sd.from || !sd.to:
 			problem("transfer %s applied to one account only (%s: %v, %s: %v)", c.id, c.from, sd.from, c.to, sd.to)
-		case c.outcome == failed:
+		case c.outcome == linearcheck.Failed:
 			v.duplicated++
 			problem("transfer %s failed and applied", c.id)
-		case c.outcome == ambiguous:
+		case c.outcome == linearcheck.Ambiguous:
 			v.ambiguousApplied++
 		}
 		if sd != nil {
@@ -365,66 +187,6 @@ func checkTransfers(calls []transferCall, seen []keyState, final map[string]stri
 // errSelfTest is the error of a checker that misjudged a known history.
 var errSelfTest = errors.New("occfaults: the checker's self-test failed")
 
-// selfTestCase is a hand-made history with a known verdict.
-type selfTestCase struct {
-	name         string
-	events       []event
-	linearizable bool
-}
-
-// w and r make self-test events.
-func w(client int, call, ret int64, o outcome, read, wrote string) event {
-	if o == ambiguous {
-		ret = endOfTime
-	}
-	return event{client: client, key: "k", kind: opWrite, outcome: o, call: call, ret: ret, read: read, wrote: wrote}
-}
-
-func r(client int, call, ret int64, read string) event {
-	return event{client: client, key: "k", kind: opRead, outcome: succeeded, call: call, ret: ret, read: read}
-}
-
-// selfTestCases are the histories the command checks before each run, so
-// that a checker that accepts everything cannot pass for one that works.
-var selfTestCases = []selfTestCase{
-	{"increments, one ambiguous write applied and one not", []event{
-		w(0, 10, 20, succeeded, "", "1"),
-		w(1, 30, 0, ambiguous, "1", "2"), // applied: the next write read it
-		w(0, 40, 50, succeeded, "2", "3"),
-		w(1, 60, 0, ambiguous, "3", "4"), // not applied: the read below
-		r(2, 70, 80, "3"),
-		w(3, 65, 90, failed, "3", "4"), // failed: left out
-	}, true},
-	{"concurrent writes in either order", []event{
-		w(0, 10, 40, succeeded, "", "a"),
-		w(1, 15, 35, succeeded, "a", "b"),
-		r(2, 20, 30, "a"),
-	}, true},
-	{"lost write: a read after an acknowledged write misses it", []event{
-		w(0, 10, 20, succeeded, "", "1"),
-		r(1, 30, 40, ""),
-	}, false},
-	{"stale read", []event{
-		w(0, 10, 20, succeeded, "", "1"),
-		w(0, 30, 40, succeeded, "1", "2"),
-		r(1, 50, 60, "1"),
-	}, false},
-	{"a write applied twice (two successful writes read the same state)", []event{
-		w(0, 10, 20, succeeded, "", "1"),
-		w(1, 30, 40, succeeded, "1", "2"),
-		w(2, 50, 60, succeeded, "1", "2"),
-	}, false},
-	{"a state nobody wrote (a failed write that applied)", []event{
-		w(0, 10, 20, succeeded, "", "1"),
-		w(1, 25, 28, failed, "1", "2"),
-		r(2, 30, 40, "2"),
-	}, false},
-	{"an ambiguous write seen before it was sent", []event{
-		r(0, 10, 20, "1"),
-		w(1, 30, 0, ambiguous, "", "1"),
-	}, false},
-}
-
 // transferSelfTest is a hand-made transfer history with a known verdict.
 type transferSelfTest struct {
 	name                            string
@@ -435,7 +197,7 @@ type transferSelfTest struct {
 	lost, duplicated, ambiguousUsed int64
 }
 
-func tc(id string, amount int64, o outcome, fromBal, toBal int64) transferCall {
+func tc(id string, amount int64, o linearcheck.Outcome, fromBal, toBal int64) transferCall {
 	return transferCall{id: id, from: "a", to: "b", amount: amount, outcome: o, ran: true,
 		wroteFrom: accountState(account{fromBal, id}), wroteTo: accountState(account{toBal, id})}
 }
@@ -444,9 +206,9 @@ var transferSelfTests = []transferSelfTest{
 	{
 		name: "one applied, one ambiguous applied, one ambiguous not",
 		calls: []transferCall{
-			tc("t1", 10, succeeded, 990, 1010),
-			tc("t2", 5, ambiguous, 985, 1015),
-			tc("t3", 7, ambiguous, 978, 1022),
+			tc("t1", 10, linearcheck.Succeeded, 990, 1010),
+			tc("t2", 5, linearcheck.Ambiguous, 985, 1015),
+			tc("t3", 7, linearcheck.Ambiguous, 978, 1022),
 		},
 		seen:      []keyState{{"a", "990@t1"}, {"b", "1010@t1"}},
 		final:     map[string]string{"a": "985@t2", "b": "1015@t2"},
@@ -454,39 +216,38 @@ var transferSelfTests = []transferSelfTest{
 	},
 	{
 		name:      "a successful transfer lost",
-		calls:     []transferCall{tc("t1", 10, succeeded, 990, 1010)},
+		calls:     []transferCall{tc("t1", 10, linearcheck.Succeeded, 990, 1010)},
 		final:     map[string]string{"a": "", "b": ""},
 		explained: false, lost: 1,
 	},
 	{
 		name:      "half a transfer",
-		calls:     []transferCall{tc("t1", 10, succeeded, 990, 1010)},
+		calls:     []transferCall{tc("t1", 10, linearcheck.Succeeded, 990, 1010)},
 		final:     map[string]string{"a": "990@t1", "b": ""},
 		explained: false,
 	},
 	{
 		name:      "a failed transfer that applied",
-		calls:     []transferCall{tc("t1", 10, failed, 990, 1010)},
+		calls:     []transferCall{tc("t1", 10, linearcheck.Failed, 990, 1010)},
 		final:     map[string]string{"a": "990@t1", "b": "1010@t1"},
 		explained: false, duplicated: 1,
 	},
 	{
 		name:      "a transfer applied by two attempts",
-		calls:     []transferCall{tc("t1", 10, succeeded, 980, 1020)},
+		calls:     []transferCall{tc("t1", 10, linearcheck.Succeeded, 980, 1020)},
 		seen:      []keyState{{"a", "990@t1"}, {"b", "1010@t1"}},
 		final:     map[string]string{"a": "980@t1", "b": "1020@t1"},
 		explained: false, duplicated: 1,
 	},
 }
 
-// selfTest checks the checkers on the hand-made histories.
+// selfTest checks the checkers on the hand-made histories: the
+// linearizability checker's (linearcheck.SelfTest) and the transfer
+// check's.
 func selfTest() error {
 	var bad []string
-	for _, c := range selfTestCases {
-		res := checkLinearizable(c.events, 10*time.Second)
-		if res.ok == nil || *res.ok != c.linearizable {
-			bad = append(bad, fmt.Sprintf("%q: linearizable %v, want %v (%s)", c.name, fmtVerdict(res.ok), c.linearizable, res.note))
-		}
+	if err := linearcheck.SelfTest(); err != nil {
+		bad = append(bad, err.Error())
 	}
 	for _, c := range transferSelfTests {
 		v := checkTransfers(c.calls, c.seen, c.final)
@@ -501,9 +262,5 @@ func selfTest() error {
 	return nil
 }
 
-func fmtVerdict(ok *bool) string {
-	if ok == nil {
-		return "unknown"
-	}
-	return strconv.FormatBool(*ok)
-}
+// fmtVerdict formats a verdict: "true", "false" or "unknown".
+func fmtVerdict(ok *bool) string { return linearcheck.FormatVerdict(ok) }

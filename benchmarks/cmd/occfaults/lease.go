@@ -15,7 +15,9 @@ const (
 	faultPausedHolder = leasefaults.PausedHolder // the holder stops past the end of its grant
 	faultClockJump    = leasefaults.ClockJump    // the holder's clock says its ended grant still runs
 	// leaseWorkload is the workload of the lease faults' rows: hybrid.Update
-	// increments of numCounters counters, with disturbed holders.
+	// increments of numCounters counters, with disturbed holders; its
+	// history is every call that reached the store (leasefaults records
+	// and checks it).
 	leaseWorkload = "lease"
 	// leaseTTL is the grants' TTL on the backends whose TTL can be chosen
 	// (the in-process locker, Redis; etcd's least is 1 s, PostgreSQL's
@@ -33,11 +35,9 @@ func isLeaseFault(fault string) bool { return slices.Contains(leaseFaults, fault
 // ns), and a function that removes them.
 type leaseOpener func(ctx context.Context, ns string, workers int) (leasefaults.Backend, func(), error)
 
-// leaseNote is the linearizability note of the lease rows.
-const leaseNote = "histories not recorded for the lease faults: their check is that every stale write is refused and the counters equal the increments that applied"
-
 // runLease runs one lease fault on b and makes its row: leasefaults.Run's
-// result, whose failed Check is a problem of the row.
+// result, with porcupine's verdict on its history, whose failed Check is a
+// problem of the row.
 func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, error) {
 	if b.lease == nil {
 		return nil, fmt.Errorf("%w: %s has no lease lock", errNoFault, b.name)
@@ -54,6 +54,8 @@ func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, er
 		Duration: p.duration,
 		Workers:  p.workers,
 		Keys:     numCounters,
+		// The calls checked per key are leasefaults' default.
+		CheckTimeout: p.checkTimeout,
 	})
 	if err != nil {
 		return nil, err
@@ -67,7 +69,8 @@ func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, er
 		Ops: res.Ops, Succeeded: res.Succeeded, Ambiguous: res.Ambiguous, Failed: res.Failed, Final: res.Final,
 		AmbiguousApplied: min(max(0, res.Final-res.Succeeded), res.Ambiguous),
 		Lost:             res.Lost, Duplicated: res.Duplicated,
-		LinearizabilityNote: leaseNote,
+		Linearizable: res.Linearizable, LinearizabilityNote: res.LinearizabilityNote,
+		CheckedCalls: res.CheckedCalls, CheckedKeys: res.CheckedKeys, CheckSeconds: res.CheckSeconds,
 		FaultEvents:         int(res.Disturbed),
 		StaleWritesAccepted: &res.StaleWritesAccepted,
 		StaleWritesRejected: &res.StaleWritesRejected,
@@ -75,6 +78,7 @@ func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, er
 		LeaseExpiry:         res.Expiry,
 		Errors:              res.Errors,
 	}
+	r.LinearizabilityNote += visualize(p, b.name, fault, leaseWorkload, res.VisualizeHistory)
 	if err := res.Check(); err != nil {
 		r.Problems = append(r.Problems, err.Error())
 	}

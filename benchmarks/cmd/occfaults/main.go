@@ -53,9 +53,14 @@
 // Their rows
 // (workload "lease") count the stale writes accepted (must be 0), refused
 // with cas.ErrFenced and failed otherwise; lost and duplicated as for the
-// counters; linearizable is null (no history is recorded). A run with a
-// stale write accepted, an increment lost or doubled, or no stale write
-// sent at all (leasefaults.Result.Check) fails the command.
+// counters; linearizable is porcupine's verdict on the history leasefaults
+// records: every store call of the run (reads, and fenced writes with
+// their tokens), checked against a compare-and-set register with a fence
+// (see its documentation; checked_calls counts store calls, not
+// increments). A run with a stale write accepted, an increment lost or
+// doubled, a history that is not linearizable (or could not be checked),
+// or no stale write sent at all (leasefaults.Result.Check) fails the
+// command.
 //
 // # Workloads
 //
@@ -82,14 +87,15 @@
 // Every call on a key is recorded: when it began (for a write, when its
 // final attempt began), when it returned, the state it read and the state
 // it wrote. Each key's history is checked with porcupine against a
-// compare-and-set register: an ambiguous write returns at the end of time
-// and may or may not take effect; failed writes are left out (they applied
+// compare-and-set register (benchmarks/internal/linearcheck, shared with
+// the lease faults): an ambiguous write returns at the end of time and
+// may or may not take effect; failed writes are left out (they applied
 // nothing). Keys are renewed every ~5000 calls each (a generation), which
 // keeps each history small enough to check; the first --window calls of
 // each workload are recorded (the memory backend makes more; later calls
 // are counted, not recorded). Before the runs, the checkers are run on
 // hand-made bad histories (a lost write, a stale read, a doubled write, a
-// half transfer...) and must reject them.
+// stale token accepted, a half transfer...) and must reject them.
 //
 // Results go to DIR/faults.json, and a markdown table to stdout. A lost or
 // duplicated write, a history that is not linearizable, unexplained
@@ -115,8 +121,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/anishathalye/porcupine"
-
+	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
 )
@@ -362,9 +367,10 @@ func logf(format string, args ...any) {
 
 func logRun(r Run) {
 	if r.Workload == leaseWorkload {
-		logf("%s/%s/%s: %d increments in %.1f s: %d succeeded, %d ambiguous (%d applied), %d failed; lost %d, duplicated %d; %d holders disturbed; stale writes: %d refused, %d accepted, %d failed otherwise%s",
+		logf("%s/%s/%s: %d increments in %.1f s: %d succeeded, %d ambiguous (%d applied), %d failed; lost %d, duplicated %d; linearizable %s (%d calls on %d keys, %.1f s); %d holders disturbed; stale writes: %d refused, %d accepted, %d failed otherwise%s",
 			r.Backend, r.Fault, r.Workload, r.Ops, r.Seconds, r.Succeeded, r.Ambiguous, r.AmbiguousApplied, r.Failed,
-			r.Lost, r.Duplicated, r.FaultEvents, *r.StaleWritesRejected, *r.StaleWritesAccepted, *r.StaleWritesOther, leaseProblems(r))
+			r.Lost, r.Duplicated, fmtVerdict(r.Linearizable), r.CheckedCalls, r.CheckedKeys, r.CheckSeconds,
+			r.FaultEvents, *r.StaleWritesRejected, *r.StaleWritesAccepted, *r.StaleWritesOther, leaseProblems(r))
 		return
 	}
 	logf("%s/%s/%s: %d calls in %.1f s: %d succeeded, %d ambiguous (%d applied), %d failed, %d reads; lost %d, duplicated %d; linearizable %s (%d calls on %d keys, %.1f s); %d fault events",
@@ -377,11 +383,7 @@ func printTable(rep Report) {
 	fmt.Println("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
 	for _, r := range rep.Runs {
 		lin := fmtVerdict(r.Linearizable)
-		switch {
-		case r.Linearizable != nil:
-		case r.Workload == leaseWorkload:
-			lin = "not recorded"
-		default:
+		if r.Linearizable == nil {
 			lin = "not decided"
 		}
 		if r.Explained != nil && !*r.Explained {
@@ -469,18 +471,28 @@ func runOne(ctx context.Context, p params, b backend, fault string) ([]Run, erro
 			n := succeededAfter(wl, int64(inj.over.Sub(t0)))
 			r.SucceededAfterFault = &n
 		}
-		lin := checkLinearizable(wl.events, p.checkTimeout)
-		r.Linearizable, r.LinearizabilityNote = lin.ok, lin.note
-		r.CheckedCalls, r.CheckedKeys, r.CheckSeconds = lin.checked, lin.keys, lin.elapsed.Seconds()
-		if lin.ok != nil && !*lin.ok && p.out != "" {
-			path := filepath.Join(p.out, fmt.Sprintf("nonlinearizable-%s-%s-%s.html", b.name, fault, wl.name))
-			if err := porcupine.VisualizePath(registerModel, lin.info, path); err == nil {
-				r.LinearizabilityNote += "; see " + path
-			}
-		}
+		lin := linearcheck.Check(wl.events, linearcheck.Options{Timeout: p.checkTimeout})
+		r.Linearizable, r.LinearizabilityNote = lin.OK, lin.Note
+		r.CheckedCalls, r.CheckedKeys, r.CheckSeconds = lin.Checked, lin.Keys, lin.Elapsed.Seconds()
+		r.LinearizabilityNote += visualize(p, b.name, fault, wl.name, lin.Visualize)
 		runs = append(runs, r)
 	}
 	return runs, nil
+}
+
+// visualize writes porcupine's visualization of a history that is not
+// linearizable to p.out with write (a linearcheck.Result's or a
+// leasefaults.Result's Visualize) and returns "; see <path>" for the
+// note, or "" (nothing to show, or no p.out).
+func visualize(p params, backend, fault, workload string, write func(path string) error) string {
+	if p.out == "" {
+		return ""
+	}
+	path := filepath.Join(p.out, fmt.Sprintf("nonlinearizable-%s-%s-%s.html", backend, fault, workload))
+	if err := write(path); err != nil {
+		return ""
+	}
+	return "; see " + path
 }
 
 // namespace returns a fresh name for a run's table or key prefix.
@@ -493,7 +505,7 @@ func namespace(fault string) string {
 func succeededAfter(wl *workload, t int64) int64 {
 	var n int64
 	for _, e := range wl.events {
-		if e.kind == opWrite && e.outcome == succeeded && e.call > t {
+		if e.Kind == linearcheck.Write && e.Outcome == linearcheck.Succeeded && e.Call > t {
 			n++
 		}
 	}
@@ -543,7 +555,7 @@ func finishCounter(ctx context.Context, tg *target, wl *workload, client int, r 
 				state = counterState(n, true)
 			}
 			if g < wl.windowGens {
-				wl.events = append(wl.events, event{client: client, key: key, kind: opRead, call: call, ret: wl.now(), read: state})
+				wl.events = append(wl.events, linearcheck.Op{Client: client, Key: key, Kind: linearcheck.Read, Call: call, Return: wl.now(), Read: state})
 			}
 		}
 	}
@@ -577,13 +589,13 @@ func finishTransfer(ctx context.Context, tg *target, wl *workload, client int, r
 			r.Final += bal
 			if g < wl.windowGens {
 				final[key] = state
-				wl.events = append(wl.events, event{client: client, key: key, kind: opRead, call: call, ret: wl.now(), read: state})
+				wl.events = append(wl.events, linearcheck.Op{Client: client, Key: key, Kind: linearcheck.Read, Call: call, Return: wl.now(), Read: state})
 			}
 		}
 	}
 	seen := make([]keyState, 0, len(wl.events))
 	for _, e := range wl.events {
-		seen = append(seen, keyState{e.key, e.read})
+		seen = append(seen, keyState{e.Key, e.Read})
 	}
 	v := checkTransfers(wl.transfers, seen, final)
 	conserved := r.Final == gens*numAccounts*initialBalance

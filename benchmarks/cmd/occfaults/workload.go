@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
 )
@@ -41,7 +42,7 @@ type workload struct {
 	invoked     atomic.Int64
 
 	mu                               sync.Mutex
-	events                           []event
+	events                           []linearcheck.Op
 	transfers                        []transferCall
 	succeeded, ambiguous, failed     int64
 	reads, readsFailed, unrecordable int64
@@ -52,7 +53,7 @@ type workload struct {
 type worker struct {
 	id                               int
 	rng                              *rand.Rand
-	events                           []event
+	events                           []linearcheck.Op
 	transfers                        []transferCall
 	succeeded, ambiguous, failed     int64
 	reads, readsFailed, unrecordable int64
@@ -101,11 +102,11 @@ func (wl *workload) merge(wk *worker) {
 	}
 }
 
-func (wk *worker) count(o outcome, err error) {
+func (wk *worker) count(o linearcheck.Outcome, err error) {
 	switch o {
-	case succeeded:
+	case linearcheck.Succeeded:
 		wk.succeeded++
-	case ambiguous:
+	case linearcheck.Ambiguous:
 		wk.ambiguous++
 	default:
 		wk.failed++
@@ -113,14 +114,14 @@ func (wk *worker) count(o outcome, err error) {
 	}
 }
 
-func classify(err error) outcome {
+func classify(err error) linearcheck.Outcome {
 	switch {
 	case err == nil:
-		return succeeded
+		return linearcheck.Succeeded
 	case errors.Is(err, cas.ErrAmbiguous):
-		return ambiguous
+		return linearcheck.Ambiguous
 	}
-	return failed
+	return linearcheck.Failed
 }
 
 // start runs workers goroutines calling call until stop is closed; the
@@ -175,7 +176,7 @@ func counterCall(wl *workload, counters *cas.Typed[int64], opts []occ.Option) fu
 			}
 			wk.reads++
 			if rec {
-				wk.events = append(wk.events, event{client: wk.id, key: key, kind: opRead, call: call, ret: ret, read: counterState(n, err == nil)})
+				wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: counterState(n, err == nil)})
 			}
 			return
 		}
@@ -193,15 +194,15 @@ func counterCall(wl *workload, counters *cas.Typed[int64], opts []occ.Option) fu
 			return
 		}
 		if call < 0 {
-			if o != failed {
+			if o != linearcheck.Failed {
 				wk.unrecordable++ // an outcome without a write: cannot be
 			}
 			return
 		}
-		if o == ambiguous {
-			ret = endOfTime
+		if o == linearcheck.Ambiguous {
+			ret = linearcheck.EndOfTime
 		}
-		wk.events = append(wk.events, event{client: wk.id, key: key, kind: opWrite, outcome: o, call: call, ret: ret, read: read, wrote: wrote})
+		wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Write, Outcome: o, Call: call, Return: ret, Read: read, Wrote: wrote})
 	}
 }
 
@@ -260,7 +261,7 @@ func transferCallFunc(wl *workload, store cas.Store, opts []occ.Option) func(ctx
 			}
 			wk.reads++
 			if rec {
-				wk.events = append(wk.events, event{client: wk.id, key: key, kind: opRead, call: call, ret: ret, read: state})
+				wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: state})
 			}
 			return
 		}
@@ -298,17 +299,17 @@ func transferCallFunc(wl *workload, store cas.Store, opts []occ.Option) func(ctx
 			return
 		}
 		if !t.ran {
-			if t.outcome != failed {
+			if t.outcome != linearcheck.Failed {
 				wk.unrecordable++
 			}
 			return
 		}
-		if t.outcome == ambiguous {
-			ret = endOfTime
+		if t.outcome == linearcheck.Ambiguous {
+			ret = linearcheck.EndOfTime
 		}
 		wk.transfers = append(wk.transfers, t)
 		wk.events = append(wk.events,
-			event{client: wk.id, key: from, kind: opWrite, outcome: t.outcome, call: call, ret: ret, read: readFrom, wrote: t.wroteFrom},
-			event{client: wk.id, key: to, kind: opWrite, outcome: t.outcome, call: call, ret: ret, read: readTo, wrote: t.wroteTo})
+			linearcheck.Op{Client: wk.id, Key: from, Kind: linearcheck.Write, Outcome: t.outcome, Call: call, Return: ret, Read: readFrom, Wrote: t.wroteFrom},
+			linearcheck.Op{Client: wk.id, Key: to, Kind: linearcheck.Write, Outcome: t.outcome, Call: call, Return: ret, Read: readTo, Wrote: t.wroteTo})
 	}
 }

@@ -39,6 +39,28 @@
 // successful increments plus the ambiguous ones that applied (lost = 0,
 // duplicated = 0).
 //
+// # The history
+//
+// Every call that reaches the store is recorded as an operation on its key
+// (package benchmarks/internal/linearcheck), timed from just before it is
+// sent to its answer: each Get, a read of the value it returned, and each
+// write, from the value of the version it expected (every write follows a
+// Get of its key, which returned that version) to the value it sent —
+// hybrid.Update's fenced write, a rogue's stale or late fenced write with
+// its token, the mutant's plain write. A write succeeded, was refused by
+// the fence (cas.ErrFenced), is ambiguous (cas.ErrAmbiguous: it returns at
+// the end of time), or failed otherwise (a conflict: it applied nothing,
+// and is left out). The final reads join the history. porcupine checks
+// each key's history against a compare-and-set register with a fence
+// (Result.Linearizable): a read returns the current value; a write
+// succeeded only if the value it expected was current and, fenced, its
+// token at least the largest that had written the key; a refusal only if
+// a larger one had; an ambiguous write may or may not have applied. A
+// history longer than Config.HistoryPerKey calls is checked in
+// overlapping segments. Result.Check fails a history that is not
+// linearizable with ErrUnsafe, one that could not be checked with
+// ErrVacuous.
+//
 // # The faults
 //
 // paused-holder: the holder's process stops (a GC or VM pause, SIGSTOP)
@@ -67,5 +89,9 @@
 //
 // Run has a mutant mode for its own tests, in which rogue holders write
 // with a plain CompareAndSwap: it must make stale writes get in and lose
-// increments, so that a passing run is known not to be vacuous.
+// increments (and leave the store's history linearizable: the store did
+// nothing wrong), so that a passing run is known not to be vacuous. The
+// tests also run stores with a bug — a fenced write acknowledged and not
+// applied, a stale read, tokens ignored — whose histories must be found
+// not linearizable.
 package leasefaults

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 )
@@ -81,20 +82,28 @@ func looksValid(g hybrid.Lease, margin time.Duration) bool {
 }
 
 // watchStore is the fenced store of a run, watching every write: it knows,
-// per key, the largest token of an acknowledged fenced write, and counts
-// the outcomes of stale writes (sent with a smaller token).
+// per key, the largest token of an acknowledged fenced write, counts the
+// outcomes of stale writes (sent with a smaller token), and records every
+// call as the run's history (history.go).
 type watchStore struct {
 	cas.FencedStore
+	t0 time.Time // the start of the run: the history's time 0
 
 	mu      sync.Mutex
 	highest map[string]uint64
 	stale   staleCounts
+	ops     []linearcheck.Op
+	// states maps the versions of each key that calls returned to their
+	// states; unknown counts the writes left out of the history because
+	// the version they expected is not among them.
+	states  map[string]map[cas.Version]string
+	unknown int64
 }
 
 type staleCounts struct{ accepted, rejected, other int64 }
 
 func newWatchStore(s cas.FencedStore) *watchStore {
-	return &watchStore{FencedStore: s, highest: map[string]uint64{}}
+	return &watchStore{FencedStore: s, t0: time.Now(), highest: map[string]uint64{}, states: map[string]map[cas.Version]string{}}
 }
 
 // written returns the largest token that has written key in this run.
@@ -104,18 +113,22 @@ func (w *watchStore) written(key string) uint64 {
 	return w.highest[key]
 }
 
+// CompareAndSwapFenced is the fenced write, watched and recorded.
 func (w *watchStore) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
 	stale := token < w.written(key)
+	call := w.now()
 	v, err := w.FencedStore.CompareAndSwapFenced(ctx, key, expected, token, value)
 	w.observe(key, token, stale, err, true)
+	w.addWrite(ctx, key, expected, string(value), true, token, call, v, err)
 	return v, err
 }
 
 // unfencedWrite is the mutant's write: a plain CompareAndSwap by a holder
-// of token, classified as a fenced write would be.
+// of token, classified as a fenced write would be (and recorded as the
+// plain write it is).
 func (w *watchStore) unfencedWrite(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
 	stale := token < w.written(key)
-	v, err := w.FencedStore.CompareAndSwap(ctx, key, expected, value)
+	v, err := w.CompareAndSwap(ctx, key, expected, value)
 	w.observe(key, token, stale, err, false)
 	return v, err
 }

@@ -3,11 +3,18 @@ package leasefaults
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
+	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/etcdtest"
 	"github.com/occkit/occkit/internal/pgtest"
 	"github.com/occkit/occkit/internal/redistest"
@@ -79,11 +86,16 @@ func TestFaults(t *testing.T) {
 				t.Fatalf("%d results, want one per fault", len(results))
 			}
 			for _, r := range results {
-				t.Logf("%s/%s: %d ops (%d ok, %d ambiguous, %d failed), final %d, lost %d, duplicated %d; %d disturbed; stale writes: %d rejected, %d accepted, %d other; expiry: %s; errors: %q",
+				t.Logf("%s/%s: %d ops (%d ok, %d ambiguous, %d failed), final %d, lost %d, duplicated %d; %d disturbed; stale writes: %d rejected, %d accepted, %d other; linearizable %s (%d calls on %d keys, %.2f s) %s; expiry: %s; errors: %q",
 					r.Backend, r.Fault, r.Ops, r.Succeeded, r.Ambiguous, r.Failed, r.Final, r.Lost, r.Duplicated,
-					r.Disturbed, r.StaleWritesRejected, r.StaleWritesAccepted, r.StaleWritesOther, r.Expiry, r.Errors)
+					r.Disturbed, r.StaleWritesRejected, r.StaleWritesAccepted, r.StaleWritesOther,
+					linearcheck.FormatVerdict(r.Linearizable), r.CheckedCalls, r.CheckedKeys, r.CheckSeconds, r.LinearizabilityNote, r.Expiry, r.Errors)
 				if err := r.Check(); err != nil {
 					t.Errorf("%v", err)
+				}
+				// Each increment reads and writes: at least two calls each.
+				if r.CheckedCalls < 2*int(r.Succeeded) {
+					t.Errorf("%s: %d calls checked for %d increments", r.Fault, r.CheckedCalls, r.Succeeded)
 				}
 				if r.StaleWritesRejected == 0 {
 					t.Errorf("%s: no stale write was refused with ErrFenced: the fence was not tested", r.Fault)
@@ -107,28 +119,112 @@ func TestFaults(t *testing.T) {
 				if err := r.Check(); !errors.Is(err, ErrUnsafe) {
 					t.Errorf("mutant %s: Check = %v, want ErrUnsafe", r.Fault, err)
 				}
+				// The store did nothing wrong: its history is linearizable
+				// (the check accuses no correct store).
+				if r.Linearizable == nil || !*r.Linearizable {
+					t.Errorf("mutant %s: linearizable %s (%s), want true: the unfenced writes were the client's, the store was right",
+						r.Fault, linearcheck.FormatVerdict(r.Linearizable), r.LinearizabilityNote)
+				}
 			}
 		})
 	}
 }
 
 func TestCheck(t *testing.T) {
-	ok := Result{Backend: "b", Fault: PausedHolder, Ops: 10, Succeeded: 10, Final: 10, StaleWritesRejected: 1}
+	yes, no := true, false
+	ok := Result{Backend: "b", Fault: PausedHolder, Ops: 10, Succeeded: 10, Final: 10, StaleWritesRejected: 1, Linearizable: &yes}
 	if err := ok.Check(); err != nil {
 		t.Errorf("Check of a clean run: %v", err)
 	}
 	for name, r := range map[string]Result{
-		"accepted":   {StaleWritesAccepted: 1, StaleWritesRejected: 1},
-		"lost":       {Lost: 1, StaleWritesRejected: 1},
-		"duplicated": {Duplicated: 1, StaleWritesRejected: 1},
+		"accepted":                         {StaleWritesAccepted: 1, StaleWritesRejected: 1, Linearizable: &yes},
+		"lost":                             {Lost: 1, StaleWritesRejected: 1, Linearizable: &yes},
+		"duplicated":                       {Duplicated: 1, StaleWritesRejected: 1, Linearizable: &yes},
+		"not linearizable":                 {StaleWritesRejected: 1, Linearizable: &no},
+		"not linearizable, nothing tested": {Linearizable: &no},
 	} {
 		var ce *CheckError
 		if err := r.Check(); !errors.Is(err, ErrUnsafe) || !errors.As(err, &ce) {
 			t.Errorf("%s: Check = %v, want a *CheckError matching ErrUnsafe", name, err)
 		}
 	}
-	if err := (Result{Ops: 10, Succeeded: 10, Final: 10}).Check(); !errors.Is(err, ErrVacuous) {
+	if err := (Result{Ops: 10, Succeeded: 10, Final: 10, Linearizable: &yes}).Check(); !errors.Is(err, ErrVacuous) {
 		t.Errorf("Check of a run without stale writes = %v, want ErrVacuous", err)
+	}
+	if err := (Result{Ops: 10, Succeeded: 10, Final: 10, StaleWritesRejected: 1}).Check(); !errors.Is(err, ErrVacuous) {
+		t.Errorf("Check of a run whose history was not checked = %v, want ErrVacuous", err)
+	}
+}
+
+// buggyStore is a memcas store with one deliberate bug, striking every
+// bugEvery-th time it can.
+type buggyStore struct {
+	*memcas.Store
+	bug  string
+	n    atomic.Int64
+	mu   sync.Mutex
+	last map[string]cas.Item // the previous answer of Get, per key
+}
+
+const bugEvery = 20
+
+func (s *buggyStore) strikes(bug string) bool { return s.bug == bug && s.n.Add(1)%bugEvery == 0 }
+
+func (s *buggyStore) Get(ctx context.Context, key string) (cas.Item, error) {
+	it, err := s.Store.Get(ctx, key)
+	if s.bug != "stale-read" || err != nil {
+		return it, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, seen := s.last[key]
+	s.last[key] = it
+	if seen && prev.Version != it.Version && s.strikes("stale-read") {
+		return prev, nil
+	}
+	return it, nil
+}
+
+func (s *buggyStore) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	switch {
+	case s.strikes("acknowledged-not-applied"):
+		return expected + 1_000_000, nil
+	case s.bug == "token-ignored":
+		return s.Store.CompareAndSwap(ctx, key, expected, value)
+	}
+	return s.Store.CompareAndSwapFenced(ctx, key, expected, token, value)
+}
+
+// TestHistoryCatchesBuggyStores: a lease run against a store with a bug —
+// it acknowledges fenced writes it drops, serves stale reads, or ignores
+// fencing tokens — finds its history not linearizable, and Check reports
+// ErrUnsafe. The stale reads break no count (a write that read one is
+// refused by its version): only the history shows them. The check is not
+// vacuous on the lease path.
+func TestHistoryCatchesBuggyStores(t *testing.T) {
+	for _, bug := range []string{"acknowledged-not-applied", "stale-read", "token-ignored"} {
+		t.Run(bug, func(t *testing.T) {
+			t.Parallel() // mostly waiting
+			inner := memcas.New()
+			b := Memory(100 * time.Millisecond)
+			b.Name, b.Store, b.Direct = "buggy", &buggyStore{Store: inner, bug: bug, last: map[string]cas.Item{}}, inner
+			results, err := Run(context.Background(), Config{Backends: []Backend{b}, Faults: []string{ClockJump}, Duration: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := results[0]
+			t.Logf("%d ops, lost %d, duplicated %d, stale writes %d accepted, %d refused; linearizable %s: %s",
+				r.Ops, r.Lost, r.Duplicated, r.StaleWritesAccepted, r.StaleWritesRejected, linearcheck.FormatVerdict(r.Linearizable), r.LinearizabilityNote)
+			if r.Linearizable == nil || *r.Linearizable {
+				t.Fatalf("linearizable %s, want false: the bug went unnoticed by the history check", linearcheck.FormatVerdict(r.Linearizable))
+			}
+			if err := r.Check(); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "not linearizable") {
+				t.Fatalf("Check = %v, want ErrUnsafe naming the history", err)
+			}
+			if err := r.VisualizeHistory(filepath.Join(t.TempDir(), "bad.html")); err != nil {
+				t.Fatalf("VisualizeHistory: %v", err)
+			}
+		})
 	}
 }
 
