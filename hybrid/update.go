@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/occkit/occkit/cas"
@@ -123,6 +124,10 @@ func checkMargin(lease Lease) error {
 		return fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(lease.Context()))
 	}
 	exp, ok := lease.(interface{ Expires() time.Time })
+	if m, wrapped := lease.(marginLease); wrapped {
+		// The wrapper always has Expires; only the wrapped lease knows.
+		_, ok = m.Lease.(interface{ Expires() time.Time })
+	}
 	if !ok {
 		return nil
 	}
@@ -168,5 +173,9 @@ func (m marginLease) Expires() time.Time {
 	if e, ok := m.Lease.(interface{ Expires() time.Time }); ok {
 		return e.Expires()
 	}
-	return time.Now().Add(m.margin + time.Hour) // unknown: never refuse
+	d := m.margin + time.Hour
+	if d < m.margin {
+		d = math.MaxInt64 // the sum overflowed
+	}
+	return time.Now().Add(d) // unknown: never refuse
 }
