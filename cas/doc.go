@@ -27,8 +27,8 @@
 // Errors are matched with errors.Is: [ErrConflict] (the concrete
 // [*ConflictError] carries the current item when the backend returned it in
 // the same round trip), [ErrNotFound], [ErrAmbiguous], [ErrFenced]
-// ([*FencedError]), [ErrTooLarge], [ErrInvalidKey], [ErrInvalidVersion] and
-// [ErrInvalidCommit]. Adapters keep their backend's native error reachable
+// ([*FencedError]), [ErrTooLarge], [ErrInvalidKey], [ErrInvalidVersion],
+// [ErrInvalidCommit] and [ErrNilContext]. Adapters keep their backend's native error reachable
 // with errors.As.
 //
 // # Validation

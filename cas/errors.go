@@ -41,6 +41,10 @@ var (
 	// ErrInvalidCommit reports a malformed multi-key commit: no operations,
 	// the same key twice, or an unknown operation kind.
 	ErrInvalidCommit = errors.New("cas: invalid commit")
+
+	// ErrNilContext reports a call made with a nil context.Context: it is
+	// refused before anything is sent, instead of panicking.
+	ErrNilContext = errors.New("cas: nil context")
 )
 
 // ConflictError is the error of a conditional write whose expected version

@@ -89,17 +89,23 @@ func (l Limits) CheckValue(op, key string, value []byte) error {
 	return nil
 }
 
-// Get validates a Get: the context is not done and the key is valid.
+// Get validates a Get: the context is not nil or done and the key is valid.
 func (l Limits) Get(ctx context.Context, key string) error {
+	if ctx == nil {
+		return &KeyError{Op: "get", Key: key, Err: ErrNilContext}
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return l.CheckKey("get", key)
 }
 
-// Put validates a CompareAndSwap: the context is not done, the key is
-// valid and the value fits.
+// Put validates a CompareAndSwap: the context is not nil or done, the key
+// is valid and the value fits.
 func (l Limits) Put(ctx context.Context, key string, value []byte) error {
+	if ctx == nil {
+		return &KeyError{Op: "compare-and-swap", Key: key, Err: ErrNilContext}
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -109,9 +115,12 @@ func (l Limits) Put(ctx context.Context, key string, value []byte) error {
 	return l.CheckValue("compare-and-swap", key, value)
 }
 
-// Delete validates a CompareAndDelete: the context is not done, the key is
-// valid and expected is not 0.
+// Delete validates a CompareAndDelete: the context is not nil or done, the
+// key is valid and expected is not 0.
 func (l Limits) Delete(ctx context.Context, key string, expected Version) error {
+	if ctx == nil {
+		return &KeyError{Op: "compare-and-delete", Key: key, Err: ErrNilContext}
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -124,11 +133,14 @@ func (l Limits) Delete(ctx context.Context, key string, expected Version) error 
 	return nil
 }
 
-// Commit validates a Commit: the context is not done, there is at least
+// Commit validates a Commit: the context is not nil or done, there is at least
 // one op and at most MaxCommitOps, every key is valid and appears once, every
 // value fits, no delete expects version 0, and the total size fits
 // MaxCommitBytes.
 func (l Limits) Commit(ctx context.Context, ops []Op) error {
+	if ctx == nil {
+		return fmt.Errorf("cas: commit: %w", ErrNilContext)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

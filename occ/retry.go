@@ -3,6 +3,7 @@ package occ
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -56,6 +57,9 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 	var start time.Time
 	if c.observer != nil {
 		start = time.Now()
+	}
+	if ctx == nil {
+		return fmt.Errorf("occ: %s: %w", c.op, cas.ErrNilContext)
 	}
 	if err := ctx.Err(); err != nil {
 		return c.finish(ctx, start, 0, GaveUp, &GiveUpError{Reason: err})

@@ -113,6 +113,30 @@ var inputTests = []test{
 		wantItem(t, s, "k", "one", v)
 		wantAbsent(t, s, "new")
 	}},
+	{"NilContext", func(t *testing.T, h *Harness, s cas.Store) {
+		v := mustCreate(t, s, "k", "one")
+		var nilCtx context.Context // a caller's mistake: refused, not a panic
+		if _, err := s.Get(nilCtx, "k"); !errors.Is(err, cas.ErrNilContext) {
+			t.Errorf("get: %v, want cas.ErrNilContext", err)
+		}
+		if _, err := s.CompareAndSwap(nilCtx, "k", v, []byte("two")); !errors.Is(err, cas.ErrNilContext) {
+			t.Errorf("compare-and-swap: %v, want cas.ErrNilContext", err)
+		}
+		if err := s.CompareAndDelete(nilCtx, "k", v); !errors.Is(err, cas.ErrNilContext) {
+			t.Errorf("compare-and-delete: %v, want cas.ErrNilContext", err)
+		}
+		if f, ok := s.(cas.FencedStore); ok {
+			if _, err := f.CompareAndSwapFenced(nilCtx, "k", v, 1, []byte("two")); !errors.Is(err, cas.ErrNilContext) {
+				t.Errorf("compare-and-swap-fenced: %v, want cas.ErrNilContext", err)
+			}
+		}
+		if c, ok := s.(cas.Committer); ok {
+			if _, err := c.Commit(nilCtx, []cas.Op{cas.Put("k", v, []byte("two"))}); !errors.Is(err, cas.ErrNilContext) {
+				t.Errorf("commit: %v, want cas.ErrNilContext", err)
+			}
+		}
+		wantItem(t, s, "k", "one", v)
+	}},
 	{"ExpiredDeadline", func(t *testing.T, h *Harness, s cas.Store) {
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 		defer cancel()
