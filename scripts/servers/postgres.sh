@@ -111,23 +111,9 @@ EOF
 # cluster service Debian would otherwise start (policy-rc.d exit 101 tells
 # invoke-rc.d and deb-systemd-invoke not to start services).
 occkit_pg_install() {
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   echo "postgres: installing postgresql-15 from Debian's packages" >&2
-  local made_policy=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
-    $sudo chmod 0755 /usr/sbin/policy-rc.d
-    made_policy=1
-  fi
   local status=0
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq || status=$?
-  if [ "$status" -eq 0 ]; then
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null || status=$?
-  fi
-  if [ -n "$made_policy" ]; then
-    $sudo rm -f /usr/sbin/policy-rc.d
-  fi
+  occkit_apt_install_no_start postgresql-15 || status=$?
   if [ "$status" -ne 0 ] || [ ! -x /usr/lib/postgresql/15/bin/postgres ]; then
     echo "postgres: installing postgresql-15 failed" >&2
     return 1

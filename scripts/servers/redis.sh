@@ -170,23 +170,9 @@ occkit_redis_ping() {
 # distribution's service running: policy-rc.d (exit 101) tells invoke-rc.d
 # not to start it, and if it was started anyway it is stopped and disabled.
 occkit_redis_install() {
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   echo "redis: installing redis-server from Debian's packages" >&2
-  local made_policy=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
-    $sudo chmod 0755 /usr/sbin/policy-rc.d
-    made_policy=1
-  fi
   local status=0
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq || status=$?
-  if [ "$status" -eq 0 ]; then
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null || status=$?
-  fi
-  if [ -n "$made_policy" ]; then
-    $sudo rm -f /usr/sbin/policy-rc.d
-  fi
+  occkit_apt_install_no_start redis-server || status=$?
   occkit_redis_stop_service
   if [ "$status" -ne 0 ] || [ ! -x /usr/bin/redis-server ]; then
     echo "redis: installing redis-server failed" >&2

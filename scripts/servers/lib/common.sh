@@ -36,3 +36,27 @@ occkit_register_cleanup() {
     cleanups+=("$1")
   fi
 }
+
+# occkit_apt_install_no_start PACKAGE... installs Debian packages without
+# letting them start their services: a temporary policy-rc.d (exit 101)
+# tells invoke-rc.d and deb-systemd-invoke not to start anything. Returns
+# apt-get's status.
+occkit_apt_install_no_start() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  local made_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
+    $sudo chmod 0755 /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  local status=0
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq || status=$?
+  if [ "$status" -eq 0 ]; then
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null || status=$?
+  fi
+  if [ -n "$made_policy" ]; then
+    $sudo rm -f /usr/sbin/policy-rc.d
+  fi
+  return "$status"
+}
