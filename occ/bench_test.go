@@ -94,7 +94,7 @@ func BenchmarkContended(b *testing.B) {
 				attempts.Add(int64(c.Attempts))
 				for m := most.Load(); int64(c.Attempts) > m && !most.CompareAndSwap(m, int64(c.Attempts)); m = most.Load() {
 				}
-				if c.Outcome == occ.Success {
+				if c.Outcome == occ.OutcomeSuccess {
 					successes.Add(1)
 				}
 			}}

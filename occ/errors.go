@@ -47,3 +47,40 @@ func (e *GiveUpError) Unwrap() []error {
 	}
 	return []error{e.Reason, e.Last}
 }
+
+// Permanent marks err as final: returned from the function of Retry or
+// Txn, or from the mutate of Update, it ends the loop at once, whatever
+// WithRetryable says and even if err matches cas.ErrConflict (a conflict
+// of an inner transaction that must not restart the outer one, say). The
+// loop returns err itself, without the mark, so that an outer loop that
+// calls this one is not stopped by it and errors.Is/As see err as it was.
+// Permanent(nil) is nil.
+//
+//	err := occ.Retry(ctx, func(ctx context.Context) error {
+//		if err := step(ctx); errors.Is(err, errPaymentDeclined) {
+//			return occ.Permanent(err) // do not retry a refusal
+//		}
+//		...
+//	})
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// permanentError is the mark Permanent puts on an error.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// unmarkPermanent reports whether err carries Permanent's mark and returns
+// the error inside it.
+func unmarkPermanent(err error) (error, bool) {
+	var p *permanentError
+	if errors.As(err, &p) {
+		return p.err, true
+	}
+	return err, false
+}

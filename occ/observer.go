@@ -10,35 +10,35 @@ type Outcome uint8
 
 // Outcomes of attempts and calls.
 const (
-	// Success: the function returned nil.
-	Success Outcome = iota
-	// Conflict: the attempt failed with a conflict and may be retried.
-	Conflict
-	// Retryable: the attempt failed with another error classified as
+	// OutcomeSuccess: the function returned nil.
+	OutcomeSuccess Outcome = iota
+	// OutcomeConflict: the attempt failed with a conflict and may be retried.
+	OutcomeConflict
+	// OutcomeRetryable: the attempt failed with another error classified as
 	// retryable (WithRetryable).
-	Retryable
-	// Failed: the function returned an error that is not retryable; the
+	OutcomeRetryable
+	// OutcomeFailed: the function returned an error that is not retryable; the
 	// call returns it as is.
-	Failed
-	// GaveUp: the call stopped while still failing with a retryable error
+	OutcomeFailed
+	// OutcomeGaveUp: the call stopped while still failing with a retryable error
 	// (attempt limit, budget, backoff or context); its Err is a
 	// *GiveUpError. Calls only.
-	GaveUp
+	OutcomeGaveUp
 )
 
 // String returns the outcome's name: "success", "conflict", "retryable",
 // "failed", "gave-up".
 func (o Outcome) String() string {
 	switch o {
-	case Success:
+	case OutcomeSuccess:
 		return "success"
-	case Conflict:
+	case OutcomeConflict:
 		return "conflict"
-	case Retryable:
+	case OutcomeRetryable:
 		return "retryable"
-	case Failed:
+	case OutcomeFailed:
 		return "failed"
-	case GaveUp:
+	case OutcomeGaveUp:
 		return "gave-up"
 	}
 	return "unknown"
@@ -63,7 +63,7 @@ type Call struct {
 	Op       string
 	Key      string
 	Attempts int
-	// Outcome is Success, Failed or GaveUp.
+	// Outcome is OutcomeSuccess, OutcomeFailed or OutcomeGaveUp.
 	Outcome Outcome
 	// Err is the error the call returned.
 	Err     error

@@ -11,8 +11,11 @@ import (
 const DefaultMaxAttempts = 10
 
 // Option configures one call of Retry, Update or Txn. Options are plain
-// values: a slice of them may be built once and shared by goroutines, and
-// applying them allocates nothing.
+// values and applying them allocates nothing. A slice of them may be built
+// once and shared by goroutines, with one exception: a WithBackOff value
+// is stateful and serves one call at a time (use WithBackOffFunc in shared
+// options). Shared objects passed as options (a Budget, a Cache, a
+// Combiner, an Observer) are safe for concurrent use by design.
 type Option struct {
 	kind       optionKind
 	n          int

@@ -18,8 +18,9 @@ import (
 // ctx; between attempts Retry waits as the BackOff says, and a context that
 // ends, also during that wait, stops the loop at once. The result is:
 //   - nil when an attempt succeeds;
-//   - fn's error, unwrapped, when it is not retryable (unless ctx has
-//     ended meanwhile: then the *GiveUpError below, matching both);
+//   - fn's error, unwrapped, when it is not retryable or is marked with
+//     Permanent (the mark removed), unless ctx has ended meanwhile: then
+//     the *GiveUpError below, matching both;
 //   - a *GiveUpError when the loop stops while fn still fails with a
 //     retryable error, or when ctx ends: errors.Is matches both why it stopped
 //     (ErrAttemptsExhausted, ErrBudgetExhausted, ErrBackOffStopped or
@@ -62,7 +63,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		return fmt.Errorf("occ: %s: %w", c.op, cas.ErrNilContext)
 	}
 	if err := ctx.Err(); err != nil {
-		return c.finish(ctx, start, 0, GaveUp, &GiveUpError{Reason: err})
+		return c.finish(ctx, start, 0, OutcomeGaveUp, &GiveUpError{Reason: err})
 	}
 	var b backoff.BackOff
 	for attempt := 1; ; attempt++ {
@@ -75,30 +76,33 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			c.budget.deposit()
 		}
 		outcome := c.classify(err)
+		if outcome == OutcomeFailed {
+			err, _ = unmarkPermanent(err)
+		}
 		if c.observer != nil {
 			c.observer.ObserveAttempt(ctx, Attempt{Op: c.op, Key: c.key, Number: attempt, Outcome: outcome, Err: err, Latency: time.Since(t0)})
 		}
 		switch outcome {
-		case Success:
-			return c.finish(ctx, start, attempt, Success, nil)
-		case Failed:
+		case OutcomeSuccess:
+			return c.finish(ctx, start, attempt, OutcomeSuccess, nil)
+		case OutcomeFailed:
 			if ctxErr := ctx.Err(); ctxErr != nil {
-				return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ctxErr, Attempts: attempt, Last: err})
+				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ctxErr, Attempts: attempt, Last: err})
 			}
-			return c.finish(ctx, start, attempt, Failed, err)
+			return c.finish(ctx, start, attempt, OutcomeFailed, err)
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ctxErr, Attempts: attempt, Last: err})
+			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ctxErr, Attempts: attempt, Last: err})
 		}
 		if attempt >= c.maxAttempts {
-			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
+			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
 		if c.retryNow && !c.retriedNow {
 			// The attempt learned the current state from its conflict:
 			// retry from it at once, once per call, before it goes stale.
 			c.retryNow, c.retriedNow, c.waited = false, true, false
 			if c.budget != nil && !c.budget.withdraw() {
-				return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
+				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
 			}
 			continue
 		}
@@ -108,13 +112,13 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		}
 		d := b.NextBackOff()
 		if d == backoff.Stop {
-			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ErrBackOffStopped, Attempts: attempt, Last: err})
+			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBackOffStopped, Attempts: attempt, Last: err})
 		}
 		if c.budget != nil && !c.budget.withdraw() {
-			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
+			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
 		}
 		if waitErr := c.wait(ctx, d); waitErr != nil {
-			return c.finish(ctx, start, attempt, GaveUp, &GiveUpError{Reason: waitErr, Attempts: attempt, Last: err})
+			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: waitErr, Attempts: attempt, Last: err})
 		}
 		c.waited = true
 	}
@@ -123,13 +127,15 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 func (c *config) classify(err error) Outcome {
 	switch {
 	case err == nil:
-		return Success
+		return OutcomeSuccess
+	case isPermanent(err):
+		return OutcomeFailed
 	case errors.Is(err, cas.ErrConflict):
-		return Conflict
+		return OutcomeConflict
 	case c.retryable != nil && c.retryable(err):
-		return Retryable
+		return OutcomeRetryable
 	default:
-		return Failed
+		return OutcomeFailed
 	}
 }
 
@@ -156,4 +162,10 @@ func (c *config) wait(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// isPermanent reports whether err carries Permanent's mark.
+func isPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
 }

@@ -331,8 +331,8 @@ func TestRetryContextDoneBeforeFirstAttempt(t *testing.T) {
 			if len(obs.attempts) != 0 {
 				t.Errorf("observer saw %d attempts, want 0", len(obs.attempts))
 			}
-			if len(obs.calls) != 1 || obs.calls[0].Outcome != GaveUp || obs.calls[0].Attempts != 0 {
-				t.Errorf("observer calls = %+v, want one GaveUp call with 0 attempts", obs.calls)
+			if len(obs.calls) != 1 || obs.calls[0].Outcome != OutcomeGaveUp || obs.calls[0].Attempts != 0 {
+				t.Errorf("observer calls = %+v, want one OutcomeGaveUp call with 0 attempts", obs.calls)
 			}
 		})
 	}
@@ -836,23 +836,23 @@ func TestRetryObserver(t *testing.T) {
 	}{
 		{
 			name: "success", errs: []error{nil},
-			wantAttempts: []att{{1, Success}}, wantCall: Success, wantCallN: 1,
+			wantAttempts: []att{{1, OutcomeSuccess}}, wantCall: OutcomeSuccess, wantCallN: 1,
 			wantErr: func(err error) bool { return err == nil },
 		},
 		{
 			name: "conflicts then success", errs: []error{conflict("k"), conflict("k"), nil},
-			wantAttempts: []att{{1, Conflict}, {2, Conflict}, {3, Success}}, wantCall: Success, wantCallN: 3,
+			wantAttempts: []att{{1, OutcomeConflict}, {2, OutcomeConflict}, {3, OutcomeSuccess}}, wantCall: OutcomeSuccess, wantCallN: 3,
 			wantErr: func(err error) bool { return err == nil },
 		},
 		{
 			name: "retryable then failed", errs: []error{errTransient, perm},
 			opts:         []Option{WithRetryable(func(err error) bool { return err == errTransient })},
-			wantAttempts: []att{{1, Retryable}, {2, Failed}}, wantCall: Failed, wantCallN: 2,
+			wantAttempts: []att{{1, OutcomeRetryable}, {2, OutcomeFailed}}, wantCall: OutcomeFailed, wantCallN: 2,
 			wantErr: func(err error) bool { return err == perm },
 		},
 		{
 			name: "gave up", errs: []error{conflict("k")}, opts: []Option{WithMaxAttempts(3)},
-			wantAttempts: []att{{1, Conflict}, {2, Conflict}, {3, Conflict}}, wantCall: GaveUp, wantCallN: 3,
+			wantAttempts: []att{{1, OutcomeConflict}, {2, OutcomeConflict}, {3, OutcomeConflict}}, wantCall: OutcomeGaveUp, wantCallN: 3,
 			wantErr: func(err error) bool { return errors.Is(err, ErrAttemptsExhausted) },
 		},
 	}
@@ -938,11 +938,11 @@ func TestOutcomeString(t *testing.T) {
 		o    Outcome
 		want string
 	}{
-		{Success, "success"},
-		{Conflict, "conflict"},
-		{Retryable, "retryable"},
-		{Failed, "failed"},
-		{GaveUp, "gave-up"},
+		{OutcomeSuccess, "success"},
+		{OutcomeConflict, "conflict"},
+		{OutcomeRetryable, "retryable"},
+		{OutcomeFailed, "failed"},
+		{OutcomeGaveUp, "gave-up"},
 		{Outcome(200), "unknown"},
 	}
 	for _, tt := range tests {

@@ -493,8 +493,8 @@ func TestTxnBlindWriteIsConditional(t *testing.T) {
 	if calls != 2 {
 		t.Errorf("fn called %d times, want 2 (the racing write makes the first commit conflict)", calls)
 	}
-	if len(obs.attempts) != 2 || obs.attempts[0].Outcome != Conflict || obs.attempts[1].Outcome != Success {
-		t.Errorf("attempts = %+v, want Conflict then Success", obs.attempts)
+	if len(obs.attempts) != 2 || obs.attempts[0].Outcome != OutcomeConflict || obs.attempts[1].Outcome != OutcomeSuccess {
+		t.Errorf("attempts = %+v, want OutcomeConflict then Success", obs.attempts)
 	}
 	if v, _, _ := value(t, mem, "k"); v != "mine" {
 		t.Errorf("k = %q, want \"mine\"", v)
@@ -806,10 +806,10 @@ func TestTxnCommitConflictRetries(t *testing.T) {
 	if string(got["a"].Value) != "12" || string(got["b"].Value) != "200" {
 		t.Errorf("a=%q b=%q, want a=12 (from the racer's 10) and b=200 (applied once)", got["a"].Value, got["b"].Value)
 	}
-	if len(obs.attempts) != 2 || obs.attempts[0].Outcome != Conflict || obs.attempts[0].Op != "txn" || obs.attempts[1].Outcome != Success {
-		t.Errorf("attempts = %+v, want txn Conflict then Success", obs.attempts)
+	if len(obs.attempts) != 2 || obs.attempts[0].Outcome != OutcomeConflict || obs.attempts[0].Op != "txn" || obs.attempts[1].Outcome != OutcomeSuccess {
+		t.Errorf("attempts = %+v, want txn OutcomeConflict then Success", obs.attempts)
 	}
-	if len(obs.calls) != 1 || obs.calls[0].Op != "txn" || obs.calls[0].Attempts != 2 || obs.calls[0].Outcome != Success {
+	if len(obs.calls) != 1 || obs.calls[0].Op != "txn" || obs.calls[0].Attempts != 2 || obs.calls[0].Outcome != OutcomeSuccess {
 		t.Errorf("calls = %+v, want one txn call of 2 attempts", obs.calls)
 	}
 }

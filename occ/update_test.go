@@ -462,7 +462,7 @@ func TestUpdateObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Outcome{Conflict, Success}
+	want := []Outcome{OutcomeConflict, OutcomeSuccess}
 	if len(obs.attempts) != len(want) {
 		t.Fatalf("observer saw %d attempts, want %d", len(obs.attempts), len(want))
 	}
@@ -471,7 +471,7 @@ func TestUpdateObserver(t *testing.T) {
 			t.Errorf("attempt %d = {Op %q Key %q Number %d Outcome %v}, want {update acct/1 %d %v}", i, a.Op, a.Key, a.Number, a.Outcome, i+1, want[i])
 		}
 	}
-	if len(obs.calls) != 1 || obs.calls[0].Op != "update" || obs.calls[0].Key != "acct/1" || obs.calls[0].Attempts != 2 || obs.calls[0].Outcome != Success {
+	if len(obs.calls) != 1 || obs.calls[0].Op != "update" || obs.calls[0].Key != "acct/1" || obs.calls[0].Attempts != 2 || obs.calls[0].Outcome != OutcomeSuccess {
 		t.Errorf("calls = %+v, want one {update acct/1 2 attempts success}", obs.calls)
 	}
 }

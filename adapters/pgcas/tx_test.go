@@ -101,7 +101,7 @@ func TestRunTxRetriesSerializationFailure(t *testing.T) {
 	var attempts atomic.Int64
 	var conflicts atomic.Int64
 	obs := occ.ObserverFuncs{Attempt: func(_ context.Context, a occ.Attempt) {
-		if a.Outcome == occ.Conflict {
+		if a.Outcome == occ.OutcomeConflict {
 			conflicts.Add(1)
 		}
 	}}

@@ -43,10 +43,10 @@ var reasonNames = [numReasons]string{
 
 // numOutcomes covers every occ.Outcome plus one slot for a value this
 // package does not know (recorded as "unknown").
-const numOutcomes = int(occ.GaveUp) + 2
+const numOutcomes = int(occ.OutcomeGaveUp) + 2
 
 func outcomeIndex(o occ.Outcome) int {
-	if o > occ.GaveUp {
+	if o > occ.OutcomeGaveUp {
 		return numOutcomes - 1
 	}
 	return int(o)
@@ -223,7 +223,7 @@ func (o *Observer) options(op string) *opOptions {
 func (o *Observer) ObserveAttempt(ctx context.Context, a occ.Attempt) {
 	p := o.options(a.Op)
 	o.attempts.Add(ctx, 1, p.outcome[outcomeIndex(a.Outcome)]...)
-	if a.Outcome == occ.Conflict {
+	if a.Outcome == occ.OutcomeConflict {
 		o.conflicts.Add(ctx, 1, p.op...)
 	}
 }
@@ -236,7 +236,7 @@ func (o *Observer) ObserveCall(ctx context.Context, c occ.Call) {
 	i := outcomeIndex(c.Outcome)
 	o.callAttempts.Record(ctx, int64(c.Attempts), p.outcomeRec[i]...)
 	o.callDuration.Record(ctx, c.Latency.Seconds(), p.outcomeRec[i]...)
-	if c.Outcome != occ.GaveUp {
+	if c.Outcome != occ.OutcomeGaveUp {
 		return
 	}
 	r := giveUpReason(c.Err)

@@ -431,7 +431,7 @@ func TestGiveUpReason(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.obs.ObserveCall(context.Background(), occ.Call{Op: "retry", Attempts: 1, Outcome: occ.GaveUp, Err: tt.err})
+			h.obs.ObserveCall(context.Background(), occ.Call{Op: "retry", Attempts: 1, Outcome: occ.OutcomeGaveUp, Err: tt.err})
 			m := h.collect()
 			check(t, "giveups{retry,"+tt.reason+"}", m.counter("occ.giveups", op("retry"), reason(tt.reason)), 1)
 			check(t, "giveups", m.total("occ.giveups"), 1)
@@ -594,7 +594,7 @@ func TestUnknownOp(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for _, name := range ops {
-				h.obs.ObserveAttempt(ctx, occ.Attempt{Op: name, Number: 1, Outcome: occ.Conflict})
+				h.obs.ObserveAttempt(ctx, occ.Attempt{Op: name, Number: 1, Outcome: occ.OutcomeConflict})
 				h.obs.ObserveCall(ctx, occ.Call{Op: name, Attempts: 1, Outcome: occ.Outcome(200)})
 			}
 		})
@@ -660,9 +660,9 @@ func TestConcurrent(t *testing.T) {
 func TestNoAllocs(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	attempt := occ.Attempt{Op: "update", Key: "k", Number: 2, Outcome: occ.Conflict, Err: cas.ErrConflict, Latency: time.Millisecond}
-	success := occ.Call{Op: "update", Key: "k", Attempts: 3, Outcome: occ.Success, Latency: time.Millisecond}
-	gaveUp := occ.Call{Op: "txn", Attempts: 2, Outcome: occ.GaveUp, Err: &occ.GiveUpError{Reason: occ.ErrBudgetExhausted, Attempts: 2, Last: cas.ErrConflict}}
+	attempt := occ.Attempt{Op: "update", Key: "k", Number: 2, Outcome: occ.OutcomeConflict, Err: cas.ErrConflict, Latency: time.Millisecond}
+	success := occ.Call{Op: "update", Key: "k", Attempts: 3, Outcome: occ.OutcomeSuccess, Latency: time.Millisecond}
+	gaveUp := occ.Call{Op: "txn", Attempts: 2, Outcome: occ.OutcomeGaveUp, Err: &occ.GiveUpError{Reason: occ.ErrBudgetExhausted, Attempts: 2, Last: cas.ErrConflict}}
 
 	for _, tt := range []struct {
 		name string
