@@ -36,3 +36,11 @@ done
 shopt -u nullglob
 
 go test -race -timeout 20m ./...
+
+# Nested modules (integrations with dependencies of their own, such as
+# integrations/gormocc and GORM) are not entered by ./... above: test each
+# one in its own directory, against the same servers.
+for dir in $(bash scripts/modules.sh); do
+  echo "test: module $dir" >&2
+  (cd "$dir" && go test -race -timeout 20m ./...)
+done
