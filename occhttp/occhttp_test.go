@@ -24,7 +24,9 @@ type reply struct {
 	body   string
 }
 
-// call sends one request; headers are name/value pairs.
+// call sends one request; headers are name/value pairs. It may run on
+// any goroutine: a failed request is reported with t.Error and answers
+// status 0.
 func call(t *testing.T, srv *httptest.Server, method, path, body string, headers ...string) reply {
 	t.Helper()
 	var rd io.Reader
@@ -33,14 +35,16 @@ func call(t *testing.T, srv *httptest.Server, method, path, body string, headers
 	}
 	req, err := http.NewRequest(method, srv.URL+path, rd)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return reply{}
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := srv.Client().Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return reply{}
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -315,7 +319,11 @@ func TestConcurrentEditorsLoseNothing(t *testing.T) {
 	for e := range editors {
 		wg.Go(func() {
 			for i := range edits {
-				for {
+				for try := 0; ; try++ {
+					if try == 1000 {
+						t.Errorf("edit e%d-%d: still refused after %d tries", e, i, try)
+						return
+					}
 					cur := call(t, srv, "GET", "/notes/shared", "")
 					r := call(t, srv, "PATCH", "/notes/shared", fmt.Sprintf(`{"by":"e%d-%d","text":"x"}`, e, i), "If-Match", cur.etag)
 					if r.status == 200 {
