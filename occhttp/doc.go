@@ -27,6 +27,9 @@
 //     conflicts on the server (last writer wins, but nothing is lost
 //     inside one read-modify-write).
 //
+// [RequirePreconditions] is the same refusal as middleware, for a whole
+// tree of routes.
+//
 // # Statuses
 //
 // [WriteError] answers an error with its status (see [Status]): 400 for a

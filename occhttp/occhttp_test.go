@@ -394,3 +394,20 @@ func TestStatus(t *testing.T) {
 		t.Errorf("WriteError(500): %d %q", rec.Code, rec.Body.String())
 	}
 }
+
+// TestRequirePreconditions: the middleware refuses blind writes before the
+// handler (which here would accept them) runs.
+func TestRequirePreconditions(t *testing.T) {
+	store := cas.NewTyped(memcas.New(), cas.JSON[note]())
+	srv := httptest.NewServer(occhttp.RequirePreconditions(notes(store, occhttp.AllowUnconditional())))
+	defer srv.Close()
+	call(t, srv, "PUT", "/notes/m", `{"text":"x"}`).want(t, "PUT without precondition", 428)
+	call(t, srv, "PATCH", "/notes/m", `{"text":"x"}`).want(t, "PATCH without precondition", 428)
+	call(t, srv, "DELETE", "/notes/m", "").want(t, "DELETE without precondition", 428)
+	call(t, srv, "PUT", "/notes/m", `{"text":"x"}`, "If-Match", "x").want(t, "malformed If-Match", 400)
+	if _, _, err := store.Get(context.Background(), "notes/m"); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("a refused write reached the store: %v", err)
+	}
+	call(t, srv, "PUT", "/notes/m", `{"text":"x"}`, "If-None-Match", "*").want(t, "create", 201)
+	call(t, srv, "GET", "/notes/m", "").want(t, "GET", 200)
+}
