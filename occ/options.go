@@ -26,6 +26,7 @@ type Option struct {
 	budget     *Budget
 	sleep      func(ctx context.Context, d time.Duration) error
 	cache      *Cache
+	combiner   *Combiner
 }
 
 type optionKind uint8
@@ -40,6 +41,7 @@ const (
 	optBudget
 	optSleep
 	optCache
+	optCombiner
 )
 
 type config struct {
@@ -51,6 +53,7 @@ type config struct {
 	budget      *Budget
 	sleep       func(ctx context.Context, d time.Duration) error // test hook
 	cache       *Cache
+	combiner    *Combiner
 	op          string
 	key         string
 
@@ -87,6 +90,8 @@ func (c *config) apply(opts []Option) {
 			c.sleep = o.sleep
 		case optCache:
 			c.cache = o.cache
+		case optCombiner:
+			c.combiner = o.combiner
 		}
 	}
 }

@@ -36,6 +36,9 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 	var c config
 	c.apply(opts)
 	c.op, c.key = "update", key
+	if c.combiner != nil && ctx != nil && combinable(s.Store()) {
+		return combineUpdate(ctx, &c, c.combiner, s, key, mutate)
+	}
 	var (
 		written  T
 		version  cas.Version
