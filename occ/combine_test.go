@@ -81,7 +81,7 @@ func (s *gatedStore) CompareAndSwap(ctx context.Context, key string, expected ca
 // are exactly 1..6400 with no repeat (each caller sees the value after its
 // own mutate), and fewer writes reached the store than updates.
 func TestCombinerCountsEveryIncrement(t *testing.T) {
-	store := newGatedStore(50 * time.Microsecond, nil)
+	store := newGatedStore(50*time.Microsecond, nil)
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
 	cb := NewCombiner()
 	const workers, each = 32, 200
@@ -142,7 +142,7 @@ func TestCombinerCountsEveryIncrement(t *testing.T) {
 // TestCombinerLinearizable records a history of combined increments and
 // plain reads and checks it with porcupine against a counter register.
 func TestCombinerLinearizable(t *testing.T) {
-	store := newGatedStore(20 * time.Microsecond, nil)
+	store := newGatedStore(20*time.Microsecond, nil)
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
 	cb := NewCombiner(WithMaxBatch(4))
 	type in struct{ read bool }
@@ -416,7 +416,7 @@ func TestCombinerConflictFromAnotherProcess(t *testing.T) {
 
 // TestCombinerWithCache: the combiner and the version cache together.
 func TestCombinerWithCache(t *testing.T) {
-	store := newGatedStore(20 * time.Microsecond, nil)
+	store := newGatedStore(20*time.Microsecond, nil)
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
 	cb, cache := NewCombiner(), NewCache(store, 100)
 	var wg sync.WaitGroup
