@@ -131,7 +131,7 @@ func withSleep(f func(ctx context.Context, d time.Duration) error) Option {
 }
 
 // DefaultBackOff returns the backoff used when none is given: exponential,
-// starting at 1ms, doubling up to 100ms, each wait randomised by ±50% so
+// starting at 1ms, doubling up to 20ms, each wait randomised by ±50% so
 // that conflicting writers spread out, and never stopping by itself (the
 // attempt limit and the context bound the loop). Conflicts clear in
 // microseconds to milliseconds, unlike network outages, hence the short
@@ -141,7 +141,7 @@ func DefaultBackOff() backoff.BackOff {
 		InitialInterval:     time.Millisecond,
 		RandomizationFactor: 0.5,
 		Multiplier:          2,
-		MaxInterval:         100 * time.Millisecond,
+		MaxInterval:         20 * time.Millisecond,
 		MaxElapsedTime:      0,
 		Stop:                backoff.Stop,
 		Clock:               backoff.SystemClock,
