@@ -83,7 +83,13 @@ func (c *config) apply(opts []Option) {
 				c.retryable = o.retryable
 			}
 		case optObserver:
-			c.observer = o.observer
+			switch {
+			case o.observer == nil:
+			case c.observer == nil:
+				c.observer = o.observer
+			default:
+				c.observer = observers{c.observer, o.observer}
+			}
 		case optBudget:
 			c.budget = o.budget
 		case optSleep:
@@ -119,7 +125,8 @@ func WithBackOffFunc(f func() backoff.BackOff) Option {
 // combine: an error is retried if any of them says so.
 func WithRetryable(f func(err error) bool) Option { return Option{kind: optRetryable, retryable: f} }
 
-// WithObserver reports every attempt and every call to o.
+// WithObserver reports every attempt and every call to o. Several
+// WithObserver options add up: each observer is told, in the order given.
 func WithObserver(o Observer) Option { return Option{kind: optObserver, observer: o} }
 
 // WithBudget makes retries draw from a budget shared with other calls.
