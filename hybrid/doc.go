@@ -28,9 +28,12 @@
 //
 // # Adaptive
 //
-// [Adaptive] and [UpdateAdaptive] send each key through occ.Update while
-// it is cool and through [Update] while it is hot, with hysteresis and
-// bounded per-key statistics.
+// [Adaptive] and [UpdateAdaptive] send each key through occ.Update
+// (combining the concurrent updates of a key in this process) or through
+// [Update], whichever a cost model of the two paths says is cheaper: the
+// lease path only when conflicts with writers elsewhere waste more time
+// than the lock's round trips cost, with hysteresis and bounded per-key
+// statistics.
 //
 // See docs/hybrid.md for when to use which.
 package hybrid
