@@ -15,7 +15,7 @@ go vet ./...
 staticcheck ./...
 # Nested modules are not entered by ./...: check each in its own directory.
 for dir in $(bash scripts/modules.sh); do
-  (cd "$dir" && GOFLAGS=-mod=mod go vet ./... && GOFLAGS=-mod=mod staticcheck ./...)
+  (cd "$dir" && GOFLAGS="${GOFLAGS:-} -mod=mod" go vet ./... && GOFLAGS="${GOFLAGS:-} -mod=mod" staticcheck ./...)
 done
 echo "lint: go vet ok"
 echo "lint: staticcheck ok"

@@ -44,5 +44,5 @@ go test -race -timeout 20m ./...
 # github.com/occkit/occkit with ../..), which change without it.
 for dir in $(bash scripts/modules.sh); do
   echo "test: module $dir" >&2
-  (cd "$dir" && GOFLAGS=-mod=mod go test -race -timeout 20m ./...)
+  (cd "$dir" && GOFLAGS="${GOFLAGS:-} -mod=mod" go test -race -timeout 20m ./...)
 done
