@@ -15,7 +15,7 @@
 // version check.
 //
 // Lockers: [NewLocalLocker] (in process), etcdcas.NewLocker (etcd leases,
-// revision tokens), pgcas.NewAdvisoryLocker (PostgreSQL advisory locks,
+// revision tokens), pgcas.NewLocker (PostgreSQL advisory locks,
 // sequence tokens). Every one releases by (key, token), never by key alone.
 //
 // # Update
