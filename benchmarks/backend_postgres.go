@@ -135,9 +135,9 @@ func redactURL(u string) string {
 
 var pgTuning = Tuning{Retryable: pgcas.Retryable}
 
-func (b *pgBackend) PGPool() *pgxpool.Pool                 { return b.pool }
+func (b *pgBackend) PGPool() *pgxpool.Pool         { return b.pool }
 func (b *pgBackend) AdvisoryLocker() *pgcas.Locker { return b.locker }
-func (b *pgBackend) Table(ns string) string                { return pgx.Identifier{b.schema, ns}.Sanitize() }
+func (b *pgBackend) Table(ns string) string        { return pgx.Identifier{b.schema, ns}.Sanitize() }
 
 func (b *pgBackend) Info() BackendInfo {
 	return BackendInfo{
