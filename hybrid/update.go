@@ -33,9 +33,9 @@ const DefaultSafetyMargin = 100 * time.Millisecond
 // remains (ErrLeaseExpiring): min(DefaultSafetyMargin, a fifth of the time
 // the lease had left when acquired), or the margin given to
 // WithSafetyMargin. A lease that does not report its expiry has no margin
-// check. The write itself runs on
-// ctx: once sent, its fencing token decides. An ambiguous write (matching
-// cas.ErrAmbiguous: it may have applied) is returned, never retried. A conflicted, fenced-off, lost or
+// check. The write itself runs on ctx: once sent, its fencing token
+// decides. An ambiguous write (matching cas.ErrAmbiguous: it may have
+// applied) is returned, never retried. A conflicted, fenced-off, lost or
 // expiring attempt is retried through occ with a fresh lease; other errors
 // (mutate's, the store's) end the call as in occ.Update. The typed store's
 // underlying Store must be a cas.FencedStore (ErrNotFenced otherwise).
