@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +11,7 @@ import (
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/hybrid/lockertest"
+	"github.com/occkit/occkit/internal/mutanttest"
 )
 
 // The suite is only worth something if it fails for broken lockers. Each
@@ -34,67 +32,30 @@ const (
 	bugNoWake       bug = "no-wake"        // a release does not wake the waiters
 )
 
-var mutants = []struct {
-	bug      bug
-	subtests []string // each must fail
-}{
-	{bugReuseTokens, []string{"Basic/TokensGrow"}},
-	{bugReleaseByKey, []string{"Basic/StaleReleaseKeepsNewerHolder"}},
-	{bugNilPanic, []string{"Contexts/NilContext"}},
-	{bugIgnoreCtx, []string{"Contexts/CancelledContext"}},
-	{bugNoExclusion, []string{"Concurrency/MutualExclusion"}},
-	{bugLostCause, []string{"Expiry/LostLease"}},
-	{bugNoWake, []string{"Concurrency/WaitersWoken"}},
+var mutants = []mutanttest.Case{
+	{Mutant: string(bugReuseTokens), Subtests: []string{"Basic/TokensGrow"}},
+	{Mutant: string(bugReleaseByKey), Subtests: []string{"Basic/StaleReleaseKeepsNewerHolder"}},
+	{Mutant: string(bugNilPanic), Subtests: []string{"Contexts/NilContext"}},
+	{Mutant: string(bugIgnoreCtx), Subtests: []string{"Contexts/CancelledContext"}},
+	{Mutant: string(bugNoExclusion), Subtests: []string{"Concurrency/MutualExclusion"}},
+	{Mutant: string(bugLostCause), Subtests: []string{"Expiry/LostLease"}},
+	{Mutant: string(bugNoWake), Subtests: []string{"Concurrency/WaitersWoken"}},
 }
 
 const mutantEnv = "LOCKERTEST_MUTANT"
 
 func TestSuiteCatchesMutants(t *testing.T) {
-	if os.Getenv(mutantEnv) != "" {
-		t.Skip("inside a mutant run")
-	}
-	for _, m := range mutants {
-		for _, sub := range m.subtests {
-			t.Run(string(m.bug)+"/"+sub, func(t *testing.T) {
-				if out, failed := runMutant(t, bugNone, sub); failed {
-					t.Fatalf("control locker fails %s:\n%s", sub, out)
-				}
-				out, failed := runMutant(t, m.bug, sub)
-				if !failed {
-					t.Fatalf("suite passed a locker with bug %q in %s:\n%s", m.bug, sub, out)
-				}
-				if !strings.Contains(out, "--- FAIL: TestMutant/"+sub) {
-					t.Fatalf("bug %q: expected %s to fail, output:\n%s", m.bug, sub, out)
-				}
-			})
-		}
-	}
-}
-
-func runMutant(t *testing.T, b bug, sub string) (string, bool) {
-	t.Helper()
-	pattern := "^TestMutant$"
-	for _, p := range strings.Split(sub, "/") {
-		pattern += "/^" + p + "$"
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), mutantEnv+"="+string(b)+"#")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("running child test: %v", err)
-	}
-	return string(out), err != nil
+	mutanttest.Run(t, mutantEnv, "TestMutant", mutants)
 }
 
 // TestMutant runs the suite against the locker named by LOCKERTEST_MUTANT;
 // it only runs as a child of TestSuiteCatchesMutants.
 func TestMutant(t *testing.T) {
-	v, ok := os.LookupEnv(mutantEnv)
+	v, ok := mutanttest.Child(mutantEnv)
 	if !ok {
 		t.Skip("runs only as a child process of TestSuiteCatchesMutants")
 	}
-	b := bug(strings.TrimSuffix(v, "#"))
+	b := bug(v)
 	const ttl = time.Second
 	lockertest.Run(t, lockertest.Harness{
 		NewLockers: func(t *testing.T, n int) []hybrid.Locker {
