@@ -43,9 +43,9 @@ type LockerConfig struct {
 // All grants of a Locker share one etcd lease (a session), kept alive in
 // the background; when it is lost (the process paused or was cut off past
 // the TTL), every Lease it granted has its Context cancelled with a cause
-// matching hybrid.ErrLeaseLost. A grant is a
-// key prefix/<key>\x00<lease>-<n> attached to the session lease; the
-// oldest such key of a lock holds it, and the others wait for the deletion
+// matching hybrid.ErrLeaseLost. A grant is a key
+// prefix/<key>\x00<lease>-<n> attached to the session lease; the oldest
+// such key of a lock holds it, and the others wait for the deletion
 // of their predecessor only (no thundering herd). The fencing token of a
 // grant is the revision at which its key was created: etcd revisions grow
 // with every write, so every grant of a key gets a larger token than the
@@ -320,9 +320,10 @@ func (g *Lease) Token() uint64 { return g.token }
 // hybrid.ErrLeaseLost), or the grant is released (hybrid.ErrLeaseReleased).
 func (g *Lease) Context() context.Context { return g.ctx }
 
-// Expires implements hybrid.ExpiringLease: it returns when the session's etcd lease expires unless renewed, as
-// the client last learned it (renewals may have stopped without the client
-// knowing yet: a paused process notices late).
+// Expires implements hybrid.ExpiringLease: it returns when the session's
+// etcd lease expires unless renewed, as the client last learned it
+// (renewals may have stopped without the client knowing yet: a paused
+// process notices late).
 func (g *Lease) Expires() time.Time { return time.Unix(0, g.sess.expires.Load()) }
 
 // Release implements hybrid.Lease: it deletes this grant's key only if the

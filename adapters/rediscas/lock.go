@@ -98,8 +98,9 @@ type LockerConfig struct {
 // with a script that checks its token and holder; the lease's Context is
 // cancelled (with a cause matching hybrid.ErrLeaseLost) when a renewal
 // finds the lock gone or held by another grant, or when Redis could not be
-// reached before the lease expired. The watchdog stops when the lease is released or lost, or when
-// the context given to Acquire ends: the lease then runs out after TTL.
+// reached before the lease expired. The watchdog stops when the lease is
+// released or lost, or when the context given to Acquire ends: the lease
+// then runs out after TTL.
 // Release deletes the lock only if it still holds this grant, so a late or
 // repeated Release never removes a newer holder's lock.
 //
@@ -260,9 +261,10 @@ func (g *Lease) Token() uint64 { return g.token }
 // and when it is released (hybrid.ErrLeaseReleased).
 func (g *Lease) Context() context.Context { return g.ctx }
 
-// Expires implements hybrid.ExpiringLease: it returns when the lock expires in Redis unless renewed, as the
-// holder last learned it: the time before its last successful renewal was
-// sent, plus the TTL. A paused process learns late that it passed.
+// Expires implements hybrid.ExpiringLease: it returns when the lock
+// expires in Redis unless renewed, as the holder last learned it: the time
+// before its last successful renewal was sent, plus the TTL. A paused
+// process learns late that it passed.
 func (g *Lease) Expires() time.Time { return time.Unix(0, g.expires.Load()) }
 
 // Release implements hybrid.Lease: it stops the watchdog and deletes the
