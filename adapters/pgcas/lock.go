@@ -279,6 +279,9 @@ func (le *Lease) release(ctx context.Context) error {
 	}
 	if le.tx != nil {
 		if err := le.tx.Commit(ctx); err != nil {
+			// Unknown state: close the session, which ends the
+			// transaction and its lock.
+			_ = le.conn.Conn().Close(context.Background())
 			return fmt.Errorf("pgcas: release %q: %w", le.key, err)
 		}
 		return nil
