@@ -132,9 +132,6 @@ func ServerLimits(maxRequestBytes, maxTxnOps, maxKeyBytes int) (cas.Limits, erro
 	return l, nil
 }
 
-// Prefix returns the store's prefix (Config.Prefix).
-func (s *Store) Prefix() string { return s.data[:len(s.data)-2] }
-
 // Limits returns the limits the store enforces.
 func (s *Store) Limits() cas.Limits { return s.limits }
 
@@ -143,10 +140,6 @@ func (s *Store) String() string { return "etcdcas" }
 
 func (s *Store) dataKey(key string) string { return s.data + key }
 
-// DataKey returns the etcd key that holds key's value: Prefix + "d/" + key.
-// Its value is an envelope (a format byte, the 16-byte id of the write that
-// stored it, then the value).
-func (s *Store) DataKey(key string) string  { return s.dataKey(key) }
 func (s *Store) fenceKey(key string) string { return s.fence + key }
 
 // item decodes a data key's etcd value.

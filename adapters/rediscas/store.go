@@ -164,20 +164,16 @@ func (s *Store) Limits() cas.Limits { return s.limits }
 // String returns "rediscas".
 func (s *Store) String() string { return "rediscas" }
 
-// DataKey returns the Redis key of the hash that holds key: Prefix + "d:" +
+// dataKey returns the Redis key of the hash that holds key: Prefix + "d:" +
 // key.
-func (s *Store) DataKey(key string) string { return s.data + key }
-
-// CounterKey returns the Redis key of the store's version counter: Prefix +
-// "version".
-func (s *Store) CounterKey() string { return s.counter }
+func (s *Store) dataKey(key string) string { return s.data + key }
 
 // Get implements cas.Store with one HMGET of the key's hash.
 func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
 		return cas.Item{}, err
 	}
-	vals, err := s.cli.HMGet(ctx, s.DataKey(key), "v", "n").Result()
+	vals, err := s.cli.HMGet(ctx, s.dataKey(key), "v", "n").Result()
 	if err != nil {
 		return cas.Item{}, &readError{key: key, err: err}
 	}
@@ -216,7 +212,7 @@ func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected c
 
 func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence string, token uint64, value []byte) (cas.Version, error) {
 	w := pending{op: "compare-and-swap", key: key, expected: expected, id: s.ids.Next()}
-	keys := []string{s.DataKey(key), s.counter}
+	keys := []string{s.dataKey(key), s.counter}
 	args := []any{formatVersion(expected), value, historyEntry(w.id, uint64(expected)), fence, s.keep}
 	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, putScript, keys, args...) }
 	w.answer = func(r reply) (cas.Version, error) {
@@ -272,7 +268,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 		return err
 	}
 	w := pending{op: "compare-and-delete", key: key, expected: expected, del: true, id: s.ids.Next()}
-	keys := []string{s.DataKey(key)}
+	keys := []string{s.dataKey(key)}
 	args := []any{formatVersion(expected), historyEntry(w.id, uint64(expected)), s.ttlMs, s.keep}
 	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, deleteScript, keys, args...) }
 	w.answer = func(r reply) (cas.Version, error) {
@@ -303,7 +299,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	marker, firstDelete := 0, 0
 	args = append(args, string(id[:]), s.ttlMs, "", s.keep)
 	for i, op := range ops {
-		keys = append(keys, s.DataKey(op.Key))
+		keys = append(keys, s.dataKey(op.Key))
 		var kind string
 		switch op.Kind {
 		case cas.OpPut:
