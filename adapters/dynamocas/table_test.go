@@ -523,3 +523,56 @@ func TestTableVersionsNotReused(t *testing.T) {
 		}
 	})
 }
+
+// TestTableModifyReadsAfterWait checks that Modify is occ.Update's loop:
+// after a first conflict it retries at once from the item the conflict
+// carried, and after a second one, which makes it wait, it reads the item
+// again instead of trusting a state learned before the wait. Another
+// writer gets in before each of the first two writes and once more during
+// the wait: only a read after the wait sees that last write. (Table.Update,
+// the copy of the loop Modify replaced, retried from the stale state.)
+func TestTableModifyReadsAfterWait(t *testing.T) {
+	srv := dynamotest.StartMinidyn(t)
+	cli := dynamotest.Client(t, srv)
+	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
+	items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	others, err := dynamocas.NewTable[stock](dynamotest.Client(t, srv), dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := dynamotest.Ctx(t, time.Minute)
+	if _, err := items.Insert(ctx, stock{SKU: "k", Remaining: 10}); err != nil {
+		t.Fatal(err)
+	}
+	key := dynamocas.Key{Partition: "k"}
+	interfere := func() {
+		if _, err := others.Modify(ctx, key, func(o stock, _ bool) (stock, error) { o.Sold++; return o, nil }); err != nil {
+			t.Error(err)
+		}
+	}
+	var seen []int // Sold as each call of mutate saw it
+	got, err := items.Modify(ctx, key, func(s stock, _ bool) (stock, error) {
+		seen = append(seen, s.Sold)
+		if len(seen) <= 2 {
+			interfere()
+		}
+		s.Remaining--
+		return s, nil
+	}, occ.WithBackOff(waitHook(interfere)), occ.WithMaxAttempts(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(seen, []int{0, 1, 3}) || got.Remaining != 9 || got.Sold != 3 {
+		t.Fatalf("mutate saw sold %v and wrote %+v; want [0 1 3] (the third call after a fresh read) and remaining 9, sold 3", seen, got)
+	}
+}
+
+// waitHook is a BackOff of no wait that calls do each time the loop is
+// about to wait.
+type waitHook func()
+
+func (w waitHook) NextBackOff() time.Duration { w(); return 0 }
+func (w waitHook) Reset()                     {}
