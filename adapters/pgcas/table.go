@@ -390,7 +390,9 @@ func (t *Table[T]) violatesKey(ctx context.Context, pgErr *pgconn.PgError) (bool
 // Update is the version-checked write of a row the caller holds: it
 // writes row if the stored row's version is still row's version field,
 // giving it a new version from the sequence, and returns the row as
-// stored. The key, version and fence columns are not written from row.
+// stored. The key, version and fence columns are not written from row; a
+// version field of 0 (a row never read) is refused with
+// cas.ErrInvalidVersion.
 // A refusal is a *cas.ConflictError (errors.Is(err, cas.ErrConflict))
 // that carries, from the same round trip, the row's current version
 // (HasCurrent, Current.Version) while the returned T is the current row,
@@ -426,6 +428,10 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 	rv := reflect.ValueOf(&row).Elem()
 	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
 	expected := rv.FieldByIndex(t.cols[t.version].index)
+	if toVersion(expected) == 0 {
+		var zero T
+		return zero, &cas.KeyError{Op: "update", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: the row's version field is 0 (or negative): Update writes a row read before; use Insert for a new one", cas.ErrInvalidVersion)}
+	}
 	args := []any{key, expected.Interface()}
 	for i, c := range t.cols {
 		if t.writable(i) {

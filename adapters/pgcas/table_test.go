@@ -85,6 +85,10 @@ func TestTable(t *testing.T) {
 		t.Fatalf("the conflict returned %+v (%v), want the current row %+v", cur, err, up)
 	}
 
+	if _, err := tbl.Update(ctx, item{SKU: "sku-1", Name: "never read"}); !errors.Is(err, cas.ErrInvalidVersion) {
+		t.Fatalf("update of a row with version 0: %v, want ErrInvalidVersion", err)
+	}
+
 	// A missing row: a conflict that also says not found, as a Store's.
 	_, err = tbl.Update(ctx, item{SKU: "none", Name: "x", Version: 1})
 	if !errors.Is(err, cas.ErrNotFound) || !errors.Is(err, cas.ErrConflict) {
