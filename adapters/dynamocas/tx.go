@@ -16,7 +16,7 @@ import (
 )
 
 // Tx is a transaction of versioned writes on one or more Tables, committed
-// atomically with one TransactWriteItems: every put, delete and check is
+// atomically with one TransactWriteItems: every write and check is
 // conditional on its item's version, and either all apply or none does.
 // Add operations with TxInsert, TxUpdate, TxDelete and TxCheck (of any
 // Table, even of different item types), then call Commit.
@@ -25,7 +25,9 @@ import (
 // *cas.AmbiguousError (the answer was lost), calling Commit again sends the
 // same request with the same token, which DynamoDB applies at most once
 // within ten minutes; Commit does so by itself first while the key it
-// checks is unchanged.
+// checks is unchanged. (Commit draws a new token only when a tombstone
+// refused one of its creates outright: that request applied nothing, and
+// the one sent instead differs.)
 //
 // A Tx is safe for concurrent use, but its operations are meant to be
 // added by one goroutine.
