@@ -62,8 +62,13 @@ type TableConfig struct {
 // key's versions strictly increase over its whole history, also across
 // Delete and a later Insert of the same key: a caller holding a version of
 // a deleted row can never overwrite the row inserted after it (no ABA).
-// They are not consecutive. docs/tables.md describes the shape that
-// pgcas, sqlcas and dynamocas tables share.
+// They are not consecutive. One fine point: an INSERT evaluates nextval()
+// before it checks the key's uniqueness, so an Insert racing an Update
+// and a Delete of the same key can store a value drawn just before the
+// deleted row's last version, lower than it; the value is still one no
+// row ever had (a sequence hands each out once), so no version a caller
+// holds can match it. docs/tables.md describes the shape that pgcas,
+// sqlcas and dynamocas tables share.
 //
 // A Table is safe for concurrent use.
 type Table[T any] struct {
