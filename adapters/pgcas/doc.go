@@ -1,6 +1,8 @@
 // Package pgcas is occkit on PostgreSQL, through pgx v5: a versioned
 // key-value [Store] (a [cas.Store], [cas.FencedStore] and [cas.Committer]),
-// [Table], a version-checked repository over the application's own tables,
+// [Table], a version-checked repository over the application's own tables
+// (versions from a per-table sequence, never reused; the shape every
+// adapter's Table shares),
 // [RunTx], serializable transactions retried on serialization failures,
 // and advisory-lock leases with fencing tokens ([Locker]).
 //
@@ -79,8 +81,9 @@
 // call succeeds; otherwise it returns a *cas.AmbiguousError with the key
 // and the write id (the row's write_id column names the last write), never
 // a conflict, and never retries. [Table] writes to an application's own
-// table, which has no write id: a lost reply to its Insert, Update or
-// Delete is always a *cas.AmbiguousError, with an empty WriteID.
+// table, which has no write id: a lost reply to its Insert, Update,
+// UpdateFenced or Delete is always a *cas.AmbiguousError, with an empty
+// WriteID.
 //
 // # Limits
 //
