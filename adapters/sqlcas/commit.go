@@ -337,24 +337,28 @@ type txn struct {
 // writes fails with SQLITE_BUSY at once when another connection wrote in
 // between, without waiting for the busy timeout. An IMMEDIATE one takes
 // the write lock at BEGIN, waiting up to the busy timeout.
-func (s *Store) begin(ctx context.Context) (*txn, error) {
-	if s.inTx {
-		return &txn{q: s.q, commit: func(context.Context) error { return nil }, rollback: func() {}}, nil
+func (s *Store) begin(ctx context.Context) (*txn, error) { return beginOn(ctx, s.d, s.q, s.inTx) }
+
+// beginOn begins a transaction of dialect d on q, or returns q itself
+// when it is the caller's transaction (inTx).
+func beginOn(ctx context.Context, d Dialect, q Querier, inTx bool) (*txn, error) {
+	if inTx {
+		return &txn{q: q, commit: func(context.Context) error { return nil }, rollback: func() {}}, nil
 	}
-	if s.d == SQLite {
-		return s.beginImmediate(ctx)
+	if d == SQLite {
+		return beginImmediate(ctx, q)
 	}
 	var (
 		tx  *sql.Tx
 		err error
 	)
-	switch q := s.q.(type) {
+	switch q := q.(type) {
 	case pooled:
 		tx, err = q.BeginTx(ctx, nil)
 	case *sql.Conn:
 		tx, err = q.BeginTx(ctx, nil)
 	default:
-		err = fmt.Errorf("sqlcas: cannot begin a transaction on %T", s.q)
+		err = fmt.Errorf("sqlcas: cannot begin a transaction on %T", q)
 	}
 	if err != nil {
 		return nil, err
@@ -368,13 +372,13 @@ func (s *Store) begin(ctx context.Context) (*txn, error) {
 
 // beginImmediate starts a BEGIN IMMEDIATE transaction on a connection of
 // the pool (or on the *sql.Conn given to With).
-func (s *Store) beginImmediate(ctx context.Context) (*txn, error) {
-	conn, own := s.q.(*sql.Conn)
+func beginImmediate(ctx context.Context, q Querier) (*txn, error) {
+	conn, own := q.(*sql.Conn)
 	own = !own
 	if own {
-		p, ok := s.q.(pooled)
+		p, ok := q.(pooled)
 		if !ok {
-			return nil, fmt.Errorf("sqlcas: cannot begin a transaction on %T", s.q)
+			return nil, fmt.Errorf("sqlcas: cannot begin a transaction on %T", q)
 		}
 		var err error
 		if conn, err = p.Conn(ctx); err != nil {
