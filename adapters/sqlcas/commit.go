@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/writeid"
@@ -365,7 +366,12 @@ func beginOn(ctx context.Context, d Dialect, q Querier, inTx bool) (*txn, error)
 	}
 	return &txn{
 		q:        tx,
-		commit:   func(context.Context) error { return tx.Commit() },
+		commit: func(context.Context) error {
+			if f := beforeCommit.Load(); f != nil {
+				(*f)()
+			}
+			return tx.Commit()
+		},
 		rollback: func() { _ = tx.Rollback() },
 	}, nil
 }
@@ -416,3 +422,7 @@ func beginImmediate(ctx context.Context, q Querier) (*txn, error) {
 		rollback: func() { rollback(); release() },
 	}, nil
 }
+
+// beforeCommit, when set (by tests), runs just before the COMMIT of a
+// MySQL or PostgreSQL transaction of the store's own.
+var beforeCommit atomic.Pointer[func()]
