@@ -365,7 +365,7 @@ func beginOn(ctx context.Context, d Dialect, q Querier, inTx bool) (*txn, error)
 		return nil, err
 	}
 	return &txn{
-		q:        tx,
+		q: tx,
 		commit: func(context.Context) error {
 			if f := beforeCommit.Load(); f != nil {
 				(*f)()
