@@ -25,7 +25,7 @@ func init() {
 	RegisterStrategy(StrategySpec{
 		Name:      "lock-pg-advisory",
 		Kind:      Lock,
-		About:     "pg_advisory_lock per key (pgcas.AdvisoryLocker session leases) around read, work and write; the data may live on any backend",
+		About:     "pg_advisory_lock per key (pgcas.Locker session leases) around read, work and write; the data may live on any backend",
 		SingleKey: true, MultiKey: true,
 		DefaultOn: func(b string, _ bool) bool { return b == "postgres" },
 		New:       newPGAdvisory,

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/occkit/occkit/adapters/memcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/occ"
@@ -19,7 +18,7 @@ func incr(n int, _ bool) (int, error) { return n + 1, nil }
 
 func TestAdaptiveHotAndBackWithoutFlapping(t *testing.T) {
 	ctx := context.Background()
-	store := memcas.New()
+	store := newFencedMap()
 	counter := cas.NewTyped[int](penaltyStore{store}, cas.JSON[int]())
 	var mu sync.Mutex
 	var switches []bool
@@ -88,7 +87,7 @@ func TestAdaptiveHotAndBackWithoutFlapping(t *testing.T) {
 
 func TestAdaptiveBoundedMemory(t *testing.T) {
 	ctx := context.Background()
-	counter := cas.NewTyped(memcas.New(), cas.JSON[int]())
+	counter := cas.NewTyped(newFencedMap(), cas.JSON[int]())
 	a := hybrid.NewAdaptive(hybrid.NewLocalLocker(time.Second), hybrid.AdaptiveConfig{MaxKeys: 64})
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -114,7 +113,7 @@ func TestAdaptiveBoundedMemory(t *testing.T) {
 func TestAdaptiveNotFenced(t *testing.T) {
 	type plain struct{ cas.Store }
 	a := hybrid.NewAdaptive(hybrid.NewLocalLocker(time.Second), hybrid.AdaptiveConfig{})
-	_, _, err := hybrid.UpdateAdaptive(context.Background(), a, cas.NewTyped[int](plain{memcas.New()}, cas.JSON[int]()), "k", incr)
+	_, _, err := hybrid.UpdateAdaptive(context.Background(), a, cas.NewTyped[int](plain{newFencedMap()}, cas.JSON[int]()), "k", incr)
 	if err == nil {
 		t.Fatal("UpdateAdaptive on an unfenced store succeeded")
 	}
@@ -142,7 +141,7 @@ func TestAdaptivePicksTheCheaperPath(t *testing.T) {
 	run := func(update func(ctx context.Context, counter *cas.Typed[int]) error) int64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
-		counter := cas.NewTyped(memcas.New(), cas.JSON[int]())
+		counter := cas.NewTyped(newFencedMap(), cas.JSON[int]())
 		var ok atomic.Int64
 		var wg sync.WaitGroup
 		for range 8 {
@@ -181,7 +180,7 @@ func TestAdaptivePicksTheCheaperPath(t *testing.T) {
 
 // penaltyStore makes every refused write cost the store 300 µs of work
 // that nothing else can use meanwhile (a server rolling back, say).
-type penaltyStore struct{ *memcas.Store }
+type penaltyStore struct{ *fencedMap }
 
 var penalty sync.Mutex
 
@@ -200,7 +199,7 @@ func burn() {
 
 func (p penaltyStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
 	waitPenalty() // the store is busy while a refusal is being paid
-	v, err := p.Store.CompareAndSwap(ctx, key, expected, value)
+	v, err := p.fencedMap.CompareAndSwap(ctx, key, expected, value)
 	if errors.Is(err, cas.ErrConflict) {
 		burn()
 	}
@@ -209,7 +208,7 @@ func (p penaltyStore) CompareAndSwap(ctx context.Context, key string, expected c
 
 func (p penaltyStore) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
 	waitPenalty()
-	v, err := p.Store.CompareAndSwapFenced(ctx, key, expected, token, value)
+	v, err := p.fencedMap.CompareAndSwapFenced(ctx, key, expected, token, value)
 	if errors.Is(err, cas.ErrConflict) {
 		burn()
 	}

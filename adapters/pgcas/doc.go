@@ -2,7 +2,7 @@
 // key-value [Store] (a [cas.Store], [cas.FencedStore] and [cas.Committer]),
 // [Table], a version-checked repository over the application's own tables,
 // [RunTx], serializable transactions retried on serialization failures,
-// and advisory-lock leases with fencing tokens ([AdvisoryLocker]).
+// and advisory-lock leases with fencing tokens ([Locker]).
 //
 //	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 //	store, _ := pgcas.New(pool, pgcas.Config{}) // table "occkit_cas"
@@ -93,9 +93,9 @@
 //
 // # Concurrency
 //
-// Store, Table and AdvisoryLocker are safe for concurrent use: they hold
+// Store, Table and Locker are safe for concurrent use: they hold
 // only the pool, prepared SQL text and, for Table, the names of the key's
-// unique indexes once looked up. The methods of an [AdvisoryLease] may be
+// unique indexes once looked up. The methods of a [Lease] may be
 // called from any goroutine; the transaction of a transaction lease
-// ([AdvisoryLease.Tx]) is used by one goroutine at a time, as any pgx.Tx.
+// ([Lease.Tx]) is used by one goroutine at a time, as any pgx.Tx.
 package pgcas
