@@ -76,6 +76,9 @@ occkit_mariadb_main() {
     wait "$pid" 2>/dev/null || true
     port="" pid=""
   done
+  if [ -n "$pid" ]; then
+    disown "$pid" 2>/dev/null || true # no "Killed" job notice when the stop command runs
+  fi
   if [ -z "$port" ]; then
     echo "mariadb: could not start the server; its log:" >&2
     cat "$dir/server.log" >&2 || true
@@ -92,7 +95,6 @@ occkit_mariadb_main() {
   }
 
   local stop
-  stop="kill -9 $pid 2>/dev/null; rm -rf $(printf '%q' "$remove")"
   # The restart command (for fault runs): a clean shutdown (sessions end;
   # everything committed is kept), $OCCKIT_RESTART_DOWN seconds down
   # (default 1), then a start on the same port with the same data. The
