@@ -356,7 +356,7 @@ func beginOn(ctx context.Context, d Dialect, q Querier, inTx bool) (*txn, error)
 	switch q := q.(type) {
 	case pooled:
 		tx, err = q.BeginTx(ctx, nil)
-	case *sql.Conn:
+	case connLike:
 		tx, err = q.BeginTx(ctx, nil)
 	default:
 		err = fmt.Errorf("sqlcas: cannot begin a transaction on %T", q)
@@ -379,22 +379,21 @@ func beginOn(ctx context.Context, d Dialect, q Querier, inTx bool) (*txn, error)
 // beginImmediate starts a BEGIN IMMEDIATE transaction on a connection of
 // the pool (or on the *sql.Conn given to With).
 func beginImmediate(ctx context.Context, q Querier) (*txn, error) {
-	conn, own := q.(*sql.Conn)
-	own = !own
-	if own {
-		p, ok := q.(pooled)
-		if !ok {
-			return nil, fmt.Errorf("sqlcas: cannot begin a transaction on %T", q)
-		}
-		var err error
-		if conn, err = p.Conn(ctx); err != nil {
+	var (
+		conn    connLike
+		release = func() {}
+	)
+	switch q := q.(type) {
+	case pooled:
+		c, err := q.Conn(ctx)
+		if err != nil {
 			return nil, err
 		}
-	}
-	release := func() {
-		if own {
-			_ = conn.Close()
-		}
+		conn, release = c, func() { _ = c.Close() }
+	case connLike:
+		conn = q
+	default:
+		return nil, fmt.Errorf("sqlcas: cannot begin a transaction on %T", q)
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		release()

@@ -7,3 +7,6 @@ func SetBeforeCommitHook(f func()) (restore func()) {
 	beforeCommit.Store(&f)
 	return func() { beforeCommit.Store(nil) }
 }
+
+// CallersTx reports whether With treats q as the caller's transaction.
+func CallersTx(q Querier) bool { return callersTx(q) }

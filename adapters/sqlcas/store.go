@@ -46,6 +46,23 @@ type pooled interface {
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
 }
 
+// connLike is one connection outside a transaction: *sql.Conn, sqlx.Conn.
+type connLike interface {
+	Querier
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+	Raw(f func(driverConn any) error) error
+}
+
+// callersTx reports whether q is the caller's transaction: neither a pool
+// nor a connection.
+func callersTx(q Querier) bool {
+	switch q.(type) {
+	case pooled, connLike:
+		return false
+	}
+	return true
+}
+
 // Store is a cas.Store on a table reached through database/sql. It
 // implements cas.Store, cas.FencedStore and cas.Committer. The zero value
 // is not usable; call New. A Store is safe for concurrent use (as its
@@ -104,7 +121,10 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 
 // With returns a Store on the same table whose statements run on q: a
 // *sql.Tx (or sqlx.Tx) of the caller, so that occkit's writes commit or
-// roll back with the caller's own statements, or a *sql.Conn. The
+// roll back with the caller's own statements, or a *sql.Conn (or
+// sqlx.Conn), on which the store begins its own transactions. A q that
+// is neither a pool (a Conn method) nor a connection (BeginTx and Raw
+// methods) counts as the caller's transaction. The
 // returned Store shares everything else with s and is as safe for
 // concurrent use as q is.
 //
@@ -128,12 +148,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 func (s *Store) With(q Querier) *Store {
 	c := *s
 	c.q = q
-	switch q.(type) {
-	case pooled, *sql.Conn:
-		c.inTx = false
-	default:
-		c.inTx = true
-	}
+	c.inTx = callersTx(q)
 	return &c
 }
 

@@ -293,12 +293,7 @@ SELECT (SELECT count(*) FROM w) > 0, c.v FROM (SELECT) one LEFT JOIN cur c ON tr
 func (t *Table[T]) With(q Querier) *Table[T] {
 	c := *t
 	c.q = q
-	switch q.(type) {
-	case pooled, *sql.Conn:
-		c.inTx = false
-	default:
-		c.inTx = true
-	}
+	c.inTx = callersTx(q)
 	return &c
 }
 

@@ -2,6 +2,7 @@ package sqlcas_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 
@@ -42,7 +43,8 @@ func TestCallersTransaction(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback()
-			st, tt := s.With(tx), tbl.With(tx)
+			// The table through a wrapper of the shape of sqlx.Tx.
+			st, tt := s.With(tx), tbl.With(wrappedTx{tx})
 			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, note) VALUES (`+ph(1)+`, `+ph(2)+`)`, 1, "first"); err != nil {
 				t.Fatal(err)
 			}
@@ -102,8 +104,16 @@ func TestCallersTransaction(t *testing.T) {
 	})
 }
 
-// TestConn runs the store on one *sql.Conn: its own transactions (Commit)
-// begin and end on that connection.
+// Wrappers of the shapes of sqlx's Tx, Conn and DB, which embed the
+// database/sql types: the store treats them as the types they wrap.
+type (
+	wrappedTx   struct{ *sql.Tx }
+	wrappedConn struct{ *sql.Conn }
+	wrappedDB   struct{ *sql.DB }
+)
+
+// TestConn runs the store on one *sql.Conn (and on a wrapper of one, and
+// of a *sql.DB): its own transactions (Commit) begin and end there.
 func TestConn(t *testing.T) {
 	eachDialect(t, func(t *testing.T, d sqlcas.Dialect) {
 		ctx := context.Background()
@@ -113,6 +123,24 @@ func TestConn(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q, want := range map[sqlcas.Querier]bool{
+			s.DB(): false, conn: false, wrappedConn{conn}: false, wrappedDB{s.DB()}: false,
+			tx: true, wrappedTx{tx}: true,
+		} {
+			if got := sqlcas.CallersTx(q); got != want {
+				t.Errorf("With(%T) counts as the caller's transaction: %v, want %v", q, got, want)
+			}
+		}
+		_ = tx.Rollback()
+		for _, q := range []sqlcas.Querier{wrappedConn{conn}, wrappedDB{s.DB()}} {
+			if _, err := s.With(q).Commit(ctx, []cas.Op{cas.Check("absent", 0)}); err != nil {
+				t.Fatalf("commit on %T: %v", q, err)
+			}
+		}
 		c := s.With(conn)
 		v, err := c.CompareAndSwap(ctx, "a", 0, []byte("1"))
 		if err != nil {
