@@ -162,7 +162,8 @@ func TestMySQLDeadlockRetryable(t *testing.T) {
 	if deadlock == nil {
 		t.Fatal("no transaction got error 1213")
 	}
-	if !errors.Is(deadlock, cas.ErrConflict) || !sqlcas.Retryable(deadlock) || !sqlcas.IsConflict(deadlock) {
+	var me *mysql.MySQLError
+	if !errors.Is(deadlock, cas.ErrConflict) || !sqlcas.Retryable(deadlock) || !errors.As(deadlock, &me) {
 		t.Fatalf("deadlock %v: want a conflict that Retryable accepts", deadlock)
 	}
 }

@@ -139,12 +139,12 @@ func sessionEnded(err error) bool {
 	return false
 }
 
-// IsConflict reports whether err is a database error that rolled back the
+// isConflict reports whether err is a database error that rolled back the
 // whole transaction for a concurrency reason, so that running it again
 // from its start may succeed: a MySQL deadlock (1213), a PostgreSQL
 // serialization failure (40001) or deadlock (40P01). The store returns
 // them as a *cas.ConflictError.
-func IsConflict(err error) bool {
+func isConflict(err error) bool {
 	if me, ok := asMySQL(err); ok {
 		return me.Number == mysqlDeadlock
 	}
@@ -211,7 +211,7 @@ func Retryable(err error) bool {
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	if IsConflict(err) || isBusy(err) {
+	if isConflict(err) || isBusy(err) {
 		return true
 	}
 	var te *transientError
@@ -223,7 +223,7 @@ func Retryable(err error) bool {
 func (s *Store) readError(op, key string, err error) error {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-	case isBusy(err), IsConflict(err), sessionEnded(err):
+	case isBusy(err), isConflict(err), sessionEnded(err):
 		return &transientError{op: op, key: key, err: err}
 	case answered(err):
 		return s.serverError(op, key, 0, err)
@@ -237,7 +237,7 @@ func (s *Store) readError(op, key string, err error) error {
 // not apply.
 func (s *Store) serverError(op, key string, expected cas.Version, err error) error {
 	switch {
-	case IsConflict(err):
+	case isConflict(err):
 		return &cas.ConflictError{Key: key, Expected: expected, Err: err}
 	case isBusy(err):
 		return &transientError{op: op, key: key, why: "not applied, lock wait gave up", err: err}

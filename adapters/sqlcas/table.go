@@ -735,7 +735,7 @@ func (t *Table[T]) begin(ctx context.Context) (*txn, error) { return beginOn(ctx
 func (t *Table[T]) writeError(op string, key any, err error, sent bool) error {
 	k := fmt.Sprint(key)
 	switch {
-	case IsConflict(err):
+	case isConflict(err):
 		return &cas.ConflictError{Key: k, Err: err}
 	case isBusy(err), sessionEnded(err):
 		return &transientError{op: op, key: k, why: "not applied", err: err}
