@@ -122,7 +122,7 @@ occkit_mariadb_install() {
   echo "mariadb: installing mariadb-server from Debian's packages" >&2
   local status=0
   occkit_apt_install_no_start mariadb-server mariadb-client || status=$?
-  if [ "$status" -ne 0 ] || ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+  if [ "$status" -ne 0 ] || { ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; }; then
     echo "mariadb: installing mariadb-server failed" >&2
     return 1
   fi
