@@ -38,9 +38,11 @@ type Config struct {
 const runTimeout = 2 * time.Minute
 
 // Run runs every chosen story in every chosen mode, one after the other,
-// against real servers, and returns the report. A run that fails (a
-// server that cannot be reached, a client that errs) has Result.Err set
-// and the others go on. Run fails only for an unknown story or mode, when
+// against real servers, and returns the report. A mode whose servers are
+// not installed or cannot be reached here is not run: it is listed in
+// Report.Skipped with the reason (the caller decides whether that is an
+// error). A run that fails (a client that errs) has Result.Err set and
+// the others go on. Run fails only for an unknown story or mode, when
 // the servers cannot be opened or started, or when ctx ends (it then
 // returns the partial report too).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
@@ -70,15 +72,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	runID := hex.EncodeToString(b[:])
+	var runnable []modeSpec
+	for _, m := range ms {
+		if why := srv.unavailable(m); why != "" {
+			rep.Skipped = append(rep.Skipped, Skip{Mode: m.Name, Reason: why})
+			continue
+		}
+		runnable = append(runnable, m)
+	}
 	for _, st := range sts {
-		for _, m := range ms {
+		for _, m := range runnable {
 			var res Result
-			switch {
-			case ctx.Err() != nil:
+			if ctx.Err() != nil {
 				res = Result{Story: st.Name, Mode: m.Name, Err: "not run: interrupted"}
-			case srv.unavailable(m) != "":
-				res = Result{Story: st.Name, Mode: m.Name, Err: srv.unavailable(m)}
-			default:
+			} else {
 				res = runOne(ctx, st, m, srv.ep, runID)
 			}
 			rep.Results = append(rep.Results, res)

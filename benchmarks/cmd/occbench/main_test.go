@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/occkit/occkit/benchmarks/story"
+	"github.com/occkit/occkit/internal/redistest"
 )
 
 // TestMain runs the test binary as a lock story's child client when
@@ -76,6 +77,32 @@ func TestStory(t *testing.T) {
 	}
 	if len(rep.Results) != 6 || len(rep.Stories) != 2 || len(rep.Modes) != 3 || !strings.Contains(rep.Command, "occbench story") {
 		t.Errorf("stories.json: %d results, %d stories, %d modes, command %q", len(rep.Results), len(rep.Stories), len(rep.Modes), rep.Command)
+	}
+}
+
+// TestStorySkipsMissingServers runs `occbench story` with a mode whose
+// server is not available (ZooKeeper with --no-start and no
+// OCCKIT_ZK_ADDR): the mode is skipped with a note and the command exits
+// 0, running the other mode; with --require-servers it exits 1.
+func TestStorySkipsMissingServers(t *testing.T) {
+	t.Setenv(redistest.EnvURL, redistest.URL(t))
+	t.Setenv("OCCKIT_ZK_ADDR", "")
+	args := []string{"story", "--no-start", "--stories", "clock-jump", "--modes", "zookeeper,occ"}
+	var out strings.Builder
+	if code := run(args, &out); code != 0 {
+		t.Fatalf("exit status %d, want 0; stdout:\n%s", code, out.String())
+	}
+	for _, s := range []string{"| clock-jump | occ | 0 | 0 | 1 |", "skipped mode zookeeper: no zookeeper: "} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("stdout lacks %q:\n%s", s, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "| clock-jump | zookeeper |") {
+		t.Errorf("the skipped mode has a row:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run(append(args, "--require-servers"), &out); code != 1 {
+		t.Fatalf("with --require-servers: exit status %d, want 1; stdout:\n%s", code, out.String())
 	}
 }
 
