@@ -13,9 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // ErrUnavailable marks a backend whose server the lab can neither reach

@@ -10,17 +10,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/occkit/occkit/adapters/dynamocas"
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
-	"github.com/occkit/occkit/internal/dynamotest"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // EnvDynaliteURL names a dynalite server (http://host:port) for the
 // dynamodb backend; when it is unset, the lab runs minidyn's server in
 // process. dynalite has no TransactWriteItems: multi-key cells are then
 // not applicable.
-const EnvDynaliteURL = dynamotest.EnvDynaliteURL
+const EnvDynaliteURL = servers.EnvDynaliteURL
 
 func init() {
 	RegisterBackend(BackendSpec{
@@ -55,12 +54,12 @@ func openDynamo(_ context.Context, env *Env) (Service, error) {
 		b.server = "dynalite at " + redactURL(u) + " (" + EnvDynaliteURL + ")"
 		b.durability = "as the server was started (dynalite keeps its tables in memory unless given --path; not checked)"
 		b.noCommit = "dynalite has no TransactWriteItems, so no atomic multi-key commit (run without " + EnvDynaliteURL + " for minidyn, which has it)"
-		b.cli, b.closeIdle = dynamotest.NewClient(u)
+		b.cli, b.closeIdle = servers.NewDynamoClient(u)
 	} else {
 		b.minidyn = servers.StartMinidyn()
 		b.server = fmt.Sprintf("minidyn %s's DynamoDB HTTP server in process at %s, started by the lab", moduleVersion("github.com/truora/minidyn"), b.minidyn.URL)
 		b.durability = "none (minidyn keeps its tables in process memory)"
-		b.cli, b.closeIdle = dynamotest.NewClient(b.minidyn.URL)
+		b.cli, b.closeIdle = servers.NewDynamoClient(b.minidyn.URL)
 	}
 	env.logf("dynamodb: %s; %s", b.server, b.durability)
 	return b, nil

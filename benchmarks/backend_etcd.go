@@ -10,9 +10,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/occkit/occkit/adapters/etcdcas"
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 func init() {

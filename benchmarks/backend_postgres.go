@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/adapters/pgcas"
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // EnvPostgresURL names the PostgreSQL server the lab uses; when it is

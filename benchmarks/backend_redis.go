@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/occkit/occkit/adapters/rediscas"
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // EnvRedisURL names the Redis server the lab uses; when it is unset, the

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/occkit/occkit/internal/zktest"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // EnvZooKeeperAddr names a ZooKeeper server (host:port) the lab uses;
@@ -30,7 +30,7 @@ type ZooKeeperService interface {
 
 type zkService struct {
 	addr, server, durability string
-	srv                      *zktest.Server
+	srv                      *servers.ZooKeeper
 }
 
 func openZooKeeper(ctx context.Context, env *Env) (Service, error) {
@@ -40,8 +40,8 @@ func openZooKeeper(ctx context.Context, env *Env) (Service, error) {
 	if !env.StartServers {
 		return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", ErrUnavailable, EnvZooKeeperAddr)
 	}
-	srv, err := zktest.StartServer(ctx)
-	if errors.Is(err, zktest.ErrNotInstalled) {
+	srv, err := servers.StartZooKeeper(ctx)
+	if errors.Is(err, servers.ErrZooKeeperNotInstalled) {
 		return nil, fmt.Errorf("%w: %s is not set, and ZooKeeper is not installed (apt-get install zookeeper; the lab never installs servers)", ErrUnavailable, EnvZooKeeperAddr)
 	}
 	if err != nil {

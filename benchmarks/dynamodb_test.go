@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/internal/redistest"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // TestDynamoDBSmoke runs small cells on the dynamodb backend over

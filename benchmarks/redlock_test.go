@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/occkit/occkit/benchmarks/internal/servers"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // TestRedlockSmoke runs lock-redlock over data in memory and in DynamoDB

@@ -15,7 +15,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/occkit/occkit/benchmarks/internal/servers"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // EnvRedlockURLs names the Redis servers lock-redlock uses (Redis URLs,

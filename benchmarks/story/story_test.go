@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/benchmarks"
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/internal/redistest"
+	"github.com/occkit/occkit/internal/servers"
 	"github.com/occkit/occkit/internal/zktest"
 )
 

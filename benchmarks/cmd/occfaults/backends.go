@@ -28,10 +28,9 @@ import (
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/adapters/rediscas"
 	"github.com/occkit/occkit/benchmarks/internal/leasefaults"
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/internal/dynamotest"
 	"github.com/occkit/occkit/internal/faultproxy"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // target is one run's stores: ops is what the workloads use (through the
@@ -525,10 +524,13 @@ func openEtcd(ctx context.Context, e *env) (backend, error) {
 	return backend{name: "etcd", faults: faults, open: open, lease: lease}, nil
 }
 
-// etcdClusterTarget starts a 3-member cluster of the run's own; its
-// disruption stops the leader abruptly and waits for the next one.
+// etcdClusterTarget starts a 3-member cluster of the run's own, with fast
+// raft timings (ticks of 50 ms, elections after 500 ms: a lost leader is
+// replaced within about a second) and each member's client port behind a
+// proxy, so that a hard-stopped member is gone for its clients at once;
+// its disruption stops the leader abruptly and waits for the next one.
 func etcdClusterTarget(ctx context.Context, prefix string) (*target, error) {
-	c, err := servers.StartEtcdCluster(ctx, 3)
+	c, err := servers.StartEtcdCluster(ctx, servers.EtcdOptions{Members: 3, TickMs: 50, ElectionMs: 500})
 	if err != nil {
 		return nil, err
 	}
@@ -572,7 +574,7 @@ func openDynamo(e *env) backend {
 	srv := servers.StartMinidyn()
 	e.logf("dynamodb: minidyn's server in process at %s", srv.URL)
 	e.atExit(srv.Close)
-	direct, closeIdle := dynamotest.NewClient(srv.URL)
+	direct, closeIdle := servers.NewDynamoClient(srv.URL)
 	e.atExit(closeIdle)
 	open := func(ctx context.Context, _, ns string) (*target, error) {
 		table, ds, dropTable, err := dynamoTable(ctx, direct, ns)
@@ -589,7 +591,7 @@ func openDynamo(e *env) backend {
 			dropTable()
 			return nil, err
 		}
-		cli, closeCli := dynamotest.NewClient("http://" + p.Addr())
+		cli, closeCli := servers.NewDynamoClient("http://" + p.Addr())
 		ops, err := dynamocas.New(cli, dynamocas.Config{Table: table})
 		if err != nil {
 			closeCli()
