@@ -57,7 +57,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/occkit/occkit/benchmarks"
+	"github.com/occkit/occkit/benchmarks/internal/lab"
 	"github.com/occkit/occkit/benchmarks/story"
 )
 
@@ -79,7 +79,7 @@ func run(args []string, stdout io.Writer) int {
 		fmt.Fprintf(fs.Output(), "usage: occbench [flags]\n       occbench story [flags]   (the lock stories; occbench story --help)\n\nThe contention lab: strategies against locks, with invariant checks.\n\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\nbackends:   %s\nstrategies: %s\nworkloads:  %s\n",
-			strings.Join(benchmarks.Backends(), ", "), strings.Join(benchmarks.Strategies(), ", "), strings.Join(benchmarks.Workloads(), ", "))
+			strings.Join(lab.Backends(), ", "), strings.Join(lab.Strategies(), ", "), strings.Join(lab.Workloads(), ", "))
 	}
 	var (
 		backendsF   = fs.String("backends", "", "comma-separated backends (default: every one that can be opened, skipping the others)")
@@ -93,7 +93,7 @@ func run(args []string, stdout io.Writer) int {
 		warmupF     = fs.Duration("warmup", 0, "warm-up per cell before measuring (default 200ms)")
 		opsF        = fs.Int64("ops", 0, "operations per cell instead of a duration (all measured)")
 		seedF       = fs.Uint64("seed", 1, "seed for key choice and amounts")
-		maxAttF     = fs.Int("max-attempts", 0, fmt.Sprintf("attempt limit per operation (default %d)", benchmarks.DefaultMaxAttempts))
+		maxAttF     = fs.Int("max-attempts", 0, fmt.Sprintf("attempt limit per operation (default %d)", lab.DefaultMaxAttempts))
 		outF        = fs.String("out", "", "directory for results.json, results.csv, charts/ and report.html")
 		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): a smoke run, not a measurement")
 		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's and ZooKeeper only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR")
@@ -105,7 +105,7 @@ func run(args []string, stdout io.Writer) int {
 		}
 		return 2
 	}
-	g := benchmarks.Grid{
+	g := lab.Grid{
 		Backends: list(*backendsF), Strategies: list(*strategiesF), Workloads: list(*workloadsF),
 		Duration: *durationF, Warmup: *warmupF, Ops: *opsF, Seed: *seedF, MaxAttempts: *maxAttF,
 	}
@@ -133,29 +133,29 @@ func run(args []string, stdout io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	started, load := time.Now(), benchmarks.LoadAverage()
-	maxWorkers := benchmarks.DefaultWorkers
+	started, load := time.Now(), lab.LoadAverage()
+	maxWorkers := lab.DefaultWorkers
 	for _, w := range g.Workers {
 		maxWorkers = max(maxWorkers, w)
 	}
-	lab, err := benchmarks.OpenLab(ctx, g.Backends, benchmarks.Env{StartServers: !*noStartF, MaxWorkers: maxWorkers, Log: os.Stderr})
+	l, err := lab.OpenLab(ctx, g.Backends, lab.Env{StartServers: !*noStartF, MaxWorkers: maxWorkers, Log: os.Stderr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "occbench:", err)
 		return 2
 	}
 	defer func() {
-		if err := lab.Close(context.Background()); err != nil {
+		if err := l.Close(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, "occbench: closing backends:", err)
 		}
 	}()
-	for _, s := range lab.Skipped() {
+	for _, s := range l.Skipped() {
 		fmt.Fprintf(os.Stderr, "occbench: skipping backend %s: %s\n", s.Name, s.Reason)
 	}
-	if len(g.Backends) > 0 && len(lab.Skipped()) > 0 {
+	if len(g.Backends) > 0 && len(l.Skipped()) > 0 {
 		fmt.Fprintln(os.Stderr, "occbench: a backend named with --backends is unavailable")
 		return 1
 	}
-	cells, planSkips, err := g.Plan(lab)
+	cells, planSkips, err := g.Plan(l)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "occbench:", err)
 		return 2
@@ -169,12 +169,12 @@ func run(args []string, stdout io.Writer) int {
 	}
 	per := cells[0].Duration + cells[0].Warmup
 	if per > 0 {
-		fmt.Fprintf(os.Stderr, "occbench: %d cells on %s, about %v\n", len(cells), strings.Join(lab.Open(), ", "),
+		fmt.Fprintf(os.Stderr, "occbench: %d cells on %s, about %v\n", len(cells), strings.Join(l.Open(), ", "),
 			(time.Duration(len(cells)) * (per + cellOverhead)).Round(time.Second))
 	}
 
-	outcomes := lab.RunGrid(ctx, cells, progress(len(cells)))
-	report := benchmarks.NewReport(lab, g, outcomes, planSkips, started, "occbench "+strings.Join(args, " "))
+	outcomes := l.RunGrid(ctx, cells, progress(len(cells)))
+	report := lab.NewReport(l, g, outcomes, planSkips, started, "occbench "+strings.Join(args, " "))
 	report.Meta.LoadAtStart = load
 	if err := report.WriteMarkdown(stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "occbench:", err)
@@ -216,7 +216,7 @@ const cellOverhead = 250 * time.Millisecond
 
 // fitBudget shortens every cell's warm-up and measured time, in
 // proportion, when running them all as they are would overrun budget.
-func fitBudget(cells []benchmarks.Cell, budget time.Duration) {
+func fitBudget(cells []lab.Cell, budget time.Duration) {
 	const margin = 5 * time.Second
 	per := cells[0].Duration + cells[0].Warmup
 	avail := (budget-margin)/time.Duration(len(cells)) - cellOverhead
@@ -234,11 +234,11 @@ func fitBudget(cells []benchmarks.Cell, budget time.Duration) {
 
 // progress returns a grid callback drawing a progress bar on a terminal,
 // or printing a line per cell otherwise.
-func progress(total int) func(int, *benchmarks.Cell) {
+func progress(total int) func(int, *lab.Cell) {
 	if !term.IsTerminal(int(os.Stderr.Fd())) {
-		return func(done int, next *benchmarks.Cell) {
+		return func(done int, next *lab.Cell) {
 			if next != nil {
-				fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", done+1, total, benchmarks.CellName(*next))
+				fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", done+1, total, lab.CellName(*next))
 			}
 		}
 	}
@@ -250,13 +250,13 @@ func progress(total int) func(int, *benchmarks.Cell) {
 		progressbar.OptionSetWidth(24),
 		progressbar.OptionClearOnFinish(),
 	)
-	return func(done int, next *benchmarks.Cell) {
+	return func(done int, next *lab.Cell) {
 		if next == nil {
 			_ = bar.Set(done)
 			_ = bar.Finish()
 			return
 		}
-		bar.Describe(fmt.Sprintf("%-60s", benchmarks.CellName(*next)))
+		bar.Describe(fmt.Sprintf("%-60s", lab.CellName(*next)))
 		_ = bar.Set(done)
 	}
 }
@@ -292,8 +292,8 @@ func floats(s string) ([]float64, error) {
 	var out []float64
 	for _, f := range list(s) {
 		x, err := strconv.ParseFloat(f, 64)
-		if err != nil || x < 0 || x > benchmarks.MaxTheta {
-			return nil, fmt.Errorf("%q is not a number in [0, %v]", f, benchmarks.MaxTheta)
+		if err != nil || x < 0 || x > lab.MaxTheta {
+			return nil, fmt.Errorf("%q is not a number in [0, %v]", f, lab.MaxTheta)
 		}
 		out = append(out, x)
 	}

@@ -16,7 +16,7 @@ import (
 // TestMain runs the test binary as a lock story's child client when
 // `occbench story` re-executes it (as main does), and otherwise checks for
 // leaked goroutines. The embedded etcd's HTTP handlers wind down after it
-// closes, as in package benchmarks.
+// closes, as in package lab.
 func TestMain(m *testing.M) {
 	story.ChildMain()
 	goleak.VerifyTestMain(m,

@@ -1,0 +1,101 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/occkit/occkit/adapters/etcdcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/servers"
+)
+
+var etcdSpecs = []BackendSpec{
+	{
+		Name:  "etcd",
+		About: "etcdcas on a one-member etcd started in process (UnsafeNoFsync)",
+		Open:  openEtcd,
+	},
+}
+
+// EtcdService is implemented by the etcd backend, for strategies that
+// lock through etcd whatever backend holds the data.
+type EtcdService interface {
+	EtcdClient() *clientv3.Client
+}
+
+type etcdBackend struct {
+	srv *servers.Etcd
+	cli *clientv3.Client
+}
+
+func openEtcd(ctx context.Context, env *Env) (Service, error) {
+	srv, err := servers.StartEtcd(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{srv.Endpoint},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("%w: etcd client: %w", ErrUnavailable, err)
+	}
+	env.logf("etcd: in-process member %s at %s (UnsafeNoFsync)", srv.Version, srv.Endpoint)
+	return &etcdBackend{srv: srv, cli: cli}, nil
+}
+
+func (b *etcdBackend) EtcdClient() *clientv3.Client { return b.cli }
+
+var etcdTuning = Tuning{Retryable: etcdcas.Retryable}
+
+func (b *etcdBackend) Info() BackendInfo {
+	return BackendInfo{
+		Name:       "etcd",
+		Server:     fmt.Sprintf("etcd %s, one member in process (go.etcd.io/etcd/server/v3/embed) at %s, started by the lab", b.srv.Version, b.srv.Endpoint),
+		Durability: "UnsafeNoFsync: writes are not fsynced (throwaway data)",
+		Locker:     "etcdcas.Locker (etcd lease, 10 s TTL; token = the grant's creation revision)",
+		BackOff:    DescribeBackOff(etcdTuning),
+	}
+}
+
+func (b *etcdBackend) Tuning() Tuning { return etcdTuning }
+
+func (b *etcdBackend) NewStore(_ context.Context, ns string) (cas.Store, func(context.Context) error, error) {
+	prefix := "lab/" + ns + "/"
+	s, err := etcdcas.New(b.cli, etcdcas.Config{Prefix: prefix})
+	if err != nil {
+		return nil, nil, err
+	}
+	drop := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := b.cli.Delete(ctx, prefix, clientv3.WithPrefix())
+		return err
+	}
+	return s, drop, nil
+}
+
+func (b *etcdBackend) NewLocker(_ context.Context, ns string) (hybrid.Locker, func(context.Context) error, error) {
+	l, err := etcdcas.NewLocker(b.cli, etcdcas.LockerConfig{Prefix: "lab-lease/" + ns + "/", TTL: 10 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func(context.Context) error { return l.Close() }, nil
+}
+
+func (b *etcdBackend) Close(context.Context) error {
+	err := b.cli.Close()
+	b.srv.Close()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}

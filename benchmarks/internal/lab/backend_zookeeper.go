@@ -1,0 +1,70 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/occkit/occkit/internal/servers"
+)
+
+// EnvZooKeeperAddr names a ZooKeeper server (host:port) the lab uses;
+// when it is unset, the lab starts one from Debian's zookeeper package if
+// it is installed.
+const EnvZooKeeperAddr = "OCCKIT_ZK_ADDR"
+
+var zookeeperSpecs = []BackendSpec{
+	{
+		Name:  "zookeeper",
+		About: "ZooKeeper, lock service only (lock-zookeeper): OCCKIT_ZK_ADDR, or a standalone server started from Debian's zookeeper package",
+		Open:  openZooKeeper,
+	},
+}
+
+// ZooKeeperService is implemented by the zookeeper service, for the
+// lock-zookeeper strategy.
+type ZooKeeperService interface {
+	ZooKeeperAddr() string
+}
+
+type zkService struct {
+	addr, server, durability string
+	srv                      *servers.ZooKeeper
+}
+
+func openZooKeeper(ctx context.Context, env *Env) (Service, error) {
+	if addr := env.getenv(EnvZooKeeperAddr); addr != "" {
+		return &zkService{addr: addr, server: "ZooKeeper at " + addr + " (" + EnvZooKeeperAddr + ")", durability: "as configured on the server (not checked)"}, nil
+	}
+	if !env.StartServers {
+		return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", ErrUnavailable, EnvZooKeeperAddr)
+	}
+	srv, err := servers.StartZooKeeper(ctx)
+	if errors.Is(err, servers.ErrZooKeeperNotInstalled) {
+		return nil, fmt.Errorf("%w: %s is not set, and ZooKeeper is not installed (apt-get install zookeeper; the lab never installs servers)", ErrUnavailable, EnvZooKeeperAddr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	s := &zkService{
+		addr:       srv.Addr,
+		server:     fmt.Sprintf("ZooKeeper %s standalone at %s (Debian's package), started by the lab; admin server off, four-letter words off", srv.Version, srv.Addr),
+		durability: "forceSync=no: the transaction log is not fsynced (throwaway data)",
+		srv:        srv,
+	}
+	env.logf("zookeeper: %s", s.server)
+	return s, nil
+}
+
+func (s *zkService) ZooKeeperAddr() string { return s.addr }
+
+func (s *zkService) Info() BackendInfo {
+	return BackendInfo{Name: "zookeeper", Server: s.server, Durability: s.durability, Locker: "— (lends lock-zookeeper to other backends)", BackOff: "—"}
+}
+
+func (s *zkService) Close(context.Context) error {
+	if s.srv != nil {
+		s.srv.Stop()
+	}
+	return nil
+}

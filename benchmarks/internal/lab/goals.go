@@ -1,0 +1,217 @@
+package lab
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Goal statuses.
+const (
+	GoalMet    = "met"
+	GoalNotMet = "NOT MET"
+	GoalNA     = "n/a"
+)
+
+// GoalCheck is one of the issue's goals checked at one grid point of one
+// backend and workload, as a ratio of throughputs measured in the same
+// run.
+type GoalCheck struct {
+	Goal     string  `json:"goal"`
+	Backend  string  `json:"backend"`
+	Workload string  `json:"workload"`
+	Point    Point   `json:"point"`
+	Status   string  `json:"status"`
+	Ratio    float64 `json:"ratio"`
+	Detail   string  `json:"detail"`
+}
+
+// The goals, as printed.
+const (
+	GoalLowOCC      = "low contention: occ ≥ 2× the best lock-*"
+	GoalHighHybrid  = "high contention: hybrid or adaptive ≥ 0.9× the best lock-*"
+	GoalHighOCC     = "high contention: occ (with backoff) ≥ 0.5× the best lock-*, every worker commits"
+	GoalAdaptiveAll = "every point: adaptive ≥ 0.9× the better of occ and the best lock-*"
+)
+
+// CheckGoals checks the issue's goals on results. Each backend, workload
+// and grid point is judged on its own cells only: ratios between cells
+// that ran side by side. A cell whose invariant failed does not count (it
+// is a failure, not a number). On a multi-key workload, where occ.Update
+// does not apply, occ-txn stands for occ. Besides the best lock-*, the
+// detail gives the ratio to the best lock that works across processes (all
+// but lock-local), since an in-process mutex is only a choice for a single
+// process.
+func CheckGoals(results []Result) []GoalCheck {
+	type group struct {
+		backend, workload string
+		point             Point
+		byName            map[string]Result
+		broken            []string
+	}
+	groups := map[string]*group{}
+	var order []string
+	for _, r := range results {
+		k := fmt.Sprintf("%s|%s|%v", r.Backend, r.Workload, r.Point())
+		g := groups[k]
+		if g == nil {
+			g = &group{backend: r.Backend, workload: r.Workload, point: r.Point(), byName: map[string]Result{}}
+			groups[k] = g
+			order = append(order, k)
+		}
+		if !r.InvariantOK {
+			g.broken = append(g.broken, r.Strategy)
+			continue
+		}
+		g.byName[r.Strategy] = r
+	}
+	var out []GoalCheck
+	for _, k := range order {
+		g := groups[k]
+		check := func(goal string) *GoalCheck {
+			out = append(out, GoalCheck{Goal: goal, Backend: g.backend, Workload: g.workload, Point: g.point})
+			return &out[len(out)-1]
+		}
+		occName := "occ"
+		occR, hasOCC := g.byName["occ"]
+		if !hasOCC {
+			occName = "occ-txn"
+			occR, hasOCC = g.byName["occ-txn"]
+		}
+		bestLock, hasLock := best(g.byName, func(s StrategySpec) bool { return s.Kind == Lock })
+		bestCross, hasCross := best(g.byName, func(s StrategySpec) bool { return s.Kind == Lock && s.Name != "lock-local" })
+		cross := func(r Result) string {
+			if !hasCross || bestCross.Strategy == bestLock.Strategy || bestCross.Throughput <= 0 {
+				return ""
+			}
+			return fmt.Sprintf("; against the best cross-process lock (%s %s/s): %.2f×", bestCross.Strategy, rate(bestCross.Throughput), r.Throughput/bestCross.Throughput)
+		}
+		missing := func(c *GoalCheck, what string) {
+			c.Status, c.Detail = GoalNA, "no "+what+" result at this point"
+			if len(g.broken) > 0 {
+				c.Detail += fmt.Sprintf(" (invariant broken: %v)", g.broken)
+			}
+		}
+		judge := func(c *GoalCheck, ratio, need float64, detail string) {
+			c.Ratio, c.Detail = ratio, detail
+			c.Status = GoalNotMet
+			if ratio >= need {
+				c.Status = GoalMet
+			}
+		}
+		p := g.point
+		if p.Low() {
+			c := check(GoalLowOCC)
+			switch {
+			case !hasOCC:
+				missing(c, "occ")
+			case !hasLock || bestLock.Throughput <= 0:
+				missing(c, "lock-*")
+			default:
+				judge(c, occR.Throughput/bestLock.Throughput, 2,
+					fmt.Sprintf("%s %s/s vs %s %s/s%s", occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), cross(occR)))
+			}
+		}
+		if p.High() {
+			c := check(GoalHighHybrid)
+			hy, okH := g.byName["hybrid"]
+			ad, okA := g.byName["adaptive"]
+			switch {
+			case !okH && !okA:
+				missing(c, "hybrid or adaptive")
+			case !hasLock || bestLock.Throughput <= 0:
+				missing(c, "lock-*")
+			default:
+				pick := hy
+				if !okH || (okA && ad.Throughput > hy.Throughput) {
+					pick = ad
+				}
+				judge(c, pick.Throughput/bestLock.Throughput, 0.9,
+					fmt.Sprintf("%s %s/s vs %s %s/s%s", pick.Strategy, rate(pick.Throughput), bestLock.Strategy, rate(bestLock.Throughput), cross(pick)))
+			}
+			c = check(GoalHighOCC)
+			switch {
+			case !hasOCC:
+				missing(c, "occ")
+			case !hasLock || bestLock.Throughput <= 0:
+				missing(c, "lock-*")
+			default:
+				judge(c, occR.Throughput/bestLock.Throughput, 0.5,
+					fmt.Sprintf("%s %s/s vs %s %s/s, %d of %d workers committed, %.2f attempts/op, %d failed, %d stalled through the window%s",
+						occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput),
+						occR.WorkersCommitted, occR.Workers, occR.AttemptsPerOp, occR.FailedOps, occR.StalledOps, cross(occR)))
+				if occR.WorkersCommitted < occR.Workers {
+					c.Status = GoalNotMet
+					c.Detail += " (a worker committed nothing)"
+				}
+			}
+		}
+		c := check(GoalAdaptiveAll)
+		ad, okA := g.byName["adaptive"]
+		switch {
+		case !okA:
+			missing(c, "adaptive")
+			if g.workload != "" {
+				if wl, ok := LookupWorkload(g.workload); ok && wl.KeysPerOp > 1 {
+					c.Detail = "adaptive is single-key (hybrid.UpdateAdaptive): it does not run multi-key workloads"
+				}
+			}
+		case !hasOCC && !hasLock:
+			missing(c, "occ or lock-*")
+		default:
+			ref, refName := bestLock, bestLock.Strategy
+			if hasOCC && (!hasLock || occR.Throughput > bestLock.Throughput) {
+				ref, refName = occR, occName
+			}
+			if ref.Throughput <= 0 {
+				missing(c, "non-zero reference")
+				break
+			}
+			judge(c, ad.Throughput/ref.Throughput, 0.9,
+				fmt.Sprintf("adaptive %s/s vs %s %s/s", rate(ad.Throughput), refName, rate(ref.Throughput)))
+		}
+	}
+	return out
+}
+
+// best returns the result with the highest throughput among strategies
+// that match.
+func best(byName map[string]Result, match func(StrategySpec) bool) (Result, bool) {
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var (
+		b     Result
+		found bool
+	)
+	for _, n := range names {
+		spec, ok := LookupStrategy(n)
+		if !ok || !match(spec) {
+			continue
+		}
+		if r := byName[n]; !found || r.Throughput > b.Throughput {
+			b, found = r, true
+		}
+	}
+	return b, found
+}
+
+// rate formats a throughput: 12,345 or 1.23.
+func rate(x float64) string {
+	if x < 100 {
+		return fmt.Sprintf("%.3g", x)
+	}
+	return thousands(int64(x + 0.5))
+}
+
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
