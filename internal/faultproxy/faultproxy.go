@@ -14,6 +14,10 @@
 //	p.DropAll()                        // every live connection is reset
 //	p.CutAfter(10)                     // answers stop after 10 more bytes
 //
+// SetDelay is different: a network path that is longer, not a fault. It
+// holds every byte for a fixed time in each direction without slowing a
+// busy connection down (the contention lab's --rtt).
+//
 // A Proxy is safe for concurrent use.
 package faultproxy
 
@@ -38,7 +42,8 @@ type Proxy struct {
 	mu       sync.Mutex
 	conns    map[*link]struct{}
 	latency  time.Duration
-	cutAfter int64 // > 0: each connection is cut after that many server bytes
+	oneWay   time.Duration // SetDelay: the one-way delay of new connections
+	cutAfter int64         // > 0: each connection is cut after that many server bytes
 	closed   bool
 	accepted int
 	dropped  int
@@ -90,6 +95,20 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	p.latency = d
+	p.mu.Unlock()
+}
+
+// SetDelay gives the connections accepted from now on a one-way delay of
+// d in each direction, as a longer network path does: every chunk read
+// from one side is written to the other d after it arrived, in order,
+// while the chunks behind it are already on their way (a connection
+// carrying many requests at once, as an HTTP/2 or pipelined client does,
+// is not slowed down, unlike with SetLatency). A round trip through the
+// proxy then takes at least 2d more than without it. CutAfter does not
+// apply to delayed connections. 0 turns it off for new connections.
+func (p *Proxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.oneWay = max(d, 0)
 	p.mu.Unlock()
 }
 
@@ -195,12 +214,18 @@ func (p *Proxy) serve(c net.Conn) {
 	}
 	p.conns[l] = struct{}{}
 	p.accepted++
+	delay := p.oneWay
 	p.mu.Unlock()
 
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go func() { defer copies.Done(); p.pipe(l, s, c, false) }()
-	go func() { defer copies.Done(); p.pipe(l, c, s, true) }()
+	if delay > 0 {
+		go func() { defer copies.Done(); delayLine(l, s, c, delay) }()
+		go func() { defer copies.Done(); delayLine(l, c, s, delay) }()
+	} else {
+		go func() { defer copies.Done(); p.pipe(l, s, c, false) }()
+		go func() { defer copies.Done(); p.pipe(l, c, s, true) }()
+	}
 	copies.Wait()
 	l.close(false)
 	p.mu.Lock()
@@ -274,5 +299,65 @@ func (p *Proxy) delay(l *link) bool {
 		return true
 	case <-l.done:
 		return false
+	}
+}
+
+// delayed is a chunk on its way through a delay line: its bytes, or the
+// error that ended the reading side, and when it is due.
+type delayed struct {
+	b   []byte
+	err error
+	due time.Time
+}
+
+// delayLine copies from src to dst, each chunk d after it was read. A
+// reader goroutine timestamps the chunks and queues them; this goroutine
+// writes each when it is due, so that the chunks behind one are not held
+// up by its wait. An EOF from src half-closes dst once the bytes before
+// it are delivered, as pipe does.
+func delayLine(l *link, dst, src net.Conn, d time.Duration) {
+	q := make(chan delayed, 4096)
+	go func() {
+		defer close(q)
+		for {
+			buf := make([]byte, chunkSize)
+			n, err := src.Read(buf)
+			c := delayed{b: buf[:n], err: err, due: time.Now().Add(d)}
+			select {
+			case q <- c:
+			case <-l.done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for c := range q {
+		if wait := time.Until(c.due); wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-t.C:
+			case <-l.done:
+				return
+			}
+		}
+		if len(c.b) > 0 {
+			if _, err := dst.Write(c.b); err != nil {
+				l.close(false)
+				return
+			}
+		}
+		if c.err != nil {
+			if errors.Is(c.err, io.EOF) {
+				if tc, ok := dst.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+					return
+				}
+			}
+			l.close(false)
+			return
+		}
 	}
 }
