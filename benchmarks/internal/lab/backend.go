@@ -18,32 +18,32 @@ import (
 	"github.com/occkit/occkit/internal/servers"
 )
 
-// ErrUnavailable marks a backend whose server the lab can neither reach
+// errUnavailable marks a backend whose server the lab can neither reach
 // nor start here; the lab skips it and says why.
-var ErrUnavailable = errors.New("benchmarks: backend unavailable")
+var errUnavailable = errors.New("benchmarks: backend unavailable")
 
-// Service is an open connection to a server the lab reached or started:
+// service is an open connection to a server the lab reached or started:
 // a Backend that holds data, or a service that only lends its locks to
 // cells on other backends (ZooKeeper). Implementations are safe for
 // concurrent use.
 //
 // Each service is written in a file of its own (backend_<name>.go) and
 // listed in backendSpecs; strategies that need it (a lock) find it with
-// Harness.Service and a type assertion on an interface it exports, such as
+// harness.service and a type assertion on an interface it exports, such as
 // EtcdService.
-type Service interface {
+type service interface {
 	// Info describes the service for the report.
-	Info() BackendInfo
+	Info() backendInfo
 	// Close releases the service and stops any server the lab started
 	// for it.
 	Close(ctx context.Context) error
 }
 
 // Backend is a service that holds a cell's data.
-type Backend interface {
-	Service
-	// Tuning returns the retry settings optimistic strategies use on it.
-	Tuning() Tuning
+type dataBackend interface {
+	service
+	// tuning returns the retry settings optimistic strategies use on it.
+	tuning() retryTuning
 	// NewStore returns a fresh, empty store for one cell, in a namespace
 	// of its own (ns is short, lower-case letters, digits and '_'), and
 	// the function that removes it.
@@ -54,25 +54,25 @@ type Backend interface {
 	NewLocker(ctx context.Context, ns string) (hybrid.Locker, func(context.Context) error, error)
 }
 
-// MultiKeyLimiter is implemented by a Backend whose server cannot commit
+// multiKeyLimiter is implemented by a Backend whose server cannot commit
 // several keys atomically (dynalite has no TransactWriteItems).
 // MultiKeyUnsupported says why, or returns "" when it can; the lab then
 // marks the cells of multi-key workloads on it not applicable, with that
 // reason, instead of running them.
-type MultiKeyLimiter interface {
+type multiKeyLimiter interface {
 	MultiKeyUnsupported() string
 }
 
 // multiKeyUnsupported returns why b cannot run multi-key workloads, or "".
-func multiKeyUnsupported(b Backend) string {
-	if m, ok := b.(MultiKeyLimiter); ok {
+func multiKeyUnsupported(b dataBackend) string {
+	if m, ok := b.(multiKeyLimiter); ok {
 		return m.MultiKeyUnsupported()
 	}
 	return ""
 }
 
-// BackendInfo describes a backend in the report.
-type BackendInfo struct {
+// backendInfo describes a backend in the report.
+type backendInfo struct {
 	Name string `json:"name"`
 	// Server says what serves the data and where: "in-process", a
 	// version and address, and whether the lab started it.
@@ -85,8 +85,8 @@ type BackendInfo struct {
 	BackOff string `json:"backoff"`
 }
 
-// Tuning is how optimistic strategies retry on a backend.
-type Tuning struct {
+// retryTuning is how optimistic strategies retry on a backend.
+type retryTuning struct {
 	// BackOffInitial and BackOffMax bound the exponential backoff
 	// (doubling, ±50% jitter). Zero: occ's default, 1 ms to 100 ms,
 	// sized for networked stores. A cell with work time uses at least the
@@ -116,11 +116,11 @@ type Env struct {
 
 	// lookup finds another open service of the lab (set by OpenLab), for
 	// a backend that borrows a lock from another service.
-	lookup func(name string) (Service, bool)
+	lookup func(name string) (service, bool)
 }
 
 // service returns another open service of the lab by name.
-func (e *Env) service(name string) (Service, bool) {
+func (e *Env) service(name string) (service, bool) {
 	if e.lookup == nil {
 		return nil, false
 	}
@@ -154,17 +154,17 @@ func (e *Env) getenv(k string) string {
 	return os.Getenv(k)
 }
 
-// BackendSpec describes a backend, or a lock-only service.
-type BackendSpec struct {
+// backendSpec describes a backend, or a lock-only service.
+type backendSpec struct {
 	// Name is the backend's name in flags, results and charts.
 	Name string
 	// About is a one-line description.
 	About string
 	// Open reaches or starts the server and returns a Backend, or a
 	// Service for one that only lends locks. An error wrapping
-	// ErrUnavailable means it cannot run here (the reason is reported,
+	// errUnavailable means it cannot run here (the reason is reported,
 	// the run goes on).
-	Open func(ctx context.Context, env *Env) (Service, error)
+	Open func(ctx context.Context, env *Env) (service, error)
 }
 
 // backendSpecs are the lab's backends and lock-only services, in their
@@ -180,17 +180,17 @@ func Backends() []string {
 	return names
 }
 
-func lookupBackend(name string) (BackendSpec, bool) {
+func lookupBackend(name string) (backendSpec, bool) {
 	for _, s := range backendSpecs {
 		if s.Name == name {
 			return s, true
 		}
 	}
-	return BackendSpec{}, false
+	return backendSpec{}, false
 }
 
-// Skip records a backend or cell the lab did not run, and why.
-type Skip struct {
+// skip records a backend or cell the lab did not run, and why.
+type skip struct {
 	Name   string `json:"name"`
 	Reason string `json:"reason"`
 }
@@ -204,9 +204,9 @@ type Lab struct {
 	id      string
 	seq     atomic.Int64
 	mu      sync.Mutex
-	open    map[string]Service
+	open    map[string]service
 	order   []string
-	skipped []Skip
+	skipped []skip
 
 	// onDemand serialises OpenService; failed remembers the services it
 	// could not open, so that a run tries each once.
@@ -223,7 +223,7 @@ func OpenLab(ctx context.Context, names []string, env Env) (*Lab, error) {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	l := &Lab{env: env, id: hex.EncodeToString(b[:]), open: map[string]Service{}, failed: map[string]error{}}
+	l := &Lab{env: env, id: hex.EncodeToString(b[:]), open: map[string]service{}, failed: map[string]error{}}
 	l.env.lookup = l.Service
 	for _, n := range names {
 		if _, ok := lookupBackend(n); !ok {
@@ -238,7 +238,7 @@ func OpenLab(ctx context.Context, names []string, env Env) (*Lab, error) {
 		spec, _ := lookupBackend(n)
 		be, err := spec.Open(ctx, &l.env)
 		if err != nil {
-			l.skipped = append(l.skipped, Skip{Name: n, Reason: err.Error()})
+			l.skipped = append(l.skipped, skip{Name: n, Reason: err.Error()})
 			continue
 		}
 		l.open[n] = be
@@ -248,7 +248,7 @@ func OpenLab(ctx context.Context, names []string, env Env) (*Lab, error) {
 }
 
 // Service returns the open service (or backend) with that name.
-func (l *Lab) Service(name string) (Service, bool) {
+func (l *Lab) Service(name string) (service, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s, ok := l.open[name]
@@ -262,7 +262,7 @@ func (l *Lab) Service(name string) (Service, bool) {
 // lock-redis when the redis backend was not selected) is started only
 // when a cell needs it. A service that failed to open is not tried again
 // in the same run: the error is returned again.
-func (l *Lab) OpenService(ctx context.Context, name string, open func(ctx context.Context, env *Env) (Service, error)) (Service, error) {
+func (l *Lab) OpenService(ctx context.Context, name string, open func(ctx context.Context, env *Env) (service, error)) (service, error) {
 	l.onDemand.Lock()
 	defer l.onDemand.Unlock()
 	if s, ok := l.Service(name); ok {
@@ -290,9 +290,9 @@ func (l *Lab) OpenService(ctx context.Context, name string, open func(ctx contex
 
 // Backend returns the open backend with that name: a service that holds
 // data.
-func (l *Lab) Backend(name string) (Backend, bool) {
+func (l *Lab) Backend(name string) (dataBackend, bool) {
 	s, _ := l.Service(name)
-	b, ok := s.(Backend)
+	b, ok := s.(dataBackend)
 	return b, ok
 }
 
@@ -316,8 +316,8 @@ func (l *Lab) DataBackends() []string {
 }
 
 // Infos describes the open services and backends.
-func (l *Lab) Infos() []BackendInfo {
-	var out []BackendInfo
+func (l *Lab) Infos() []backendInfo {
+	var out []backendInfo
 	for _, n := range l.Open() {
 		s, _ := l.Service(n)
 		out = append(out, s.Info())
@@ -326,10 +326,10 @@ func (l *Lab) Infos() []BackendInfo {
 }
 
 // Skipped returns the backends that could not be opened, with the reason.
-func (l *Lab) Skipped() []Skip {
+func (l *Lab) Skipped() []skip {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Skip(nil), l.skipped...)
+	return append([]skip(nil), l.skipped...)
 }
 
 // Close closes every open backend, stopping the servers the lab started.
@@ -351,3 +351,12 @@ func (l *Lab) Close(ctx context.Context) error {
 func (l *Lab) namespace() string {
 	return fmt.Sprintf("lab_%s_%d", l.id, l.seq.Add(1))
 }
+
+// The data backends, checked at compile time.
+var (
+	_ dataBackend = memoryBackend{}
+	_ dataBackend = (*etcdBackend)(nil)
+	_ dataBackend = (*pgBackend)(nil)
+	_ dataBackend = (*redisBackend)(nil)
+	_ dataBackend = (*dynamoBackend)(nil)
+)

@@ -15,13 +15,13 @@ import (
 	"github.com/occkit/occkit/internal/servers"
 )
 
-// EnvDynaliteURL names a dynalite server (http://host:port) for the
+// envDynaliteURL names a dynalite server (http://host:port) for the
 // dynamodb backend; when it is unset, the lab runs minidyn's server in
 // process. dynalite has no TransactWriteItems: multi-key cells are then
 // not applicable.
-const EnvDynaliteURL = servers.EnvDynaliteURL
+const envDynaliteURL = servers.EnvDynaliteURL
 
-var dynamoSpecs = []BackendSpec{
+var dynamoSpecs = []backendSpec{
 	{
 		Name:  "dynamodb",
 		About: "dynamocas on a DynamoDB-compatible server: minidyn's, in process (TransactWriteItems included), or dynalite at OCCKIT_DYNALITE_URL (no TransactWriteItems)",
@@ -43,16 +43,16 @@ type dynamoBackend struct {
 	// The lease lock of hybrid and adaptive: DynamoDB has none, so one
 	// from another service, chosen at the first cell that needs it.
 	lockMu     sync.Mutex
-	lockFrom   Backend // the redis backend, or nil: in process
-	lockerDesc string  // "": not chosen yet
+	lockFrom   dataBackend // the redis backend, or nil: in process
+	lockerDesc string      // "": not chosen yet
 }
 
-func openDynamo(_ context.Context, env *Env) (Service, error) {
+func openDynamo(_ context.Context, env *Env) (service, error) {
 	b := &dynamoBackend{env: env}
-	if u := env.getenv(EnvDynaliteURL); u != "" {
-		b.server = "dynalite at " + redactURL(u) + " (" + EnvDynaliteURL + ")"
+	if u := env.getenv(envDynaliteURL); u != "" {
+		b.server = "dynalite at " + redactURL(u) + " (" + envDynaliteURL + ")"
 		b.durability = "as the server was started (dynalite keeps its tables in memory unless given --path; not checked)"
-		b.noCommit = "dynalite has no TransactWriteItems, so no atomic multi-key commit (run without " + EnvDynaliteURL + " for minidyn, which has it)"
+		b.noCommit = "dynalite has no TransactWriteItems, so no atomic multi-key commit (run without " + envDynaliteURL + " for minidyn, which has it)"
 		b.cli, b.closeIdle = servers.NewDynamoClient(u)
 	} else {
 		b.minidyn = servers.StartMinidyn()
@@ -64,27 +64,27 @@ func openDynamo(_ context.Context, env *Env) (Service, error) {
 	return b, nil
 }
 
-var dynamoTuning = Tuning{Retryable: dynamocas.Retryable}
+var dynamoTuning = retryTuning{Retryable: dynamocas.Retryable}
 
-func (b *dynamoBackend) Info() BackendInfo {
+func (b *dynamoBackend) Info() backendInfo {
 	b.lockMu.Lock()
 	locker := b.lockerDesc
 	b.lockMu.Unlock()
 	if locker == "" {
 		locker = "not chosen yet: rediscas.Locker when the redis backend is open, else hybrid.NewLocalLocker (in process)"
 	}
-	return BackendInfo{
+	return backendInfo{
 		Name:       "dynamodb",
 		Server:     b.server,
 		Durability: b.durability,
 		Locker:     locker,
-		BackOff:    DescribeBackOff(dynamoTuning),
+		BackOff:    describeBackOff(dynamoTuning),
 	}
 }
 
-func (b *dynamoBackend) Tuning() Tuning { return dynamoTuning }
+func (b *dynamoBackend) tuning() retryTuning { return dynamoTuning }
 
-// MultiKeyUnsupported implements MultiKeyLimiter.
+// MultiKeyUnsupported implements multiKeyLimiter.
 func (b *dynamoBackend) MultiKeyUnsupported() string { return b.noCommit }
 
 // NewStore creates a table for the cell (dynamocas.CreateTable: partition
@@ -118,7 +118,7 @@ func (b *dynamoBackend) NewLocker(ctx context.Context, ns string) (hybrid.Locker
 	if b.lockerDesc == "" {
 		b.lockerDesc = "hybrid.NewLocalLocker (in process, 10 s TTL): DynamoDB has no lock of its own and Redis was not open"
 		if svc, ok := b.env.service("redis"); ok {
-			if rb, ok := svc.(Backend); ok {
+			if rb, ok := svc.(dataBackend); ok {
 				b.lockFrom = rb
 				b.lockerDesc = "the redis backend's rediscas.Locker (SET PX with INCR fencing tokens; waiters poll): DynamoDB has no lock of its own"
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/occkit/occkit/internal/servers"
 )
 
-var etcdSpecs = []BackendSpec{
+var etcdSpecs = []backendSpec{
 	{
 		Name:  "etcd",
 		About: "etcdcas on a one-member etcd started in process (UnsafeNoFsync)",
@@ -34,10 +34,10 @@ type etcdBackend struct {
 	cli *clientv3.Client
 }
 
-func openEtcd(ctx context.Context, env *Env) (Service, error) {
+func openEtcd(ctx context.Context, env *Env) (service, error) {
 	srv, err := servers.StartEtcd(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{srv.Endpoint},
@@ -46,7 +46,7 @@ func openEtcd(ctx context.Context, env *Env) (Service, error) {
 	})
 	if err != nil {
 		srv.Close()
-		return nil, fmt.Errorf("%w: etcd client: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: etcd client: %w", errUnavailable, err)
 	}
 	env.logf("etcd: in-process member %s at %s (UnsafeNoFsync)", srv.Version, srv.Endpoint)
 	return &etcdBackend{srv: srv, cli: cli}, nil
@@ -54,19 +54,19 @@ func openEtcd(ctx context.Context, env *Env) (Service, error) {
 
 func (b *etcdBackend) EtcdClient() *clientv3.Client { return b.cli }
 
-var etcdTuning = Tuning{Retryable: etcdcas.Retryable}
+var etcdTuning = retryTuning{Retryable: etcdcas.Retryable}
 
-func (b *etcdBackend) Info() BackendInfo {
-	return BackendInfo{
+func (b *etcdBackend) Info() backendInfo {
+	return backendInfo{
 		Name:       "etcd",
 		Server:     fmt.Sprintf("etcd %s, one member in process (go.etcd.io/etcd/server/v3/embed) at %s, started by the lab", b.srv.Version, b.srv.Endpoint),
 		Durability: "UnsafeNoFsync: writes are not fsynced (throwaway data)",
 		Locker:     "etcdcas.Locker (etcd lease, 10 s TTL; token = the grant's creation revision)",
-		BackOff:    DescribeBackOff(etcdTuning),
+		BackOff:    describeBackOff(etcdTuning),
 	}
 }
 
-func (b *etcdBackend) Tuning() Tuning { return etcdTuning }
+func (b *etcdBackend) tuning() retryTuning { return etcdTuning }
 
 func (b *etcdBackend) NewStore(_ context.Context, ns string) (cas.Store, func(context.Context) error, error) {
 	prefix := "lab/" + ns + "/"

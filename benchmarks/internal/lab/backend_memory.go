@@ -9,11 +9,11 @@ import (
 	"github.com/occkit/occkit/hybrid"
 )
 
-var memorySpecs = []BackendSpec{
+var memorySpecs = []backendSpec{
 	{
 		Name:  "memory",
 		About: "memcas, the in-process store: the cost of coordination without a network",
-		Open: func(context.Context, *Env) (Service, error) {
+		Open: func(context.Context, *Env) (service, error) {
 			return memoryBackend{}, nil
 		},
 	},
@@ -25,19 +25,19 @@ type memoryBackend struct{}
 // default first wait of 1 ms would idle the workers for a thousand
 // attempts' time (docs/benchmarks.md measured 11–13× fewer operations).
 // The lab follows the docs' advice and scales the backoff down.
-var memoryTuning = Tuning{BackOffInitial: 10 * time.Microsecond, BackOffMax: time.Millisecond}
+var memoryTuning = retryTuning{BackOffInitial: 10 * time.Microsecond, BackOffMax: time.Millisecond}
 
-func (memoryBackend) Info() BackendInfo {
-	return BackendInfo{
+func (memoryBackend) Info() backendInfo {
+	return backendInfo{
 		Name:       "memory",
 		Server:     "in-process (adapters/memcas)",
 		Durability: "none (process memory)",
 		Locker:     "hybrid.NewLocalLocker (in process, 10 s TTL)",
-		BackOff:    DescribeBackOff(memoryTuning),
+		BackOff:    describeBackOff(memoryTuning),
 	}
 }
 
-func (memoryBackend) Tuning() Tuning { return memoryTuning }
+func (memoryBackend) tuning() retryTuning { return memoryTuning }
 
 func (memoryBackend) NewStore(context.Context, string) (cas.Store, func(context.Context) error, error) {
 	return memcas.New(), func(context.Context) error { return nil }, nil

@@ -18,12 +18,12 @@ import (
 	"github.com/occkit/occkit/internal/servers"
 )
 
-// EnvPostgresURL names the PostgreSQL server the lab uses; when it is
+// envPostgresURL names the PostgreSQL server the lab uses; when it is
 // unset, the lab starts one (scripts/servers/postgres.sh) if PostgreSQL 15
 // is installed.
-const EnvPostgresURL = "OCCKIT_PG_URL"
+const envPostgresURL = "OCCKIT_PG_URL"
 
-var postgresSpecs = []BackendSpec{
+var postgresSpecs = []backendSpec{
 	{
 		Name:  "postgres",
 		About: "pgcas on PostgreSQL: OCCKIT_PG_URL, or a throwaway server started with scripts/servers/postgres.sh",
@@ -31,9 +31,9 @@ var postgresSpecs = []BackendSpec{
 	},
 }
 
-// PostgresService is implemented by the postgres backend, for strategies
+// postgresService is implemented by the postgres backend, for strategies
 // that lock through PostgreSQL.
-type PostgresService interface {
+type postgresService interface {
 	// PGPool is the lab's pool; its connections work in the lab's schema.
 	PGPool() *pgxpool.Pool
 	// AdvisoryLocker hands out session advisory-lock leases.
@@ -52,8 +52,8 @@ type pgBackend struct {
 	started *servers.Script
 }
 
-func openPostgres(ctx context.Context, env *Env) (_ Service, err error) {
-	u := env.getenv(EnvPostgresURL)
+func openPostgres(ctx context.Context, env *Env) (_ service, err error) {
+	u := env.getenv(envPostgresURL)
 	b := &pgBackend{}
 	defer func() {
 		if err != nil {
@@ -62,21 +62,21 @@ func openPostgres(ctx context.Context, env *Env) (_ Service, err error) {
 	}()
 	if u == "" {
 		if !env.StartServers {
-			return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", ErrUnavailable, EnvPostgresURL)
+			return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", errUnavailable, envPostgresURL)
 		}
 		root, err := env.repoRoot()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s is not set, and scripts/servers/postgres.sh cannot be found: %w", ErrUnavailable, EnvPostgresURL, err)
+			return nil, fmt.Errorf("%w: %s is not set, and scripts/servers/postgres.sh cannot be found: %w", errUnavailable, envPostgresURL, err)
 		}
-		env.logf("postgres: %s is not set: starting a throwaway server with scripts/servers/postgres.sh", EnvPostgresURL)
-		if b.started, err = servers.StartScript(ctx, root, "postgres", EnvPostgresURL, servers.PostgresBinary, env.Log); err != nil {
-			return nil, fmt.Errorf("%w: %s is not set, and %w", ErrUnavailable, EnvPostgresURL, err)
+		env.logf("postgres: %s is not set: starting a throwaway server with scripts/servers/postgres.sh", envPostgresURL)
+		if b.started, err = servers.StartScript(ctx, root, "postgres", envPostgresURL, servers.PostgresBinary, env.Log); err != nil {
+			return nil, fmt.Errorf("%w: %s is not set, and %w", errUnavailable, envPostgresURL, err)
 		}
 		u = b.started.URL
 	}
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, EnvPostgresURL, err)
+		return nil, fmt.Errorf("%w: %s: %w", errUnavailable, envPostgresURL, err)
 	}
 	// Session advisory leases pin a connection each, and a waiting
 	// Acquire holds one too: a worker may hold two leases (transfer) and
@@ -91,18 +91,18 @@ func openPostgres(ctx context.Context, env *Env) (_ Service, err error) {
 	defer cancel()
 	conn, err := pgx.Connect(octx, u)
 	if err != nil {
-		return nil, fmt.Errorf("%w: connect to %s: %w", ErrUnavailable, redactURL(u), err)
+		return nil, fmt.Errorf("%w: connect to %s: %w", errUnavailable, redactURL(u), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var version, fsync, syncCommit string
 	if err := conn.QueryRow(octx, `SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&version, &fsync, &syncCommit); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	if _, err := conn.Exec(octx, "CREATE SCHEMA "+pgx.Identifier{b.schema}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("%w: create schema: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: create schema: %w", errUnavailable, err)
 	}
 	if b.pool, err = pgxpool.NewWithConfig(octx, cfg); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	if b.locker, err = pgcas.NewAdvisoryLocker(b.pool, pgcas.LockerConfig{Sequence: "lab_lock_token"}); err != nil {
 		return nil, err
@@ -110,7 +110,7 @@ func openPostgres(ctx context.Context, env *Env) (_ Service, err error) {
 	if err := b.locker.CreateSequence(octx); err != nil {
 		return nil, err
 	}
-	where := "at " + redactURL(u) + " (" + EnvPostgresURL + ")"
+	where := "at " + redactURL(u) + " (" + envPostgresURL + ")"
 	if b.started != nil {
 		where = "at " + redactURL(u) + ", started by the lab with scripts/servers/postgres.sh"
 	}
@@ -132,23 +132,23 @@ func redactURL(u string) string {
 	return p.Redacted()
 }
 
-var pgTuning = Tuning{Retryable: pgcas.Retryable}
+var pgTuning = retryTuning{Retryable: pgcas.Retryable}
 
 func (b *pgBackend) PGPool() *pgxpool.Pool                 { return b.pool }
 func (b *pgBackend) AdvisoryLocker() *pgcas.AdvisoryLocker { return b.locker }
 func (b *pgBackend) Table(ns string) string                { return pgx.Identifier{b.schema, ns}.Sanitize() }
 
-func (b *pgBackend) Info() BackendInfo {
-	return BackendInfo{
+func (b *pgBackend) Info() backendInfo {
+	return backendInfo{
 		Name:       "postgres",
 		Server:     b.server,
 		Durability: b.durable,
 		Locker:     "pgcas.AdvisoryLocker (session pg_advisory_lock on a pinned connection; tokens from a sequence)",
-		BackOff:    DescribeBackOff(pgTuning),
+		BackOff:    describeBackOff(pgTuning),
 	}
 }
 
-func (b *pgBackend) Tuning() Tuning { return pgTuning }
+func (b *pgBackend) tuning() retryTuning { return pgTuning }
 
 func (b *pgBackend) NewStore(ctx context.Context, ns string) (cas.Store, func(context.Context) error, error) {
 	s, err := pgcas.New(b.pool, pgcas.Config{Table: ns, Schema: b.schema})

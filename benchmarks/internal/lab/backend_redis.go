@@ -15,11 +15,11 @@ import (
 	"github.com/occkit/occkit/internal/servers"
 )
 
-// EnvRedisURL names the Redis server the lab uses; when it is unset, the
+// envRedisURL names the Redis server the lab uses; when it is unset, the
 // lab starts one (scripts/servers/redis.sh) if redis-server is installed.
-const EnvRedisURL = "OCCKIT_REDIS_URL"
+const envRedisURL = "OCCKIT_REDIS_URL"
 
-var redisSpecs = []BackendSpec{
+var redisSpecs = []backendSpec{
 	{
 		Name:  "redis",
 		About: "rediscas on Redis: OCCKIT_REDIS_URL, or a throwaway server started with scripts/servers/redis.sh",
@@ -40,31 +40,31 @@ type redisBackend struct {
 	started    *servers.Script
 }
 
-func openRedis(ctx context.Context, env *Env) (_ Service, err error) {
+func openRedis(ctx context.Context, env *Env) (_ service, err error) {
 	b := &redisBackend{}
 	defer func() {
 		if err != nil {
 			_ = b.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	u := env.getenv(EnvRedisURL)
+	u := env.getenv(envRedisURL)
 	if u == "" {
 		if !env.StartServers {
-			return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", ErrUnavailable, EnvRedisURL)
+			return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", errUnavailable, envRedisURL)
 		}
 		root, err := env.repoRoot()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s is not set, and scripts/servers/redis.sh cannot be found: %w", ErrUnavailable, EnvRedisURL, err)
+			return nil, fmt.Errorf("%w: %s is not set, and scripts/servers/redis.sh cannot be found: %w", errUnavailable, envRedisURL, err)
 		}
-		env.logf("redis: %s is not set: starting a throwaway server with scripts/servers/redis.sh", EnvRedisURL)
-		if b.started, err = servers.StartScript(ctx, root, "redis", EnvRedisURL, servers.RedisBinary, env.Log); err != nil {
-			return nil, fmt.Errorf("%w: %s is not set, and %w", ErrUnavailable, EnvRedisURL, err)
+		env.logf("redis: %s is not set: starting a throwaway server with scripts/servers/redis.sh", envRedisURL)
+		if b.started, err = servers.StartScript(ctx, root, "redis", envRedisURL, servers.RedisBinary, env.Log); err != nil {
+			return nil, fmt.Errorf("%w: %s is not set, and %w", errUnavailable, envRedisURL, err)
 		}
 		u = b.started.URL
 	}
 	opts, err := redis.ParseURL(u)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, EnvRedisURL, err)
+		return nil, fmt.Errorf("%w: %s: %w", errUnavailable, envRedisURL, err)
 	}
 	opts.PoolSize = 3*max(env.MaxWorkers, DefaultWorkers) + 4
 	b.cli = redis.NewClient(opts)
@@ -72,11 +72,11 @@ func openRedis(ctx context.Context, env *Env) (_ Service, err error) {
 	defer cancel()
 	info, err := b.cli.Info(octx, "server", "persistence").Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, redactURL(u), err)
+		return nil, fmt.Errorf("%w: %s: %w", errUnavailable, redactURL(u), err)
 	}
 	field := func(name string) string { return infoField(info, name) }
 	save, _ := b.cli.ConfigGet(octx, "save").Result()
-	where := "at " + redactURL(u) + " (" + EnvRedisURL + ")"
+	where := "at " + redactURL(u) + " (" + envRedisURL + ")"
 	if b.started != nil {
 		where = "at " + redactURL(u) + ", started by the lab with scripts/servers/redis.sh"
 	}
@@ -91,19 +91,19 @@ func openRedis(ctx context.Context, env *Env) (_ Service, err error) {
 
 func (b *redisBackend) RedisClient() redis.UniversalClient { return b.cli }
 
-var redisTuning = Tuning{Retryable: rediscas.Retryable}
+var redisTuning = retryTuning{Retryable: rediscas.Retryable}
 
-func (b *redisBackend) Info() BackendInfo {
-	return BackendInfo{
+func (b *redisBackend) Info() backendInfo {
+	return backendInfo{
 		Name:       "redis",
 		Server:     b.server,
 		Durability: b.durability,
 		Locker:     "rediscas.Locker (SET PX with INCR fencing tokens, a watchdog per lease; waiters poll)",
-		BackOff:    DescribeBackOff(redisTuning),
+		BackOff:    describeBackOff(redisTuning),
 	}
 }
 
-func (b *redisBackend) Tuning() Tuning { return redisTuning }
+func (b *redisBackend) tuning() retryTuning { return redisTuning }
 
 func (b *redisBackend) NewStore(_ context.Context, ns string) (cas.Store, func(context.Context) error, error) {
 	prefix := "lab:" + ns + ":"

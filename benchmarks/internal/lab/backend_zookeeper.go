@@ -13,7 +13,7 @@ import (
 // it is installed.
 const EnvZooKeeperAddr = "OCCKIT_ZK_ADDR"
 
-var zookeeperSpecs = []BackendSpec{
+var zookeeperSpecs = []backendSpec{
 	{
 		Name:  "zookeeper",
 		About: "ZooKeeper, lock service only (lock-zookeeper): OCCKIT_ZK_ADDR, or a standalone server started from Debian's zookeeper package",
@@ -32,19 +32,19 @@ type zkService struct {
 	srv                      *servers.ZooKeeper
 }
 
-func openZooKeeper(ctx context.Context, env *Env) (Service, error) {
+func openZooKeeper(ctx context.Context, env *Env) (service, error) {
 	if addr := env.getenv(EnvZooKeeperAddr); addr != "" {
 		return &zkService{addr: addr, server: "ZooKeeper at " + addr + " (" + EnvZooKeeperAddr + ")", durability: "as configured on the server (not checked)"}, nil
 	}
 	if !env.StartServers {
-		return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", ErrUnavailable, EnvZooKeeperAddr)
+		return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", errUnavailable, EnvZooKeeperAddr)
 	}
 	srv, err := servers.StartZooKeeper(ctx)
 	if errors.Is(err, servers.ErrZooKeeperNotInstalled) {
-		return nil, fmt.Errorf("%w: %s is not set, and ZooKeeper is not installed (apt-get install zookeeper; the lab never installs servers)", ErrUnavailable, EnvZooKeeperAddr)
+		return nil, fmt.Errorf("%w: %s is not set, and ZooKeeper is not installed (apt-get install zookeeper; the lab never installs servers)", errUnavailable, EnvZooKeeperAddr)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	s := &zkService{
 		addr:       srv.Addr,
@@ -58,8 +58,8 @@ func openZooKeeper(ctx context.Context, env *Env) (Service, error) {
 
 func (s *zkService) ZooKeeperAddr() string { return s.addr }
 
-func (s *zkService) Info() BackendInfo {
-	return BackendInfo{Name: "zookeeper", Server: s.server, Durability: s.durability, Locker: "— (lends lock-zookeeper to other backends)", BackOff: "—"}
+func (s *zkService) Info() backendInfo {
+	return backendInfo{Name: "zookeeper", Server: s.server, Durability: s.durability, Locker: "— (lends lock-zookeeper to other backends)", BackOff: "—"}
 }
 
 func (s *zkService) Close(context.Context) error {

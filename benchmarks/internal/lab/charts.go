@@ -16,18 +16,18 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// Chart is one PNG written by WriteCharts.
-type Chart struct {
+// chart is one PNG written by writeCharts.
+type chart struct {
 	Title string
 	// Path is relative to the directory holding report.html.
 	Path string
 }
 
-// WriteCharts draws one PNG per backend and workload into dir: throughput
+// writeCharts draws one PNG per backend and workload into dir: throughput
 // (top) and p99 latency (bottom) against the grid's points ordered by
 // contention, one line per strategy, both on log scales. It returns the
 // charts written, with paths relative to dir's parent.
-func WriteCharts(results []Result, dir string) ([]Chart, error) {
+func writeCharts(results []Result, dir string) ([]chart, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -41,13 +41,13 @@ func WriteCharts(results []Result, dir string) ([]Chart, error) {
 		}
 		groups[k] = append(groups[k], r)
 	}
-	var charts []Chart
+	var charts []chart
 	for _, k := range keys {
 		name := fmt.Sprintf("%s-%s.png", k.backend, k.workload)
 		if err := writeChart(groups[k], k.backend, k.workload, filepath.Join(dir, name)); err != nil {
 			return nil, fmt.Errorf("chart %s: %w", name, err)
 		}
-		charts = append(charts, Chart{Title: k.backend + ", " + k.workload, Path: filepath.Join(filepath.Base(dir), name)})
+		charts = append(charts, chart{Title: k.backend + ", " + k.workload, Path: filepath.Join(filepath.Base(dir), name)})
 	}
 	return charts, nil
 }
@@ -55,11 +55,11 @@ func WriteCharts(results []Result, dir string) ([]Chart, error) {
 func writeChart(rs []Result, backend, workload, path string) error {
 	// The x axis: the points, least contended first.
 	type px struct {
-		p Point
+		p point
 		c float64
 	}
 	var pts []px
-	seen := map[Point]bool{}
+	seen := map[point]bool{}
 	for _, r := range rs {
 		if p := r.Point(); !seen[p] {
 			seen[p] = true
@@ -76,7 +76,7 @@ func writeChart(rs []Result, backend, workload, path string) error {
 		}
 		return a.p.WorkMs < b.p.WorkMs
 	})
-	xOf := map[Point]float64{}
+	xOf := map[point]float64{}
 	ticks := make([]plot.Tick, len(pts))
 	for i, p := range pts {
 		xOf[p.p] = float64(i)

@@ -8,16 +8,16 @@
 //
 //   - Backends (backend_<name>.go, listed in backendSpecs): a Service the
 //     lab reached or started (OpenLab skips, with the reason, one that
-//     cannot run here); a Backend holds data (NewStore, NewLocker, Tuning);
+//     cannot run here); a Backend holds data (NewStore, NewLocker, retryTuning);
 //     lock-only services (ZooKeeper, Redlock's servers) lend locks to the
 //     others.
 //   - Strategies (strategies*.go, listed in strategySpecs): how one
 //     operation is performed: occ, occ-cached, occ-txn, hybrid, adaptive,
 //     and the lock-* baselines (in process, PostgreSQL, etcd, Redis,
-//     Redlock, ZooKeeper), each given a Harness per cell.
+//     Redlock, ZooKeeper), each given a harness per cell.
 //   - Workloads (workload.go): counter, inventory and transfer, each with
 //     its invariant.
-//   - Grid, Lab.Run and Lab.RunGrid run cells; NewReport, CheckGoals and
+//   - Grid, Lab.Run and Lab.RunGrid run cells; NewReport, checkGoals and
 //     the writers turn outcomes into tables, charts and results.json.
 //
 // The lists are written out (no registration from init functions), so the

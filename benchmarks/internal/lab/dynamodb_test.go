@@ -38,7 +38,7 @@ func TestDynamoDBSmoke(t *testing.T) {
 	}
 	// lock-redis needs a Redis, which this lab may not reach or start.
 	_, err := l.Run(t.Context(), Cell{Backend: "dynamodb", Strategy: "lock-redis", Workload: "counter", Workers: 1, Keys: 1, Ops: 1})
-	if !errors.Is(err, ErrNotApplicable) {
+	if !errors.Is(err, errNotApplicable) {
 		t.Errorf("lock-redis without Redis: %v, want not applicable", err)
 	}
 }
@@ -70,7 +70,7 @@ func TestDynamoDBWithRedis(t *testing.T) {
 // scripts/servers/dynalite.sh when it is installed, and fails saying how
 // to get it otherwise.
 func TestDynamoDBOnDynalite(t *testing.T) {
-	url := os.Getenv(EnvDynaliteURL)
+	url := os.Getenv(envDynaliteURL)
 	if url == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -83,10 +83,10 @@ func TestDynamoDBOnDynalite(t *testing.T) {
 		cli := filepath.Join(root, "internal", "dynamotest", "dynalite", "node_modules", "dynalite", "cli.js")
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
-		p, err := servers.StartScript(ctx, root, "dynalite", EnvDynaliteURL, cli, testLog{t})
+		p, err := servers.StartScript(ctx, root, "dynalite", envDynaliteURL, cli, testLog{t})
 		if err != nil {
 			t.Fatalf("%s is not set and dynalite could not be started (%v): run `make test` (it installs and starts dynalite), "+
-				"or `bash scripts/servers/dynalite.sh` and export the %s it prints", EnvDynaliteURL, err, EnvDynaliteURL)
+				"or `bash scripts/servers/dynalite.sh` and export the %s it prints", envDynaliteURL, err, envDynaliteURL)
 		}
 		t.Cleanup(func() {
 			if err := p.Stop(context.Background()); err != nil {
@@ -96,7 +96,7 @@ func TestDynamoDBOnDynalite(t *testing.T) {
 		url = p.URL
 	}
 	l := openLabWith(t, Env{MaxWorkers: 8, Log: testLog{t}, Getenv: func(k string) string {
-		if k == EnvDynaliteURL {
+		if k == envDynaliteURL {
 			return url
 		}
 		return ""
@@ -111,7 +111,7 @@ func TestDynamoDBOnDynalite(t *testing.T) {
 		}
 	}
 	_, err := l.Run(t.Context(), Cell{Backend: "dynamodb", Strategy: "occ-txn", Workload: "transfer", Workers: 1, Keys: 2, Ops: 1})
-	if !errors.Is(err, ErrNotApplicable) || !strings.Contains(err.Error(), "TransactWriteItems") {
+	if !errors.Is(err, errNotApplicable) || !strings.Contains(err.Error(), "TransactWriteItems") {
 		t.Errorf("occ-txn transfer on dynalite: %v, want not applicable for want of TransactWriteItems", err)
 	}
 	cells, skips, err := Grid{}.Plan(l)
@@ -136,7 +136,7 @@ func TestDynamoDBOnDynalite(t *testing.T) {
 // by `make test`): the dynamodb backend then runs on minidyn, which has
 // TransactWriteItems.
 func withoutDynalite(k string) string {
-	if k == EnvDynaliteURL {
+	if k == envDynaliteURL {
 		return ""
 	}
 	return os.Getenv(k)

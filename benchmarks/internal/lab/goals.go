@@ -7,19 +7,19 @@ import (
 
 // Goal statuses.
 const (
-	GoalMet    = "met"
-	GoalNotMet = "NOT MET"
-	GoalNA     = "n/a"
+	goalMet    = "met"
+	goalNotMet = "NOT MET"
+	goalNA     = "n/a"
 )
 
-// GoalCheck is one of the issue's goals checked at one grid point of one
+// goalCheck is one of the issue's goals checked at one grid point of one
 // backend and workload, as a ratio of throughputs measured in the same
 // run.
-type GoalCheck struct {
+type goalCheck struct {
 	Goal     string  `json:"goal"`
 	Backend  string  `json:"backend"`
 	Workload string  `json:"workload"`
-	Point    Point   `json:"point"`
+	Point    point   `json:"point"`
 	Status   string  `json:"status"`
 	Ratio    float64 `json:"ratio"`
 	Detail   string  `json:"detail"`
@@ -27,13 +27,13 @@ type GoalCheck struct {
 
 // The goals, as printed.
 const (
-	GoalLowOCC      = "low contention: occ ≥ 2× the best lock-*"
-	GoalHighHybrid  = "high contention: hybrid or adaptive ≥ 0.9× the best lock-*"
-	GoalHighOCC     = "high contention: occ (with backoff) ≥ 0.5× the best lock-*, every worker commits"
-	GoalAdaptiveAll = "every point: adaptive ≥ 0.9× the better of occ and the best lock-*"
+	goalLowOCC      = "low contention: occ ≥ 2× the best lock-*"
+	goalHighHybrid  = "high contention: hybrid or adaptive ≥ 0.9× the best lock-*"
+	goalHighOCC     = "high contention: occ (with backoff) ≥ 0.5× the best lock-*, every worker commits"
+	goalAdaptiveAll = "every point: adaptive ≥ 0.9× the better of occ and the best lock-*"
 )
 
-// CheckGoals checks the issue's goals on results. Each backend, workload
+// checkGoals checks the issue's goals on results. Each backend, workload
 // and grid point is judged on its own cells only: ratios between cells
 // that ran side by side. A cell whose invariant failed does not count (it
 // is a failure, not a number). On a multi-key workload, where occ.Update
@@ -41,10 +41,10 @@ const (
 // detail gives the ratio to the best lock that works across processes (all
 // but lock-local), since an in-process mutex is only a choice for a single
 // process.
-func CheckGoals(results []Result) []GoalCheck {
+func checkGoals(results []Result) []goalCheck {
 	type group struct {
 		backend, workload string
-		point             Point
+		point             point
 		byName            map[string]Result
 		broken            []string
 	}
@@ -64,11 +64,11 @@ func CheckGoals(results []Result) []GoalCheck {
 		}
 		g.byName[r.Strategy] = r
 	}
-	var out []GoalCheck
+	var out []goalCheck
 	for _, k := range order {
 		g := groups[k]
-		check := func(goal string) *GoalCheck {
-			out = append(out, GoalCheck{Goal: goal, Backend: g.backend, Workload: g.workload, Point: g.point})
+		check := func(goal string) *goalCheck {
+			out = append(out, goalCheck{Goal: goal, Backend: g.backend, Workload: g.workload, Point: g.point})
 			return &out[len(out)-1]
 		}
 		occName := "occ"
@@ -77,30 +77,30 @@ func CheckGoals(results []Result) []GoalCheck {
 			occName = "occ-txn"
 			occR, hasOCC = g.byName["occ-txn"]
 		}
-		bestLock, hasLock := best(g.byName, func(s StrategySpec) bool { return s.Kind == Lock })
-		bestCross, hasCross := best(g.byName, func(s StrategySpec) bool { return s.Kind == Lock && s.Name != "lock-local" })
+		bestLock, hasLock := best(g.byName, func(s strategySpec) bool { return s.Kind == kindLock })
+		bestCross, hasCross := best(g.byName, func(s strategySpec) bool { return s.Kind == kindLock && s.Name != "lock-local" })
 		cross := func(r Result) string {
 			if !hasCross || bestCross.Strategy == bestLock.Strategy || bestCross.Throughput <= 0 {
 				return ""
 			}
 			return fmt.Sprintf("; against the best cross-process lock (%s %s/s): %.2f×", bestCross.Strategy, rate(bestCross.Throughput), r.Throughput/bestCross.Throughput)
 		}
-		missing := func(c *GoalCheck, what string) {
-			c.Status, c.Detail = GoalNA, "no "+what+" result at this point"
+		missing := func(c *goalCheck, what string) {
+			c.Status, c.Detail = goalNA, "no "+what+" result at this point"
 			if len(g.broken) > 0 {
 				c.Detail += fmt.Sprintf(" (invariant broken: %v)", g.broken)
 			}
 		}
-		judge := func(c *GoalCheck, ratio, need float64, detail string) {
+		judge := func(c *goalCheck, ratio, need float64, detail string) {
 			c.Ratio, c.Detail = ratio, detail
-			c.Status = GoalNotMet
+			c.Status = goalNotMet
 			if ratio >= need {
-				c.Status = GoalMet
+				c.Status = goalMet
 			}
 		}
 		p := g.point
 		if p.Low() {
-			c := check(GoalLowOCC)
+			c := check(goalLowOCC)
 			switch {
 			case !hasOCC:
 				missing(c, "occ")
@@ -112,7 +112,7 @@ func CheckGoals(results []Result) []GoalCheck {
 			}
 		}
 		if p.High() {
-			c := check(GoalHighHybrid)
+			c := check(goalHighHybrid)
 			hy, okH := g.byName["hybrid"]
 			ad, okA := g.byName["adaptive"]
 			switch {
@@ -128,7 +128,7 @@ func CheckGoals(results []Result) []GoalCheck {
 				judge(c, pick.Throughput/bestLock.Throughput, 0.9,
 					fmt.Sprintf("%s %s/s vs %s %s/s%s", pick.Strategy, rate(pick.Throughput), bestLock.Strategy, rate(bestLock.Throughput), cross(pick)))
 			}
-			c = check(GoalHighOCC)
+			c = check(goalHighOCC)
 			switch {
 			case !hasOCC:
 				missing(c, "occ")
@@ -140,18 +140,18 @@ func CheckGoals(results []Result) []GoalCheck {
 						occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput),
 						occR.WorkersCommitted, occR.Workers, occR.AttemptsPerOp, occR.FailedOps, occR.StalledOps, cross(occR)))
 				if occR.WorkersCommitted < occR.Workers {
-					c.Status = GoalNotMet
+					c.Status = goalNotMet
 					c.Detail += " (a worker committed nothing)"
 				}
 			}
 		}
-		c := check(GoalAdaptiveAll)
+		c := check(goalAdaptiveAll)
 		ad, okA := g.byName["adaptive"]
 		switch {
 		case !okA:
 			missing(c, "adaptive")
 			if g.workload != "" {
-				if wl, ok := LookupWorkload(g.workload); ok && wl.KeysPerOp > 1 {
+				if wl, ok := lookupWorkload(g.workload); ok && wl.KeysPerOp > 1 {
 					c.Detail = "adaptive is single-key (hybrid.UpdateAdaptive): it does not run multi-key workloads"
 				}
 			}
@@ -175,7 +175,7 @@ func CheckGoals(results []Result) []GoalCheck {
 
 // best returns the result with the highest throughput among strategies
 // that match.
-func best(byName map[string]Result, match func(StrategySpec) bool) (Result, bool) {
+func best(byName map[string]Result, match func(strategySpec) bool) (Result, bool) {
 	names := make([]string, 0, len(byName))
 	for n := range byName {
 		names = append(names, n)
@@ -186,7 +186,7 @@ func best(byName map[string]Result, match func(StrategySpec) bool) (Result, bool
 		found bool
 	)
 	for _, n := range names {
-		spec, ok := LookupStrategy(n)
+		spec, ok := lookupStrategy(n)
 		if !ok || !match(spec) {
 			continue
 		}

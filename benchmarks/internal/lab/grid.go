@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// Point is a grid point of one backend and workload: how many workers,
+// point is a grid point of one backend and workload: how many workers,
 // over how many keys, how skewed, with how much work in the critical
 // section.
-type Point struct {
+type point struct {
 	Workers int     `json:"workers"`
 	Keys    int     `json:"keys"`
 	Theta   float64 `json:"theta"`
@@ -21,7 +21,7 @@ type Point struct {
 }
 
 // String names the point for tables and charts: "8w 1000k θ=0".
-func (p Point) String() string {
+func (p point) String() string {
 	s := fmt.Sprintf("%dw %dk", p.Workers, p.Keys)
 	if p.Keys > 2 {
 		s += " θ=" + strconv.FormatFloat(p.Theta, 'g', 3, 64)
@@ -34,11 +34,11 @@ func (p Point) String() string {
 
 // Low reports whether the point is a low-contention one in the goals'
 // sense: uniform choice over at least 1000 keys.
-func (p Point) Low() bool { return p.Theta == 0 && p.Keys >= 1000 }
+func (p point) Low() bool { return p.Theta == 0 && p.Keys >= 1000 }
 
 // High reports whether the point is a high-contention one: every worker
 // on one key (two for a workload that needs two distinct keys).
-func (p Point) High() bool { return p.Keys <= 2 }
+func (p point) High() bool { return p.Keys <= 2 }
 
 // Grid describes a run: the cross product of backends, workloads, points
 // and strategies. Zero fields take the defaults of the default run.
@@ -46,7 +46,7 @@ type Grid struct {
 	// Backends to run on (empty: every open backend).
 	Backends []string
 	// Strategies to run (empty: each backend's defaults, see
-	// StrategySpec.DefaultOn).
+	// strategySpec.DefaultOn).
 	Strategies []string
 	// Workloads (empty: all registered).
 	Workloads []string
@@ -70,12 +70,12 @@ type Grid struct {
 // Default values of a Grid.
 const (
 	DefaultWorkers  = 8
-	DefaultLowKeys  = 1000
-	DefaultDuration = time.Second
-	DefaultWarmup   = 200 * time.Millisecond
+	defaultLowKeys  = 1000
+	defaultDuration = time.Second
+	defaultWarmup   = 200 * time.Millisecond
 )
 
-func (g Grid) points() []Point {
+func (g Grid) points() []point {
 	workers := g.Workers
 	if len(workers) == 0 {
 		workers = []int{DefaultWorkers}
@@ -91,11 +91,11 @@ func (g Grid) points() []Point {
 	var kts []kt
 	switch {
 	case len(g.Keys) == 0 && len(g.Thetas) == 0:
-		kts = []kt{{DefaultLowKeys, 0}, {1, 0}}
+		kts = []kt{{defaultLowKeys, 0}, {1, 0}}
 	default:
 		keys, thetas := g.Keys, g.Thetas
 		if len(keys) == 0 {
-			keys = []int{DefaultLowKeys}
+			keys = []int{defaultLowKeys}
 		}
 		if len(thetas) == 0 {
 			thetas = []float64{0}
@@ -111,11 +111,11 @@ func (g Grid) points() []Point {
 			}
 		}
 	}
-	var pts []Point
+	var pts []point
 	for _, w := range workers {
 		for _, x := range kts {
 			for _, wt := range works {
-				pts = append(pts, Point{Workers: w, Keys: x.keys, Theta: x.theta, WorkMs: ms(wt)})
+				pts = append(pts, point{Workers: w, Keys: x.keys, Theta: x.theta, WorkMs: ms(wt)})
 			}
 		}
 	}
@@ -126,7 +126,7 @@ func (g Grid) points() []Point {
 // (backend, workload, point, then strategy, so that the strategies of one
 // point run side by side), and the combinations it leaves out with the
 // reason.
-func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
+func (g Grid) Plan(l *Lab) ([]Cell, []skip, error) {
 	backendNames := g.Backends
 	if len(backendNames) == 0 {
 		backendNames = l.DataBackends()
@@ -136,7 +136,7 @@ func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
 		workloadNames = Workloads()
 	}
 	for _, n := range workloadNames {
-		if _, ok := LookupWorkload(n); !ok {
+		if _, ok := lookupWorkload(n); !ok {
 			return nil, nil, fmt.Errorf("benchmarks: unknown workload %q (have %v)", n, Workloads())
 		}
 	}
@@ -146,7 +146,7 @@ func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
 		strategyNames = Strategies()
 	}
 	for _, n := range strategyNames {
-		if _, ok := LookupStrategy(n); !ok {
+		if _, ok := lookupStrategy(n); !ok {
 			return nil, nil, fmt.Errorf("benchmarks: unknown strategy %q (have %v)", n, Strategies())
 		}
 	}
@@ -159,14 +159,14 @@ func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
 	case g.Ops > 0 && dur == 0:
 		warm = 0 // a count of operations, all measured
 	case dur == 0:
-		dur = DefaultDuration
+		dur = defaultDuration
 		if warm == 0 {
-			warm = DefaultWarmup
+			warm = defaultWarmup
 		}
 	}
 	var (
 		cells []Cell
-		skips []Skip
+		skips []skip
 	)
 	skip := func(name, reason string) {
 		for _, s := range skips {
@@ -174,7 +174,7 @@ func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
 				return
 			}
 		}
-		skips = append(skips, Skip{Name: name, Reason: reason})
+		skips = append(skips, skip{Name: name, Reason: reason})
 	}
 	for _, b := range backendNames {
 		if _, ok := l.Backend(b); !ok {
@@ -185,12 +185,12 @@ func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
 		}
 		be, _ := l.Backend(b)
 		for _, wn := range workloadNames {
-			wl, _ := LookupWorkload(wn)
+			wl, _ := lookupWorkload(wn)
 			if why := multiKeyUnsupported(be); wl.KeysPerOp > 1 && why != "" {
 				skip(b+"/"+wn, why)
 				continue
 			}
-			var pts []Point
+			var pts []point
 			for _, p := range g.points() {
 				if p.Keys < wl.KeysPerOp {
 					p.Keys, p.Theta = wl.KeysPerOp, 0
@@ -201,7 +201,7 @@ func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
 			}
 			for _, p := range pts {
 				for _, sn := range strategyNames {
-					spec, _ := LookupStrategy(sn)
+					spec, _ := lookupStrategy(sn)
 					name := b + "/" + wn + "/" + sn
 					if !explicit && spec.DefaultOn != nil && !spec.DefaultOn(b, wl.KeysPerOp > 1) {
 						continue
@@ -211,7 +211,7 @@ func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
 						if wl.KeysPerOp > 1 {
 							reason = "single-key only: cannot update several keys atomically"
 						}
-						if explicit || spec.Kind != Optimistic || sn == "occ" {
+						if explicit || spec.Kind != kindOptimistic || sn == "occ" {
 							skip(name, reason)
 						}
 						continue
@@ -228,8 +228,8 @@ func (g Grid) Plan(l *Lab) ([]Cell, []Skip, error) {
 	return cells, skips, nil
 }
 
-// Outcome is what running one cell of a grid gave.
-type Outcome struct {
+// outcome is what running one cell of a grid gave.
+type outcome struct {
 	Cell   Cell
 	Result *Result // nil when the cell did not run
 	Err    error   // why it did not run
@@ -237,12 +237,12 @@ type Outcome struct {
 
 // Skipped reports whether the cell was left out because its strategy does
 // not apply (not a failure).
-func (o Outcome) Skipped() bool { return o.Err != nil && errors.Is(o.Err, ErrNotApplicable) }
+func (o outcome) Skipped() bool { return o.Err != nil && errors.Is(o.Err, errNotApplicable) }
 
 // RunGrid runs cells one after the other, calling progress (if not nil)
 // before each and after the last. It stops early only when ctx ends.
-func (l *Lab) RunGrid(ctx context.Context, cells []Cell, progress func(done int, next *Cell)) []Outcome {
-	out := make([]Outcome, 0, len(cells))
+func (l *Lab) RunGrid(ctx context.Context, cells []Cell, progress func(done int, next *Cell)) []outcome {
+	out := make([]outcome, 0, len(cells))
 	for i := range cells {
 		if ctx.Err() != nil {
 			break
@@ -251,7 +251,7 @@ func (l *Lab) RunGrid(ctx context.Context, cells []Cell, progress func(done int,
 			progress(i, &cells[i])
 		}
 		r, err := l.Run(ctx, cells[i])
-		o := Outcome{Cell: cells[i], Err: err}
+		o := outcome{Cell: cells[i], Err: err}
 		if err == nil {
 			o.Result = &r
 		}
@@ -265,6 +265,6 @@ func (l *Lab) RunGrid(ctx context.Context, cells []Cell, progress func(done int,
 
 // CellName names a cell in messages.
 func CellName(c Cell) string {
-	p := Point{Workers: c.Workers, Keys: c.Keys, Theta: c.Theta, WorkMs: ms(c.Work)}
+	p := point{Workers: c.Workers, Keys: c.Keys, Theta: c.Theta, WorkMs: ms(c.Work)}
 	return strings.Join([]string{c.Backend, c.Workload, c.Strategy, p.String()}, " ")
 }

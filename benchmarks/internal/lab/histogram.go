@@ -12,12 +12,12 @@ const histSub = 128
 // histBuckets covers durations up to 2^63 ns.
 const histBuckets = (64-7)*histSub + 2*histSub
 
-// Histogram records durations in log-linear buckets, as HDR histograms do:
+// latencyHistogram records durations in log-linear buckets, as HDR histograms do:
 // exact below 128 ns, then 128 buckets per power of two, so every recorded
 // value is known to within 0.8% whatever its size, in fixed memory (about
-// 60 KiB). The zero value is ready to use. A Histogram is not safe for
+// 60 KiB). The zero value is ready to use. A latencyHistogram is not safe for
 // concurrent use: the lab keeps one per worker and merges them.
-type Histogram struct {
+type latencyHistogram struct {
 	counts []uint64
 	n      uint64
 	max    time.Duration
@@ -41,7 +41,7 @@ func histBounds(i int) (lo, hi uint64) {
 }
 
 // Record adds one duration (negative ones count as 0).
-func (h *Histogram) Record(d time.Duration) {
+func (h *latencyHistogram) Record(d time.Duration) {
 	if h.counts == nil {
 		h.counts = make([]uint64, histBuckets)
 	}
@@ -52,7 +52,7 @@ func (h *Histogram) Record(d time.Duration) {
 }
 
 // Merge adds o's counts to h.
-func (h *Histogram) Merge(o *Histogram) {
+func (h *latencyHistogram) Merge(o *latencyHistogram) {
 	if o.n == 0 {
 		return
 	}
@@ -67,15 +67,15 @@ func (h *Histogram) Merge(o *Histogram) {
 }
 
 // Count returns the number of recorded durations.
-func (h *Histogram) Count() uint64 { return h.n }
+func (h *latencyHistogram) Count() uint64 { return h.n }
 
 // Max returns the largest recorded duration.
-func (h *Histogram) Max() time.Duration { return h.max }
+func (h *latencyHistogram) Max() time.Duration { return h.max }
 
 // Quantile returns the q-quantile (0 < q ≤ 1) of the recorded durations:
 // the middle of the bucket holding the ⌈q·n⌉-th smallest value, never more
 // than the largest value recorded. It returns 0 when nothing was recorded.
-func (h *Histogram) Quantile(q float64) time.Duration {
+func (h *latencyHistogram) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}

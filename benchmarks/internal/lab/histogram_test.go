@@ -8,7 +8,7 @@ import (
 )
 
 func TestHistogramQuantiles(t *testing.T) {
-	var h, a, b Histogram
+	var h, a, b latencyHistogram
 	r := rand.New(rand.NewPCG(1, 2))
 	var all []time.Duration
 	for i := range 100_000 {
@@ -28,7 +28,7 @@ func TestHistogramQuantiles(t *testing.T) {
 	slices.Sort(all)
 	for _, q := range []float64{0.001, 0.5, 0.9, 0.99, 0.999, 1} {
 		exact := all[int(q*float64(len(all))+0.9999999)-1]
-		for name, hh := range map[string]*Histogram{"one": &h, "merged": &a} {
+		for name, hh := range map[string]*latencyHistogram{"one": &h, "merged": &a} {
 			got := hh.Quantile(q)
 			if diff := float64(got-exact) / float64(max(exact, 1)); diff > 0.008 || diff < -0.008 {
 				t.Errorf("%s: q%v = %v, exact %v (%.2f%% off)", name, q, got, exact, 100*diff)
@@ -38,7 +38,7 @@ func TestHistogramQuantiles(t *testing.T) {
 	if h.Count() != 100_000 || a.Count() != 100_000 || h.Max() != all[len(all)-1] {
 		t.Errorf("count %d/%d, max %v (want %v)", h.Count(), a.Count(), h.Max(), all[len(all)-1])
 	}
-	var empty Histogram
+	var empty latencyHistogram
 	if empty.Quantile(0.5) != 0 {
 		t.Error("empty histogram has a median")
 	}

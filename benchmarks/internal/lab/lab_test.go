@@ -19,14 +19,14 @@ import (
 // whatever version is current by then (a blind write, as code without a
 // version check does). Concurrent operations overwrite each other's
 // results. TestMain adds it to the lab's strategies.
-var blindWrite = StrategySpec{
+var blindWrite = strategySpec{
 	Name:      "test-blind-write",
-	Kind:      Optimistic,
+	Kind:      kindOptimistic,
 	About:     "broken on purpose: read, apply, write over whatever is current",
 	SingleKey: true, MultiKey: true,
 	DefaultOn: func(string, bool) bool { return false },
-	New: func(_ context.Context, h *Harness) (Strategy, error) {
-		return StrategyFunc(func(ctx context.Context, _ int, op Op) error {
+	New: func(_ context.Context, h *harness) (cellStrategy, error) {
+		return strategyFunc(func(ctx context.Context, _ int, op operation) error {
 			vals := make([]int64, len(op.Keys))
 			for i, k := range op.Keys {
 				v, _, err := h.Values.Get(ctx, k)
@@ -273,23 +273,23 @@ func TestGoalChecks(t *testing.T) {
 	bad.InvariantOK = false
 	rs = append(rs, bad)
 	got := map[string]string{}
-	for _, g := range CheckGoals(rs) {
+	for _, g := range checkGoals(rs) {
 		got[g.Workload+" "+g.Point.String()+" "+g.Goal] = g.Status
 	}
 	for k, want := range map[string]string{
-		"counter 8w 1000k θ=0 " + GoalLowOCC:       GoalMet,    // 3×
-		"counter 8w 1000k θ=0 " + GoalAdaptiveAll:  GoalMet,    // 280/300
-		"counter 8w 1k " + GoalHighHybrid:          GoalMet,    // 0.95
-		"counter 8w 1k " + GoalHighOCC:             GoalNotMet, // 0.4 (the broken 1000/s does not count)
-		"counter 8w 1k " + GoalAdaptiveAll:         GoalNotMet, // 0.8
-		"transfer 8w 1000k θ=0 " + GoalLowOCC:      GoalNotMet, // occ-txn stands for occ: 1.5
-		"transfer 8w 1000k θ=0 " + GoalAdaptiveAll: GoalNA,
+		"counter 8w 1000k θ=0 " + goalLowOCC:       goalMet,    // 3×
+		"counter 8w 1000k θ=0 " + goalAdaptiveAll:  goalMet,    // 280/300
+		"counter 8w 1k " + goalHighHybrid:          goalMet,    // 0.95
+		"counter 8w 1k " + goalHighOCC:             goalNotMet, // 0.4 (the broken 1000/s does not count)
+		"counter 8w 1k " + goalAdaptiveAll:         goalNotMet, // 0.8
+		"transfer 8w 1000k θ=0 " + goalLowOCC:      goalNotMet, // occ-txn stands for occ: 1.5
+		"transfer 8w 1000k θ=0 " + goalAdaptiveAll: goalNA,
 	} {
 		if got[k] != want {
 			t.Errorf("%s: %q, want %q", k, got[k], want)
 		}
 	}
-	if !slices.ContainsFunc(CheckGoals(rs), func(g GoalCheck) bool { return strings.Contains(g.Detail, "best cross-process lock (lock-etcd-mutex") }) {
+	if !slices.ContainsFunc(checkGoals(rs), func(g goalCheck) bool { return strings.Contains(g.Detail, "best cross-process lock (lock-etcd-mutex") }) {
 		t.Error("no detail gives the ratio to the best cross-process lock")
 	}
 }
@@ -306,7 +306,7 @@ func TestDefaultLocks(t *testing.T) {
 		"lock-pg-advisory":   {"postgres"},
 	}
 	for name, on := range want {
-		spec, ok := LookupStrategy(name)
+		spec, ok := lookupStrategy(name)
 		if !ok {
 			t.Fatalf("%s is not registered", name)
 		}
@@ -318,7 +318,7 @@ func TestDefaultLocks(t *testing.T) {
 			}
 		}
 	}
-	if spec, _ := LookupStrategy("lock-local"); spec.DefaultOn != nil {
+	if spec, _ := lookupStrategy("lock-local"); spec.DefaultOn != nil {
 		t.Error("lock-local should run everywhere")
 	}
 }
@@ -328,7 +328,7 @@ type fakeService struct {
 	closed *int
 }
 
-func (f fakeService) Info() BackendInfo           { return BackendInfo{Name: f.name} }
+func (f fakeService) Info() backendInfo           { return backendInfo{Name: f.name} }
 func (f fakeService) Close(context.Context) error { *f.closed++; return nil }
 
 // TestOpenService: a service opened on demand is opened once, kept until
@@ -340,8 +340,8 @@ func TestOpenService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var opened, failed, closed int
-	open := func(context.Context, *Env) (Service, error) { opened++; return fakeService{"lazy", &closed}, nil }
-	fail := func(context.Context, *Env) (Service, error) { failed++; return nil, errors.New("no server") }
+	open := func(context.Context, *Env) (service, error) { opened++; return fakeService{"lazy", &closed}, nil }
+	fail := func(context.Context, *Env) (service, error) { failed++; return nil, errors.New("no server") }
 	for range 3 {
 		if s, err := l.OpenService(ctx, "lazy", open); err != nil || s.Info().Name != "lazy" {
 			t.Fatalf("OpenService: %v, %v", s, err)
@@ -373,7 +373,7 @@ func TestSpecs(t *testing.T) {
 		if s.Name == "" || s.New == nil || s.Kind == 0 || !(s.SingleKey || s.MultiKey) {
 			t.Errorf("incomplete strategy %+v", s)
 		}
-		if (s.Kind == Lock) != strings.HasPrefix(s.Name, "lock-") {
+		if (s.Kind == kindLock) != strings.HasPrefix(s.Name, "lock-") {
 			t.Errorf("strategy %s: kind %v; lock strategies, and only they, are named lock-*", s.Name, s.Kind)
 		}
 		if seen["s/"+s.Name] {

@@ -39,14 +39,14 @@ type Meta struct {
 	// Durability states the durability of every backend, which must be
 	// alike within a run for the ratios to mean anything.
 	Durability string        `json:"durability"`
-	Backends   []BackendInfo `json:"backends"`
+	Backends   []backendInfo `json:"backends"`
 	Strategies []NameAbout   `json:"strategies"`
 	Workloads  []NameAbout   `json:"workloads"`
 	// Skipped lists backends that could not be opened and cells that did
 	// not apply, with the reason; Failed the cells that could not run.
-	Skipped []Skip      `json:"skipped"`
-	Failed  []Skip      `json:"failed"`
-	Goals   []GoalCheck `json:"goals"`
+	Skipped []skip      `json:"skipped"`
+	Failed  []skip      `json:"failed"`
+	Goals   []goalCheck `json:"goals"`
 	// InvariantViolations counts cells whose invariant did not hold.
 	InvariantViolations int `json:"invariant_violations"`
 }
@@ -64,7 +64,7 @@ type Report struct {
 }
 
 // NewReport assembles a report from a grid's outcomes.
-func NewReport(l *Lab, g Grid, outcomes []Outcome, planSkips []Skip, started time.Time, command string) *Report {
+func NewReport(l *Lab, g Grid, outcomes []outcome, planSkips []skip, started time.Time, command string) *Report {
 	r := &Report{Meta: Meta{
 		Started:     started.UTC().Truncate(time.Second),
 		ElapsedS:    time.Since(started).Seconds(),
@@ -97,19 +97,19 @@ func NewReport(l *Lab, g Grid, outcomes []Outcome, planSkips []Skip, started tim
 				r.Meta.InvariantViolations++
 			}
 		case o.Skipped():
-			r.Meta.Skipped = append(r.Meta.Skipped, Skip{Name: CellName(o.Cell), Reason: o.Err.Error()})
+			r.Meta.Skipped = append(r.Meta.Skipped, skip{Name: CellName(o.Cell), Reason: o.Err.Error()})
 		default:
-			r.Meta.Failed = append(r.Meta.Failed, Skip{Name: CellName(o.Cell), Reason: o.Err.Error()})
+			r.Meta.Failed = append(r.Meta.Failed, skip{Name: CellName(o.Cell), Reason: o.Err.Error()})
 		}
 		if !seenS[o.Cell.Strategy] {
 			seenS[o.Cell.Strategy] = true
-			if s, ok := LookupStrategy(o.Cell.Strategy); ok {
+			if s, ok := lookupStrategy(o.Cell.Strategy); ok {
 				r.Meta.Strategies = append(r.Meta.Strategies, NameAbout{s.Name, s.About})
 			}
 		}
 		if !seenW[o.Cell.Workload] {
 			seenW[o.Cell.Workload] = true
-			if w, ok := LookupWorkload(o.Cell.Workload); ok {
+			if w, ok := lookupWorkload(o.Cell.Workload); ok {
 				r.Meta.Workloads = append(r.Meta.Workloads, NameAbout{w.Name, w.About})
 			}
 		}
@@ -122,7 +122,7 @@ func NewReport(l *Lab, g Grid, outcomes []Outcome, planSkips []Skip, started tim
 		dur = append(dur, b.Name+": "+b.Durability)
 	}
 	r.Meta.Durability = strings.Join(dur, "; ")
-	r.Meta.Goals = CheckGoals(r.Cells)
+	r.Meta.Goals = checkGoals(r.Cells)
 	return r
 }
 
@@ -163,7 +163,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	ew.printf("\n### Goal checks (ratios of throughputs measured side by side)\n\n")
 	for _, g := range r.Meta.Goals {
 		ratio := ""
-		if g.Status != GoalNA {
+		if g.Status != goalNA {
 			ratio = fmt.Sprintf(" %.2f×", g.Ratio)
 		}
 		ew.printf("- [%s]%s %s, %s, %s: %s — %s\n", g.Status, ratio, g.Backend, g.Workload, g.Point, g.Goal, g.Detail)
@@ -233,7 +233,7 @@ func (r *Report) WriteFiles(dir string) error {
 	if err := r.writeCSV(filepath.Join(dir, "results.csv")); err != nil {
 		return err
 	}
-	charts, err := WriteCharts(r.Cells, filepath.Join(dir, "charts"))
+	charts, err := writeCharts(r.Cells, filepath.Join(dir, "charts"))
 	if err != nil {
 		return err
 	}
@@ -315,14 +315,14 @@ at least once within the window (a starved worker did not).</p>
 </body></html>
 `))
 
-func (r *Report) writeHTML(path string, charts []Chart) error {
+func (r *Report) writeHTML(path string, charts []chart) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	err = reportTemplate.Execute(f, struct {
 		*Report
-		Charts []Chart
+		Charts []chart
 	}{r, charts})
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -102,15 +102,15 @@ type Result struct {
 
 // Point identifies a result's grid point within its backend and
 // workload.
-func (r Result) Point() Point {
-	return Point{Workers: r.Workers, Keys: r.Keys, Theta: r.Theta, WorkMs: r.WorkMs}
+func (r Result) Point() point {
+	return point{Workers: r.Workers, Keys: r.Keys, Theta: r.Theta, WorkMs: r.WorkMs}
 }
 
 // worker is one goroutine's state and counters; the occ observer of its
 // calls (observers run on the caller's goroutine, so no locking).
 type worker struct {
-	hist                    Histogram
-	tally                   Tally
+	hist                    latencyHistogram
+	tally                   opTally
 	committed, failed       int64
 	committedInWindow       int64
 	stalled                 int64
@@ -134,14 +134,14 @@ func (w *worker) ObserveCall(_ context.Context, c occ.Call) {
 // key's initial value; the workers for the warm-up and the measured
 // window; then the invariant check over every key. An error means the
 // cell could not be run (setup failed, or the strategy does not apply:
-// errors.Is(err, ErrNotApplicable)); a broken invariant is not an error but
+// errors.Is(err, errNotApplicable)); a broken invariant is not an error but
 // a Result with InvariantOK false.
 func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
-	wl, ok := LookupWorkload(c.Workload)
+	wl, ok := lookupWorkload(c.Workload)
 	if !ok {
 		return Result{}, fmt.Errorf("benchmarks: unknown workload %q", c.Workload)
 	}
-	spec, ok := LookupStrategy(c.Strategy)
+	spec, ok := lookupStrategy(c.Strategy)
 	if !ok {
 		return Result{}, fmt.Errorf("benchmarks: unknown strategy %q", c.Strategy)
 	}
@@ -157,9 +157,9 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 	case c.Duration <= 0 && c.Ops <= 0:
 		return Result{}, errors.New("benchmarks: a cell needs a duration or an operation count")
 	case wl.KeysPerOp == 1 && !spec.SingleKey, wl.KeysPerOp > 1 && !spec.MultiKey:
-		return Result{}, fmt.Errorf("%s on %s: %w", c.Strategy, c.Workload, ErrNotApplicable)
+		return Result{}, fmt.Errorf("%s on %s: %w", c.Strategy, c.Workload, errNotApplicable)
 	case wl.KeysPerOp > 1 && multiKeyUnsupported(be) != "":
-		return Result{}, fmt.Errorf("%s on %s: %s: %w", c.Workload, c.Backend, multiKeyUnsupported(be), ErrNotApplicable)
+		return Result{}, fmt.Errorf("%s on %s: %s: %w", c.Workload, c.Backend, multiKeyUnsupported(be), errNotApplicable)
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = DefaultMaxAttempts
@@ -167,7 +167,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 	if c.Initial == 0 {
 		c.Initial = wl.Initial
 	}
-	zipf, err := NewZipf(c.Keys, c.Theta)
+	zipf, err := newZipf(c.Keys, c.Theta)
 	if err != nil {
 		return Result{}, err
 	}
@@ -178,7 +178,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		return Result{}, fmt.Errorf("benchmarks: %s: new store: %w", c.Backend, err)
 	}
 	defer func() { _ = drop(context.WithoutCancel(ctx)) }()
-	h := &Harness{
+	h := &harness{
 		Cell: c, Workload: wl, Backend: be, Store: store,
 		Values: cas.NewTyped(store, cas.JSON[int64]()),
 		Keys:   make([]string, c.Keys), NS: ns, lab: l,
@@ -195,7 +195,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 
 	workers := make([]*worker, c.Workers)
 	h.opts = make([][]occ.Option, c.Workers)
-	tuning := be.Tuning()
+	tuning := be.tuning()
 	for i := range workers {
 		workers[i] = &worker{}
 		h.opts[i] = retryOptions(c, tuning, workers[i])
@@ -240,7 +240,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 				} else if issued.Add(1) > c.Ops {
 					return
 				}
-				op := Op{Keys: pickKeys(rng, zipf, h.Keys, keys), w: wl, work: c.Work}
+				op := operation{Keys: pickKeys(rng, zipf, h.Keys, keys), w: wl, work: c.Work}
 				if wl.Arg != nil {
 					op.arg = wl.Arg(rng)
 				}
@@ -267,8 +267,8 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 	if c.Duration <= 0 {
 		res.MeasuredS = elapsed.Seconds()
 	}
-	var hist Histogram
-	var tally Tally
+	var hist latencyHistogram
+	var tally opTally
 	var attempts int64
 	for _, wk := range workers {
 		hist.Merge(&wk.hist)
@@ -347,14 +347,14 @@ func (w *worker) count(err error, lat time.Duration, measured, endedInWindow boo
 		if endedInWindow {
 			w.committedInWindow++
 		}
-	case errors.Is(err, ErrDeclined):
+	case errors.Is(err, errDeclined):
 		w.tally.Declined++
 		if measured {
 			w.declined++
 		}
 	default:
 		amb := errors.Is(err, cas.ErrAmbiguous)
-		if errors.Is(err, ErrNegative) {
+		if errors.Is(err, errNegative) {
 			w.tally.Negative++
 		}
 		if amb {
@@ -381,7 +381,7 @@ func (w *worker) count(err error, lat time.Duration, measured, endedInWindow boo
 // pickKeys fills buf with distinct keys for one operation: the first from
 // the Zipf law, each next one drawn again until it differs (after 32 equal
 // draws, the next key in rank order).
-func pickKeys(r *rand.Rand, z *Zipf, keys, buf []string) []string {
+func pickKeys(r *rand.Rand, z *zipfDist, keys, buf []string) []string {
 	var ranks [4]int
 	for i := range buf {
 		k := z.Next(r)
@@ -408,7 +408,7 @@ func containsRank(ranks []int, k int) bool {
 }
 
 // retryOptions are a worker's occ options for a cell.
-func retryOptions(c Cell, t Tuning, obs occ.Observer) []occ.Option {
+func retryOptions(c Cell, t retryTuning, obs occ.Observer) []occ.Option {
 	opts := []occ.Option{occ.WithMaxAttempts(c.MaxAttempts), occ.WithObserver(obs)}
 	if initial, maxWait, ok := backOffBounds(c, t); ok {
 		opts = append(opts, occ.WithBackOffFunc(func() backoff.BackOff {
@@ -432,7 +432,7 @@ func retryOptions(c Cell, t Tuning, obs occ.Observer) []occ.Option {
 
 // backOffBounds returns the backoff of a cell, or ok false for occ's
 // default.
-func backOffBounds(c Cell, t Tuning) (initial, maxWait time.Duration, ok bool) {
+func backOffBounds(c Cell, t retryTuning) (initial, maxWait time.Duration, ok bool) {
 	if t.BackOffInitial == 0 && t.BackOffMax == 0 && c.Work <= time.Millisecond {
 		return 0, 0, false
 	}
@@ -447,9 +447,9 @@ func backOffBounds(c Cell, t Tuning) (initial, maxWait time.Duration, ok bool) {
 	return initial, max(maxWait, initial), true
 }
 
-// DescribeBackOff says in words what backoff a backend's optimistic
+// describeBackOff says in words what backoff a backend's optimistic
 // strategies use.
-func DescribeBackOff(t Tuning) string {
+func describeBackOff(t retryTuning) string {
 	if t.BackOffInitial == 0 && t.BackOffMax == 0 {
 		return "occ default: 1 ms doubling to 100 ms, ±50% jitter (at least the work time first)"
 	}

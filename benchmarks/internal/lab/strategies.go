@@ -16,14 +16,14 @@ import (
 // strategies_postgres.go, strategies_redis.go, strategies_redlock.go,
 // strategies_zookeeper.go).
 
-var coreStrategies = []StrategySpec{
+var coreStrategies = []strategySpec{
 	{
 		Name:      "occ",
-		Kind:      Optimistic,
+		Kind:      kindOptimistic,
 		About:     "occ.Update: read, mutate, compare-and-swap, retry with backoff on conflict",
 		SingleKey: true,
-		New: func(_ context.Context, h *Harness) (Strategy, error) {
-			return StrategyFunc(func(ctx context.Context, w int, op Op) error {
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), h.Options(w)...)
 				return err
 			}), nil
@@ -31,16 +31,16 @@ var coreStrategies = []StrategySpec{
 	},
 	{
 		Name:      "occ-cached",
-		Kind:      Optimistic,
+		Kind:      kindOptimistic,
 		About:     "occ.Update (occ.Txn for several keys) with a shared occ.Cache: a warm update is one conditional write",
 		SingleKey: true, MultiKey: true,
-		New: func(_ context.Context, h *Harness) (Strategy, error) {
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
 			cache := occ.NewCache(h.Store, 2*len(h.Keys)+16)
 			perWorker := make([][]occ.Option, h.Cell.Workers)
 			for w := range perWorker {
 				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCache(cache))
 			}
-			return StrategyFunc(func(ctx context.Context, w int, op Op) error {
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				opts := perWorker[w]
 				if len(op.Keys) > 1 {
 					return occ.Txn(ctx, h.Store, txnBody(h, op), opts...)
@@ -52,30 +52,30 @@ var coreStrategies = []StrategySpec{
 	},
 	{
 		Name:      "occ-txn",
-		Kind:      Optimistic,
+		Kind:      kindOptimistic,
 		About:     "occ.Txn: read every key, buffer the writes, commit them atomically if no read version changed",
 		SingleKey: true, MultiKey: true,
 		// On single-key workloads occ-txn is occ.Update's cost plus the
 		// transaction's bookkeeping: the default grid runs it on
 		// multi-key workloads only, where it stands for occ.
 		DefaultOn: func(_ string, multiKey bool) bool { return multiKey },
-		New: func(_ context.Context, h *Harness) (Strategy, error) {
-			return StrategyFunc(func(ctx context.Context, w int, op Op) error {
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				return occ.Txn(ctx, h.Store, txnBody(h, op), h.Options(w)...)
 			}), nil
 		},
 	},
 	{
 		Name:      "hybrid",
-		Kind:      Hybrid,
+		Kind:      kindHybrid,
 		About:     "hybrid.Update: the backend's lease lock, then a fenced compare-and-swap; several keys: leases in key order, then occ.Txn",
 		SingleKey: true, MultiKey: true,
-		New: func(ctx context.Context, h *Harness) (Strategy, error) {
+		New: func(ctx context.Context, h *harness) (cellStrategy, error) {
 			l, err := h.Locker(ctx)
 			if err != nil {
 				return nil, err
 			}
-			return StrategyFunc(func(ctx context.Context, w int, op Op) error {
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				if len(op.Keys) > 1 {
 					return leasedTxn(ctx, h, l, w, op)
 				}
@@ -86,16 +86,16 @@ var coreStrategies = []StrategySpec{
 	},
 	{
 		Name:      "adaptive",
-		Kind:      Adaptive,
+		Kind:      kindAdaptive,
 		About:     "hybrid.UpdateAdaptive (default settings): occ.Update while a key is cool; a hot key takes whichever of occ.Update and hybrid.Update ran faster, measured in epochs",
 		SingleKey: true,
-		New: func(ctx context.Context, h *Harness) (Strategy, error) {
+		New: func(ctx context.Context, h *harness) (cellStrategy, error) {
 			l, err := h.Locker(ctx)
 			if err != nil {
 				return nil, err
 			}
 			a := hybrid.NewAdaptive(l, hybrid.AdaptiveConfig{})
-			return StrategyFunc(func(ctx context.Context, w int, op Op) error {
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				_, _, err := hybrid.UpdateAdaptive(ctx, a, h.Values, op.Keys[0], mutateOne(op), h.Options(w)...)
 				return err
 			}), nil
@@ -103,10 +103,10 @@ var coreStrategies = []StrategySpec{
 	},
 	{
 		Name:      "lock-local",
-		Kind:      Lock,
+		Kind:      kindLock,
 		About:     "a sync.Mutex per key in this process around read, work and write (correct only while one process writes)",
 		SingleKey: true, MultiKey: true,
-		New: func(_ context.Context, h *Harness) (Strategy, error) {
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
 			locks := make(map[string]*sync.Mutex, len(h.Keys))
 			for _, k := range h.Keys {
 				locks[h.LockName(k)] = new(sync.Mutex)
@@ -121,7 +121,7 @@ var coreStrategies = []StrategySpec{
 }
 
 // mutateOne adapts a single-key operation to occ.Update's mutate function.
-func mutateOne(op Op) func(cur int64, exists bool) (int64, error) {
+func mutateOne(op operation) func(cur int64, exists bool) (int64, error) {
 	return func(cur int64, _ bool) (int64, error) {
 		v := [1]int64{cur}
 		if err := op.Apply(v[:]); err != nil {
@@ -133,7 +133,7 @@ func mutateOne(op Op) func(cur int64, exists bool) (int64, error) {
 
 // txnBody is an occ.Txn function for op: read every key, apply, put
 // every key.
-func txnBody(h *Harness, op Op) func(tx *occ.Tx) error {
+func txnBody(h *harness, op operation) func(tx *occ.Tx) error {
 	codec := h.Values.Codec()
 	return func(tx *occ.Tx) error {
 		var vals [4]int64
@@ -169,7 +169,7 @@ func txnBody(h *Harness, op Op) func(tx *occ.Tx) error {
 // which is what makes the write safe if a lease was lost (the lease only
 // keeps other writers from wasting attempts); hybrid.Update's fenced write
 // covers one key only.
-func leasedTxn(ctx context.Context, h *Harness, l hybrid.Locker, w int, op Op) error {
+func leasedTxn(ctx context.Context, h *harness, l hybrid.Locker, w int, op operation) error {
 	return occ.Retry(ctx, func(ctx context.Context) error {
 		keys := sortedKeys(op)
 		leases := make([]hybrid.Lease, 0, len(keys))

@@ -10,10 +10,10 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
-var etcdStrategies = []StrategySpec{
+var etcdStrategies = []strategySpec{
 	{
 		Name:      "lock-etcd-mutex",
-		Kind:      Lock,
+		Kind:      kindLock,
 		About:     "etcd's concurrency.Mutex (one session per worker) around read, work and write; the data may live on any backend",
 		SingleKey: true, MultiKey: true,
 		// On etcd it is the data's own lock; on memory it stands beside
@@ -25,11 +25,11 @@ var etcdStrategies = []StrategySpec{
 	},
 }
 
-func newEtcdMutex(ctx context.Context, h *Harness) (Strategy, error) {
+func newEtcdMutex(ctx context.Context, h *harness) (cellStrategy, error) {
 	svc, _ := h.Service("etcd")
 	es, ok := svc.(EtcdService)
 	if !ok {
-		return nil, fmt.Errorf("the etcd backend is not open: %w", ErrNotApplicable)
+		return nil, fmt.Errorf("the etcd backend is not open: %w", errNotApplicable)
 	}
 	cli := es.EtcdClient()
 	sessions := make([]*concurrency.Session, h.Cell.Workers)

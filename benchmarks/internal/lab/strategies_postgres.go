@@ -12,10 +12,10 @@ import (
 	"github.com/occkit/occkit/occ"
 )
 
-var postgresStrategies = []StrategySpec{
+var postgresStrategies = []strategySpec{
 	{
 		Name:      "lock-pg-for-update",
-		Kind:      Lock,
+		Kind:      kindLock,
 		About:     "BEGIN; SELECT ... FOR UPDATE; work; UPDATE; COMMIT (pgcas.Store.UpdateLocked; one SELECT for all keys of a transfer)",
 		SingleKey: true, MultiKey: true,
 		DefaultOn: func(b string, _ bool) bool { return b == "postgres" },
@@ -23,7 +23,7 @@ var postgresStrategies = []StrategySpec{
 	},
 	{
 		Name:      "lock-pg-advisory",
-		Kind:      Lock,
+		Kind:      kindLock,
 		About:     "pg_advisory_lock per key (pgcas.AdvisoryLocker session leases) around read, work and write; the data may live on any backend",
 		SingleKey: true, MultiKey: true,
 		DefaultOn: func(b string, _ bool) bool { return b == "postgres" },
@@ -31,17 +31,17 @@ var postgresStrategies = []StrategySpec{
 	},
 }
 
-func newPGForUpdate(_ context.Context, h *Harness) (Strategy, error) {
+func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 	st, ok := h.Store.(*pgcas.Store)
-	ps, ok2 := h.Backend.(PostgresService)
+	ps, ok2 := h.Backend.(postgresService)
 	if !ok || !ok2 {
-		return nil, fmt.Errorf("SELECT ... FOR UPDATE locks rows of the table holding the data, which is on %s: %w", h.Backend.Info().Name, ErrNotApplicable)
+		return nil, fmt.Errorf("SELECT ... FOR UPDATE locks rows of the table holding the data, which is on %s: %w", h.Backend.Info().Name, errNotApplicable)
 	}
 	codec := h.Values.Codec()
 	table := ps.Table(h.NS)
 	sqlLock := `SELECT key, value FROM ` + table + ` WHERE key = ANY($1) AND value IS NOT NULL ORDER BY key FOR UPDATE`
 	sqlWrite := `UPDATE ` + table + ` SET value = $2, version = DEFAULT, write_id = gen_random_uuid() WHERE key = $1`
-	return StrategyFunc(func(ctx context.Context, w int, op Op) error {
+	return strategyFunc(func(ctx context.Context, w int, op operation) error {
 		if len(op.Keys) == 1 {
 			return occ.Retry(ctx, func(ctx context.Context) error {
 				_, err := st.UpdateLocked(ctx, op.Keys[0], func(cur []byte, exists bool) ([]byte, error) {
@@ -108,11 +108,11 @@ func newPGForUpdate(_ context.Context, h *Harness) (Strategy, error) {
 	}), nil
 }
 
-func newPGAdvisory(_ context.Context, h *Harness) (Strategy, error) {
+func newPGAdvisory(_ context.Context, h *harness) (cellStrategy, error) {
 	svc, _ := h.Service("postgres")
-	ps, ok := svc.(PostgresService)
+	ps, ok := svc.(postgresService)
 	if !ok {
-		return nil, fmt.Errorf("the postgres backend is not open: %w", ErrNotApplicable)
+		return nil, fmt.Errorf("the postgres backend is not open: %w", errNotApplicable)
 	}
 	locker := ps.AdvisoryLocker()
 	return lockedDo(h, func(ctx context.Context, _ int, name string) (func(), error) {

@@ -42,10 +42,10 @@ end
 return 0
 `)
 
-var redisStrategies = []StrategySpec{
+var redisStrategies = []strategySpec{
 	{
 		Name: "lock-redis",
-		Kind: Lock,
+		Kind: kindLock,
 		About: fmt.Sprintf("a hand-written Redis lock around read, work and write: SET key token NX PX %v with a random token, "+
 			"polled every %v doubling to %v (±50%% jitter) while held, released by a Lua script that checks the token; no fencing; "+
 			"the data may live on any backend (Redis: the redis backend's server, or OCCKIT_REDIS_URL, or one the lab starts)",
@@ -66,19 +66,19 @@ func defaultOnRedisLocks(b string, _ bool) bool {
 // redisForLocks returns the Redis client a lock strategy uses: the redis
 // backend's when it is open, else a Redis the lab reaches
 // (OCCKIT_REDIS_URL) or starts now, kept for the rest of the run.
-func redisForLocks(ctx context.Context, h *Harness) (RedisService, error) {
+func redisForLocks(ctx context.Context, h *harness) (RedisService, error) {
 	svc, err := h.OpenService(ctx, "redis", openRedis)
 	if err != nil {
-		return nil, fmt.Errorf("no Redis for the lock (%v): %w", err, ErrNotApplicable)
+		return nil, fmt.Errorf("no Redis for the lock (%v): %w", err, errNotApplicable)
 	}
 	rs, ok := svc.(RedisService)
 	if !ok {
-		return nil, fmt.Errorf("the redis service is not a Redis: %w", ErrNotApplicable)
+		return nil, fmt.Errorf("the redis service is not a Redis: %w", errNotApplicable)
 	}
 	return rs, nil
 }
 
-func newRedisLock(ctx context.Context, h *Harness) (Strategy, error) {
+func newRedisLock(ctx context.Context, h *harness) (cellStrategy, error) {
 	rs, err := redisForLocks(ctx, h)
 	if err != nil {
 		return nil, err

@@ -29,10 +29,10 @@ const EnvRedlockURLs = "OCCKIT_REDLOCK_URLS"
 // lock-redlock: Redlock's usual five (a lock needs three of them).
 const RedlockServers = 5
 
-var redlockStrategies = []StrategySpec{
+var redlockStrategies = []strategySpec{
 	{
 		Name: "lock-redlock",
-		Kind: Lock,
+		Kind: kindLock,
 		About: fmt.Sprintf("Redlock over %d independent Redis servers (github.com/go-redsync/redsync/v4 with its go-redis v9 pool, "+
 			"its defaults: 8 s expiry, up to 32 tries 50–250 ms apart, a quorum of 3) around read, work and write; no fencing; "+
 			"the data may live on any backend", RedlockServers),
@@ -62,16 +62,16 @@ func (s *redlockService) RedlockAddrs() []string {
 	return out
 }
 
-// RedlockService is the set of independent Redis servers lock-redlock
+// redlockServers is the set of independent Redis servers lock-redlock
 // locks on, for code outside the lab that runs its own Redlock (the lock
 // stories, benchmarks/story).
-type RedlockService interface {
-	Service
+type redlockServers interface {
+	service
 	// RedlockClients returns a client of each server, in a fixed order.
 	RedlockClients() []*redis.Client
 }
 
-// RedlockClients implements RedlockService.
+// RedlockClients implements redlockServers.
 func (s *redlockService) RedlockClients() []*redis.Client {
 	return append([]*redis.Client(nil), s.clients...)
 }
@@ -80,19 +80,19 @@ func (s *redlockService) RedlockClients() []*redis.Client {
 // lock-redlock cell does when none has yet (OCCKIT_REDLOCK_URLS, or
 // RedlockServers throwaway servers started with scripts/servers/redis.sh);
 // the lab stops the servers it started at Close.
-func (l *Lab) OpenRedlock(ctx context.Context) (RedlockService, error) {
+func (l *Lab) OpenRedlock(ctx context.Context) (redlockServers, error) {
 	svc, err := l.OpenService(ctx, "redlock", openRedlock)
 	if err != nil {
 		return nil, err
 	}
-	rs, ok := svc.(RedlockService)
+	rs, ok := svc.(redlockServers)
 	if !ok {
 		return nil, fmt.Errorf("benchmarks: the redlock service is %T, not the lab's", svc)
 	}
 	return rs, nil
 }
 
-func openRedlock(ctx context.Context, env *Env) (_ Service, err error) {
+func openRedlock(ctx context.Context, env *Env) (_ service, err error) {
 	s := &redlockService{}
 	defer func() {
 		if err != nil {
@@ -102,19 +102,19 @@ func openRedlock(ctx context.Context, env *Env) (_ Service, err error) {
 	urls := splitList(env.getenv(EnvRedlockURLs))
 	if len(urls) == 0 {
 		if !env.StartServers {
-			return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", ErrUnavailable, EnvRedlockURLs)
+			return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", errUnavailable, EnvRedlockURLs)
 		}
 		root, err := env.repoRoot()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s is not set, and scripts/servers/redis.sh cannot be found: %w", ErrUnavailable, EnvRedlockURLs, err)
+			return nil, fmt.Errorf("%w: %s is not set, and scripts/servers/redis.sh cannot be found: %w", errUnavailable, EnvRedlockURLs, err)
 		}
 		env.logf("redlock: %s is not set: starting %d throwaway Redis servers with scripts/servers/redis.sh", EnvRedlockURLs, RedlockServers)
 		// One after the other: each script picks a free port and checks
 		// that its own server answers there.
 		for range RedlockServers {
-			p, err := servers.StartScript(ctx, root, "redis", EnvRedisURL, servers.RedisBinary, env.Log)
+			p, err := servers.StartScript(ctx, root, "redis", envRedisURL, servers.RedisBinary, env.Log)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %s is not set, and %w", ErrUnavailable, EnvRedlockURLs, err)
+				return nil, fmt.Errorf("%w: %s is not set, and %w", errUnavailable, EnvRedlockURLs, err)
 			}
 			s.started = append(s.started, p)
 			urls = append(urls, p.URL)
@@ -131,14 +131,14 @@ func openRedlock(ctx context.Context, env *Env) (_ Service, err error) {
 	for _, u := range urls {
 		opts, err := redis.ParseURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, EnvRedlockURLs, err)
+			return nil, fmt.Errorf("%w: %s: %w", errUnavailable, EnvRedlockURLs, err)
 		}
 		opts.PoolSize = 3*max(env.MaxWorkers, DefaultWorkers) + 4
 		c := redis.NewClient(opts)
 		s.clients = append(s.clients, c)
 		info, err := c.Info(octx, "server", "persistence").Result()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, redactURL(u), err)
+			return nil, fmt.Errorf("%w: %s: %w", errUnavailable, redactURL(u), err)
 		}
 		version = infoField(info, "redis_version")
 		save, _ := c.ConfigGet(octx, "save").Result()
@@ -160,8 +160,8 @@ func openRedlock(ctx context.Context, env *Env) (_ Service, err error) {
 	return s, nil
 }
 
-func (s *redlockService) Info() BackendInfo {
-	return BackendInfo{Name: "redlock", Server: s.server, Durability: s.durability, Locker: "— (lends lock-redlock to the data backends)", BackOff: "—"}
+func (s *redlockService) Info() backendInfo {
+	return backendInfo{Name: "redlock", Server: s.server, Durability: s.durability, Locker: "— (lends lock-redlock to the data backends)", BackOff: "—"}
 }
 
 func (s *redlockService) Close(ctx context.Context) error {
@@ -186,14 +186,14 @@ func (s *redlockService) Close(ctx context.Context) error {
 	return errors.Join(append(errs, stopErrs...)...)
 }
 
-func newRedlock(ctx context.Context, h *Harness) (Strategy, error) {
+func newRedlock(ctx context.Context, h *harness) (cellStrategy, error) {
 	svc, err := h.OpenService(ctx, "redlock", openRedlock)
 	if err != nil {
-		return nil, fmt.Errorf("no Redis servers for Redlock (%v): %w", err, ErrNotApplicable)
+		return nil, fmt.Errorf("no Redis servers for Redlock (%v): %w", err, errNotApplicable)
 	}
 	rl, ok := svc.(*redlockService)
 	if !ok {
-		return nil, fmt.Errorf("the redlock service is not the lab's: %w", ErrNotApplicable)
+		return nil, fmt.Errorf("the redlock service is not the lab's: %w", errNotApplicable)
 	}
 	prefix := "lab-redlock:" + h.NS + ":"
 	h.OnClose(func(ctx context.Context) error {

@@ -8,10 +8,10 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-var zookeeperStrategies = []StrategySpec{
+var zookeeperStrategies = []strategySpec{
 	{
 		Name:      "lock-zookeeper",
-		Kind:      Lock,
+		Kind:      kindLock,
 		About:     "ZooKeeper's lock recipe (ephemeral sequential nodes, each waiter watching its predecessor; go-zookeeper/zk, one session per worker) around read, work and write; the data may live on any backend",
 		SingleKey: true, MultiKey: true,
 		// The default run compares it with lock-etcd-mutex over the
@@ -25,11 +25,11 @@ type zkNopLogger struct{}
 
 func (zkNopLogger) Printf(string, ...any) {}
 
-func newZooKeeperLock(_ context.Context, h *Harness) (Strategy, error) {
+func newZooKeeperLock(_ context.Context, h *harness) (cellStrategy, error) {
 	svc, _ := h.Service("zookeeper")
 	zs, ok := svc.(ZooKeeperService)
 	if !ok {
-		return nil, fmt.Errorf("the zookeeper service is not open: %w", ErrNotApplicable)
+		return nil, fmt.Errorf("the zookeeper service is not open: %w", errNotApplicable)
 	}
 	conns := make([]*zk.Conn, h.Cell.Workers)
 	closeAll := func() {

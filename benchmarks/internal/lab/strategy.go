@@ -13,37 +13,37 @@ import (
 	"github.com/occkit/occkit/occ"
 )
 
-// ErrNotApplicable is returned (wrapped, with the reason) by a strategy's
+// errNotApplicable is returned (wrapped, with the reason) by a strategy's
 // New when it cannot run on a cell: a baseline that needs a server that is
 // not open, a single-key primitive asked to run a multi-key workload.
-var ErrNotApplicable = errors.New("not applicable")
+var errNotApplicable = errors.New("not applicable")
 
 // Kind groups strategies for the goal checks.
-type Kind int
+type strategyKind int
 
 const (
 	// Optimistic strategies write with a version check and retry on
 	// conflict (occ, occ-cached, occ-txn).
-	Optimistic Kind = iota + 1
+	kindOptimistic strategyKind = iota + 1
 	// Hybrid takes a lease lock and writes with a fenced, version-checked
 	// write.
-	Hybrid
+	kindHybrid
 	// Adaptive goes optimistic or hybrid per key, as the key's heat says.
-	Adaptive
+	kindAdaptive
 	// Lock is a pessimistic baseline: a lock held across read, work and
 	// write (names start with "lock-").
-	Lock
+	kindLock
 )
 
-func (k Kind) String() string {
+func (k strategyKind) String() string {
 	switch k {
-	case Optimistic:
+	case kindOptimistic:
 		return "optimistic"
-	case Hybrid:
+	case kindHybrid:
 		return "hybrid"
-	case Adaptive:
+	case kindAdaptive:
 		return "adaptive"
-	case Lock:
+	case kindLock:
 		return "lock"
 	}
 	return "unknown"
@@ -51,30 +51,30 @@ func (k Kind) String() string {
 
 // Strategy performs operations for one cell. Do is called concurrently by
 // the cell's workers, each passing its own index w (0 ≤ w < Workers); it
-// must return the operation's error as is (ErrDeclined, ErrNegative,
+// must return the operation's error as is (errDeclined, errNegative,
 // cas.ErrAmbiguous stay matchable with errors.Is).
-type Strategy interface {
-	Do(ctx context.Context, w int, op Op) error
+type cellStrategy interface {
+	Do(ctx context.Context, w int, op operation) error
 	// Close releases what New set up; it is called once after the
 	// workers are done.
 	Close(ctx context.Context) error
 }
 
-// StrategyFunc is a Strategy with nothing to close.
-type StrategyFunc func(ctx context.Context, w int, op Op) error
+// strategyFunc is a Strategy with nothing to close.
+type strategyFunc func(ctx context.Context, w int, op operation) error
 
 // Do calls f.
-func (f StrategyFunc) Do(ctx context.Context, w int, op Op) error { return f(ctx, w, op) }
+func (f strategyFunc) Do(ctx context.Context, w int, op operation) error { return f(ctx, w, op) }
 
 // Close does nothing.
-func (StrategyFunc) Close(context.Context) error { return nil }
+func (strategyFunc) Close(context.Context) error { return nil }
 
-// StrategySpec describes a strategy.
-type StrategySpec struct {
+// strategySpec describes a strategy.
+type strategySpec struct {
 	// Name is the strategy's name in flags, results and charts.
 	Name string
 	// Kind places it in the goal checks.
-	Kind Kind
+	Kind strategyKind
 	// About is a one-line description for the report.
 	About string
 	// SingleKey and MultiKey say which workloads it can run: those whose
@@ -86,8 +86,8 @@ type StrategySpec struct {
 	// New accepts the cell.
 	DefaultOn func(backend string, multiKey bool) bool
 	// New prepares the strategy for one cell, or returns an error
-	// wrapping ErrNotApplicable.
-	New func(ctx context.Context, h *Harness) (Strategy, error)
+	// wrapping errNotApplicable.
+	New func(ctx context.Context, h *harness) (cellStrategy, error)
 }
 
 // strategySpecs are the lab's strategies: one list, written out, instead
@@ -102,14 +102,14 @@ var strategyOrder = []string{
 	"lock-redis", "lock-redlock", "lock-zookeeper",
 }
 
-// LookupStrategy returns the strategy with that name.
-func LookupStrategy(name string) (StrategySpec, bool) {
+// lookupStrategy returns the strategy with that name.
+func lookupStrategy(name string) (strategySpec, bool) {
 	for _, s := range strategySpecs {
 		if s.Name == name {
 			return s, true
 		}
 	}
-	return StrategySpec{}, false
+	return strategySpec{}, false
 }
 
 // Strategies returns the names of the lab's strategies in the lab's
@@ -140,16 +140,16 @@ func sortStrategies(names []string) {
 	})
 }
 
-// Harness is what a strategy gets for one cell: the data, the backend
+// harness is what a strategy gets for one cell: the data, the backend
 // holding it, the other open backends (for locks from another service),
 // and the retry options that feed the cell's measurements.
-type Harness struct {
+type harness struct {
 	// Cell is the cell being run.
 	Cell Cell
 	// Workload is the cell's workload.
-	Workload *Workload
+	Workload *workloadSpec
 	// Backend holds the data.
-	Backend Backend
+	Backend dataBackend
 	// Store is the cell's fresh store, seeded with every key's initial
 	// value; Values is the same store with the workload's codec.
 	Store  cas.Store
@@ -172,26 +172,26 @@ type Harness struct {
 // attempts and fence rejections. Pass them to every occ or hybrid call,
 // and wrap a lock strategy's attempt in occ.Retry with them so that its
 // attempts are counted alike.
-func (h *Harness) Options(w int) []occ.Option { return h.opts[w] }
+func (h *harness) Options(w int) []occ.Option { return h.opts[w] }
 
 // LockName returns the name to lock for key: the key in the cell's
 // namespace.
-func (h *Harness) LockName(key string) string { return h.NS + "/" + key }
+func (h *harness) LockName(key string) string { return h.NS + "/" + key }
 
 // Service returns an open service or backend by name, for strategies
 // that take their lock from a service other than the one holding the
 // data.
-func (h *Harness) Service(name string) (Service, bool) { return h.lab.Service(name) }
+func (h *harness) Service(name string) (service, bool) { return h.lab.Service(name) }
 
 // OpenService returns the open service called name, or opens it with
 // open and keeps it until the lab closes (see Lab.OpenService): for a
 // lock whose server is started only when a cell needs it.
-func (h *Harness) OpenService(ctx context.Context, name string, open func(ctx context.Context, env *Env) (Service, error)) (Service, error) {
+func (h *harness) OpenService(ctx context.Context, name string, open func(ctx context.Context, env *Env) (service, error)) (service, error) {
 	return h.lab.OpenService(ctx, name, open)
 }
 
 // OnClose registers f to run after the cell, after the strategy's Close.
-func (h *Harness) OnClose(f func(context.Context) error) {
+func (h *harness) OnClose(f func(context.Context) error) {
 	h.mu.Lock()
 	h.closers = append(h.closers, f)
 	h.mu.Unlock()
@@ -200,7 +200,7 @@ func (h *Harness) OnClose(f func(context.Context) error) {
 // Locker returns the data backend's own lease lock for this cell (made on
 // first use, closed after the cell), with lock names in the cell's
 // namespace.
-func (h *Harness) Locker(ctx context.Context) (hybrid.Locker, error) {
+func (h *harness) Locker(ctx context.Context) (hybrid.Locker, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.locker != nil {
@@ -215,7 +215,7 @@ func (h *Harness) Locker(ctx context.Context) (hybrid.Locker, error) {
 	return h.locker, nil
 }
 
-func (h *Harness) close(ctx context.Context) error {
+func (h *harness) close(ctx context.Context) error {
 	h.mu.Lock()
 	closers := h.closers
 	h.closers = nil
@@ -244,7 +244,7 @@ func (n nsLocker) Acquire(ctx context.Context, key string) (hybrid.Lease, error)
 // versions read are still current, so the writes cost what plain writes
 // cost; if they are not, the write fails with cas.ErrConflict instead of
 // losing an update, and the caller's retry loop counts another attempt.
-func (h *Harness) ReadApplyWrite(ctx context.Context, op Op) error {
+func (h *harness) ReadApplyWrite(ctx context.Context, op operation) error {
 	var (
 		vals [4]int64
 		vers [4]cas.Version
@@ -289,7 +289,7 @@ func (h *Harness) ReadApplyWrite(ctx context.Context, op Op) error {
 
 // sortedKeys returns op's keys in lock order (sorted), so that strategies
 // holding several locks never deadlock.
-func sortedKeys(op Op) []string {
+func sortedKeys(op operation) []string {
 	if len(op.Keys) == 1 {
 		return op.Keys
 	}
@@ -302,11 +302,11 @@ func sortedKeys(op Op) []string {
 // lock in order, run the read-apply-write, release in reverse order.
 type lockFunc func(ctx context.Context, w int, name string) (unlock func(), err error)
 
-// lockedDo returns a StrategyFunc that runs op under lock, in occ.Retry
+// lockedDo returns a strategyFunc that runs op under lock, in occ.Retry
 // with the harness's options (so that its attempts are counted and an
 // unexpected conflict is retried, never lost).
-func lockedDo(h *Harness, lock lockFunc) StrategyFunc {
-	return func(ctx context.Context, w int, op Op) error {
+func lockedDo(h *harness, lock lockFunc) strategyFunc {
+	return func(ctx context.Context, w int, op operation) error {
 		return occ.Retry(ctx, func(ctx context.Context) error {
 			keys := sortedKeys(op)
 			unlocks := make([]func(), 0, len(keys))

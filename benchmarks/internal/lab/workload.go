@@ -4,24 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"time"
 )
 
-// ErrDeclined is returned by an operation the workload refuses on the
+// errDeclined is returned by an operation the workload refuses on the
 // values it read: an item sold out, a balance too small. Nothing is
 // written; the operation counts as declined, neither committed nor failed.
-var ErrDeclined = errors.New("benchmarks: declined by the workload")
+var errDeclined = errors.New("benchmarks: declined by the workload")
 
-// ErrNegative is returned by an operation that read a negative value: the
+// errNegative is returned by an operation that read a negative value: the
 // workload's invariant was already broken by an earlier write. The cell
 // fails its invariant check.
-var ErrNegative = errors.New("benchmarks: negative value read")
+var errNegative = errors.New("benchmarks: negative value read")
 
 // Workload describes what an operation does to the values of its keys and
 // which invariant must hold at the end. Every value is an int64 stored
 // with the JSON codec.
-type Workload struct {
+type workloadSpec struct {
 	// Name is the workload's name in flags, results and charts.
 	Name string
 	// About is a one-line description for the report.
@@ -36,16 +35,16 @@ type Workload struct {
 	// one.
 	Arg func(r *rand.Rand) int64
 	// Apply changes vals, the current values of the operation's keys in
-	// order, in place, or returns ErrDeclined.
+	// order, in place, or returns errDeclined.
 	Apply func(vals []int64, arg int64) error
 	// Check tests the invariant on the final values of all keys, given
 	// the initial value of each key and the tally of the whole run.
-	Check func(final []int64, initial int64, t Tally) error
+	Check func(final []int64, initial int64, t opTally) error
 }
 
 // Tally counts the outcomes of every operation of a cell, warm-up
 // included, for the invariant check.
-type Tally struct {
+type opTally struct {
 	// Committed operations returned success.
 	Committed int64
 	// Declined operations were refused by the workload (nothing written).
@@ -63,23 +62,23 @@ type Tally struct {
 // workload's Apply expects them) and its parameter. A strategy reads the
 // keys' current values, calls Apply, and writes the result under its
 // concurrency control.
-type Op struct {
+type operation struct {
 	Keys []string
 	arg  int64
-	w    *Workload
+	w    *workloadSpec
 	work time.Duration
 }
 
 // Apply computes the operation's new values from the current ones in
 // vals, in place. It spends the cell's work time first: that is the
 // critical section, between the read and the write. It returns
-// ErrDeclined when the workload refuses, ErrNegative when a value read is
+// errDeclined when the workload refuses, errNegative when a value read is
 // negative (a broken invariant); a strategy returns these errors as they
 // are, and must call Apply again, with fresh values, if it retries.
-func (op Op) Apply(vals []int64) error {
+func (op operation) Apply(vals []int64) error {
 	for _, v := range vals {
 		if v < 0 {
-			return ErrNegative
+			return errNegative
 		}
 	}
 	if op.work > 0 {
@@ -89,10 +88,10 @@ func (op Op) Apply(vals []int64) error {
 }
 
 // Arg returns the operation's parameter.
-func (op Op) Arg() int64 { return op.arg }
+func (op operation) Arg() int64 { return op.arg }
 
-// LookupWorkload returns the workload with that name.
-func LookupWorkload(name string) (*Workload, bool) {
+// lookupWorkload returns the workload with that name.
+func lookupWorkload(name string) (*workloadSpec, bool) {
 	for _, w := range builtinWorkloads {
 		if w.Name == name {
 			return w, true
@@ -109,25 +108,6 @@ func Workloads() []string {
 		names = append(names, w.Name)
 	}
 	return names
-}
-
-// sortByOrder sorts names: those in order first, in that order, then the
-// rest alphabetically.
-func sortByOrder(names, order []string) {
-	pos := map[string]int{}
-	for i, n := range order {
-		pos[n] = i + 1
-	}
-	sort.Slice(names, func(i, j int) bool {
-		pi, pj := pos[names[i]], pos[names[j]]
-		switch {
-		case pi != 0 && pj != 0:
-			return pi < pj
-		case pi != 0 || pj != 0:
-			return pi != 0
-		}
-		return names[i] < names[j]
-	})
 }
 
 func sum(vals []int64) int64 {
@@ -147,7 +127,7 @@ func checkNonNegative(final []int64) error {
 	return nil
 }
 
-var builtinWorkloads = []*Workload{
+var builtinWorkloads = []*workloadSpec{
 	{
 		Name:      "counter",
 		About:     "read-modify-write increment of one key",
@@ -156,7 +136,7 @@ var builtinWorkloads = []*Workload{
 			vals[0]++
 			return nil
 		},
-		Check: func(final []int64, initial int64, t Tally) error {
+		Check: func(final []int64, initial int64, t opTally) error {
 			if t.Negative > 0 {
 				return fmt.Errorf("%d operations read a negative counter", t.Negative)
 			}
@@ -174,12 +154,12 @@ var builtinWorkloads = []*Workload{
 		Initial:   1_000_000_000,
 		Apply: func(vals []int64, _ int64) error {
 			if vals[0] <= 0 {
-				return ErrDeclined
+				return errDeclined
 			}
 			vals[0]--
 			return nil
 		},
-		Check: func(final []int64, initial int64, t Tally) error {
+		Check: func(final []int64, initial int64, t opTally) error {
 			if err := checkNonNegative(final); err != nil {
 				return fmt.Errorf("stock went negative: %w", err)
 			}
@@ -201,13 +181,13 @@ var builtinWorkloads = []*Workload{
 		Arg:       func(r *rand.Rand) int64 { return 1 + r.Int64N(10) },
 		Apply: func(vals []int64, amount int64) error {
 			if vals[0] < amount {
-				return ErrDeclined
+				return errDeclined
 			}
 			vals[0] -= amount
 			vals[1] += amount
 			return nil
 		},
-		Check: func(final []int64, initial int64, t Tally) error {
+		Check: func(final []int64, initial int64, t opTally) error {
 			if err := checkNonNegative(final); err != nil {
 				return fmt.Errorf("a balance went negative: %w", err)
 			}

@@ -26,7 +26,7 @@ const MaxTheta = 2.0
 //
 // A Zipf holds no random state: it is safe for concurrent use, each
 // goroutine passing its own *rand.Rand to Next.
-type Zipf struct {
+type zipfDist struct {
 	n     int
 	theta float64
 	zetan float64 // Σ_{i=1..n} 1/i^θ
@@ -36,16 +36,16 @@ type Zipf struct {
 	tail  float64 // 1 − p01: the probability of ranks ≥ 2
 }
 
-// NewZipf returns a generator of ranks in [0, n) with exponent theta
+// newZipf returns a generator of ranks in [0, n) with exponent theta
 // (0 ≤ theta ≤ MaxTheta).
-func NewZipf(n int, theta float64) (*Zipf, error) {
+func newZipf(n int, theta float64) (*zipfDist, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("benchmarks: zipf over %d keys, need at least 1", n)
 	}
 	if math.IsNaN(theta) || theta < 0 || theta > MaxTheta {
 		return nil, fmt.Errorf("benchmarks: zipf theta %v out of range [0, %v]", theta, MaxTheta)
 	}
-	z := &Zipf{n: n, theta: theta}
+	z := &zipfDist{n: n, theta: theta}
 	z.zetan = zeta(n, theta)
 	z.p0 = 1 / z.zetan
 	z.p01 = (1 + math.Pow(2, -theta)) / z.zetan
@@ -67,7 +67,7 @@ func zeta(n int, theta float64) float64 {
 
 // g is the shape of the approximated cumulative distribution: (y^(1−θ) −
 // 1)/(1−θ), which tends to ln y as θ → 1.
-func (z *Zipf) g(y float64) float64 {
+func (z *zipfDist) g(y float64) float64 {
 	a := 1 - z.theta
 	if a == 0 {
 		return math.Log(y)
@@ -76,7 +76,7 @@ func (z *Zipf) g(y float64) float64 {
 }
 
 // ginv is g's inverse.
-func (z *Zipf) ginv(c float64) float64 {
+func (z *zipfDist) ginv(c float64) float64 {
 	a := 1 - z.theta
 	if a == 0 {
 		return math.Exp(c)
@@ -85,14 +85,14 @@ func (z *Zipf) ginv(c float64) float64 {
 }
 
 // N returns the number of ranks.
-func (z *Zipf) N() int { return z.n }
+func (z *zipfDist) N() int { return z.n }
 
 // Theta returns the exponent.
-func (z *Zipf) Theta() float64 { return z.theta }
+func (z *zipfDist) Theta() float64 { return z.theta }
 
 // Rank maps u in [0, 1) to a rank; it is non-decreasing in u (an inverse
 // cumulative distribution).
-func (z *Zipf) Rank(u float64) int {
+func (z *zipfDist) Rank(u float64) int {
 	switch {
 	case u < z.p0 || z.n == 1:
 		return 0
@@ -105,11 +105,11 @@ func (z *Zipf) Rank(u float64) int {
 }
 
 // Next draws a rank with r.
-func (z *Zipf) Next(r *rand.Rand) int { return z.Rank(r.Float64()) }
+func (z *zipfDist) Next(r *rand.Rand) int { return z.Rank(r.Float64()) }
 
 // Prob returns the exact probability of rank k under the Zipf law (the
 // generator approximates it for ranks ≥ 2).
-func (z *Zipf) Prob(k int) float64 {
+func (z *zipfDist) Prob(k int) float64 {
 	if k < 0 || k >= z.n {
 		return 0
 	}
@@ -119,7 +119,7 @@ func (z *Zipf) Prob(k int) float64 {
 // Collision returns the probability that two independent draws pick the
 // same rank, Σ P(k)²: 1/n when uniform, 1 for a single key. The lab uses
 // it to order grid points by contention.
-func (z *Zipf) Collision() float64 {
+func (z *zipfDist) Collision() float64 {
 	var s float64
 	for k := z.n - 1; k >= 0; k-- {
 		p := z.Prob(k)

@@ -11,7 +11,7 @@ import (
 // drawRanks returns the frequency of each rank over n draws with a fixed seed.
 func drawRanks(t *testing.T, keys int, theta float64, n int, seed uint64) []float64 {
 	t.Helper()
-	z, err := NewZipf(keys, theta)
+	z, err := newZipf(keys, theta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestZipfConcentratesWithTheta(t *testing.T) {
 func TestZipfMatchesTheLaw(t *testing.T) {
 	const keys, n = 1000, 400_000
 	for _, th := range []float64{0.5, 0.99, 1, 1.2} {
-		z, _ := NewZipf(keys, th)
+		z, _ := newZipf(keys, th)
 		freq := drawRanks(t, keys, th, n, 3)
 		// Ranks 0 and 1 are drawn with their exact probabilities.
 		for k := range 2 {
@@ -86,7 +86,7 @@ func TestZipfMatchesTheLaw(t *testing.T) {
 }
 
 func TestZipfDeterministic(t *testing.T) {
-	z, _ := NewZipf(500, 0.99)
+	z, _ := newZipf(500, 0.99)
 	seq := func(seed uint64) []int {
 		r := rand.New(rand.NewPCG(seed, 1))
 		out := make([]int, 1000)
@@ -119,7 +119,7 @@ func TestZipfRankProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 5000).Draw(t, "n")
 		theta := rapid.Float64Range(0, MaxTheta).Draw(t, "theta")
-		z, err := NewZipf(n, theta)
+		z, err := newZipf(n, theta)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,15 +146,15 @@ func TestZipfInvalid(t *testing.T) {
 		n     int
 		theta float64
 	}{{0, 0.5}, {10, -0.1}, {10, MaxTheta + 0.1}, {10, math.NaN()}} {
-		if _, err := NewZipf(c.n, c.theta); err == nil {
-			t.Errorf("NewZipf(%d, %v) accepted", c.n, c.theta)
+		if _, err := newZipf(c.n, c.theta); err == nil {
+			t.Errorf("newZipf(%d, %v) accepted", c.n, c.theta)
 		}
 	}
-	z, _ := NewZipf(1000, 0)
+	z, _ := newZipf(1000, 0)
 	if c := z.Collision(); math.Abs(c-0.001) > 1e-12 {
 		t.Errorf("uniform collision probability over 1000 keys = %v, want 0.001", c)
 	}
-	z, _ = NewZipf(1, 1.2)
+	z, _ = newZipf(1, 1.2)
 	if c := z.Collision(); c != 1 {
 		t.Errorf("one key: collision probability %v, want 1", c)
 	}
