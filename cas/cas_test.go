@@ -181,3 +181,32 @@ func TestAmbiguousError(t *testing.T) {
 		t.Fatalf("Error() = %q", err)
 	}
 }
+
+func TestLimitsOrWithin(t *testing.T) {
+	d := cas.Limits{MaxKeyBytes: 10, MaxValueBytes: 20, MaxCommitOps: 3, MaxCommitBytes: 40}
+	if got := (cas.Limits{MaxValueBytes: 5}).Or(d); got != (cas.Limits{MaxKeyBytes: 10, MaxValueBytes: 5, MaxCommitOps: 3, MaxCommitBytes: 40}) {
+		t.Fatalf("Or = %+v", got)
+	}
+	tests := []struct {
+		l    cas.Limits
+		want string // "" for no error, else the field the error names
+	}{
+		{cas.Limits{}, ""},
+		{d, ""},
+		{cas.Limits{MaxKeyBytes: 11}, "MaxKeyBytes"},
+		{cas.Limits{MaxValueBytes: 21}, "MaxValueBytes"},
+		{cas.Limits{MaxCommitOps: 4}, "MaxCommitOps"},
+		{cas.Limits{MaxCommitBytes: 41}, "MaxCommitBytes"},
+		{cas.Limits{MaxCommitOps: -1}, "MaxCommitOps"},
+	}
+	for _, tc := range tests {
+		err := tc.l.Within(d)
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v.Within(%+v) = %v, want an error naming %q", tc.l, d, err, tc.want)
+		}
+	}
+	// A zero field of the maximums means none.
+	if err := (cas.Limits{MaxValueBytes: 1 << 40}).Within(cas.Limits{MaxKeyBytes: 1}); err != nil {
+		t.Errorf("no value maximum: %v", err)
+	}
+}

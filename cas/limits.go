@@ -55,6 +55,49 @@ func (l Limits) maxOps() int {
 	return DefaultMaxCommitOps
 }
 
+// Or returns l with every zero field set to d's: an adapter's defaults
+// under the limits its Config sets.
+func (l Limits) Or(d Limits) Limits {
+	if l.MaxKeyBytes == 0 {
+		l.MaxKeyBytes = d.MaxKeyBytes
+	}
+	if l.MaxValueBytes == 0 {
+		l.MaxValueBytes = d.MaxValueBytes
+	}
+	if l.MaxCommitOps == 0 {
+		l.MaxCommitOps = d.MaxCommitOps
+	}
+	if l.MaxCommitBytes == 0 {
+		l.MaxCommitBytes = d.MaxCommitBytes
+	}
+	return l
+}
+
+// Within reports an error when a field of l is negative or above the same
+// field of hard, a backend's hard maximum (a zero field of hard: no
+// maximum). Adapters call it on the limits of their Config, so that a
+// limit the backend could never honour fails at construction, not on the
+// first large write.
+func (l Limits) Within(hard Limits) error {
+	for _, f := range []struct {
+		name      string
+		got, hard int
+	}{
+		{"MaxKeyBytes", l.MaxKeyBytes, hard.MaxKeyBytes},
+		{"MaxValueBytes", l.MaxValueBytes, hard.MaxValueBytes},
+		{"MaxCommitOps", l.MaxCommitOps, hard.MaxCommitOps},
+		{"MaxCommitBytes", l.MaxCommitBytes, hard.MaxCommitBytes},
+	} {
+		switch {
+		case f.got < 0:
+			return fmt.Errorf("cas: Limits.%s is negative (%d)", f.name, f.got)
+		case f.hard > 0 && f.got > f.hard:
+			return fmt.Errorf("cas: Limits.%s %d is above the backend's maximum of %d", f.name, f.got, f.hard)
+		}
+	}
+	return nil
+}
+
 // WithDefaults returns l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {
 	return Limits{MaxKeyBytes: l.maxKey(), MaxValueBytes: l.maxValue(), MaxCommitOps: l.maxOps(), MaxCommitBytes: l.MaxCommitBytes}

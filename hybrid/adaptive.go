@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,61 +14,77 @@ import (
 
 // AdaptiveConfig configures an Adaptive. The zero value is usable.
 type AdaptiveConfig struct {
-	// HotAbove is the contention score above which a key counts as hot
-	// (default 1: on average at least one other update of the key was
-	// running, or had to be retried, per update).
-	HotAbove float64
-	// CoolBelow is the score under which a hot key counts as cool again
-	// (default HotAbove/4). The gap between the two is the hysteresis that
-	// keeps a key from flapping.
-	CoolBelow float64
-	// Alpha is the weight of the newest update in the score and in the
-	// latency estimates, exponentially weighted moving averages (default
-	// 0.2).
+	// Alpha is the weight of the newest sample in the per-key estimates,
+	// exponentially weighted moving averages (default 0.1).
 	Alpha float64
-	// Epoch is the number of updates of a hot key between decisions
-	// (default 32): a hot key takes one path for a whole epoch, so that
-	// the path's cost is measured with every writer on it.
-	Epoch int
-	// MaxKeys bounds the number of keys with statistics (default 10000);
-	// each costs about 150 bytes plus the key.
+	// LockAbove is how much larger the optimistic path's expected waste
+	// must be than the lease path's overhead before a key takes the lease
+	// path (default 1.25); a locked key goes back when the waste falls
+	// under LockAbove⁻¹ of the overhead. The gap is the hysteresis that
+	// keeps a key from flapping.
+	LockAbove float64
+	// ProbeEvery makes one update in ProbeEvery of a locked key try one
+	// optimistic attempt first, to keep measuring its conflict rate
+	// (default 16); a probe that conflicts takes the lease path.
+	ProbeEvery int
+	// MaxKeys bounds the number of keys with statistics (default 10000;
+	// keys with an update in flight are never evicted, so the bound can be
+	// exceeded by their number); each costs about 150 bytes plus the key.
 	MaxKeys int
-	// OnSwitch, if set, is called (on the updating goroutine) each time the
-	// path judged cheaper for a key changes: locked true when it is the
-	// lease path (exploring epochs are not reported).
-	OnSwitch func(key string, locked bool, score float64)
+	// MaxBatch caps the updates the optimistic path combines into one
+	// write (occ.WithMaxBatch; default occ.DefaultMaxBatch).
+	MaxBatch int
+	// OnSwitch, if set, is called (on the updating goroutine) each time a
+	// key changes path: locked true when it takes the lease path. ratio
+	// is the optimistic path's expected waste per update divided by the
+	// lease path's overhead, as estimated when the key switched.
+	OnSwitch func(key string, locked bool, ratio float64)
 }
 
-// Adaptive chooses, per key, between optimistic updates (occ.Update) and
-// the lease path (Update).
+// Adaptive chooses, per key, between the optimistic path (occ.Update,
+// with the concurrent updates of a key in this process combined into one
+// write by an occ.Combiner) and the lease path (Update: a lease, then a
+// fenced write), from a model of what each costs, fed by what the updates
+// observe. It never spends updates exploring a path it expects to be
+// slower.
 //
-// A cool key always goes the optimistic way: nothing beats one read and
-// one conditional write when nobody else writes. Heat is judged from what
-// this process sees: how many other updates of the key were running when
-// an update started, plus how many attempts it needed beyond the first,
-// averaged over recent updates; the gap between HotAbove and CoolBelow
-// keeps a key from flapping.
+// # The model
 //
-// A hot key takes whichever path has recently run faster: the lease path
-// serialises writers and wastes no attempts, but costs the lock's round
-// trips and hand-offs; optimistic retries cost wasted attempts and waits.
-// Which wins depends on the backend, the lock and the work inside the
-// update, so Adaptive measures both. A hot key runs in epochs of Epoch
-// updates, all on one path: the first on the optimistic path, the second
-// on the lease path, then the faster one (updates of the key per second
-// over its epochs), with one epoch in sixteen given to the other path to
-// keep its figure current. Whole epochs, rather than single probes, because a
-// path's cost depends on what the other writers do: a lone locked update
-// among optimistic writers still meets their conflicts. A key keeps its
-// path unless the other ran at least 10% faster.
+// Within one process, contention costs the optimistic path almost
+// nothing: the Combiner queues concurrent updates of a key behind one
+// write. What remains is contention with writers elsewhere (other
+// processes, other Adaptives): a batch's conditional write that meets a
+// newer version is wasted and runs again. With p the fraction of the
+// key's optimistic attempts that conflict and d the time an attempt takes
+// (read, mutates, write), the optimistic path wastes p/(1-p)·d per update
+// on average. The lease path wastes no attempt but costs the lock's round
+// trips, acquire and release, on every update: h, estimated from the
+// fastest recent acquisitions of the key (the waits in the lock's queue
+// are the contention itself, which both paths pay). A key takes the lease
+// path when the waste exceeds LockAbove·h and goes back when it falls
+// below h/LockAbove; on the lease path, one update in ProbeEvery first
+// tries one optimistic attempt (a probe) so that p stays current, and
+// takes the lease path if it conflicts. An optimistic update that runs out
+// of attempts on conflicts (writers elsewhere keep winning) is finished on
+// the lease path too, so a key on its way to being locked does not fail
+// its callers.
+//
+// A key nobody else writes never conflicts, so it never takes the lease
+// path: nothing beats one read and one conditional write (or one write,
+// with a version cache). Where all writers share one process, combining
+// makes conflicts vanish and the key stays optimistic, which is the
+// faster path there.
 //
 // An Adaptive is safe for concurrent use; share one per process and
 // locker.
 type Adaptive struct {
 	locker   Locker
 	cfg      AdaptiveConfig
+	combiner *occ.Combiner
 	shards   [32]adaptiveShard
 	switches atomic.Int64
+	obs      adaptiveObserver
+	timed    timedLocker
 }
 
 type adaptiveShard struct {
@@ -75,44 +92,37 @@ type adaptiveShard struct {
 	keys map[string]*keyStat
 }
 
-// Paths of an update.
-const (
-	pathOptimistic = 0
-	pathLocked     = 1
-)
-
 type keyStat struct {
 	inflight int
-	score    float64
-	hot      bool
-	locked   bool       // the path of the current epoch (when hot)
-	best     bool       // the path judged cheaper (locked or not)
-	rate     [2]float64 // updates per second of the key, per path; 0: unknown
-	epochOps int        // updates begun in the current epoch
-	epoch    int        // epochs since the key turned hot
-	started  time.Time  // when the current epoch began
-	reported bool       // the last state told to OnSwitch: hot and best
+	attempts int     // optimistic attempts observed
+	p        float64 // EWMA: fraction of optimistic attempts that conflicted
+	d        float64 // EWMA: seconds per optimistic attempt
+	h        float64 // estimate of the lease path's overhead, seconds (0: unknown)
+	locked   bool
+	probe    int // locked updates since the last probe
 }
 
-// NewAdaptive returns an Adaptive that locks hot keys with l when that is
-// cheaper.
+// NewAdaptive returns an Adaptive that locks keys with l when the model
+// says the lease path is cheaper.
 func NewAdaptive(l Locker, cfg AdaptiveConfig) *Adaptive {
-	if cfg.HotAbove <= 0 {
-		cfg.HotAbove = 1
-	}
-	if cfg.CoolBelow <= 0 || cfg.CoolBelow >= cfg.HotAbove {
-		cfg.CoolBelow = cfg.HotAbove / 4
-	}
 	if cfg.Alpha <= 0 || cfg.Alpha > 1 {
-		cfg.Alpha = 0.2
+		cfg.Alpha = 0.1
 	}
-	if cfg.Epoch <= 1 {
-		cfg.Epoch = 32
+	if cfg.LockAbove <= 1 {
+		cfg.LockAbove = 1.25
+	}
+	if cfg.ProbeEvery < 2 {
+		cfg.ProbeEvery = 16
 	}
 	if cfg.MaxKeys <= 0 {
 		cfg.MaxKeys = 10000
 	}
-	a := &Adaptive{locker: l, cfg: cfg}
+	var copts []occ.CombinerOption
+	if cfg.MaxBatch > 0 {
+		copts = append(copts, occ.WithMaxBatch(cfg.MaxBatch))
+	}
+	a := &Adaptive{locker: l, cfg: cfg, combiner: occ.NewCombiner(copts...)}
+	a.obs.a, a.timed.a = a, a
 	for i := range a.shards {
 		a.shards[i].keys = map[string]*keyStat{}
 	}
@@ -128,9 +138,16 @@ func (a *Adaptive) shard(key string) *adaptiveShard {
 	return &a.shards[h%uint32(len(a.shards))]
 }
 
-// begin records an update's start and returns the path to take and how
-// many other updates of the key were running.
-func (a *Adaptive) begin(key string) (path int, others int) {
+// Paths of an update.
+const (
+	pathOptimistic = iota // combined occ.Update
+	pathLocked            // Update: lease and fenced write
+	pathProbe             // one optimistic attempt on a locked key
+)
+
+// begin records an update's start and returns its path and the key's
+// statistics, which end must be given.
+func (a *Adaptive) begin(key string) (int, *keyStat) {
 	sh := a.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -147,105 +164,156 @@ func (a *Adaptive) begin(key string) (path int, others int) {
 		st = &keyStat{}
 		sh.keys[key] = st
 	}
-	others = st.inflight
 	st.inflight++
-	if !st.hot {
-		return pathOptimistic, others
+	if !st.locked {
+		return pathOptimistic, st
 	}
-	if st.epochOps++; st.epochOps > a.cfg.Epoch {
-		a.nextEpoch(st)
+	if st.probe++; st.probe >= a.cfg.ProbeEvery {
+		st.probe = 0
+		return pathProbe, st
 	}
-	if st.locked {
-		return pathLocked, others
-	}
-	return pathOptimistic, others
+	return pathLocked, st
 }
 
-// exploreEvery is how often (in epochs) a hot key explores the path judged
-// worse: rarely enough that a much slower path costs little, often enough
-// to notice when the other path becomes the faster one.
-const exploreEvery = 16
-
-// nextEpoch starts a hot key's next epoch: the second explores the lease
-// path, one in exploreEvery explores the path judged worse, the others
-// take the path judged better.
-func (a *Adaptive) nextEpoch(st *keyStat) {
-	now := time.Now()
-	path := pathOptimistic
-	if st.locked {
-		path = pathLocked
-	}
-	if d := now.Sub(st.started).Seconds(); d > 0 {
-		r := float64(a.cfg.Epoch) / d
-		if st.rate[path] == 0 {
-			st.rate[path] = r
-		} else {
-			st.rate[path] = (r + st.rate[path]) / 2
-		}
-	}
-	st.epoch++
-	st.epochOps, st.started = 1, now
-	// Judge, keeping the current best unless the other path ran at least
-	// 10% faster.
-	cur, other := pathOptimistic, pathLocked
-	if st.best {
-		cur, other = pathLocked, pathOptimistic
-	}
-	if st.rate[other] > 1.1*st.rate[cur] {
-		st.best = !st.best
-	}
-	switch {
-	case st.epoch == 1:
-		st.locked = true // explore the lease path
-	case st.epoch%exploreEvery == 0:
-		st.locked = !st.best // explore the other path
-	default:
-		st.locked = st.best
-	}
-}
-
-// end folds an update's contention into the key's score.
-func (a *Adaptive) end(key string, others, extraAttempts int) {
+// end closes an update begun with st and judges the key's path.
+func (a *Adaptive) end(key string, st *keyStat) {
 	sh := a.shard(key)
 	sh.mu.Lock()
-	st := sh.keys[key]
-	if st == nil { // evicted while running: forget this sample
+	st.inflight--
+	if sh.keys[key] != st { // evicted while running
 		sh.mu.Unlock()
 		return
 	}
-	st.inflight--
-	alpha := a.cfg.Alpha
-	st.score = alpha*float64(others+extraAttempts) + (1-alpha)*st.score
-	switch {
-	case !st.hot && st.score > a.cfg.HotAbove:
-		st.hot, st.locked, st.best, st.epoch, st.epochOps = true, false, false, 0, 0
-		st.rate, st.started = [2]float64{}, time.Now()
-	case st.hot && st.score < a.cfg.CoolBelow:
-		st.hot = false
-	}
-	now := st.hot && st.best
-	switched := now != st.reported
-	st.reported = now
-	score := st.score
-	if st.inflight == 0 && !st.hot && st.score < a.cfg.CoolBelow/4 {
-		delete(sh.keys, key) // cold: nothing worth remembering
+	switched, ratio := a.judge(st)
+	locked := st.locked
+	if st.inflight == 0 && !st.locked && st.p < 0.001 && st.attempts > 64 {
+		delete(sh.keys, key) // nobody else writes it: nothing worth remembering
 	}
 	sh.mu.Unlock()
 	if switched {
 		a.switches.Add(1)
 		if a.cfg.OnSwitch != nil {
-			a.cfg.OnSwitch(key, now, score)
+			a.cfg.OnSwitch(key, locked, ratio)
 		}
 	}
+}
+
+// minSamples is how many optimistic attempts of a key the model needs
+// before it may lock the key.
+const minSamples = 8
+
+// judge applies the model to st (its shard's mutex held): it reports
+// whether the key switched path, and the ratio of waste to overhead.
+func (a *Adaptive) judge(st *keyStat) (bool, float64) {
+	if st.attempts < minSamples {
+		return false, 0
+	}
+	p := min(st.p, 0.95)
+	waste := p / (1 - p) * st.d
+	h := st.h
+	if h == 0 {
+		// Not measured yet: a lock costs at least an acquire and a
+		// release, each a round trip like the attempt's two.
+		h = st.d
+	}
+	if h <= 0 {
+		return false, 0
+	}
+	ratio := waste / h
+	switch {
+	case !st.locked && ratio > a.cfg.LockAbove:
+		st.locked, st.probe = true, 0
+		return true, ratio
+	case st.locked && ratio < 1/a.cfg.LockAbove:
+		st.locked = false
+		return true, ratio
+	}
+	return false, ratio
+}
+
+// observeAttempt folds one optimistic attempt of key into its estimates.
+func (a *Adaptive) observeAttempt(key string, conflict bool, latency time.Duration) {
+	sh := a.shard(key)
+	sh.mu.Lock()
+	if st := sh.keys[key]; st != nil {
+		x := 0.0
+		if conflict {
+			x = 1
+		}
+		alpha := a.cfg.Alpha
+		if st.attempts == 0 {
+			st.p, st.d = x, latency.Seconds()
+		} else {
+			st.p = alpha*x + (1-alpha)*st.p
+			st.d = alpha*latency.Seconds() + (1-alpha)*st.d
+		}
+		st.attempts++
+	}
+	sh.mu.Unlock()
+}
+
+// observeLock folds the latency of one acquire and release of key's lease
+// (twice the acquire's: the lease itself is not wrapped, so that it keeps
+// every capability it has) into the overhead estimate. Waits in the lock's queue are contention,
+// paid by both paths, not overhead: the estimate follows the fastest
+// grants (a sample above twice the estimate moves it only slowly).
+func (a *Adaptive) observeLock(key string, latency time.Duration) {
+	sh := a.shard(key)
+	sh.mu.Lock()
+	if st := sh.keys[key]; st != nil {
+		x := latency.Seconds()
+		switch {
+		case st.h == 0 || x < st.h:
+			st.h = x
+		case x < 2*st.h:
+			st.h = a.cfg.Alpha*x + (1-a.cfg.Alpha)*st.h
+		default:
+			st.h *= 1.01
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// adaptiveObserver feeds the optimistic attempts of updates into the
+// model.
+type adaptiveObserver struct{ a *Adaptive }
+
+func (o adaptiveObserver) ObserveAttempt(_ context.Context, at occ.Attempt) {
+	if at.Op != "update" || at.Key == "" {
+		return
+	}
+	switch at.Outcome {
+	case occ.OutcomeSuccess:
+		o.a.observeAttempt(at.Key, false, at.Latency)
+	case occ.OutcomeConflict:
+		o.a.observeAttempt(at.Key, true, at.Latency)
+	}
+}
+
+func (adaptiveObserver) ObserveCall(context.Context, occ.Call) {}
+
+// timedLocker measures the Adaptive's lease acquisitions and releases.
+type timedLocker struct{ a *Adaptive }
+
+func (l timedLocker) Acquire(ctx context.Context, key string) (Lease, error) {
+	t0 := time.Now()
+	lease, err := l.a.locker.Acquire(ctx, key)
+	if err == nil {
+		// The release costs about what an uncontended acquire does.
+		l.a.observeLock(key, 2*time.Since(t0))
+	}
+	return lease, err
 }
 
 // AdaptiveStats describes an Adaptive's state.
 type AdaptiveStats struct {
 	// Keys is the number of keys with statistics, Locked how many of them
-	// are hot and judged cheaper on the lease path.
+	// take the lease path.
 	Keys, Locked int
-	// Switches counts mode changes since the Adaptive was made.
+	// Switches counts path changes since the Adaptive was made.
 	Switches int64
+	// Combiner is the optimistic path's combiner's counters.
+	Combiner occ.CombinerStats
 }
 
 // Stats returns the Adaptive's counters.
@@ -256,41 +324,46 @@ func (a *Adaptive) Stats() AdaptiveStats {
 		sh.mu.Lock()
 		st.Keys += len(sh.keys)
 		for _, k := range sh.keys {
-			if k.hot && k.best {
+			if k.locked {
 				st.Locked++
 			}
 		}
 		sh.mu.Unlock()
 	}
 	st.Switches = a.switches.Load()
+	st.Combiner = a.combiner.Stats()
 	return st
 }
 
 // UpdateAdaptive is a read-modify-write of key that goes through
-// occ.Update or through Update (lease plus fenced write), as a decides. Both paths give the same result
-// and errors as the function they call. The typed store's Store must be a
-// cas.FencedStore.
+// occ.Update (combined with the other updates of the key in this process)
+// or through Update (lease plus fenced write), as a decides; see
+// Adaptive. Both paths give the same results and errors as the functions
+// they call. The typed store's Store must be a cas.FencedStore.
 func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, cas.Version, error) {
 	if _, ok := s.Store().(cas.FencedStore); !ok {
 		var zero T
 		return zero, 0, fmt.Errorf("hybrid: %T: %w", s.Store(), ErrNotFenced)
 	}
-	path, others := a.begin(key)
-	calls := 0
-	defer func() { a.end(key, others, max(calls-1, 0)) }() // also if mutate panics
-	counted := func(cur T, exists bool) (T, error) {
-		calls++
-		return mutate(cur, exists)
-	}
-	var (
-		v   T
-		ver cas.Version
-		err error
-	)
+	path, st := a.begin(key)
+	defer a.end(key, st) // also if mutate panics
 	if path == pathLocked {
-		v, ver, err = Update(ctx, a.locker, s, key, counted, opts...)
+		return Update(ctx, a.timed, s, key, mutate, opts...)
+	}
+	oopts := append(opts[:len(opts):len(opts)], occ.WithObserver(a.obs))
+	if path == pathProbe {
+		// One optimistic attempt, not combined: its outcome is the
+		// sample. A conflict costs this update one attempt, then it
+		// takes the lease path like the others.
+		oopts = append(oopts, occ.WithMaxAttempts(1))
 	} else {
-		v, ver, err = occ.Update(ctx, s, key, counted, opts...)
+		oopts = append(oopts, occ.WithCombiner(a.combiner))
+	}
+	v, ver, err := occ.Update(ctx, s, key, mutate, oopts...)
+	if err != nil && errors.Is(err, occ.ErrAttemptsExhausted) && errors.Is(err, cas.ErrConflict) && ctx.Err() == nil {
+		// The optimistic path ran out of attempts against writers
+		// elsewhere: the lease path serialises with them.
+		return Update(ctx, a.timed, s, key, mutate, opts...)
 	}
 	return v, ver, err
 }

@@ -15,22 +15,32 @@
 // version check.
 //
 // Lockers: [NewLocalLocker] (in process), etcdcas.NewLocker (etcd leases,
-// revision tokens), pgcas.NewAdvisoryLocker (PostgreSQL advisory locks,
-// sequence tokens). Every one releases by (key, token), never by key alone.
+// revision tokens), pgcas.NewLocker (PostgreSQL advisory locks, sequence
+// tokens), rediscas.NewLocker (a Redis key with a TTL, counter tokens).
+// Every one releases by (key, token), never by key alone, cancels a lost
+// lease's Context with a cause matching [ErrLeaseLost], refuses a nil
+// context (cas.ErrNilContext), and passes hybrid/lockertest, the locker
+// conformance suite. A lease that knows when it expires is an
+// [ExpiringLease].
 //
 // # Update
 //
-// [Update] acquires, reads, mutates, refuses to send the write when less
-// than a safety margin of the lease remains ([WithSafetyMargin],
-// [ErrLeaseExpiring]), writes fenced, and releases; a fenced-off,
+// [Update] acquires, reads, mutates, refuses to send the write when the
+// lease is lost or less than a safety margin of an [ExpiringLease] remains
+// ([ErrLeaseExpiring]; the margin is [DefaultSafetyMargin] or a fifth of
+// the lease's time, whichever is smaller, or the one given to
+// [WithSafetyMargin]), writes fenced, and releases; a fenced-off,
 // conflicted, lost or expiring attempt is retried with a fresh lease
 // through occ's retry loop, with occ's options.
 //
 // # Adaptive
 //
-// [Adaptive] and [UpdateAdaptive] send each key through occ.Update while
-// it is cool and through [Update] while it is hot, with hysteresis and
-// bounded per-key statistics.
+// [Adaptive] and [UpdateAdaptive] send each key through occ.Update
+// (combining the concurrent updates of a key in this process) or through
+// [Update], whichever a cost model of the two paths says is cheaper: the
+// lease path only when conflicts with writers elsewhere waste more time
+// than the lock's round trips cost, with hysteresis and bounded per-key
+// statistics.
 //
 // See docs/hybrid.md for when to use which.
 package hybrid

@@ -3,10 +3,16 @@ package hybrid
 import "errors"
 
 var (
-	// ErrLeaseLost reports that the lease protecting an update was lost
-	// (expired or revoked) before the write; the update is retried with a
-	// fresh lease.
+	// ErrLeaseLost reports a lease lost before its holder released it: it
+	// expired, was revoked, or its session or connection ended. Every
+	// Locker's lost lease has a Context whose cause matches it
+	// (context.Cause), adapter errors wrap it, and Update retries an
+	// attempt whose lease was lost with a fresh lease.
 	ErrLeaseLost = errors.New("hybrid: lease lost")
+
+	// ErrLeaseReleased is the cause of a lease's Context after its holder
+	// released it.
+	ErrLeaseReleased = errors.New("hybrid: lease released")
 
 	// ErrLeaseExpiring reports that less than the safety margin of the
 	// lease remained when the write was about to start; the write was not

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/occkit/occkit/adapters/memcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 )
@@ -16,7 +15,7 @@ import (
 // buyers, five items, never oversold.
 func ExampleUpdate() {
 	ctx := context.Background()
-	store := memcas.New() // a cas.FencedStore
+	store := newFencedMap() // any cas.FencedStore: memcas.New(), pgcas.New(...), ...
 	stock := cas.NewTyped(store, cas.JSON[int]())
 	stock.CompareAndSwap(ctx, "sku-42", 0, 5)
 	locker := hybrid.NewLocalLocker(2 * time.Second)
@@ -54,7 +53,7 @@ func ExampleUpdate() {
 // Locking only the keys that are hot.
 func ExampleUpdateAdaptive() {
 	ctx := context.Background()
-	counters := cas.NewTyped(memcas.New(), cas.JSON[int]())
+	counters := cas.NewTyped(newFencedMap(), cas.JSON[int]())
 	a := hybrid.NewAdaptive(hybrid.NewLocalLocker(time.Second), hybrid.AdaptiveConfig{
 		OnSwitch: func(key string, locked bool, score float64) { /* log or count it */ },
 	})

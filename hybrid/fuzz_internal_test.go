@@ -20,12 +20,18 @@ type fuzzExpiringLease struct{ fuzzLease }
 
 func (g fuzzExpiringLease) Expires() time.Time { return g.expires }
 
+// fixedLocker grants the same lease every time.
+type fixedLocker struct{ lease Lease }
+
+func (f fixedLocker) Acquire(context.Context, string) (Lease, error) { return f.lease, nil }
+
 // FuzzCheckMargin checks the guard Update runs before its fenced write, on
 // leases with any expiry and any safety margin (WithSafetyMargin's wrapper
-// included): a lost lease fails with ErrLeaseLost and its cause; a lease
-// whose remaining time is under the margin fails with ErrLeaseExpiring; a
-// lease that does not say when it expires is never refused for time;
-// nothing panics on extreme durations. Run it with
+// included): a lost lease fails with ErrLeaseLost and its cause; the
+// default margin is at most DefaultSafetyMargin and a fifth of the time
+// left; a lease whose remaining time is under the margin fails with
+// ErrLeaseExpiring; a lease that does not say when it expires is never
+// refused for time; nothing panics on extreme durations. Run it with
 //
 //	go test -run '^$' -fuzz '^FuzzCheckMargin$' -fuzztime 20s ./hybrid/
 func FuzzCheckMargin(f *testing.F) {
@@ -51,11 +57,24 @@ func FuzzCheckMargin(f *testing.F) {
 		if hasExpires {
 			lease = fuzzExpiringLease{base}
 		}
-		margin := DefaultSafetyMargin
 		if wrap {
-			lease, margin = marginLease{Lease: lease, margin: time.Duration(marginNs)}, time.Duration(marginNs)
+			var err error
+			lease, err = WithSafetyMargin(fixedLocker{lease}, time.Duration(marginNs)).Acquire(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := lease.(ExpiringLease); ok != hasExpires {
+				t.Fatalf("WithSafetyMargin's lease is an ExpiringLease: %v, the wrapped one: %v", ok, hasExpires)
+			}
 		}
-		err := checkMargin(lease)
+		margin := safetyMargin(lease, time.Now())
+		switch {
+		case wrap && margin != time.Duration(marginNs):
+			t.Fatalf("margin of a WithSafetyMargin lease = %v, want %v", margin, time.Duration(marginNs))
+		case !wrap && hasExpires && (margin < 0 || margin > DefaultSafetyMargin || leftNs > 0 && margin > time.Duration(leftNs)/5+time.Second):
+			t.Fatalf("default margin of a lease with %v left = %v, want min(%v, a fifth of it)", time.Duration(leftNs), margin, DefaultSafetyMargin)
+		}
+		err := checkMargin(lease, margin)
 		if lost {
 			if !errors.Is(err, ErrLeaseLost) || !errors.Is(err, cause) {
 				t.Fatalf("checkMargin of a lost lease = %v", err)

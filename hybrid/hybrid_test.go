@@ -3,242 +3,83 @@ package hybrid_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/occkit/occkit/adapters/etcdcas"
-	"github.com/occkit/occkit/adapters/memcas"
-	"github.com/occkit/occkit/adapters/pgcas"
-	"github.com/occkit/occkit/adapters/rediscas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
-	"github.com/occkit/occkit/internal/etcdtest"
-	"github.com/occkit/occkit/internal/pgtest"
-	"github.com/occkit/occkit/internal/redistest"
+	"github.com/occkit/occkit/hybrid/lockertest"
 	"github.com/occkit/occkit/occ"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	// See adapters/etcdcas: embedded etcd's peer HTTP connections.
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
-// backend is a fenced store and lockers on the same system: lockers A and
-// B stand for two processes, and expireA makes A's leases expire as a pause
-// of process A past the TTL would (renewals stop).
-type backend struct {
-	name  string
-	ttl   time.Duration
-	setup func(t *testing.T) (fs cas.FencedStore, a, b hybrid.Locker, expireA func(ctx context.Context))
-}
-
-func backends() []backend {
-	return []backend{
-		{"memory", 300 * time.Millisecond, func(t *testing.T) (cas.FencedStore, hybrid.Locker, hybrid.Locker, func(context.Context)) {
-			// One in-process locker: a lease that is not released expires
-			// after its TTL by itself.
-			l := hybrid.NewLocalLocker(300 * time.Millisecond)
-			return memcas.New(), l, l, func(context.Context) {}
-		}},
-		{"etcd", time.Second, func(t *testing.T) (cas.FencedStore, hybrid.Locker, hybrid.Locker, func(context.Context)) {
-			c := etcdtest.Start(t, etcdtest.Options{})
-			cli := c.Client()
-			s, err := etcdcas.New(cli, etcdcas.Config{Prefix: "story/"})
-			if err != nil {
-				t.Fatal(err)
+// localHarness runs lockertest on one local locker per test (a local
+// locker excludes only within itself: it is every "process" at once).
+func localHarness(ttl time.Duration) lockertest.Harness {
+	return lockertest.Harness{
+		NewLockers: func(t *testing.T, n int) []hybrid.Locker {
+			l := hybrid.NewLocalLocker(ttl)
+			ls := make([]hybrid.Locker, n)
+			for i := range ls {
+				ls[i] = l
 			}
-			newLocker := func() hybrid.Locker {
-				l, err := etcdcas.NewLocker(c.Client(), etcdcas.LockerConfig{TTL: time.Second})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { l.Close() })
-				return l
-			}
-			a, b := newLocker(), newLocker()
-			expireA := func(ctx context.Context) {
-				// Only A holds an etcd lease at this point: revoke it, as
-				// its expiry after a pause of process A would.
-				leases, err := cli.Leases(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				for _, l := range leases.Leases {
-					cli.Revoke(ctx, l.ID)
-				}
-			}
-			return s, a, b, expireA
-		}},
-		{"redis", time.Second, func(t *testing.T) (cas.FencedStore, hybrid.Locker, hybrid.Locker, func(context.Context)) {
-			admin := redistest.Client(t)
-			prefix := redistest.Prefix(t)
-			s, err := rediscas.New(admin, rediscas.Config{Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			newLocker := func() *rediscas.Locker {
-				// A client of its own: another process.
-				l, err := rediscas.NewLocker(redistest.Client(t), rediscas.LockerConfig{Prefix: prefix + "lock:", TTL: time.Second})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return l
-			}
-			a, b := newLocker(), newLocker()
-			expireA := func(ctx context.Context) {
-				// Only A holds a lock at this point, on "stock": delete
-				// it, as its expiry after a pause of process A would.
-				if err := admin.Del(ctx, a.LockKey("stock")).Err(); err != nil {
-					t.Error(err)
-				}
-			}
-			return s, a, b, expireA
-		}},
-		{"postgres", 200 * time.Millisecond, func(t *testing.T) (cas.FencedStore, hybrid.Locker, hybrid.Locker, func(context.Context)) {
-			ctx := context.Background()
-			pool := pgtest.Pool(t)
-			s, err := pgcas.New(pool, pgcas.Config{Table: "stock"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.CreateTable(ctx); err != nil {
-				t.Fatal(err)
-			}
-			// Session advisory locks: a lease lives as long as its
-			// connection. Each "process" has a pool of its own.
-			newLocker := func(p *pgxpool.Pool) hybrid.Locker {
-				l, err := pgcas.NewAdvisoryLocker(p, pgcas.LockerConfig{CheckInterval: 50 * time.Millisecond})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return l
-			}
-			// Waiting acquirers hold a connection each too: the lockers get
-			// pools of their own, sized for every worker, so that lock
-			// waits cannot starve the store's reads and writes.
-			lockPool := func() *pgxpool.Pool {
-				cfg := pool.Config()
-				cfg.MaxConns = 16
-				return pgtest.Open(t, cfg)
-			}
-			a := newLocker(lockPool())
-			if err := a.(*pgcas.AdvisoryLocker).CreateSequence(ctx); err != nil {
-				t.Fatal(err)
-			}
-			b := newLocker(lockPool())
-			expireA := func(ctx context.Context) {
-				// Process A is paused long enough for the database to drop
-				// its connection (a TCP keepalive or idle timeout would):
-				// end the sessions holding advisory locks, which frees them.
-				if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-					WHERE locktype = 'advisory' AND pid <> pg_backend_pid()`); err != nil {
-					t.Error(err)
-				}
-			}
-			return s, a, b, expireA
-		}},
+			return ls
+		},
+		TTL:      ttl,
+		NewStore: func(*testing.T) cas.FencedStore { return newFencedMap() },
 	}
 }
 
-// pausingStore pauses the first fenced write of the goroutine that arms it
-// for a while before sending it, as a GC pause between the lease check and
-// the write would; the request is then sent regardless of the caller's
-// context, as one already in the socket would be.
-type pausingStore struct {
-	cas.FencedStore
-	armed   atomic.Bool
-	paused  chan struct{} // closed when the pause starts
-	pause   time.Duration
-	refused atomic.Int64
+func TestLocalLockerConformance(t *testing.T) {
+	lockertest.Run(t, localHarness(2*time.Second))
 }
 
-func (p *pausingStore) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
-	if p.armed.CompareAndSwap(true, false) {
-		close(p.paused)
-		time.Sleep(p.pause)
-		ctx = context.WithoutCancel(ctx)
-	}
-	v, err := p.FencedStore.CompareAndSwapFenced(ctx, key, expected, token, value)
-	if errors.Is(err, cas.ErrFenced) {
-		p.refused.Add(1)
-	}
-	return v, err
+// TestLocalLockerConformanceShortTTL: a lease whose TTL is the default
+// safety margin works, hybrid.Update included (it used to refuse every
+// write: "lease about to expire: 100ms left, margin 100ms").
+func TestLocalLockerConformanceShortTTL(t *testing.T) {
+	lockertest.Run(t, localHarness(100*time.Millisecond))
 }
 
-// TestStory is the story behind the hybrid mode, on every fenced store:
-// stock 10; buyer A takes the lease, reads 10 and pauses past the TTL just
-// before its write; buyer B takes the lease (a larger token), sells, writes
-// 9; A wakes and sends its write with its old token: refused with ErrFenced;
-// A retries with a fresh lease and writes 8. remaining = initial - sales.
-func TestStory(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
-			fs, lockerA, lockerB, expireA := b.setup(t)
-			ps := &pausingStore{FencedStore: fs, paused: make(chan struct{}), pause: 2 * b.ttl}
-			stock := cas.NewTyped[int](ps, cas.JSON[int]())
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			if _, err := stock.CompareAndSwap(ctx, "stock", 0, 10); err != nil {
-				t.Fatal(err)
-			}
-			sell := func(n int, _ bool) (int, error) {
-				if n == 0 {
-					return 0, errors.New("sold out")
-				}
-				return n - 1, nil
-			}
-			ps.armed.Store(true)
-			var aAttempts int
-			aDone := make(chan error, 1)
-			go func() {
-				_, _, err := hybrid.Update(ctx, lockerA, stock, "stock", sell,
-					occ.WithObserver(occ.ObserverFuncs{Call: func(_ context.Context, c occ.Call) { aAttempts = c.Attempts }}))
-				aDone <- err
-			}()
-			<-ps.paused // A has read 10 and holds its write
-			expireA(ctx)
-			if _, _, err := hybrid.Update(ctx, lockerB, stock, "stock", sell); err != nil {
-				t.Fatalf("buyer B: %v", err)
-			}
-			mid, _, _ := stock.Get(ctx, "stock")
-			if err := <-aDone; err != nil {
-				t.Fatalf("buyer A: %v", err)
-			}
-			final, _, err := stock.Get(ctx, "stock")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: after B stock %d; A's late write refused %d time(s) with ErrFenced; A took %d attempts; final stock %d",
-				b.name, mid, ps.refused.Load(), aAttempts, final)
-			if mid != 9 {
-				t.Errorf("after B's sale the stock is %d, want 9", mid)
-			}
-			if ps.refused.Load() != 1 {
-				t.Errorf("A's stale write was refused %d times, want 1", ps.refused.Load())
-			}
-			if final != 10-2 {
-				t.Fatalf("final stock %d after two reported sales, want 8", final)
-			}
-		})
+// TestUpdateShortLease: hybrid.Update on a 100 ms local lease succeeds (it
+// used to fail every call after 10 attempts, each refused as "about to
+// expire"): the default safety margin scales down with the lease's TTL.
+func TestUpdateShortLease(t *testing.T) {
+	ctx := context.Background()
+	counter := cas.NewTyped(newFencedMap(), cas.JSON[int]())
+	locker := hybrid.NewLocalLocker(100 * time.Millisecond)
+	var attempts, expiring int
+	for i := range 10 {
+		n, _, err := hybrid.Update(ctx, locker, counter, "k", func(n int, _ bool) (int, error) { return n + 1, nil },
+			occ.WithObserver(occ.ObserverFuncs{
+				Attempt: func(_ context.Context, a occ.Attempt) {
+					attempts++
+					if errors.Is(a.Err, hybrid.ErrLeaseExpiring) {
+						expiring++
+					}
+				},
+			}))
+		if err != nil {
+			t.Fatalf("update %d on a 100ms lease: %v", i, err)
+		}
+		if n != i+1 {
+			t.Fatalf("update %d wrote %d, want %d", i, n, i+1)
+		}
 	}
+	t.Logf("10 updates in %d attempts, %d refused as about to expire", attempts, expiring)
 }
 
 // TestLeaseLostBeforeWrite: a holder paused inside its critical section
 // (before the lease check) finds its lease gone and retries with a new one
 // without sending the stale write.
 func TestLeaseLostBeforeWrite(t *testing.T) {
-	store := memcas.New()
 	locker := hybrid.NewLocalLocker(400 * time.Millisecond)
-	stock := cas.NewTyped(store, cas.JSON[int]())
+	stock := cas.NewTyped(newFencedMap(), cas.JSON[int]())
 	ctx := context.Background()
 	calls := 0
 	n, _, err := hybrid.Update(ctx, locker, stock, "k", func(n int, _ bool) (int, error) {
@@ -254,7 +95,7 @@ func TestLeaseLostBeforeWrite(t *testing.T) {
 }
 
 func TestSafetyMargin(t *testing.T) {
-	store := memcas.New()
+	store := newFencedMap()
 	// A margin larger than the TTL: every write must be refused.
 	locker := hybrid.WithSafetyMargin(hybrid.NewLocalLocker(time.Second), 2*time.Second)
 	stock := cas.NewTyped(store, cas.JSON[int]())
@@ -268,9 +109,46 @@ func TestSafetyMargin(t *testing.T) {
 	}
 }
 
+// untimedLocker grants leases that do not report their expiry.
+type untimedLocker struct{ hybrid.Locker }
+
+type untimedLease struct{ l hybrid.Lease }
+
+func (u untimedLease) Token() uint64                     { return u.l.Token() }
+func (u untimedLease) Context() context.Context          { return u.l.Context() }
+func (u untimedLease) Release(ctx context.Context) error { return u.l.Release(ctx) }
+
+func (u untimedLocker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	g, err := u.Locker.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return untimedLease{g}, nil
+}
+
+// TestNoExpiryNoMarginCheck: a lease that does not say when it expires is
+// not refused for time, whatever the margin (no expiry is invented for it).
+func TestNoExpiryNoMarginCheck(t *testing.T) {
+	locker := hybrid.WithSafetyMargin(untimedLocker{hybrid.NewLocalLocker(time.Second)}, time.Hour)
+	stock := cas.NewTyped(newFencedMap(), cas.JSON[int]())
+	g, err := locker.Acquire(context.Background(), "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.(hybrid.ExpiringLease); ok {
+		t.Fatal("WithSafetyMargin made a lease without an expiry an ExpiringLease")
+	}
+	g.Release(context.Background())
+	n, _, err := hybrid.Update(context.Background(), locker, stock, "k", func(n int, _ bool) (int, error) { return n + 1, nil },
+		occ.WithMaxAttempts(1))
+	if err != nil || n != 1 {
+		t.Fatalf("Update with an untimed lease and a margin of an hour = %d, %v; want 1, nil", n, err)
+	}
+}
+
 func TestNotFenced(t *testing.T) {
 	type plain struct{ cas.Store }
-	stock := cas.NewTyped[int](plain{memcas.New()}, cas.JSON[int]())
+	stock := cas.NewTyped[int](plain{newFencedMap()}, cas.JSON[int]())
 	_, _, err := hybrid.Update(context.Background(), hybrid.NewLocalLocker(time.Second), stock, "k",
 		func(n int, _ bool) (int, error) { return n + 1, nil })
 	if !errors.Is(err, hybrid.ErrNotFenced) {
@@ -278,49 +156,16 @@ func TestNotFenced(t *testing.T) {
 	}
 }
 
-// TestHotKey: 8 goroutines on one key, nothing lost, on every backend.
-func TestHotKey(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
-			fs, lockerA, lockerB, _ := b.setup(t)
-			lockers := []hybrid.Locker{lockerA, lockerB}
-			counter := cas.NewTyped[int](fs, cas.JSON[int]())
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			var ok atomic.Int64
-			var wg sync.WaitGroup
-			for w := range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range 25 {
-						if _, _, err := hybrid.Update(ctx, lockers[w%2], counter, "hot", func(n int, _ bool) (int, error) { return n + 1, nil }); err != nil {
-							t.Error(err)
-							return
-						}
-						ok.Add(1)
-					}
-				}()
-			}
-			wg.Wait()
-			n, _, err := counter.Get(ctx, "hot")
-			if err != nil || int64(n) != ok.Load() || n != 200 {
-				t.Fatalf("counter %d (%v), successes %d, want 200", n, err, ok.Load())
-			}
-		})
-	}
-}
-
 // ambiguousWhenCancelled applies its first fenced write, then waits until
 // the write's context ends and reports the outcome unknown: what an
 // adapter does when a write's context ends while its answer is on the way.
 type ambiguousWhenCancelled struct {
-	*memcas.Store
+	*fencedMap
 	armed atomic.Bool
 }
 
 func (s *ambiguousWhenCancelled) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
-	v, err := s.Store.CompareAndSwapFenced(ctx, key, expected, token, value)
+	v, err := s.fencedMap.CompareAndSwapFenced(ctx, key, expected, token, value)
 	if err != nil || !s.armed.CompareAndSwap(true, false) {
 		return v, err
 	}
@@ -337,7 +182,7 @@ func (s *ambiguousWhenCancelled) CompareAndSwapFenced(ctx context.Context, key s
 // outcome and then retried with a new lease (found by the lease-fault run:
 // one reported increment applied twice); exactly one increment lands.
 func TestLeaseLostDuringWriteAppliesOnce(t *testing.T) {
-	s := &ambiguousWhenCancelled{Store: memcas.New()}
+	s := &ambiguousWhenCancelled{fencedMap: newFencedMap()}
 	s.armed.Store(true)
 	counter := cas.NewTyped[int64](s, cas.JSON[int64]())
 	locker := hybrid.NewLocalLocker(200 * time.Millisecond)

@@ -2,19 +2,24 @@ package hybrid
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/occkit/occkit/cas"
 )
 
 // NewLocalLocker returns an in-process lease lock: each grant lasts ttl
 // unless released, and its token comes from one counter for the whole
 // locker, so it grows with every grant of a key. Use it for a single
 // process, for tests, and as the lab's cheapest lock. A waiting Acquire is
-// woken as soon as the lease is released or expires.
+// woken as soon as the lease is released or expires. The leases are
+// ExpiringLeases and are never renewed: a lease held past ttl is lost (its
+// Context's cause matches ErrLeaseLost) and the key granted again.
 //
-// The returned Locker is safe for concurrent use.
+// The returned Locker is safe for concurrent use and holds no resources
+// besides its leases' timers (it has no Close).
 func NewLocalLocker(ttl time.Duration) Locker {
 	if ttl <= 0 {
 		ttl = 10 * time.Second
@@ -47,9 +52,12 @@ type localLease struct {
 }
 
 // errExpired is the cause of a local lease's context when its TTL passed.
-var errExpired = errors.New("hybrid: local lease expired")
+var errExpired = fmt.Errorf("%w: local lease expired", ErrLeaseLost)
 
 func (l *localLocker) Acquire(ctx context.Context, key string) (Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("hybrid: acquire %q: %w", key, cas.ErrNilContext)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -102,11 +110,14 @@ func (g *localLease) Token() uint64            { return g.token }
 func (g *localLease) Context() context.Context { return g.ctx }
 func (g *localLease) Expires() time.Time       { return g.expires }
 
-func (g *localLease) Release(context.Context) error {
+func (g *localLease) Release(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("hybrid: release %q: %w", g.key, cas.ErrNilContext)
+	}
 	l := g.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	g.cancel(errors.New("hybrid: lease released"))
+	g.cancel(ErrLeaseReleased)
 	k := l.keys[g.key]
 	if k == nil || k.holder != g {
 		return nil // expired and granted again, or released already

@@ -4,16 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
 )
 
-// DefaultSafetyMargin is the least lease time that must remain for Update
-// to send its write, for leases that say when they expire (an Expires()
-// time.Time method) and lockers not wrapped by WithSafetyMargin.
+// DefaultSafetyMargin is the largest default safety margin: the least
+// lease time that must remain for Update to send its write, for
+// ExpiringLeases of lockers not wrapped by WithSafetyMargin. A short lease
+// gets a smaller one: a fifth of the time it had left when Update acquired
+// it, so that a lease whose TTL is at most DefaultSafetyMargin (100 ms) can
+// still be used.
 const DefaultSafetyMargin = 100 * time.Millisecond
 
 // Update is a read-modify-write of one key under a lease: acquire a lease
@@ -26,10 +28,14 @@ const DefaultSafetyMargin = 100 * time.Millisecond
 // write is refused with cas.ErrFenced instead of overwriting newer work.
 //
 // The read and mutate run with a context cancelled when the lease is lost.
-// Before the write, Update refuses to send it when less than the safety
-// margin of the lease remains (ErrLeaseExpiring). The write itself runs on
-// ctx: once sent, its fencing token decides. An ambiguous write (matching
-// cas.ErrAmbiguous: it may have applied) is returned, never retried. A conflicted, fenced-off, lost or
+// Before the write, Update refuses to send it when the lease is lost
+// (ErrLeaseLost) or, for an ExpiringLease, when less than its safety margin
+// remains (ErrLeaseExpiring): min(DefaultSafetyMargin, a fifth of the time
+// the lease had left when acquired), or the margin given to
+// WithSafetyMargin. A lease that does not report its expiry has no margin
+// check. The write itself runs on ctx: once sent, its fencing token
+// decides. An ambiguous write (matching cas.ErrAmbiguous: it may have
+// applied) is returned, never retried. A conflicted, fenced-off, lost or
 // expiring attempt is retried through occ with a fresh lease; other errors
 // (mutate's, the store's) end the call as in occ.Update. The typed store's
 // underlying Store must be a cas.FencedStore (ErrNotFenced otherwise).
@@ -58,6 +64,7 @@ func Update[T any](ctx context.Context, l Locker, s *cas.Typed[T], key string, m
 		if err != nil {
 			return err
 		}
+		margin := safetyMargin(lease, time.Now())
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
@@ -78,7 +85,7 @@ func Update[T any](ctx context.Context, l Locker, s *cas.Typed[T], key string, m
 		if err != nil {
 			return err
 		}
-		if err := checkMargin(lease); err != nil {
+		if err := checkMargin(lease, margin); err != nil {
 			return err
 		}
 		b, err := s.Encode(key, next)
@@ -118,22 +125,33 @@ func leaseErr(wctx context.Context, err error) error {
 	return err
 }
 
-// checkMargin refuses a write when the lease is lost or about to expire.
-func checkMargin(lease Lease) error {
+// safetyMargin returns the safety margin of lease, acquired at acquired:
+// WithSafetyMargin's, or min(DefaultSafetyMargin, a fifth of the time an
+// ExpiringLease had left). Leases that do not report their expiry are not
+// checked for time, whatever their margin.
+func safetyMargin(lease Lease, acquired time.Time) time.Duration {
+	if m, ok := lease.(interface{ safetyMargin() time.Duration }); ok {
+		return m.safetyMargin()
+	}
+	if e, ok := lease.(ExpiringLease); ok {
+		return min(DefaultSafetyMargin, max(e.Expires().Sub(acquired)/5, 0))
+	}
+	return DefaultSafetyMargin
+}
+
+// checkMargin refuses a write when the lease is lost, or when it is an
+// ExpiringLease with less than margin left.
+func checkMargin(lease Lease, margin time.Duration) error {
 	if err := lease.Context().Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(lease.Context()))
+		cause := context.Cause(lease.Context())
+		if errors.Is(cause, ErrLeaseLost) {
+			return cause
+		}
+		return fmt.Errorf("%w: %w", ErrLeaseLost, cause)
 	}
-	exp, ok := lease.(interface{ Expires() time.Time })
-	if m, wrapped := lease.(marginLease); wrapped {
-		// The wrapper always has Expires; only the wrapped lease knows.
-		_, ok = m.Lease.(interface{ Expires() time.Time })
-	}
+	exp, ok := lease.(ExpiringLease)
 	if !ok {
 		return nil
-	}
-	margin := DefaultSafetyMargin
-	if m, ok := lease.(interface{ SafetyMargin() time.Duration }); ok {
-		margin = m.SafetyMargin()
 	}
 	if left := time.Until(exp.Expires()); left < margin {
 		return fmt.Errorf("%w: %v left, margin %v", ErrLeaseExpiring, left.Round(time.Millisecond), margin)
@@ -142,9 +160,9 @@ func checkMargin(lease Lease) error {
 }
 
 // WithSafetyMargin returns a Locker whose leases make Update refuse to
-// write when less than margin of the lease remains. It only affects
-// leases that say when they expire (an Expires() time.Time method, as the
-// local, etcd and Redis leases do).
+// write when less than margin of the lease remains, instead of the default
+// (see DefaultSafetyMargin). It only affects ExpiringLeases; the leases it
+// returns are ExpiringLeases exactly when l's are.
 func WithSafetyMargin(l Locker, margin time.Duration) Locker {
 	return marginLocker{l: l, margin: margin}
 }
@@ -159,23 +177,21 @@ func (m marginLocker) Acquire(ctx context.Context, key string) (Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := g.(ExpiringLease); ok {
+		return marginExpiringLease{marginLease{Lease: g, margin: m.margin}}, nil
+	}
 	return marginLease{Lease: g, margin: m.margin}, nil
 }
 
+// marginLease is a lease of a WithSafetyMargin locker.
 type marginLease struct {
 	Lease
 	margin time.Duration
 }
 
-func (m marginLease) SafetyMargin() time.Duration { return m.margin }
+func (m marginLease) safetyMargin() time.Duration { return m.margin }
 
-func (m marginLease) Expires() time.Time {
-	if e, ok := m.Lease.(interface{ Expires() time.Time }); ok {
-		return e.Expires()
-	}
-	d := m.margin + time.Hour
-	if d < m.margin {
-		d = math.MaxInt64 // the sum overflowed
-	}
-	return time.Now().Add(d) // unknown: never refuse
-}
+// marginExpiringLease is a marginLease over an ExpiringLease.
+type marginExpiringLease struct{ marginLease }
+
+func (m marginExpiringLease) Expires() time.Time { return m.Lease.(ExpiringLease).Expires() }

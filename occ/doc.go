@@ -13,7 +13,11 @@
 // transient errors, [WithObserver] for metrics (package
 // [github.com/occkit/occkit/occ/occotel] turns them into OpenTelemetry
 // metrics) and [WithBudget], a retry [Budget] shared across goroutines that
-// keeps a conflict storm from multiplying the load.
+// keeps a conflict storm from multiplying the load. Two shared objects,
+// each one per process, make hot keys cheap: a [Cache] ([WithCache]) skips
+// the read of keys whose version the process knows, and a [Combiner]
+// ([WithCombiner]) makes concurrent Updates of one key share one
+// conditional write (group commit).
 //
 // # Guarantees
 //

@@ -158,3 +158,51 @@ func ExampleBudget() {
 	fmt.Println(err, budget.Stats().Rejected)
 	// Output: <nil> 0
 }
+
+// A stock counter decremented by 100 concurrent buyers of one process:
+// with a Combiner, the buyers queue behind one leader that applies their
+// decrements in order and writes once per batch, instead of conflicting
+// with each other. Each buyer gets the stock left after its own purchase;
+// the buyers who find it sold out get their own error.
+func ExampleCombiner() {
+	ctx := context.Background()
+	store := memcas.New()
+	stock := cas.NewTyped(store, cas.JSON[int]())
+	if _, err := stock.CompareAndSwap(ctx, "sku-42", 0, 80); err != nil {
+		panic(err)
+	}
+	errSoldOut := errors.New("sold out")
+	combiner := occ.NewCombiner() // one per process
+
+	var (
+		mu          sync.Mutex
+		sold, short int
+		wg          sync.WaitGroup
+	)
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, err := occ.Update(ctx, stock, "sku-42", func(n int, _ bool) (int, error) {
+				if n == 0 {
+					return 0, errSoldOut
+				}
+				return n - 1, nil
+			}, occ.WithCombiner(combiner))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				sold++
+			case errors.Is(err, errSoldOut):
+				short++
+			default:
+				panic(err)
+			}
+		}()
+	}
+	wg.Wait()
+	left, _, _ := stock.Get(ctx, "sku-42")
+	fmt.Println("sold:", sold, "sold out:", short, "left:", left)
+	// Output: sold: 80 sold out: 20 left: 0
+}

@@ -98,3 +98,16 @@ func (f ObserverFuncs) ObserveCall(ctx context.Context, c Call) {
 		f.Call(ctx, c)
 	}
 }
+
+// observers tells two observers, a first.
+type observers [2]Observer
+
+func (o observers) ObserveAttempt(ctx context.Context, a Attempt) {
+	o[0].ObserveAttempt(ctx, a)
+	o[1].ObserveAttempt(ctx, a)
+}
+
+func (o observers) ObserveCall(ctx context.Context, c Call) {
+	o[0].ObserveCall(ctx, c)
+	o[1].ObserveCall(ctx, c)
+}

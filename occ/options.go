@@ -26,6 +26,7 @@ type Option struct {
 	budget     *Budget
 	sleep      func(ctx context.Context, d time.Duration) error
 	cache      *Cache
+	combiner   *Combiner
 }
 
 type optionKind uint8
@@ -40,6 +41,7 @@ const (
 	optBudget
 	optSleep
 	optCache
+	optCombiner
 )
 
 type config struct {
@@ -51,6 +53,7 @@ type config struct {
 	budget      *Budget
 	sleep       func(ctx context.Context, d time.Duration) error // test hook
 	cache       *Cache
+	combiner    *Combiner
 	op          string
 	key         string
 
@@ -80,13 +83,21 @@ func (c *config) apply(opts []Option) {
 				c.retryable = o.retryable
 			}
 		case optObserver:
-			c.observer = o.observer
+			switch {
+			case o.observer == nil:
+			case c.observer == nil:
+				c.observer = o.observer
+			default:
+				c.observer = observers{c.observer, o.observer}
+			}
 		case optBudget:
 			c.budget = o.budget
 		case optSleep:
 			c.sleep = o.sleep
 		case optCache:
 			c.cache = o.cache
+		case optCombiner:
+			c.combiner = o.combiner
 		}
 	}
 }
@@ -114,7 +125,8 @@ func WithBackOffFunc(f func() backoff.BackOff) Option {
 // combine: an error is retried if any of them says so.
 func WithRetryable(f func(err error) bool) Option { return Option{kind: optRetryable, retryable: f} }
 
-// WithObserver reports every attempt and every call to o.
+// WithObserver reports every attempt and every call to o. Several
+// WithObserver options add up: each observer is told, in the order given.
 func WithObserver(o Observer) Option { return Option{kind: optObserver, observer: o} }
 
 // WithBudget makes retries draw from a budget shared with other calls.
@@ -126,7 +138,7 @@ func withSleep(f func(ctx context.Context, d time.Duration) error) Option {
 }
 
 // DefaultBackOff returns the backoff used when none is given: exponential,
-// starting at 1ms, doubling up to 100ms, each wait randomised by ±50% so
+// starting at 1ms, doubling up to 20ms, each wait randomised by ±50% so
 // that conflicting writers spread out, and never stopping by itself (the
 // attempt limit and the context bound the loop). Conflicts clear in
 // microseconds to milliseconds, unlike network outages, hence the short
@@ -136,7 +148,7 @@ func DefaultBackOff() backoff.BackOff {
 		InitialInterval:     time.Millisecond,
 		RandomizationFactor: 0.5,
 		Multiplier:          2,
-		MaxInterval:         100 * time.Millisecond,
+		MaxInterval:         20 * time.Millisecond,
 		MaxElapsedTime:      0,
 		Stop:                backoff.Stop,
 		Clock:               backoff.SystemClock,

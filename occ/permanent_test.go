@@ -81,3 +81,15 @@ func TestPermanentFromMutate(t *testing.T) {
 		t.Fatal("Permanent(nil) != nil")
 	}
 }
+
+func TestSeveralObserversAreAllTold(t *testing.T) {
+	var got []string
+	obs := func(name string) Observer {
+		return ObserverFuncs{Call: func(context.Context, Call) { got = append(got, name) }}
+	}
+	_ = Retry(context.Background(), func(context.Context) error { return nil },
+		WithObserver(obs("a")), WithObserver(nil), WithObserver(obs("b")), WithObserver(obs("c")))
+	if fmt.Sprint(got) != "[a b c]" {
+		t.Fatalf("observers told: %v, want [a b c]", got)
+	}
+}

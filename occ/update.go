@@ -36,6 +36,9 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 	var c config
 	c.apply(opts)
 	c.op, c.key = "update", key
+	if c.combiner != nil && ctx != nil && combinable(s.Store()) {
+		return combineUpdate(ctx, &c, c.combiner, s, key, mutate)
+	}
 	var (
 		written  T
 		version  cas.Version
@@ -56,9 +59,16 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 			err error
 		)
 		if c.waited {
-			// After a backoff wait, what the last conflict (or the cache)
-			// said is likely stale on a contended key: read.
+			// After a backoff wait, what the last conflict said is likely
+			// stale on a contended key: read. The cache is the exception:
+			// every write of this process refreshes it, so after a wait it
+			// is as fresh as a read when the key's writers are in this
+			// process, and a caller that reads instead (two round trips)
+			// while the winners write from the cache (one) would starve.
 			haveHint = false
+			if cache != nil {
+				hint, haveHint = cache.get(key)
+			}
 		}
 		switch {
 		case haveHint:

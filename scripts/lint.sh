@@ -12,6 +12,10 @@ if [ -n "$unformatted" ]; then
 fi
 echo "lint: gofmt ok"
 go vet ./...
-echo "lint: go vet ok"
 staticcheck ./...
+# Nested modules are not entered by ./...: check each in its own directory.
+for dir in $(bash scripts/modules.sh); do
+  (cd "$dir" && GOFLAGS="${GOFLAGS:-} -mod=mod" go vet ./... && GOFLAGS="${GOFLAGS:-} -mod=mod" staticcheck ./...)
+done
+echo "lint: go vet ok"
 echo "lint: staticcheck ok"

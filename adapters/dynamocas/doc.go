@@ -55,10 +55,12 @@
 //
 // DynamoDB refuses items over 400 KB (attribute names included) and
 // transactions over 100 actions or 4 MB. [Store.Limits] reports what the
-// store derives from them: keys up to 1024 bytes (Config.MaxKeyBytes, at
-// most DynamoDB's 2048), values up to 400 KB less the other attributes,
-// commits of at most 100 operations and 4 MB less their attributes.
-// Larger input fails with cas.ErrTooLarge before anything is sent.
+// store derives from them: keys up to 1024 bytes, values up to 400 KB
+// less the other attributes, commits of at most 100 operations and 4 MB
+// less their attributes. Config.Limits (a cas.Limits, as in every
+// adapter) lowers any of them, or raises the key limit up to DynamoDB's
+// 2048 bytes; New refuses a limit above DynamoDB's. Larger input fails
+// with cas.ErrTooLarge before anything is sent.
 //
 // # Errors
 //

@@ -37,9 +37,10 @@ var transientReasons = map[string]bool{
 	"":                              true,
 }
 
-// Retryable reports whether err is a failure after which trying the
-// operation again is safe and may succeed. Pass it to occ.WithRetryable.
-// It is true for
+// Retryable is the package's one classifier of transient failures: it
+// reports whether err certainly applied nothing (a request refused or
+// never served, or a read), so that trying the operation again is safe
+// and may succeed. Pass it to occ.WithRetryable. It is true for
 //
 //   - throttling (ProvisionedThroughputExceeded, ThrottlingException,
 //     RequestLimitExceeded) and a transaction refused because of another

@@ -96,7 +96,7 @@ func localClient() (*dynamodb.Client, func()) {
 }
 
 // A versioned repository over an application's own table, replacing
-// "lock the item, read, write, unlock": Update reads the item, applies the
+// "lock the item, read, write, unlock": Modify reads the item, applies the
 // change and writes it only if its version is unchanged, retrying on a
 // conflict. Compiled, not run.
 func ExampleNewTable() {
@@ -118,7 +118,7 @@ func ExampleNewTable() {
 		log.Fatal(err)
 	}
 	errSoldOut := errors.New("sold out")
-	p, version, err := products.Update(ctx, dynamocas.Key{Partition: "sku-42"}, func(p Product, exists bool) (Product, error) {
+	p, err := products.Modify(ctx, dynamocas.Key{Partition: "sku-42"}, func(p Product, exists bool) (Product, error) {
 		if !exists || p.Stock == 0 {
 			return p, errSoldOut // returned as is, nothing written
 		}
@@ -128,7 +128,7 @@ func ExampleNewTable() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(p.Stock, version)
+	fmt.Println(p.Stock, p.Version)
 }
 
 // Versioned writes to two tables in one transaction: the order is created
@@ -136,12 +136,14 @@ func ExampleNewTable() {
 // Compiled, not run.
 func ExampleNewTx() {
 	type Product struct {
-		SKU   string `dynamodbav:"sku"`
-		Stock int    `dynamodbav:"stock"`
+		SKU     string      `dynamodbav:"sku"`
+		Stock   int         `dynamodbav:"stock"`
+		Version cas.Version `dynamodbav:"version"`
 	}
 	type Order struct {
-		ID  string `dynamodbav:"id"`
-		SKU string `dynamodbav:"sku"`
+		ID      string      `dynamodbav:"id"`
+		SKU     string      `dynamodbav:"sku"`
+		Version cas.Version `dynamodbav:"version"`
 	}
 	ctx := context.Background()
 	cfg, err := config.LoadDefaultConfig(ctx)
@@ -152,16 +154,16 @@ func ExampleNewTx() {
 	products, _ := dynamocas.NewTable[Product](cli, dynamocas.TableConfig{Table: "products", PartitionKey: "sku"})
 	orders, _ := dynamocas.NewTable[Order](cli, dynamocas.TableConfig{Table: "orders", PartitionKey: "id"})
 
-	p, v, err := products.Get(ctx, dynamocas.Key{Partition: "sku-42"})
+	p, err := products.Get(ctx, dynamocas.Key{Partition: "sku-42"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	p.Stock--
 	tx := dynamocas.NewTx(cli)
-	if err := products.TxPut(tx, p, v); err != nil {
+	if err := products.TxUpdate(tx, p); err != nil { // at the version p was read at
 		log.Fatal(err)
 	}
-	if err := orders.TxPut(tx, Order{ID: "o-1001", SKU: p.SKU}, 0); err != nil {
+	if err := orders.TxInsert(tx, Order{ID: "o-1001", SKU: p.SKU}); err != nil {
 		log.Fatal(err)
 	}
 	_, err = tx.Commit(ctx)

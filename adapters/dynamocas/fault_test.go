@@ -480,12 +480,13 @@ func TestTxResendRefusalCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := dynamotest.Ctx(t, time.Minute)
-	sv, err := items.Put(ctx, stock{SKU: "book", Remaining: 5}, 0)
+	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
+	sv := b.Version
 	tx := dynamocas.NewTx(cli)
-	must(t, items.TxPut(tx, stock{SKU: "book", Remaining: 4, Sold: 1}, sv))
+	must(t, items.TxUpdate(tx, stock{SKU: "book", Remaining: 4, Sold: 1, Version: sv}))
 	fl.arm("TransactWriteItems", dropAnswer, nil)
 	c.arm("TransactWriteItems", 400, 5, nil)
 	_, err = tx.Commit(ctx)
@@ -495,8 +496,8 @@ func TestTxResendRefusalCut(t *testing.T) {
 	if !errors.Is(err, cas.ErrAmbiguous) || dynamocas.Retryable(err) || errors.Is(err, cas.ErrConflict) {
 		t.Fatalf("commit applied, answer lost, resend refused in a cut answer: %v; want ambiguous, not Retryable", err)
 	}
-	if s, v, err := items.Get(ctx, dynamocas.Key{Partition: "book"}); err != nil || v != sv+1 || s.Sold != 1 {
-		t.Fatalf("book = %+v v%d, %v; want the commit applied once at v%d", s, v, err, sv+1)
+	if s, err := items.Get(ctx, dynamocas.Key{Partition: "book"}); err != nil || s.Version != sv+1 || s.Sold != 1 {
+		t.Fatalf("book = %+v, %v; want the commit applied once at v%d", s, err, sv+1)
 	}
 }
 
@@ -519,18 +520,19 @@ func TestTableResendRefusalCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := dynamotest.Ctx(t, time.Minute)
-	v, err := items.Put(ctx, stock{SKU: "book", Remaining: 5}, 0)
+	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
+	v := b.Version
 	fl.arm("PutItem", dropRequest, nil)
 	c.arm("PutItem", 400, 5, nil)
 	c.pre = func() {
-		if _, err := others.Put(ctx, stock{SKU: "book", Remaining: 9}, v); err != nil {
+		if _, err := others.Update(ctx, stock{SKU: "book", Remaining: 9, Version: v}); err != nil {
 			t.Errorf("other writer: %v", err)
 		}
 	}
-	_, err = items.Put(ctx, stock{SKU: "book", Remaining: 4, Sold: 1}, v)
+	_, err = items.Update(ctx, stock{SKU: "book", Remaining: 4, Sold: 1, Version: v})
 	if fl.armed.Load() || c.cuts.Load() != 1 {
 		t.Fatalf("faults not injected (lost request armed: %v, cuts %d)", fl.armed.Load(), c.cuts.Load())
 	}

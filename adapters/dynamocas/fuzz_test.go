@@ -223,9 +223,11 @@ type fuzzRow struct {
 	Version uint64   `dynamodbav:"version"`
 }
 
-// FuzzTableDecode checks Table.decode on items of any shape: it never
-// panics, refuses with a decode *cas.CodecError for the key, and returns
-// the version attribute as a version only when it is a decimal uint64.
+// FuzzTableDecode checks Table.decodeStored on items of any shape: it
+// never panics; an absent or negative version (a tombstone) is not found;
+// otherwise it refuses with a decode *cas.CodecError for the key, or
+// returns the version attribute as the version, also in the row's version
+// field, only when it is a positive decimal integer.
 func FuzzTableDecode(f *testing.F) {
 	f.Add(uint8(1), "3", uint8(1), "-5")
 	f.Add(uint8(0), "", uint8(0), "")
@@ -245,26 +247,31 @@ func FuzzTableDecode(f *testing.F) {
 		if a := attr(nk, n, []byte(n)); a != nil {
 			av["n"] = a
 		}
-		row, v, err := tb.decode("k", av)
-		if err != nil {
-			var ce *cas.CodecError
-			if !errors.As(err, &ce) || !ce.Decode || ce.Key != "k" {
-				t.Fatalf("decode(%v) = %v (%T), not a decode *cas.CodecError", av, err, err)
+		row, v, err := tb.decodeStored("k", av)
+		if errors.Is(err, cas.ErrNotFound) {
+			raw, serr := signedAttr(av, "version")
+			if serr != nil || raw > 0 {
+				t.Fatalf("decodeStored(%v): not found, but the version is %d (%v)", av, raw, serr)
 			}
 			return
 		}
-		want := uint64(0)
-		if a, ok := av["version"].(*types.AttributeValueMemberN); ok {
-			w, perr := strconv.ParseUint(a.Value, 10, 64)
-			if perr != nil {
-				t.Fatalf("decode(%v) accepted version %q", av, a.Value)
+		if err != nil {
+			var ce *cas.CodecError
+			if !errors.As(err, &ce) || !ce.Decode || ce.Key != "k" {
+				t.Fatalf("decodeStored(%v) = %v (%T), not a decode *cas.CodecError", av, err, err)
 			}
-			want = w
-		} else if av["version"] != nil {
-			t.Fatalf("decode(%v) accepted a version of type %T", av, av["version"])
+			return
 		}
-		if uint64(v) != want || row.PK != "k" {
-			t.Fatalf("decode(%v) = %+v, v%d, want v%d", av, row, v, want)
+		a, ok := av["version"].(*types.AttributeValueMemberN)
+		if !ok {
+			t.Fatalf("decodeStored(%v) accepted a version of type %T", av, av["version"])
+		}
+		want, perr := strconv.ParseUint(a.Value, 10, 64)
+		if perr != nil || want == 0 {
+			t.Fatalf("decodeStored(%v) accepted version %q", av, a.Value)
+		}
+		if uint64(v) != want || row.Version != want || row.PK != "k" {
+			t.Fatalf("decodeStored(%v) = %+v, v%d, want v%d", av, row, v, want)
 		}
 	})
 }

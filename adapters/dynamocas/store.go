@@ -61,9 +61,13 @@ type Config struct {
 	// WriteIDAttribute holds the 16-byte id of the last write (default
 	// "writeid").
 	WriteIDAttribute string
-	// MaxKeyBytes is the longest key (default cas.DefaultMaxKeyBytes,
-	// 1024; at most MaxPartitionKeyBytes).
-	MaxKeyBytes int
+	// Limits are the key, value and commit limits. Zero fields mean
+	// the defaults: keys up to cas.DefaultMaxKeyBytes (1024), and values
+	// and commits as large as DynamoDB takes (400 KB items less the other
+	// attributes, 100 operations and 4 MB per transaction; see Limits).
+	// DynamoDB's maximums (keys up to MaxPartitionKeyBytes, the rest as
+	// for the defaults) cannot be exceeded: New refuses larger limits.
+	Limits cas.Limits
 	// ResolveTimeout bounds the time spent finding out whether a write
 	// whose answer was lost was applied (default 5 s).
 	ResolveTimeout time.Duration
@@ -109,14 +113,8 @@ func New(cli *dynamodb.Client, cfg Config) (*Store, error) {
 	def(&cfg.ValueAttribute, DefaultValueAttribute)
 	def(&cfg.FenceAttribute, DefaultFenceAttribute)
 	def(&cfg.WriteIDAttribute, DefaultWriteIDAttribute)
-	if cfg.MaxKeyBytes == 0 {
-		cfg.MaxKeyBytes = cas.DefaultMaxKeyBytes
-	}
 	if cfg.ResolveTimeout == 0 {
 		cfg.ResolveTimeout = DefaultResolveTimeout
-	}
-	if cfg.MaxKeyBytes < 1 || cfg.MaxKeyBytes > MaxPartitionKeyBytes {
-		return nil, fmt.Errorf("dynamocas: MaxKeyBytes %d is outside 1..%d", cfg.MaxKeyBytes, MaxPartitionKeyBytes)
 	}
 	if cfg.ResolveTimeout < 0 {
 		return nil, fmt.Errorf("dynamocas: negative ResolveTimeout %v", cfg.ResolveTimeout)
@@ -136,16 +134,28 @@ func New(cli *dynamodb.Client, cfg Config) (*Store, error) {
 	// write id, names included: the value gets what is left of 400 KB.
 	overhead := len(names.key) + len(names.version) + numberBytes + len(names.value) +
 		len(names.fence) + numberBytes + len(names.writeID) + writeIDLen + slackBytes
+	keyBytes := cfg.Limits.MaxKeyBytes
+	if keyBytes == 0 {
+		keyBytes = cas.DefaultMaxKeyBytes
+	}
+	// DynamoDB's maximums, for the attribute names chosen: the value gets
+	// what a 400 KB item leaves beside the longest key.
+	hard := cas.Limits{
+		MaxKeyBytes:    MaxPartitionKeyBytes,
+		MaxValueBytes:  MaxItemBytes - overhead - keyBytes,
+		MaxCommitOps:   MaxTransactItems,
+		MaxCommitBytes: MaxTransactBytes - MaxTransactItems*overhead,
+	}
+	if err := cfg.Limits.Within(hard); err != nil {
+		return nil, fmt.Errorf("dynamocas: %w", err)
+	}
+	defaults := hard
+	defaults.MaxKeyBytes = cas.DefaultMaxKeyBytes
 	return &Store{
-		cli:   cli,
-		table: cfg.Table,
-		names: names,
-		limits: cas.Limits{
-			MaxKeyBytes:    cfg.MaxKeyBytes,
-			MaxValueBytes:  MaxItemBytes - overhead - cfg.MaxKeyBytes,
-			MaxCommitOps:   MaxTransactItems,
-			MaxCommitBytes: MaxTransactBytes - MaxTransactItems*overhead,
-		}.WithDefaults(),
+		cli:     cli,
+		table:   cfg.Table,
+		names:   names,
+		limits:  cfg.Limits.Or(defaults),
 		resolve: cfg.ResolveTimeout,
 		ids:     newWriteIDs(),
 	}, nil

@@ -81,7 +81,9 @@ func TestNewConfig(t *testing.T) {
 		{"Defaults", dynamocas.Config{Table: "t"}, ""},
 		{"NoTable", dynamocas.Config{}, "Config.Table is required"},
 		{"DuplicateNames", dynamocas.Config{Table: "t", ValueAttribute: "pk"}, "used twice"},
-		{"KeyTooLong", dynamocas.Config{Table: "t", MaxKeyBytes: 4096}, "MaxKeyBytes"},
+		{"KeyTooLong", dynamocas.Config{Table: "t", Limits: cas.Limits{MaxKeyBytes: 4096}}, "MaxKeyBytes"},
+		{"ValueTooLarge", dynamocas.Config{Table: "t", Limits: cas.Limits{MaxValueBytes: dynamocas.MaxItemBytes}}, "MaxValueBytes"},
+		{"TooManyOps", dynamocas.Config{Table: "t", Limits: cas.Limits{MaxCommitOps: dynamocas.MaxTransactItems + 1}}, "MaxCommitOps"},
 		{"NegativeTimeout", dynamocas.Config{Table: "t", ResolveTimeout: -time.Second}, "ResolveTimeout"},
 		{"LongName", dynamocas.Config{Table: "t", FenceAttribute: strings.Repeat("f", 256)}, "limit 255"},
 	}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"reflect"
+	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -25,8 +29,10 @@ type TableConfig struct {
 	// one.
 	SortKey string
 	// VersionAttribute is the number attribute that holds an item's
-	// version (default "version"). T may have a field for it (tagged
-	// `dynamodbav:"version"`): reads fill it in, writes overwrite it.
+	// version (default "version"). T must have a field for it (tagged
+	// `dynamodbav:"version"`, an integer, without omitempty): reads fill
+	// it in, Update takes the expected version from it, and every write
+	// returns the item with its new version there.
 	VersionAttribute string
 	// EncoderOptions and DecoderOptions, if set, adjust how items are
 	// marshalled and unmarshalled by package attributevalue (for example
@@ -46,18 +52,24 @@ type Key struct {
 
 // Table is a versioned view of an application's own table whose items map
 // to T through package attributevalue: the Go equivalent of the Java
-// enhanced client's VersionedRecordExtension. Every write is conditional
-// on the version attribute in the same request: Put creates an item only
-// if it is absent (version 1) or replaces it only if its version is still
-// the expected one (version + 1); Delete deletes only at the expected
-// version; Update is an optimistic read-modify-write that occ retries on a
-// conflict; and versioned writes go inside transactions too (see Tx),
-// which the Java mapper refuses.
+// enhanced client's VersionedRecordExtension, with the method set that
+// pgcas and sqlcas tables share (docs/tables.md). Every write is
+// conditional on the version attribute in the same request: Insert
+// creates an item only if it is absent; Update replaces it only if its
+// version is still the one in the item's version field; Delete deletes
+// only at the expected version; Modify is an optimistic read-modify-write
+// run by occ.Update's loop; and versioned writes go inside transactions
+// too (see Tx), which the Java mapper refuses.
 //
-// Versions are per item and start at 1 again when an item is deleted and
-// created anew (as with VersionedRecordExtension): do not hold a version
-// across a delete, or key items by ids that are never reused. (Store,
-// which owns its table, keeps tombstones and never reuses a version.)
+// The version lives in the item: T's field for the version attribute.
+// A key's versions strictly increase over its whole history, also across
+// Delete and a later Insert (no ABA): Delete does not remove the item but
+// leaves a tombstone, the key attributes and the version attribute
+// holding the deleted version negated (as Store does), which every read
+// of the Table reports as absent and which a later Insert replaces at the
+// version above it. Tombstones cost one small item per deleted key and
+// are never removed; other readers of the table see them (filter them
+// with "version > 0").
 //
 // A Table is safe for concurrent use.
 type Table[T any] struct {
@@ -83,7 +95,7 @@ func NewTable[T any](cli *dynamodb.Client, cfg TableConfig) (*Table[T], error) {
 		return nil, fmt.Errorf("dynamocas: NewTable: key and version attributes must differ: %+v", cfg)
 	}
 	var zero T
-	if rt := reflect.TypeOf(zero); rt == nil || (rt.Kind() != reflect.Struct && !(rt.Kind() == reflect.Pointer && rt.Elem().Kind() == reflect.Struct)) {
+	if rt := reflect.TypeOf(zero); rt == nil || rt.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("dynamocas: NewTable: T is %v, want a struct", rt)
 	}
 	t := &Table[T]{cli: cli, cfg: cfg}
@@ -92,6 +104,14 @@ func NewTable[T any](cli *dynamodb.Client, cfg TableConfig) (*Table[T], error) {
 	}
 	if cfg.DecoderOptions != nil {
 		t.decOpts = append(t.decOpts, cfg.DecoderOptions)
+	}
+	// The version field: a zero T marshals it as the number 0.
+	av, err := attributevalue.MarshalMapWithOptions(zero, t.encOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("dynamocas: NewTable[%T]: %w", zero, err)
+	}
+	if n, ok := av[cfg.VersionAttribute].(*types.AttributeValueMemberN); !ok || n.Value != "0" {
+		return nil, fmt.Errorf("dynamocas: NewTable[%T]: no integer field for the version attribute %q (tag it `dynamodbav:\"%s\"`, without omitempty)", zero, cfg.VersionAttribute, cfg.VersionAttribute)
 	}
 	return t, nil
 }
@@ -159,23 +179,26 @@ func avString(v types.AttributeValue) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// decode unmarshals a stored item into T and returns its version.
-func (t *Table[T]) decode(ks string, av map[string]types.AttributeValue) (T, cas.Version, error) {
+// decodeItem unmarshals a stored live item into T (the version field
+// filled in from the version attribute).
+func (t *Table[T]) decodeItem(ks string, av map[string]types.AttributeValue) (T, error) {
 	var v T
-	ver, err := numberAttr(av, t.cfg.VersionAttribute)
-	if err != nil {
-		return v, 0, &cas.CodecError{Key: ks, Decode: true, Err: err}
-	}
 	if err := attributevalue.UnmarshalMapWithOptions(av, &v, t.decOpts...); err != nil {
-		return v, 0, &cas.CodecError{Key: ks, Decode: true, Err: err}
+		return v, &cas.CodecError{Key: ks, Decode: true, Err: err}
 	}
-	return v, ver, nil
+	return v, nil
 }
 
-// Get returns the item with key, decoded, and its version, with a
-// strongly consistent read. A missing item fails with an error matching
-// cas.ErrNotFound.
-func (t *Table[T]) Get(ctx context.Context, key Key) (T, cas.Version, error) {
+// Get returns the item with key, decoded, its version field filled in,
+// with a strongly consistent read. A missing item (or the tombstone of a
+// deleted one) fails with an error matching cas.ErrNotFound.
+func (t *Table[T]) Get(ctx context.Context, key Key) (T, error) {
+	v, _, err := t.get(ctx, key)
+	return v, err
+}
+
+// get is Get that also returns the version.
+func (t *Table[T]) get(ctx context.Context, key Key) (T, cas.Version, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, 0, err
@@ -188,10 +211,26 @@ func (t *Table[T]) Get(ctx context.Context, key Key) (T, cas.Version, error) {
 	if err != nil {
 		return zero, 0, &readError{key: keyString(key), err: err}
 	}
-	if av == nil {
-		return zero, 0, &cas.KeyError{Op: "get", Key: keyString(key), Err: cas.ErrNotFound}
+	return t.decodeStored(keyString(key), av)
+}
+
+// decodeStored decodes an item as read (nil when absent): a live item
+// into T and its version; an absent item or a tombstone is an error
+// matching cas.ErrNotFound.
+func (t *Table[T]) decodeStored(ks string, av map[string]types.AttributeValue) (T, cas.Version, error) {
+	var zero T
+	raw, err := signedAttr(av, t.cfg.VersionAttribute)
+	if err != nil {
+		return zero, 0, &cas.CodecError{Key: ks, Decode: true, Err: err}
 	}
-	return t.decode(keyString(key), av)
+	if raw <= 0 {
+		return zero, 0, &cas.KeyError{Op: "get", Key: ks, Err: cas.ErrNotFound}
+	}
+	v, err := t.decodeItem(ks, av)
+	if err != nil {
+		return zero, 0, err
+	}
+	return v, cas.Version(raw), nil
 }
 
 func (t *Table[T]) read(ctx context.Context, kav map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
@@ -205,92 +244,212 @@ func (t *Table[T]) read(ctx context.Context, kav map[string]types.AttributeValue
 	return out.Item, nil
 }
 
-// tableWrite is a prepared conditional write of one item.
+// tableWrite is a prepared conditional write of one item: a PutItem (or
+// a transaction's Put) of item, conditional on the item's version
+// attribute being base.
 type tableWrite struct {
 	op       string
 	ks       string
 	kav      map[string]types.AttributeValue
-	expected cas.Version
-	version  cas.Version // the version it writes (0 for a delete)
-	item     map[string]types.AttributeValue
-	cond     string
-	names    map[string]string
-	values   map[string]types.AttributeValue
+	expected cas.Version // the version the caller expected (0: absent)
+	// base is the version attribute the condition requires: 0 for an item
+	// that never existed, -b for a tombstone of version b, v for a live
+	// item of version v; anyAbsent makes the condition accept both kinds
+	// of absence (a check of absence).
+	base      int64
+	anyAbsent bool
+	version   cas.Version // the version it writes (0 for a delete or a check)
+	item      map[string]types.AttributeValue
+	pkAttr    string
+	verAttr   string
 }
 
-// prepPut marshals item for a write at expected, setting its version.
-func (t *Table[T]) prepPut(item T, expected cas.Version) (*tableWrite, error) {
+// condition returns w's condition expression, names and values. Names go
+// through placeholders, so reserved words are fine.
+func (w *tableWrite) condition() (string, map[string]string, map[string]types.AttributeValue) {
+	switch {
+	case w.anyAbsent:
+		return "attribute_not_exists(#pk) OR #ver < :zero",
+			map[string]string{"#pk": w.pkAttr, "#ver": w.verAttr},
+			map[string]types.AttributeValue{":zero": num(0)}
+	case w.base == 0:
+		return "attribute_not_exists(#pk)", map[string]string{"#pk": w.pkAttr}, nil
+	}
+	return "#ver = :expected", map[string]string{"#ver": w.verAttr},
+		map[string]types.AttributeValue{":expected": &types.AttributeValueMemberN{Value: strconv.FormatInt(w.base, 10)}}
+}
+
+// onTombstone makes w, a create refused by a tombstone of version b, a
+// create over that tombstone: conditional on it, at version b + 1.
+func (w *tableWrite) onTombstone(b cas.Version) {
+	w.base, w.version = -int64(b), b+1
+	w.item[w.verAttr] = num(uint64(w.version))
+}
+
+// prepInsert marshals item for a create at version 1 (over a tombstone,
+// onTombstone moves it above).
+func (t *Table[T]) prepInsert(op string, item T) (*tableWrite, error) {
+	w, err := t.marshal(op, item)
+	if err != nil {
+		return nil, err
+	}
+	w.version = 1
+	w.item[t.cfg.VersionAttribute] = num(1)
+	return w, t.checkSize(w)
+}
+
+// prepUpdate marshals item for a replace of the version its version field
+// holds, at that version + 1.
+func (t *Table[T]) prepUpdate(op string, item T) (*tableWrite, error) {
+	w, err := t.marshal(op, item)
+	if err != nil {
+		return nil, err
+	}
+	v, err := signedAttr(w.item, t.cfg.VersionAttribute)
+	if err != nil || v <= 0 {
+		return nil, &cas.KeyError{Op: op, Key: w.ks, Err: fmt.Errorf("%w: the item's version field is %d (%v): Update writes an item read before; use Insert for a new one", cas.ErrInvalidVersion, v, err)}
+	}
+	w.expected, w.base, w.version = cas.Version(v), v, cas.Version(v)+1
+	w.item[t.cfg.VersionAttribute] = num(uint64(w.version))
+	return w, t.checkSize(w)
+}
+
+func (t *Table[T]) marshal(op string, item T) (*tableWrite, error) {
 	av, err := attributevalue.MarshalMapWithOptions(item, t.encOpts...)
 	if err != nil {
 		return nil, &cas.CodecError{Err: err}
 	}
-	kav, ks, err := t.keyOf("put", av)
+	kav, ks, err := t.keyOf(op, av)
 	if err != nil {
 		return nil, err
 	}
-	w := &tableWrite{op: "put", ks: ks, kav: kav, expected: expected, version: expected + 1, item: av}
-	av[t.cfg.VersionAttribute] = num(uint64(w.version))
-	if size := itemSize(av); size > MaxItemBytes {
-		return nil, &cas.KeyError{Op: "put", Key: ks, Err: fmt.Errorf("%w: item is %d bytes, limit %d", cas.ErrTooLarge, size, MaxItemBytes)}
-	}
-	t.condition(w)
-	return w, nil
+	return &tableWrite{op: op, ks: ks, kav: kav, item: av, pkAttr: t.cfg.PartitionKey, verAttr: t.cfg.VersionAttribute}, nil
 }
 
-func (t *Table[T]) prepDelete(op string, key Key, expected cas.Version) (*tableWrite, error) {
-	kav, err := t.keyAV(op, key)
+func (t *Table[T]) checkSize(w *tableWrite) error {
+	if size := itemSize(w.item); size > MaxItemBytes {
+		return &cas.KeyError{Op: w.op, Key: w.ks, Err: fmt.Errorf("%w: item is %d bytes, limit %d", cas.ErrTooLarge, size, MaxItemBytes)}
+	}
+	return nil
+}
+
+// prepDelete prepares the delete of the item with key at version expected
+// (not 0): the item is replaced by its tombstone, its key attributes and
+// the version attribute holding -expected, so that the key's next version
+// is above every version it had.
+func (t *Table[T]) prepDelete(key Key, expected cas.Version) (*tableWrite, error) {
+	kav, err := t.keyAV("delete", key)
 	if err != nil {
 		return nil, err
 	}
-	if expected == 0 && op == "delete" {
-		return nil, &cas.KeyError{Op: op, Key: keyString(key), Err: fmt.Errorf("%w: expected version 0 names an item that does not exist", cas.ErrInvalidVersion)}
+	if expected == 0 || expected > math.MaxInt64 {
+		return nil, &cas.KeyError{Op: "delete", Key: keyString(key), Err: fmt.Errorf("%w: expected version %d cannot name a stored item", cas.ErrInvalidVersion, expected)}
 	}
-	w := &tableWrite{op: op, ks: keyString(key), kav: kav, expected: expected}
-	t.condition(w)
-	return w, nil
+	item := maps.Clone(kav)
+	item[t.cfg.VersionAttribute] = negNum(uint64(expected))
+	return &tableWrite{op: "delete", ks: keyString(key), kav: kav, expected: expected, base: int64(expected), item: item,
+		pkAttr: t.cfg.PartitionKey, verAttr: t.cfg.VersionAttribute}, nil
 }
 
-// condition sets w's condition: the item absent (expected 0) or at version
-// expected. Names go through placeholders, so reserved words are fine.
-func (t *Table[T]) condition(w *tableWrite) {
-	if w.expected == 0 {
-		w.cond = "attribute_not_exists(#pk)"
-		w.names = map[string]string{"#pk": t.cfg.PartitionKey}
-		return
+// prepCheck prepares a check that the item with key is at version
+// expected (0: absent, a tombstone included).
+func (t *Table[T]) prepCheck(key Key, expected cas.Version) (*tableWrite, error) {
+	kav, err := t.keyAV("check", key)
+	if err != nil {
+		return nil, err
 	}
-	w.cond = "#ver = :expected"
-	w.names = map[string]string{"#ver": t.cfg.VersionAttribute}
-	w.values = map[string]types.AttributeValue{":expected": num(uint64(w.expected))}
+	if expected > math.MaxInt64 {
+		return nil, &cas.KeyError{Op: "check", Key: keyString(key), Err: fmt.Errorf("%w: expected version %d", cas.ErrInvalidVersion, expected)}
+	}
+	return &tableWrite{op: "check", ks: keyString(key), kav: kav, expected: expected, base: int64(expected), anyAbsent: expected == 0,
+		version: expected, pkAttr: t.cfg.PartitionKey, verAttr: t.cfg.VersionAttribute}, nil
 }
 
-// Put writes item if the stored item is at version expected: 0 creates it
-// only if absent (at version 1), any other version replaces it only if its
-// version is still expected (at expected + 1). The key comes from item's
-// key attributes. It returns the new version; a failed condition is a
-// *cas.ConflictError whose Current.Version is the stored version (0:
-// absent; Current.Value is nil: decode the item with Get, or let Update
-// do it).
-func (t *Table[T]) Put(ctx context.Context, item T, expected cas.Version) (cas.Version, error) {
+// maxTombstoneRounds bounds how often a create follows a tombstone that
+// changed under it (a key deleted and created again meanwhile, each time).
+const maxTombstoneRounds = 3
+
+// Insert writes item as a new item, at version 1 for a key that never
+// existed, or one above the version a deleted item of the key had (one
+// more round trip, after the tombstone refused the first). Its version
+// field is ignored. It returns the item as stored, its version field set.
+// An item that exists is a *cas.ConflictError (Expected 0) with
+// HasCurrent and the current version, and the returned T is the current
+// item.
+func (t *Table[T]) Insert(ctx context.Context, item T) (T, error) {
+	var zero T
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return zero, err
 	}
-	w, err := t.prepPut(item, expected)
+	w, err := t.prepInsert("insert", item)
 	if err != nil {
-		return 0, err
+		return zero, err
 	}
-	_, err = t.send(ctx, w)
+	return t.write(ctx, w)
+}
+
+// Update is the version-checked write of an item the caller holds: it
+// replaces the stored item only if its version is still item's version
+// field, at that version + 1, and returns the item as stored. A refusal
+// is a *cas.ConflictError carrying the current version (HasCurrent), and
+// the returned T is then the current item; an item deleted meanwhile is
+// the same conflict with Current.Version 0, which also matches
+// cas.ErrNotFound.
+func (t *Table[T]) Update(ctx context.Context, item T) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	w, err := t.prepUpdate("update", item)
 	if err != nil {
-		return 0, err
+		return zero, err
 	}
-	return w.version, nil
+	return t.write(ctx, w)
+}
+
+// write sends w and returns the item as stored, or the current item with
+// the conflict. A create refused by a tombstone is sent again over it.
+func (t *Table[T]) write(ctx context.Context, w *tableWrite) (T, error) {
+	var zero T
+	for round := 0; ; round++ {
+		old, err := t.send(ctx, w)
+		if err == nil {
+			v, derr := t.decodeItem(w.ks, w.item)
+			if derr != nil {
+				return zero, derr
+			}
+			return v, nil
+		}
+		var ce *cas.ConflictError
+		if !errors.As(err, &ce) || old == nil {
+			return zero, err
+		}
+		raw, _ := signedAttr(old, t.cfg.VersionAttribute)
+		if w.expected == 0 && w.version != 0 && raw < 0 && round < maxTombstoneRounds {
+			w.onTombstone(cas.Version(-raw)) // a create over a tombstone
+			continue
+		}
+		if raw <= 0 {
+			return zero, err
+		}
+		cur, derr := t.decodeItem(w.ks, old)
+		if derr != nil {
+			return zero, err
+		}
+		return cur, err
+	}
 }
 
 // Delete deletes the item with key if its version is expected (not 0).
+// The item is replaced by a tombstone (its key attributes and the version
+// attribute, negated) that reads as absent and keeps the version, so that
+// a later Insert of the key gets a version above it. A stale version is a
+// *cas.ConflictError with the current version.
 func (t *Table[T]) Delete(ctx context.Context, key Key, expected cas.Version) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w, err := t.prepDelete("delete", key, expected)
+	w, err := t.prepDelete(key, expected)
 	if err != nil {
 		return err
 	}
@@ -298,99 +457,96 @@ func (t *Table[T]) Delete(ctx context.Context, key Key, expected cas.Version) er
 	return err
 }
 
-// Update is an optimistic read-modify-write of the item with key: it reads
-// the item (exists false and the zero T when absent), calls mutate, and
-// writes the result conditional on the version it read, retrying with
-// occ.Retry (and opts) on a conflict. A conflict carries the stored item,
-// so a retry does not read again (on servers that return it). mutate must
-// keep the item's key; it runs on the caller's goroutine and may run more
-// than once, so it must not have side effects; an error from it is
-// returned as is and nothing is written. Update returns the item written
-// and its version.
+// Modify is the optimistic read-modify-write of the item with key, run by
+// occ.Update's loop (see docs/tables.md): it reads the item (exists false
+// and cur the zero T with only its key fields set when there is none),
+// calls mutate, and writes the result as Update does (as Insert does when
+// the item was absent), retrying on a conflict: at once from the current
+// item the conflict carried (on servers that return it), then after a
+// backoff wait from a fresh read. mutate must keep the item's key; it
+// runs on the caller's goroutine and may run more than once, so it must
+// not have side effects; an error from it is returned as is and nothing
+// is written. Modify returns the item as stored.
 //
 // Pass occ.WithRetryable(dynamocas.Retryable) to retry throttling too.
-func (t *Table[T]) Update(ctx context.Context, key Key, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, cas.Version, error) {
-	var (
-		cur     T
-		ver     cas.Version
-		known   bool
-		written T
-		wver    cas.Version
-	)
-	kav, err := t.keyAV("update", key)
+func (t *Table[T]) Modify(ctx context.Context, key Key, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
+	var absent T
+	kav, err := t.keyAV("modify", key)
 	if err != nil {
-		return written, 0, err
+		return absent, err
 	}
-	err = occ.Retry(ctx, func(ctx context.Context) error {
-		if !known {
-			var err error
-			cur, ver, err = t.Get(ctx, key)
-			if err != nil && !errors.Is(err, cas.ErrNotFound) {
-				return err
-			}
-		}
-		known = false
-		next, err := mutate(cur, ver != 0)
-		if err != nil {
-			return err
-		}
-		w, err := t.prepPut(next, ver)
-		if err != nil {
-			return err
-		}
-		if !reflect.DeepEqual(w.kav, kav) {
-			return &cas.KeyError{Op: "update", Key: keyString(key), Err: fmt.Errorf("%w: mutate changed the item's key to %q", cas.ErrInvalidKey, w.ks)}
-		}
-		old, err := t.send(ctx, w)
-		var ce *cas.ConflictError
-		if errors.As(err, &ce) && old != nil {
-			// Start the next attempt from the item the conflict returned.
-			var zero T
-			cur, ver, known = zero, 0, true
-			if len(old) > 0 {
-				if cur, ver, err = t.decode(w.ks, old); err != nil {
-					return err
+	if err := attributevalue.UnmarshalMapWithOptions(kav, &absent, t.decOpts...); err != nil {
+		return absent, &cas.KeyError{Op: "modify", Key: keyString(key), Err: fmt.Errorf("%w: %w", cas.ErrInvalidKey, err)}
+	}
+	ks := keyString(key)
+	return rowupdate.Modify(ctx, rowupdate.Ops[T]{
+		Key:    ks,
+		Absent: absent,
+		Read: func(ctx context.Context) (rowupdate.Row[T], error) {
+			v, ver, err := t.get(ctx, key)
+			return rowupdate.Row[T]{Value: v, Version: ver}, err
+		},
+		Write: func(ctx context.Context, expected cas.Version, next T) (rowupdate.Row[T], rowupdate.Row[T], error) {
+			var (
+				w   *tableWrite
+				err error
+			)
+			if expected == 0 {
+				w, err = t.prepInsert("modify", next)
+			} else {
+				if err = t.setVersion(&next, expected); err == nil {
+					w, err = t.prepUpdate("modify", next)
 				}
 			}
-			return ce
-		}
-		if err != nil {
-			return err
-		}
-		written, wver = next, w.version
-		return nil
-	}, opts...)
-	if err != nil {
-		var zero T
-		return zero, 0, err
-	}
-	return written, wver, nil
+			if err != nil {
+				return rowupdate.Row[T]{}, rowupdate.Row[T]{}, err
+			}
+			if !reflect.DeepEqual(w.kav, kav) {
+				return rowupdate.Row[T]{}, rowupdate.Row[T]{}, occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the item's key to %q", cas.ErrInvalidKey, w.ks)})
+			}
+			out, err := t.write(ctx, w)
+			if err != nil {
+				var cur rowupdate.Row[T]
+				var ce *cas.ConflictError
+				if errors.As(err, &ce) && ce.HasCurrent {
+					cur = rowupdate.Row[T]{Value: out, Version: ce.Current.Version}
+				}
+				return rowupdate.Row[T]{}, cur, err
+			}
+			return rowupdate.Row[T]{Value: out, Version: w.version}, rowupdate.Row[T]{}, nil
+		},
+	}, mutate, opts...)
 }
 
-// send sends w once (PutItem, or DeleteItem when w has no item). On a
-// failed condition it returns the stored item (empty when absent; nil when
-// unknown) with the *cas.ConflictError.
-func (t *Table[T]) send(ctx context.Context, w *tableWrite) (map[string]types.AttributeValue, error) {
-	var err error
-	if w.item != nil {
-		_, err = t.cli.PutItem(ctx, &dynamodb.PutItemInput{
-			TableName:                           aws.String(t.cfg.Table),
-			Item:                                w.item,
-			ConditionExpression:                 aws.String(w.cond),
-			ExpressionAttributeNames:            w.names,
-			ExpressionAttributeValues:           w.values,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
-	} else {
-		_, err = t.cli.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-			TableName:                           aws.String(t.cfg.Table),
-			Key:                                 w.kav,
-			ConditionExpression:                 aws.String(w.cond),
-			ExpressionAttributeNames:            w.names,
-			ExpressionAttributeValues:           w.values,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
+// setVersion sets the version field of *item to v, through the item's
+// attributes (the field is the one the version attribute maps to).
+func (t *Table[T]) setVersion(item *T, v cas.Version) error {
+	av, err := attributevalue.MarshalMapWithOptions(*item, t.encOpts...)
+	if err != nil {
+		return &cas.CodecError{Err: err}
 	}
+	av[t.cfg.VersionAttribute] = num(uint64(v))
+	var out T
+	if err := attributevalue.UnmarshalMapWithOptions(av, &out, t.decOpts...); err != nil {
+		return &cas.CodecError{Err: err}
+	}
+	*item = out
+	return nil
+}
+
+// send sends w once, as a PutItem. On a failed condition it returns the
+// stored item (empty when absent; nil when unknown) with the
+// *cas.ConflictError.
+func (t *Table[T]) send(ctx context.Context, w *tableWrite) (map[string]types.AttributeValue, error) {
+	cond, names, values := w.condition()
+	_, err := t.cli.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(t.cfg.Table),
+		Item:                                w.item,
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, noSDKRetry)
 	if err == nil {
 		return nil, nil
 	}
@@ -408,7 +564,9 @@ func (t *Table[T]) send(ctx context.Context, w *tableWrite) (map[string]types.At
 }
 
 // refused builds the conflict of w from the stored item the server
-// returned, or from a consistent read when it returned none.
+// returned, or from a consistent read when it returned none. The stored
+// item comes back with it (empty when absent), unless it is unknown or
+// would have satisfied w's condition (it changed back since).
 func (t *Table[T]) refused(ctx context.Context, w *tableWrite, old map[string]types.AttributeValue, cause error) (map[string]types.AttributeValue, error) {
 	ce := &cas.ConflictError{Key: w.ks, Expected: w.expected, Current: cas.Item{Key: w.ks}, Err: cause}
 	if len(old) == 0 {
@@ -420,27 +578,22 @@ func (t *Table[T]) refused(ctx context.Context, w *tableWrite, old map[string]ty
 			return nil, ce
 		}
 	}
-	var cur cas.Version
-	if old != nil {
-		var err error
-		if cur, err = numberAttr(old, t.cfg.VersionAttribute); err != nil {
-			return nil, ce
-		}
-	} else {
+	if old == nil {
 		old = map[string]types.AttributeValue{}
 	}
-	if cur == w.expected {
-		return nil, ce // changed back since: not the state that refused w
+	raw, err := signedAttr(old, t.cfg.VersionAttribute)
+	if err != nil || raw == w.base {
+		return nil, ce // unreadable, or changed back since: not the state that refused w
 	}
-	ce.Current.Version, ce.HasCurrent = cur, true
+	ce.Current.Version, ce.HasCurrent = cas.Version(max(raw, 0)), true
 	return old, ce
 }
 
 // lost handles a write whose answer was lost. Items of an application's
 // table carry no write id, so the outcome can be settled only when the
-// item is still at the version w expected: then w has not applied, and it
-// is sent again (the same condition lets at most one of the two sends
-// apply). Otherwise the caller gets a *cas.AmbiguousError.
+// item is still in the state w's condition requires: then w has not
+// applied, and it is sent again (the same condition lets at most one of
+// the two sends apply). Otherwise the caller gets a *cas.AmbiguousError.
 func (t *Table[T]) lost(ctx context.Context, w *tableWrite, cause error) error {
 	amb := &cas.AmbiguousError{Op: w.op, Key: w.ks, Err: cause}
 	if ctx.Err() != nil {
@@ -450,13 +603,8 @@ func (t *Table[T]) lost(ctx context.Context, w *tableWrite, cause error) error {
 	if err != nil {
 		return amb
 	}
-	var cur cas.Version
-	if av != nil {
-		if cur, err = numberAttr(av, t.cfg.VersionAttribute); err != nil {
-			return amb
-		}
-	}
-	if cur != w.expected {
+	raw, err := signedAttr(av, t.cfg.VersionAttribute)
+	if err != nil || raw != w.base {
 		return amb
 	}
 	_, err = t.send(ctx, w)

@@ -115,37 +115,52 @@ func TestTableRoundTrip(t *testing.T) {
 		orders := newOrders(t, dynamotest.Client(t, srv))
 		ctx := dynamotest.Ctx(t, time.Minute)
 		key := dynamocas.Key{Partition: "ada", Sort: 42}
-		if _, _, err := orders.Get(ctx, key); !errors.Is(err, cas.ErrNotFound) {
+		if _, err := orders.Get(ctx, key); !errors.Is(err, cas.ErrNotFound) {
 			t.Fatalf("get before create: %v", err)
 		}
 		want := sampleOrder()
-		v1, err := orders.Put(ctx, want, 0)
-		if err != nil || v1 != 1 {
-			t.Fatalf("create = v%d, %v", v1, err)
+		want.Version = 99 // ignored by Insert
+		created, err := orders.Insert(ctx, want)
+		if err != nil || created.Version != 1 {
+			t.Fatalf("create = %+v, %v", created, err)
 		}
-		got, gv, err := orders.Get(ctx, key)
-		if err != nil || gv != v1 {
-			t.Fatalf("get = v%d, %v", gv, err)
+		v1 := created.Version
+		got, err := orders.Get(ctx, key)
+		if err != nil || got.Version != v1 {
+			t.Fatalf("get = v%d, %v", got.Version, err)
 		}
 		want.Version = v1 // the version field is filled in by reads
 		normalize(&got)
 		normalize(&want)
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
+		normalize(&created)
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(created, want) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v\ncreated %+v", got, want, created)
 		}
-		// Replace at the right version; a stale version conflicts.
+		// Replace at the right version; a stale version conflicts and
+		// returns the current item.
 		got.Lines = append(got.Lines, line{SKU: "ink", Quantity: 1})
-		v2, err := orders.Put(ctx, got, v1)
-		if err != nil || v2 != v1+1 {
-			t.Fatalf("replace = v%d, %v", v2, err)
+		up, err := orders.Update(ctx, got)
+		if err != nil || up.Version != v1+1 || len(up.Lines) != 3 {
+			t.Fatalf("replace = %+v, %v", up, err)
 		}
-		_, err = orders.Put(ctx, got, v1)
+		v2 := up.Version
+		stale := got // still at v1
+		stale.Lines = nil
+		cur, err := orders.Update(ctx, stale)
 		var ce *cas.ConflictError
 		if !errors.As(err, &ce) || ce.Key != "ada/42" || ce.Expected != v1 || !ce.HasCurrent || ce.Current.Version != v2 {
 			t.Fatalf("stale replace: %v, want a conflict on ada/42 at current v%d", err, v2)
 		}
-		if _, err := orders.Put(ctx, got, 0); !errors.Is(err, cas.ErrConflict) {
-			t.Fatalf("create of an existing item: %v", err)
+		normalize(&cur)
+		normalize(&up)
+		if !reflect.DeepEqual(cur, up) {
+			t.Fatalf("the conflict returned %+v, want the current item %+v", cur, up)
+		}
+		if cur, err := orders.Insert(ctx, got); !errors.As(err, &ce) || ce.Expected != 0 || !ce.HasCurrent || cur.Version != v2 {
+			t.Fatalf("create of an existing item: %+v, %v", cur, err)
+		}
+		if _, err := orders.Update(ctx, sampleOrder()); !errors.Is(err, cas.ErrInvalidVersion) {
+			t.Fatalf("update of an item with version 0: %v, want ErrInvalidVersion", err)
 		}
 		// Delete: stale fails, right version deletes.
 		if err := orders.Delete(ctx, key, v1); !errors.Is(err, cas.ErrConflict) {
@@ -157,7 +172,7 @@ func TestTableRoundTrip(t *testing.T) {
 		if err := orders.Delete(ctx, key, v2); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := orders.Get(ctx, key); !errors.Is(err, cas.ErrNotFound) {
+		if _, err := orders.Get(ctx, key); !errors.Is(err, cas.ErrNotFound) {
 			t.Fatalf("get after delete: %v", err)
 		}
 		err = orders.Delete(ctx, key, v2)
@@ -192,6 +207,12 @@ func TestTableValidation(t *testing.T) {
 	if _, err := dynamocas.NewTable[int](cli, dynamocas.TableConfig{Table: "t", PartitionKey: "id"}); err == nil {
 		t.Fatal("NewTable[int] succeeded")
 	}
+	type noVersion struct {
+		ID string `dynamodbav:"id"`
+	}
+	if _, err := dynamocas.NewTable[noVersion](cli, dynamocas.TableConfig{Table: "t", PartitionKey: "id"}); err == nil || !strings.Contains(err.Error(), "version attribute") {
+		t.Fatalf("NewTable of a type without a version field: %v", err)
+	}
 	// Too large: refused before anything is sent (the endpoint is dead).
 	tbl, err := dynamocas.NewTable[order](cli, dynamocas.TableConfig{Table: "t", PartitionKey: "customer", SortKey: "id"})
 	if err != nil {
@@ -199,17 +220,17 @@ func TestTableValidation(t *testing.T) {
 	}
 	big := sampleOrder()
 	big.Note = make([]byte, dynamocas.MaxItemBytes)
-	if _, err := tbl.Put(context.Background(), big, 0); !errors.Is(err, cas.ErrTooLarge) {
+	if _, err := tbl.Insert(context.Background(), big); !errors.Is(err, cas.ErrTooLarge) {
 		t.Fatalf("put of a %d-byte note: %v, want ErrTooLarge", len(big.Note), err)
 	}
 	noKey := sampleOrder()
 	noKey.Customer = ""
-	if _, err := tbl.Put(context.Background(), noKey, 0); err == nil {
+	if _, err := tbl.Insert(context.Background(), noKey); err == nil {
 		t.Fatal("put without a partition key value succeeded")
 	}
 }
 
-func TestTableUpdate(t *testing.T) {
+func TestTableModify(t *testing.T) {
 	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
 		orders := newOrders(t, dynamotest.Client(t, srv))
 		ctx := dynamotest.Ctx(t, time.Minute)
@@ -222,39 +243,51 @@ func TestTableUpdate(t *testing.T) {
 			o.Lines = append(o.Lines, line{SKU: fmt.Sprint("sku", len(o.Lines)), Quantity: 1})
 			return o, nil
 		}
-		o, v, err := orders.Update(ctx, key, add)
-		if err != nil || v != 1 || len(o.Lines) != 1 {
-			t.Fatalf("update creating = %+v v%d, %v", o, v, err)
+		o, err := orders.Modify(ctx, key, add)
+		if err != nil || o.Version != 1 || len(o.Lines) != 1 {
+			t.Fatalf("modify creating = %+v, %v", o, err)
 		}
-		o, v, err = orders.Update(ctx, key, add)
-		if err != nil || v != 2 || len(o.Lines) != 2 {
-			t.Fatalf("update = %d lines v%d, %v", len(o.Lines), v, err)
+		o, err = orders.Modify(ctx, key, add)
+		if err != nil || o.Version != 2 || len(o.Lines) != 2 {
+			t.Fatalf("modify = %d lines v%d, %v", len(o.Lines), o.Version, err)
 		}
 		errNo := errors.New("no")
-		if _, _, err := orders.Update(ctx, key, func(order, bool) (order, error) { return order{}, errNo }); !errors.Is(err, errNo) {
-			t.Fatalf("mutate's error: %v", err)
+		if _, err := orders.Modify(ctx, key, func(order, bool) (order, error) { return order{}, errNo }); err != errNo {
+			t.Fatalf("mutate's error: %v, want it as is", err)
 		}
-		_, _, err = orders.Update(ctx, key, func(o order, _ bool) (order, error) { o.ID = 7; return o, nil })
+		_, err = orders.Modify(ctx, key, func(o order, _ bool) (order, error) { o.ID = 7; return o, nil })
 		if !errors.Is(err, cas.ErrInvalidKey) {
 			t.Fatalf("mutate changing the key: %v, want ErrInvalidKey", err)
 		}
-		if _, gv, _ := orders.Get(ctx, key); gv != 2 {
-			t.Fatalf("version after refused updates = %d, want 2", gv)
+		if got, _ := orders.Get(ctx, key); got.Version != 2 {
+			t.Fatalf("version after refused updates = %d, want 2", got.Version)
+		}
+		// An absent item: cur has its key fields set.
+		other := dynamocas.Key{Partition: "bob", Sort: 7}
+		o, err = orders.Modify(ctx, other, func(o order, exists bool) (order, error) {
+			if exists || o.Customer != "bob" || o.ID != 7 {
+				t.Errorf("cur = %+v, exists %v; want the zero order with its key", o, exists)
+			}
+			return o, nil
+		})
+		if err != nil || o.Version != 1 {
+			t.Fatalf("modify creating bob/7 = %+v, %v", o, err)
 		}
 	})
 }
 
 // stock is an inventory item.
 type stock struct {
-	SKU       string `dynamodbav:"sku"`
-	Remaining int    `dynamodbav:"remaining"`
-	Sold      int    `dynamodbav:"sold"`
+	SKU       string      `dynamodbav:"sku"`
+	Remaining int         `dynamodbav:"remaining"`
+	Sold      int         `dynamodbav:"sold"`
+	Version   cas.Version `dynamodbav:"version"`
 }
 
 var errSoldOut = errors.New("sold out")
 
 // TestInventory sells from one item with 8 goroutines through
-// Table.Update: the stock never goes negative, and the sold count, the
+// Table.Modify: the stock never goes negative, and the sold count, the
 // remaining stock and the sales the goroutines saw succeed all agree.
 func TestInventory(t *testing.T) {
 	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
@@ -266,7 +299,7 @@ func TestInventory(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := dynamotest.Ctx(t, 2*time.Minute)
-		if _, err := items.Put(ctx, stock{SKU: "sku-42", Remaining: initial}, 0); err != nil {
+		if _, err := items.Insert(ctx, stock{SKU: "sku-42", Remaining: initial}); err != nil {
 			t.Fatal(err)
 		}
 		key := dynamocas.Key{Partition: "sku-42"}
@@ -277,7 +310,7 @@ func TestInventory(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for {
-					_, _, err := items.Update(ctx, key, func(s stock, exists bool) (stock, error) {
+					_, err := items.Modify(ctx, key, func(s stock, exists bool) (stock, error) {
 						if !exists {
 							return s, errors.New("item vanished")
 						}
@@ -305,10 +338,11 @@ func TestInventory(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		s, v, err := items.Get(ctx, key)
+		s, err := items.Get(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
+		v := s.Version
 		if s.Remaining != 0 || s.Sold != initial || int(sold.Load()) != initial || s.Sold+s.Remaining != initial {
 			t.Fatalf("remaining %d, sold %d (item) / %d (callers), want 0 and %d each", s.Remaining, s.Sold, sold.Load(), initial)
 		}
@@ -331,16 +365,17 @@ func TestTableTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := dynamotest.Ctx(t, time.Minute)
-	sv, err := items.Put(ctx, stock{SKU: "book", Remaining: 5}, 0)
+	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
+	sv := b.Version
 
 	// Place an order and take the stock, atomically.
 	tx := dynamocas.NewTx(cli)
 	o := sampleOrder()
-	must(t, orders.TxPut(tx, o, 0))
-	must(t, items.TxPut(tx, stock{SKU: "book", Remaining: 3, Sold: 2}, sv))
+	must(t, orders.TxInsert(tx, o))
+	must(t, items.TxUpdate(tx, stock{SKU: "book", Remaining: 3, Sold: 2, Version: sv}))
 	must(t, items.TxCheck(tx, dynamocas.Key{Partition: "pen"}, 0))
 	vs, err := tx.Commit(ctx)
 	if err != nil {
@@ -349,8 +384,8 @@ func TestTableTx(t *testing.T) {
 	if !reflect.DeepEqual(vs, []cas.Version{1, sv + 1, 0}) {
 		t.Fatalf("versions %v", vs)
 	}
-	if s, v, _ := items.Get(ctx, dynamocas.Key{Partition: "book"}); s.Remaining != 3 || v != sv+1 {
-		t.Fatalf("stock after commit: %+v v%d", s, v)
+	if s, _ := items.Get(ctx, dynamocas.Key{Partition: "book"}); s.Remaining != 3 || s.Version != sv+1 {
+		t.Fatalf("stock after commit: %+v", s)
 	}
 
 	// A stale stock version cancels the whole transaction.
@@ -358,8 +393,8 @@ func TestTableTx(t *testing.T) {
 	tx2 := dynamocas.NewTx(cli)
 	o2 := sampleOrder()
 	o2.ID = 43
-	must(t, orders.TxPut(tx2, o2, 0))
-	must(t, items.TxPut(tx2, stock{SKU: "book", Remaining: 2, Sold: 3}, sv))
+	must(t, orders.TxInsert(tx2, o2))
+	must(t, items.TxUpdate(tx2, stock{SKU: "book", Remaining: 2, Sold: 3, Version: sv}))
 	_, err = tx2.Commit(ctx)
 	var ce *cas.ConflictError
 	if !errors.As(err, &ce) || ce.Key != "book" || ce.Expected != sv || !ce.HasCurrent || ce.Current.Version != sv+1 {
@@ -369,18 +404,37 @@ func TestTableTx(t *testing.T) {
 	if !errors.As(err, &tce) {
 		t.Fatalf("native error not reachable: %v", err)
 	}
-	if _, _, err := orders.Get(ctx, dynamocas.Key{Partition: "ada", Sort: 43}); !errors.Is(err, cas.ErrNotFound) {
+	if _, err := orders.Get(ctx, dynamocas.Key{Partition: "ada", Sort: 43}); !errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("the cancelled transaction wrote the order: %v", err)
 	}
 	if count.Get("TransactWriteItems") != 1 {
 		t.Fatalf("%d TransactWriteItems sent", count.Get("TransactWriteItems"))
 	}
 
-	// Delete in a transaction; limits before sending.
+	// Delete in a transaction, then create the order again in one: the
+	// second create is refused by the tombstone, and Commit creates over
+	// it, above the deleted version; a check of absence passes on the
+	// tombstone.
 	tx3 := dynamocas.NewTx(cli)
 	must(t, orders.TxDelete(tx3, dynamocas.Key{Partition: "ada", Sort: 42}, 1))
 	if _, err := tx3.Commit(ctx); err != nil {
 		t.Fatal(err)
+	}
+	tx4 := dynamocas.NewTx(cli)
+	must(t, orders.TxCheck(tx4, dynamocas.Key{Partition: "ada", Sort: 42}, 0))
+	must(t, orders.TxInsert(tx4, o2))
+	if vs, err := tx4.Commit(ctx); err != nil || !reflect.DeepEqual(vs, []cas.Version{0, 1}) {
+		t.Fatalf("check of a deleted item's absence and a create: %v, %v", vs, err)
+	}
+	tx5 := dynamocas.NewTx(cli)
+	must(t, orders.TxInsert(tx5, o))
+	first := tx5.Token()
+	vs, err = tx5.Commit(ctx)
+	if err != nil || !reflect.DeepEqual(vs, []cas.Version{2}) || tx5.Token() == first {
+		t.Fatalf("create over a tombstone of version 1: %v, %v (token changed: %v); want version 2", vs, err, tx5.Token() != first)
+	}
+	if got, err := orders.Get(ctx, dynamocas.Key{Partition: "ada", Sort: 42}); err != nil || got.Version != 2 {
+		t.Fatalf("re-created order: %+v, %v", got, err)
 	}
 	big := dynamocas.NewTx(cli)
 	for i := range dynamocas.MaxTransactItems + 1 {
@@ -400,3 +454,125 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestTableVersionsNotReused deletes an item and inserts it again, three
+// times, on both servers: every new item gets a version above every
+// version the key had, and a write or delete with a version of a deleted
+// item is refused on the new one (no ABA). Modify of a deleted item
+// creates it above the tombstone too.
+func TestTableVersionsNotReused(t *testing.T) {
+	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
+		cli := dynamotest.Client(t, srv)
+		name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
+		items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := dynamotest.Ctx(t, time.Minute)
+		key := dynamocas.Key{Partition: "k"}
+		old, err := items.Insert(ctx, stock{SKU: "k", Remaining: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := []cas.Version{old.Version}
+		for range 3 {
+			if err := items.Delete(ctx, key, old.Version); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := items.Get(ctx, key); !errors.Is(err, cas.ErrNotFound) {
+				t.Fatalf("get of a deleted item: %v, want ErrNotFound", err)
+			}
+			stale := old
+			stale.Remaining = 1000
+			if _, err := items.Update(ctx, stale); !errors.Is(err, cas.ErrConflict) || !errors.Is(err, cas.ErrNotFound) {
+				t.Fatalf("update of the deleted item: %v, want a conflict matching ErrNotFound", err)
+			}
+			again, err := items.Insert(ctx, stock{SKU: "k", Remaining: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range seen {
+				if again.Version <= v {
+					t.Fatalf("re-inserted at version %d, not above the earlier %v", again.Version, seen)
+				}
+			}
+			if _, err := items.Update(ctx, stale); !errors.Is(err, cas.ErrConflict) || errors.Is(err, cas.ErrNotFound) {
+				t.Fatalf("update with the deleted item's version %d: %v, want ErrConflict", old.Version, err)
+			}
+			if err := items.Delete(ctx, key, old.Version); !errors.Is(err, cas.ErrConflict) {
+				t.Fatalf("delete with the deleted item's version %d: %v, want ErrConflict", old.Version, err)
+			}
+			if got, err := items.Get(ctx, key); err != nil || got != again {
+				t.Fatalf("get = %+v, %v; want the new item %+v untouched", got, err, again)
+			}
+			seen, old = append(seen, again.Version), again
+		}
+		// Modify of a deleted item: absent, then created above it.
+		if err := items.Delete(ctx, key, old.Version); err != nil {
+			t.Fatal(err)
+		}
+		got, err := items.Modify(ctx, key, func(s stock, exists bool) (stock, error) {
+			if exists {
+				t.Errorf("modify of a deleted item saw it: %+v", s)
+			}
+			s.Remaining = 7
+			return s, nil
+		})
+		if err != nil || got.Version <= old.Version || got.Remaining != 7 {
+			t.Fatalf("modify of a deleted item = %+v, %v; want it created above v%d", got, err, old.Version)
+		}
+	})
+}
+
+// TestTableModifyReadsAfterWait checks that Modify is occ.Update's loop:
+// after a first conflict it retries at once from the item the conflict
+// carried, and after a second one, which makes it wait, it reads the item
+// again instead of trusting a state learned before the wait. Another
+// writer gets in before each of the first two writes and once more during
+// the wait: only a read after the wait sees that last write. (Table.Update,
+// the copy of the loop Modify replaced, retried from the stale state.)
+func TestTableModifyReadsAfterWait(t *testing.T) {
+	srv := dynamotest.StartMinidyn(t)
+	cli := dynamotest.Client(t, srv)
+	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
+	items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	others, err := dynamocas.NewTable[stock](dynamotest.Client(t, srv), dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := dynamotest.Ctx(t, time.Minute)
+	if _, err := items.Insert(ctx, stock{SKU: "k", Remaining: 10}); err != nil {
+		t.Fatal(err)
+	}
+	key := dynamocas.Key{Partition: "k"}
+	interfere := func() {
+		if _, err := others.Modify(ctx, key, func(o stock, _ bool) (stock, error) { o.Sold++; return o, nil }); err != nil {
+			t.Error(err)
+		}
+	}
+	var seen []int // Sold as each call of mutate saw it
+	got, err := items.Modify(ctx, key, func(s stock, _ bool) (stock, error) {
+		seen = append(seen, s.Sold)
+		if len(seen) <= 2 {
+			interfere()
+		}
+		s.Remaining--
+		return s, nil
+	}, occ.WithBackOff(waitHook(interfere)), occ.WithMaxAttempts(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(seen, []int{0, 1, 3}) || got.Remaining != 9 || got.Sold != 3 {
+		t.Fatalf("mutate saw sold %v and wrote %+v; want [0 1 3] (the third call after a fresh read) and remaining 9, sold 3", seen, got)
+	}
+}
+
+// waitHook is a BackOff of no wait that calls do each time the loop is
+// about to wait.
+type waitHook func()
+
+func (w waitHook) NextBackOff() time.Duration { w(); return 0 }
+func (w waitHook) Reset()                     {}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,9 +20,13 @@ const (
 	DefaultLockTTL    = 10 * time.Second
 )
 
-// ErrSessionLost reports that the Locker's etcd lease expired or was
-// revoked: every lease it had granted is lost.
-var ErrSessionLost = errors.New("etcdcas: lock session lost")
+// errSessionLost is the cause of a lease's Context when the Locker's etcd
+// lease expired or was revoked: every lease it had granted is lost.
+var errSessionLost = fmt.Errorf("%w: etcdcas: the locker's etcd lease expired or was revoked", hybrid.ErrLeaseLost)
+
+// errLockerClosed is the cause of a lease's Context when its Locker was
+// closed.
+var errLockerClosed = fmt.Errorf("%w: etcdcas: locker closed", hybrid.ErrLeaseLost)
 
 // LockerConfig configures a Locker. The zero value is usable.
 type LockerConfig struct {
@@ -37,9 +42,10 @@ type LockerConfig struct {
 //
 // All grants of a Locker share one etcd lease (a session), kept alive in
 // the background; when it is lost (the process paused or was cut off past
-// the TTL), every Lease it granted has its Context cancelled. A grant is a
-// key prefix/<key>\x00<lease>-<n> attached to the session lease; the
-// oldest such key of a lock holds it, and the others wait for the deletion
+// the TTL), every Lease it granted has its Context cancelled with a cause
+// matching hybrid.ErrLeaseLost. A grant is a key
+// prefix/<key>\x00<lease>-<n> attached to the session lease; the oldest
+// such key of a lock holds it, and the others wait for the deletion
 // of their predecessor only (no thundering herd). The fencing token of a
 // grant is the revision at which its key was created: etcd revisions grow
 // with every write, so every grant of a key gets a larger token than the
@@ -47,7 +53,9 @@ type LockerConfig struct {
 // that creation revision: a late or repeated release cannot remove a newer
 // holder's grant (etcd issue #22082).
 //
-// A Locker is safe for concurrent use. Close it to revoke its lease.
+// A Locker is safe for concurrent use. It holds an etcd lease and a
+// goroutine renewing it: Close it to revoke the lease, which ends every
+// grant.
 type Locker struct {
 	cli    *clientv3.Client
 	prefix string
@@ -119,14 +127,14 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 			select {
 			case resp, ok := <-ka:
 				if !ok || resp.TTL <= 0 {
-					s.cancel(ErrSessionLost)
+					s.cancel(errSessionLost)
 					return
 				}
 				// A conservative expiry: the renewal was sent before it
 				// was received.
 				s.expires.Store(time.Now().Add(time.Duration(resp.TTL)*time.Second - 100*time.Millisecond).UnixNano())
 			case <-l.closeCh:
-				s.cancel(errors.New("etcdcas: locker closed"))
+				s.cancel(errLockerClosed)
 				return
 			}
 		}
@@ -136,8 +144,11 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 }
 
 // Acquire implements hybrid.Locker: it waits until it holds key, or ctx
-// ends, or the session is lost.
+// ends, or the session is lost. The lease is a *Lease.
 func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("etcdcas: acquiring %q: %w", key, cas.ErrNilContext)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -169,7 +180,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 			break
 		}
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && try == 0 {
-			s.cancel(fmt.Errorf("%w: %w", ErrSessionLost, err))
+			s.cancel(fmt.Errorf("%w: %w", errSessionLost, err))
 			continue
 		}
 		return nil, fmt.Errorf("etcdcas: acquiring %q: %w", key, err)
@@ -261,7 +272,9 @@ func (l *Locker) waitErr(ctx context.Context, s *session, err error) error {
 }
 
 // Close stops renewing the Locker's lease and revokes it, releasing every
-// grant. Leases it granted have their Context cancelled.
+// grant. Leases it granted have their Context cancelled (the cause matches
+// hybrid.ErrLeaseLost), and Acquire fails from then on. Closing again does
+// nothing.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -284,7 +297,8 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// Lease is one grant of a Locker. Its methods are safe for concurrent use.
+// Lease is one grant of a Locker, a hybrid.ExpiringLease. Its methods are
+// safe for concurrent use.
 type Lease struct {
 	l      *Locker
 	key    string
@@ -295,26 +309,33 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 }
 
-var _ hybrid.Lease = (*Lease)(nil)
+var _ hybrid.ExpiringLease = (*Lease)(nil)
 
 // Token implements hybrid.Lease: the revision at which this grant's key was
 // created.
 func (g *Lease) Token() uint64 { return g.token }
 
 // Context implements hybrid.Lease: it is cancelled when the session's etcd
-// lease is lost or the grant is released.
+// lease is lost or the Locker closed (the cause matches
+// hybrid.ErrLeaseLost), or the grant is released (hybrid.ErrLeaseReleased).
 func (g *Lease) Context() context.Context { return g.ctx }
 
-// Expires returns when the session's etcd lease expires unless renewed, as
-// the client last learned it (renewals may have stopped without the client
-// knowing yet: a paused process notices late).
+// Expires implements hybrid.ExpiringLease: it returns when the session's
+// etcd lease expires unless renewed, as the client last learned it
+// (renewals may have stopped without the client knowing yet: a paused
+// process notices late).
 func (g *Lease) Expires() time.Time { return time.Unix(0, g.sess.expires.Load()) }
 
 // Release implements hybrid.Lease: it deletes this grant's key only if the
 // key still has this grant's creation revision, so that a late or repeated
-// Release never removes a newer holder's grant.
+// Release never removes a newer holder's grant; a repeated Release, or one
+// of a lost grant, returns nil. If it fails (ctx ended, etcd unreachable),
+// the grant stays until a later Release succeeds or the session ends.
 func (g *Lease) Release(ctx context.Context) error {
-	g.cancel(errors.New("etcdcas: lease released"))
+	if ctx == nil {
+		return fmt.Errorf("etcdcas: releasing %q: %w", g.key, cas.ErrNilContext)
+	}
+	g.cancel(hybrid.ErrLeaseReleased)
 	_, err := g.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(g.myKey), "=", int64(g.token))).
 		Then(clientv3.OpDelete(g.myKey)).

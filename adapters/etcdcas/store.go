@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -23,20 +24,19 @@ const (
 )
 
 // Config configures a Store. The zero value is usable: keys under
-// "occkit/", etcd's default request limits.
+// "occkit/", limits that fit etcd's default request limits.
 type Config struct {
 	// Prefix is prepended to every etcd key the store writes (default
 	// "occkit/"). Stores with different prefixes are independent.
 	Prefix string
-	// MaxRequestBytes is the server's --max-request-bytes (default
-	// 1.5 MiB). Values and commits that would exceed it fail with
-	// cas.ErrTooLarge before anything is sent.
-	MaxRequestBytes int
-	// MaxTxnOps is the server's --max-txn-ops (default 128): the most
-	// operations one Commit may carry.
-	MaxTxnOps int
-	// MaxKeyBytes is the longest key (default cas.DefaultMaxKeyBytes).
-	MaxKeyBytes int
+	// Limits are the key, value and commit limits. Zero fields mean
+	// what fits a server with etcd's defaults, --max-request-bytes
+	// 1.5 MiB and --max-txn-ops 128: ServerLimits(DefaultMaxRequestBytes,
+	// DefaultMaxTxnOps, MaxKeyBytes). For a server started with other
+	// flags, pass ServerLimits of its flags. etcd itself has no fixed
+	// maximum (its flags set it); a value or commit above gRPC's 2 GiB
+	// message is refused by New.
+	Limits cas.Limits
 	// ResolveTimeout bounds the time spent finding out whether a write
 	// whose answer was lost was applied (default 5 s).
 	ResolveTimeout time.Duration
@@ -68,50 +68,69 @@ func New(cli *clientv3.Client, cfg Config) (*Store, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	if cfg.MaxRequestBytes == 0 {
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
-	}
-	if cfg.MaxTxnOps == 0 {
-		cfg.MaxTxnOps = DefaultMaxTxnOps
-	}
 	if cfg.ResolveTimeout == 0 {
 		cfg.ResolveTimeout = DefaultResolveTimeout
-	}
-	if cfg.MaxKeyBytes == 0 {
-		cfg.MaxKeyBytes = cas.DefaultMaxKeyBytes
-	}
-	if cfg.MaxRequestBytes < 64<<10 {
-		return nil, fmt.Errorf("etcdcas: MaxRequestBytes %d is below 64 KiB", cfg.MaxRequestBytes)
 	}
 	if len(cfg.Prefix) > MaxPrefixBytes {
 		return nil, fmt.Errorf("etcdcas: prefix is %d bytes, limit %d", len(cfg.Prefix), MaxPrefixBytes)
 	}
-	if cfg.MaxTxnOps < 1 || cfg.MaxKeyBytes < 1 || cfg.ResolveTimeout < 0 {
-		return nil, fmt.Errorf("etcdcas: invalid config %+v", cfg)
+	if cfg.ResolveTimeout < 0 {
+		return nil, fmt.Errorf("etcdcas: negative ResolveTimeout %v", cfg.ResolveTimeout)
 	}
-	// A request carries a key up to three times (compare, write, read
-	// back on failure) plus protocol overhead; the caller's bytes get the
-	// rest. The limits assume the longest prefix, so that they do not
-	// change with it.
-	keyBytes := MaxPrefixBytes + 2 + cfg.MaxKeyBytes
-	perOp := 3*keyBytes + envelopeHeader + 64
+	if err := cfg.Limits.Within(hardLimits); err != nil {
+		return nil, fmt.Errorf("etcdcas: %w", err)
+	}
+	defaults, err := ServerLimits(DefaultMaxRequestBytes, DefaultMaxTxnOps, cfg.Limits.MaxKeyBytes)
+	if err != nil {
+		return nil, fmt.Errorf("etcdcas: %w", err)
+	}
 	return &Store{
-		cli:   cli,
-		data:  cfg.Prefix + "d/",
-		fence: cfg.Prefix + "f/",
-		limits: cas.Limits{
-			MaxKeyBytes:    cfg.MaxKeyBytes,
-			MaxValueBytes:  cfg.MaxRequestBytes - 2*perOp,
-			MaxCommitOps:   cfg.MaxTxnOps,
-			MaxCommitBytes: cfg.MaxRequestBytes - cfg.MaxTxnOps*(perOp-keyBytes) - 2*keyBytes*cfg.MaxTxnOps,
-		}.WithDefaults(),
+		cli:     cli,
+		data:    cfg.Prefix + "d/",
+		fence:   cfg.Prefix + "f/",
+		limits:  cfg.Limits.Or(defaults),
 		resolve: cfg.ResolveTimeout,
 		ids:     newWriteIDs(),
 	}, nil
 }
 
-// Prefix returns the store's prefix (Config.Prefix).
-func (s *Store) Prefix() string { return s.data[:len(s.data)-2] }
+// hardLimits are the most any etcd store can take: gRPC refuses a
+// message over 2 GiB, whatever the server's flags.
+var hardLimits = cas.Limits{MaxKeyBytes: math.MaxInt32, MaxValueBytes: math.MaxInt32, MaxCommitBytes: math.MaxInt32}
+
+// ServerLimits returns the limits of a store on an etcd server started
+// with --max-request-bytes maxRequestBytes and --max-txn-ops maxTxnOps,
+// for keys up to maxKeyBytes long (0: cas.DefaultMaxKeyBytes): values and
+// commits that would make a request over the server's limit are then
+// refused with cas.ErrTooLarge before anything is sent. Pass the result
+// as Config.Limits (with any field lowered as you like).
+func ServerLimits(maxRequestBytes, maxTxnOps, maxKeyBytes int) (cas.Limits, error) {
+	if maxKeyBytes == 0 {
+		maxKeyBytes = cas.DefaultMaxKeyBytes
+	}
+	switch {
+	case maxRequestBytes < 64<<10:
+		return cas.Limits{}, fmt.Errorf("max request bytes %d is below 64 KiB", maxRequestBytes)
+	case maxTxnOps < 1 || maxKeyBytes < 1:
+		return cas.Limits{}, fmt.Errorf("max txn ops %d and max key bytes %d must be positive", maxTxnOps, maxKeyBytes)
+	}
+	// A request carries a key up to three times (compare, write, read
+	// back on failure) plus protocol overhead; the caller's bytes get the
+	// rest. The limits assume the longest prefix, so that they do not
+	// change with it.
+	keyBytes := MaxPrefixBytes + 2 + maxKeyBytes
+	perOp := 3*keyBytes + envelopeHeader + 64
+	l := cas.Limits{
+		MaxKeyBytes:    maxKeyBytes,
+		MaxValueBytes:  maxRequestBytes - 2*perOp,
+		MaxCommitOps:   maxTxnOps,
+		MaxCommitBytes: maxRequestBytes - maxTxnOps*(perOp-keyBytes) - 2*keyBytes*maxTxnOps,
+	}
+	if l.MaxValueBytes < 1 || l.MaxCommitBytes < 1 {
+		return cas.Limits{}, fmt.Errorf("keys of %d bytes leave no room for values in requests of %d bytes (%d operations)", maxKeyBytes, maxRequestBytes, maxTxnOps)
+	}
+	return l, nil
+}
 
 // Limits returns the limits the store enforces.
 func (s *Store) Limits() cas.Limits { return s.limits }
@@ -121,10 +140,6 @@ func (s *Store) String() string { return "etcdcas" }
 
 func (s *Store) dataKey(key string) string { return s.data + key }
 
-// DataKey returns the etcd key that holds key's value: Prefix + "d/" + key.
-// Its value is an envelope (a format byte, the 16-byte id of the write that
-// stored it, then the value).
-func (s *Store) DataKey(key string) string  { return s.dataKey(key) }
 func (s *Store) fenceKey(key string) string { return s.fence + key }
 
 // item decodes a data key's etcd value.

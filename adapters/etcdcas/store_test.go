@@ -2,6 +2,7 @@ package etcdcas_test
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -58,7 +59,11 @@ func TestConformance(t *testing.T) {
 func TestConformanceSmallLimits(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{MaxRequestBytes: 128 << 10, MaxTxnOps: 16})
 	cli := c.Client()
-	cfg := etcdcas.Config{MaxRequestBytes: 128 << 10, MaxTxnOps: 16, MaxKeyBytes: 200}
+	limits, err := etcdcas.ServerLimits(128<<10, 16, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := etcdcas.Config{Limits: limits}
 	probe := newStore(t, cli, cfg)
 	castest.Run(t, castest.Harness{
 		NewStore:       func(t *testing.T) cas.Store { return newStore(t, cli, cfg) },
@@ -67,4 +72,26 @@ func TestConformanceSmallLimits(t *testing.T) {
 		Workers:        4,
 		OpsPerWorker:   20,
 	})
+}
+
+// A limit no etcd server can honour fails at construction, and so do
+// server flags that leave no room for values.
+func TestConfigLimits(t *testing.T) {
+	if _, err := etcdcas.New(&clientv3.Client{}, etcdcas.Config{Limits: cas.Limits{MaxValueBytes: 1 << 31}}); err == nil || !strings.Contains(err.Error(), "MaxValueBytes") {
+		t.Fatalf("a 2 GiB value limit: %v, want an error naming MaxValueBytes", err)
+	}
+	if _, err := etcdcas.ServerLimits(32<<10, 128, 0); err == nil {
+		t.Fatal("a 32 KiB request limit was accepted")
+	}
+	l, err := etcdcas.ServerLimits(etcdcas.DefaultMaxRequestBytes, etcdcas.DefaultMaxTxnOps, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := etcdcas.New(&clientv3.Client{}, etcdcas.Config{Limits: cas.Limits{MaxCommitOps: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Limits(); got.MaxCommitOps != 8 || got.MaxValueBytes != l.MaxValueBytes || got.MaxKeyBytes != cas.DefaultMaxKeyBytes {
+		t.Fatalf("limits %+v: want MaxCommitOps 8 and the rest of %+v", got, l)
+	}
 }

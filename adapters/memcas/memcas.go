@@ -22,12 +22,14 @@
 // # Limits
 //
 // Keys and values are validated with [cas.Limits]; the defaults are 1 KiB
-// keys, 1 MiB values and 100 operations per commit, and [WithLimits]
-// changes them.
+// keys, 1 MiB values and 100 operations per commit (cas's defaults), and
+// [Config].Limits changes them, as in every adapter's Config. Memory has
+// no hard maximum: any positive limit is accepted.
 package memcas
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -39,7 +41,7 @@ import (
 const numShards = 64
 
 // Store is an in-memory versioned key-value store. The zero value is not
-// usable; call New. A Store is safe for concurrent use.
+// usable; call New or NewWithConfig. A Store is safe for concurrent use.
 type Store struct {
 	limits cas.Limits
 	clock  atomic.Uint64
@@ -60,25 +62,31 @@ type entry struct {
 	token   uint64
 }
 
-// Option configures a Store.
-type Option func(*Store)
-
-// WithLimits sets the key, value and commit limits (zero fields keep their
-// defaults).
-func WithLimits(l cas.Limits) Option {
-	return func(s *Store) { s.limits = l.WithDefaults() }
+// Config configures a Store. The zero value is the configuration of New.
+type Config struct {
+	// Limits are the key, value and commit limits; zero fields mean
+	// cas's defaults (cas.DefaultMaxKeyBytes, cas.DefaultMaxValueBytes,
+	// cas.DefaultMaxCommitOps, no commit byte limit). Negative fields
+	// are refused.
+	Limits cas.Limits
 }
 
-// New returns an empty Store.
-func New(opts ...Option) *Store {
-	s := &Store{limits: cas.Limits{}.WithDefaults()}
-	for _, o := range opts {
-		o(s)
+// New returns an empty Store with the default limits.
+func New() *Store {
+	s, _ := NewWithConfig(Config{}) // the zero Config is valid
+	return s
+}
+
+// NewWithConfig returns an empty Store configured by cfg.
+func NewWithConfig(cfg Config) (*Store, error) {
+	if err := cfg.Limits.Within(cas.Limits{}); err != nil {
+		return nil, fmt.Errorf("memcas: %w", err)
 	}
+	s := &Store{limits: cfg.Limits.WithDefaults()}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]entry)
 	}
-	return s
+	return s, nil
 }
 
 var (

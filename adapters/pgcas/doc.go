@@ -1,8 +1,10 @@
 // Package pgcas is occkit on PostgreSQL, through pgx v5: a versioned
 // key-value [Store] (a [cas.Store], [cas.FencedStore] and [cas.Committer]),
-// [Table], a version-checked repository over the application's own tables,
+// [Table], a version-checked repository over the application's own tables
+// (versions from a per-table sequence, never reused; the shape every
+// adapter's Table shares),
 // [RunTx], serializable transactions retried on serialization failures,
-// and advisory-lock leases with fencing tokens ([AdvisoryLocker]).
+// and advisory-lock leases with fencing tokens ([Locker]).
 //
 //	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 //	store, _ := pgcas.New(pool, pgcas.Config{}) // table "occkit_cas"
@@ -79,8 +81,9 @@
 // call succeeds; otherwise it returns a *cas.AmbiguousError with the key
 // and the write id (the row's write_id column names the last write), never
 // a conflict, and never retries. [Table] writes to an application's own
-// table, which has no write id: a lost reply to its Insert, Update or
-// Delete is always a *cas.AmbiguousError, with an empty WriteID.
+// table, which has no write id: a lost reply to its Insert, Update,
+// UpdateFenced or Delete is always a *cas.AmbiguousError, with an empty
+// WriteID.
 //
 // # Limits
 //
@@ -93,9 +96,9 @@
 //
 // # Concurrency
 //
-// Store, Table and AdvisoryLocker are safe for concurrent use: they hold
+// Store, Table and Locker are safe for concurrent use: they hold
 // only the pool, prepared SQL text and, for Table, the names of the key's
-// unique indexes once looked up. The methods of an [AdvisoryLease] may be
+// unique indexes once looked up. The methods of a [Lease] may be
 // called from any goroutine; the transaction of a transaction lease
-// ([AdvisoryLease.Tx]) is used by one goroutine at a time, as any pgx.Tx.
+// ([Lease.Tx]) is used by one goroutine at a time, as any pgx.Tx.
 package pgcas

@@ -38,11 +38,11 @@ func transientServer(err error) bool {
 	return errors.As(err, &pgErr) && transientCodes[pgErr.Code]
 }
 
-// IsRetryable reports whether err is a PostgreSQL error that a transaction
-// can be retried after: SQLSTATE 40001 (serialization_failure) or 40P01
-// (deadlock_detected). Both roll the transaction back, so running it again
-// is safe.
-func IsRetryable(err error) bool {
+// isSerializationFailure reports whether err is a PostgreSQL error that
+// rolled its transaction back for a concurrent one: SQLSTATE 40001
+// (serialization_failure) or 40P01 (deadlock_detected). Running the
+// transaction again is safe; the adapter reports both as conflicts.
+func isSerializationFailure(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == codeSerializationFailure || pgErr.Code == codeDeadlockDetected)
 }
@@ -133,10 +133,14 @@ func (e *transientError) Error() string {
 
 func (e *transientError) Unwrap() error { return e.err }
 
-// Retryable reports whether trying again is safe and may succeed. Pass it
-// to occ.WithRetryable. It is true for
+// Retryable is the package's one classifier of transient failures: it
+// reports whether err certainly applied nothing and may not happen again,
+// so that trying again is safe and may succeed. Pass it to
+// occ.WithRetryable. It is true for
 //
-//   - what IsRetryable says: serialization failures and deadlocks;
+//   - a bare serialization failure (SQLSTATE 40001) or deadlock (40P01),
+//     which rolled its transaction back (the adapter's own calls report
+//     those as a *cas.ConflictError, which occ retries anyway);
 //   - a read (Get) that failed, unless the server answered with a lasting
 //     error (say, a missing table): reading again is always safe;
 //   - a write or Commit that was never sent: no connection could be made
@@ -160,7 +164,7 @@ func (e *transientError) Unwrap() error { return e.err }
 // also false for a bare *pgconn.PgError with those codes that the store
 // did not classify: nothing says which statements before it committed.
 func Retryable(err error) bool {
-	if IsRetryable(err) {
+	if isSerializationFailure(err) {
 		return true
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, cas.ErrAmbiguous) {

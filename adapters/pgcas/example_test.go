@@ -106,14 +106,14 @@ func ExampleRunTx() {
 }
 
 // A lease on an advisory lock, whose fencing token the store checks.
-func ExampleAdvisoryLocker() {
+func ExampleNewLocker() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("OCCKIT_PG_URL"))
 	if err != nil {
 		panic(err)
 	}
 	defer pool.Close()
-	locker, _ := pgcas.NewAdvisoryLocker(pool, pgcas.LockerConfig{})
+	locker, _ := pgcas.NewLocker(pool, pgcas.LockerConfig{})
 	_ = locker.CreateSequence(ctx)
 	store, _ := pgcas.New(pool, pgcas.Config{})
 	lease, err := locker.Acquire(ctx, "report")

@@ -18,16 +18,16 @@ import (
 // maxAttemptsOne runs a RunTx function once.
 var maxAttemptsOne = []occ.Option{occ.WithMaxAttempts(1)}
 
-// Lease is one grant of an AdvisoryLocker: the hybrid.Lease contract.
-type Lease = hybrid.Lease
-
-var _ hybrid.Locker = (*AdvisoryLocker)(nil)
+var (
+	_ hybrid.Locker = (*Locker)(nil)
+	_ hybrid.Lease  = (*Lease)(nil)
+)
 
 // DefaultTokenSequence is the sequence fencing tokens come from when
 // LockerConfig.Sequence is empty.
 const DefaultTokenSequence = "occkit_lock_token"
 
-// LockerConfig configures an AdvisoryLocker. The zero value is ready to use:
+// LockerConfig configures a Locker. The zero value is ready to use:
 // session locks, tokens from "occkit_lock_token", a check of each lease
 // every second.
 type LockerConfig struct {
@@ -47,7 +47,7 @@ type LockerConfig struct {
 	// CheckInterval is how often a lease checks that it still holds its
 	// lock; its Context is cancelled when a check fails. 0 means one
 	// second. A check may take up to max(CheckInterval, 2s) before it
-	// counts as failed (see AdvisoryLease).
+	// counts as failed (see Lease).
 	CheckInterval time.Duration
 }
 
@@ -55,7 +55,7 @@ type LockerConfig struct {
 // CheckInterval must not make a slow round trip look like a lost lock.
 const minCheckTimeout = 2 * time.Second
 
-// AdvisoryLocker hands out exclusive leases on string keys with PostgreSQL
+// Locker hands out exclusive leases on string keys with PostgreSQL
 // advisory locks, each with a fencing token from a sequence. The lock key
 // is the bigint hashtextextended(key, oid), where oid is the token
 // sequence's OID: every grant of a lock draws its token from the same
@@ -66,8 +66,10 @@ const minCheckTimeout = 2 * time.Second
 //
 // A lease pins a connection of the pool until it is released, and a
 // transaction lease's checks borrow another for a moment: size the pool
-// for the leases held at once plus the other work.
-type AdvisoryLocker struct {
+// for the leases held at once plus the other work. The Locker holds no
+// resources of its own (it has no Close; the pool is the caller's);
+// release every lease it grants.
+type Locker struct {
 	pool     *pgxpool.Pool
 	seq      string // quoted
 	xact     bool
@@ -76,17 +78,17 @@ type AdvisoryLocker struct {
 	sqlLock  string
 }
 
-// NewAdvisoryLocker returns a locker using pool. It does not talk to the
-// server: create the sequence with CreateSequence first.
-func NewAdvisoryLocker(pool *pgxpool.Pool, cfg LockerConfig) (*AdvisoryLocker, error) {
+// NewLocker returns a locker using pool. It does not talk to the server:
+// create the sequence with CreateSequence first.
+func NewLocker(pool *pgxpool.Pool, cfg LockerConfig) (*Locker, error) {
 	if pool == nil {
-		return nil, errors.New("pgcas: NewAdvisoryLocker: nil pool")
+		return nil, errors.New("pgcas: NewLocker: nil pool")
 	}
 	seq, err := quoteTable(cfg.Schema, cfg.Sequence, DefaultTokenSequence)
 	if err != nil {
-		return nil, fmt.Errorf("pgcas: NewAdvisoryLocker: %w", err)
+		return nil, fmt.Errorf("pgcas: NewLocker: %w", err)
 	}
-	l := &AdvisoryLocker{pool: pool, seq: seq, xact: cfg.Transaction, interval: cfg.CheckInterval}
+	l := &Locker{pool: pool, seq: seq, xact: cfg.Transaction, interval: cfg.CheckInterval}
 	if l.interval <= 0 {
 		l.interval = time.Second
 	}
@@ -105,21 +107,27 @@ SELECT nextval($2::regclass), k FROM l`
 }
 
 // CreateSequence creates the token sequence if it does not exist.
-func (l *AdvisoryLocker) CreateSequence(ctx context.Context) error {
+func (l *Locker) CreateSequence(ctx context.Context) error {
 	if _, err := l.pool.Exec(ctx, `CREATE SEQUENCE IF NOT EXISTS `+l.seq+` AS bigint`); err != nil {
 		return fmt.Errorf("pgcas: create sequence %s: %w", l.seq, err)
 	}
 	return nil
 }
 
-// Acquire waits until it holds key's lock, or ctx ends, and returns the
-// lease (an *AdvisoryLease).
-func (l *AdvisoryLocker) Acquire(ctx context.Context, key string) (Lease, error) {
+// Acquire implements hybrid.Locker: it waits until it holds key's lock, or
+// ctx ends, and returns the lease (a *Lease).
+func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("pgcas: lock %q: %w", key, cas.ErrNilContext)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgcas: lock %q: %w", key, err)
 	}
-	lease := &AdvisoryLease{locker: l, key: key, conn: conn}
+	lease := &Lease{locker: l, key: key, conn: conn}
 	var q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
 	} = conn
@@ -147,18 +155,21 @@ func (l *AdvisoryLocker) Acquire(ctx context.Context, key string) (Lease, error)
 	return lease, nil
 }
 
-// ErrLeaseLost is the cause of a lease's Context when its lock was lost:
+// errLockLost is the cause of a lease's Context when its lock was lost:
 // its connection broke or, for a transaction lease, its transaction
-// ended, or a check could not tell in time (see AdvisoryLease).
-var ErrLeaseLost = errors.New("pgcas: advisory lock lost")
+// ended, or a check could not tell in time (see Lease).
+var errLockLost = fmt.Errorf("%w: pgcas: advisory lock lost", hybrid.ErrLeaseLost)
 
-// AdvisoryLease is a lease of an AdvisoryLocker. Its methods may be called
+// Lease is a lease of a Locker, a hybrid.Lease. Its methods may be called
 // from any goroutine; the transaction Tx returns may be used by one
-// goroutine at a time, as any pgx.Tx.
+// goroutine at a time, as any pgx.Tx. It is not a hybrid.ExpiringLease: an
+// advisory lock has no TTL, it lasts as long as its session (or
+// transaction).
 //
 // Until it is released, a lease checks every CheckInterval that it still
-// holds its lock, and cancels its Context (cause ErrLeaseLost) when a
-// check fails or takes longer than max(CheckInterval, 2s). A session
+// holds its lock, and cancels its Context (with a cause matching
+// hybrid.ErrLeaseLost) when a check fails or takes longer than
+// max(CheckInterval, 2s). A session
 // lease pings its own connection: the session, and so its lock, is alive
 // if the connection is. A transaction lease leaves its connection to the
 // user of Tx, and asks pg_locks, on another connection of the pool,
@@ -166,8 +177,8 @@ var ErrLeaseLost = errors.New("pgcas: advisory lock lost")
 // died, or when its transaction ended because Tx was committed or rolled
 // back. A check that cannot get a connection of the pool in time fails
 // too.
-type AdvisoryLease struct {
-	locker  *AdvisoryLocker
+type Lease struct {
+	locker  *Locker
 	key     string
 	token   uint64
 	lockKey int64  // the advisory lock's bigint key
@@ -181,19 +192,20 @@ type AdvisoryLease struct {
 	once    sync.Once
 }
 
-// Token implements Lease.
-func (le *AdvisoryLease) Token() uint64 { return le.token }
+// Token implements hybrid.Lease.
+func (le *Lease) Token() uint64 { return le.token }
 
-// Context implements Lease: cancelled on Release, and when a periodic
-// check finds the lock lost (cause ErrLeaseLost).
-func (le *AdvisoryLease) Context() context.Context { return le.ctx }
+// Context implements hybrid.Lease: cancelled on Release (cause
+// hybrid.ErrLeaseReleased), and when a periodic check finds the lock lost
+// (a cause matching hybrid.ErrLeaseLost).
+func (le *Lease) Context() context.Context { return le.ctx }
 
 // Tx returns the transaction holding a transaction lease's lock, for work
 // that should commit under it, or nil for a session lease.
-func (le *AdvisoryLease) Tx() pgx.Tx { return le.tx }
+func (le *Lease) Tx() pgx.Tx { return le.tx }
 
 // watch checks the lock until the lease is released or the lock is lost.
-func (le *AdvisoryLease) watch() {
+func (le *Lease) watch() {
 	defer close(le.done)
 	t := time.NewTicker(le.locker.interval)
 	defer t.Stop()
@@ -206,7 +218,7 @@ func (le *AdvisoryLease) watch() {
 			err := le.check(ctx)
 			cancel()
 			if err != nil {
-				le.cancel(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+				le.cancel(fmt.Errorf("%w: %w", errLockLost, err))
 				return
 			}
 		}
@@ -223,7 +235,7 @@ const sqlHeld = `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory'
 // lease pings its connection, which no one else uses; a transaction
 // lease's connection belongs to the user of Tx, so it asks pg_locks on
 // another one.
-func (le *AdvisoryLease) check(ctx context.Context) error {
+func (le *Lease) check(ctx context.Context) error {
 	if le.tx == nil {
 		return le.conn.Ping(ctx)
 	}
@@ -238,19 +250,25 @@ func (le *AdvisoryLease) check(ctx context.Context) error {
 	return nil
 }
 
-// Release implements Lease: a session lease unlocks its key, a
+// Release implements hybrid.Lease: a session lease unlocks its key, a
 // transaction lease commits its transaction (which releases the lock).
-// It first stops the checks, waiting for one in progress. It returns an
-// error if the lock had already been lost; calling it again does nothing.
-func (le *AdvisoryLease) Release(ctx context.Context) error {
-	err := errors.New("pgcas: lease already released")
+// It first stops the checks, waiting for one in progress. It returns the
+// cause (matching hybrid.ErrLeaseLost) if the lock had already been lost;
+// calling it again does nothing and returns nil. A release that fails
+// (ctx ended, the server unreachable) closes the lease's connection, which
+// frees its lock.
+func (le *Lease) Release(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("pgcas: release %q: %w", le.key, cas.ErrNilContext)
+	}
+	var err error
 	le.once.Do(func() { err = le.release(ctx) })
 	return err
 }
 
-func (le *AdvisoryLease) release(ctx context.Context) error {
+func (le *Lease) release(ctx context.Context) error {
 	defer le.conn.Release()
-	defer le.cancel(context.Canceled)
+	defer le.cancel(hybrid.ErrLeaseReleased)
 	// Stop the checks first: the lock is about to go, on purpose. A check
 	// in progress is waited for (at most the check's timeout).
 	close(le.stop)
@@ -261,6 +279,9 @@ func (le *AdvisoryLease) release(ctx context.Context) error {
 	}
 	if le.tx != nil {
 		if err := le.tx.Commit(ctx); err != nil {
+			// Unknown state: close the session, which ends the
+			// transaction and its lock.
+			_ = le.conn.Conn().Close(context.Background())
 			return fmt.Errorf("pgcas: release %q: %w", le.key, err)
 		}
 		return nil
@@ -276,51 +297,4 @@ func (le *AdvisoryLease) release(ctx context.Context) error {
 		return fmt.Errorf("pgcas: release %q: %w", le.key, err)
 	}
 	return nil
-}
-
-// UpdateLocked is the pessimistic read-modify-write the optimistic path
-// replaces, for comparison and for the benchmarks: in one transaction it
-// locks the key's row with SELECT ... FOR UPDATE, calls mutate with the
-// current value (exists is false when the key is absent), writes the result
-// and commits. It costs four round trips (BEGIN, SELECT, write, COMMIT) and
-// holds the row lock across all of them. An absent key cannot be locked, so
-// two concurrent creates may conflict: the loser gets a *cas.ConflictError.
-// If mutate panics, the transaction is rolled back and the panic goes on.
-func (s *Store) UpdateLocked(ctx context.Context, key string, mutate func(cur []byte, exists bool) ([]byte, error)) (cas.Version, error) {
-	if err := s.limits.Get(ctx, key); err != nil {
-		return 0, err
-	}
-	var version cas.Version
-	err := RunTx(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		var (
-			cur []byte
-			v   int64
-		)
-		err := tx.QueryRow(ctx, s.sqlLockRead, key).Scan(&cur, &v)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		next, err := mutate(cur, v != 0)
-		if err != nil {
-			return err
-		}
-		if err := s.limits.Put(ctx, key, next); err != nil {
-			return err
-		}
-		if next == nil {
-			next = []byte{}
-		}
-		id := newWriteID()
-		var r result
-		sql, args := s.writeSQL("compare-and-swap", key, cas.Version(v), next, 0, false, id)
-		if err := tx.QueryRow(ctx, sql, args...).Scan(&r.newVersion, &r.curVersion, &r.curValue, &r.curToken); err != nil {
-			return err
-		}
-		if r.newVersion == nil {
-			return r.conflict(key, cas.Version(v), true)
-		}
-		version = cas.Version(*r.newVersion)
-		return nil
-	}, maxAttemptsOne...)
-	return version, err
 }

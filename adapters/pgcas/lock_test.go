@@ -11,13 +11,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/adapters/pgcas"
-	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/pgtest"
 )
 
-func locker(t *testing.T, pool *pgxpool.Pool, cfg pgcas.LockerConfig) *pgcas.AdvisoryLocker {
+func locker(t *testing.T, pool *pgxpool.Pool, cfg pgcas.LockerConfig) *pgcas.Locker {
 	t.Helper()
-	l, err := pgcas.NewAdvisoryLocker(pool, cfg)
+	l, err := pgcas.NewLocker(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,135 +25,6 @@ func locker(t *testing.T, pool *pgxpool.Pool, cfg pgcas.LockerConfig) *pgcas.Adv
 		t.Fatal(err)
 	}
 	return l
-}
-
-func TestAdvisoryLockerExcludes(t *testing.T) {
-	for _, xact := range []bool{false, true} {
-		t.Run(map[bool]string{false: "Session", true: "Transaction"}[xact], func(t *testing.T) {
-			ctx := context.Background()
-			pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
-			l := locker(t, pool, pgcas.LockerConfig{Transaction: xact, CheckInterval: 50 * time.Millisecond})
-			const workers, rounds = 4, 10
-			var (
-				mu      sync.Mutex
-				holders int
-				last    uint64
-				wg      sync.WaitGroup
-			)
-			for range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range rounds {
-						lease, err := l.Acquire(ctx, "k")
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						mu.Lock()
-						holders++
-						if holders != 1 || lease.Token() <= last {
-							t.Errorf("holders = %d, token %d after %d", holders, lease.Token(), last)
-						}
-						last = lease.Token()
-						mu.Unlock()
-						time.Sleep(time.Millisecond)
-						mu.Lock()
-						holders--
-						mu.Unlock()
-						if err := lease.Release(ctx); err != nil {
-							t.Error(err)
-						}
-						if lease.Context().Err() == nil {
-							t.Error("context not cancelled by Release")
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			// Other keys are independent.
-			a, err := l.Acquire(ctx, "a")
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := l.Acquire(ctx, "b")
-			if err != nil {
-				t.Fatal(err)
-			}
-			a.Release(ctx)
-			b.Release(ctx)
-		})
-	}
-}
-
-func TestAdvisoryLockerCancelAndLoss(t *testing.T) {
-	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	l := locker(t, pool, pgcas.LockerConfig{CheckInterval: 20 * time.Millisecond})
-	var key string // unique to this test: the server may be shared
-	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&key); err != nil {
-		t.Fatal(err)
-	}
-	held, err := l.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	if _, err := l.Acquire(wctx, key); err == nil {
-		t.Fatalf("acquire of a held lock with a deadline: %v", err)
-	}
-
-	// Fault: the session holding the lock is killed. The lease's context
-	// says so, and another holder gets the lock with a larger token.
-	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-		WHERE locktype = 'advisory' AND granted AND objsubid = 1
-		AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 'occkit_lock_token'::regclass::oid::bigint)`, key); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held.Context().Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("lease context not cancelled after its session was killed")
-	}
-	if !errors.Is(context.Cause(held.Context()), pgcas.ErrLeaseLost) {
-		t.Fatalf("cause = %v", context.Cause(held.Context()))
-	}
-	next, err := l.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next.Token() <= held.Token() {
-		t.Fatalf("token %d after %d", next.Token(), held.Token())
-	}
-	if err := held.Release(ctx); !errors.Is(err, pgcas.ErrLeaseLost) {
-		t.Fatalf("release of a lost lease: %v", err)
-	}
-	if err := next.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := next.Release(ctx); err == nil {
-		t.Fatal("second release succeeded")
-	}
-}
-
-// The fencing token of a lease, checked by the store, stops a holder that
-// lost its lock from overwriting the next holder's write.
-func TestAdvisoryLeaseFencesStore(t *testing.T) {
-	ctx := context.Background()
-	s := newStore(t, pgcas.Config{})
-	l := locker(t, s.Pool(), pgcas.LockerConfig{})
-	first, _ := l.Acquire(ctx, "k")
-	first.Release(ctx) // pretend it paused and lost the lock
-	second, _ := l.Acquire(ctx, "k")
-	defer second.Release(ctx)
-	v, err := s.CompareAndSwapFenced(ctx, "k", 0, second.Token(), []byte("second"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CompareAndSwapFenced(ctx, "k", v, first.Token(), []byte("first, late")); !errors.Is(err, cas.ErrFenced) {
-		t.Fatalf("late write of the old holder: %v, want ErrFenced", err)
-	}
 }
 
 func TestUpdateLocked(t *testing.T) {
@@ -214,7 +85,7 @@ func uniqueKey(t *testing.T, pool *pgxpool.Pool) string {
 
 // Regression: a transaction lease never cancelled its Context when it
 // lost its lock; only session leases were checked.
-func TestAdvisoryTransactionLeaseLoss(t *testing.T) {
+func TestLockerTransactionLeaseLoss(t *testing.T) {
 	ctx := context.Background()
 	const interval = 20 * time.Millisecond
 	pool := pgtest.Pool(t)
@@ -227,7 +98,7 @@ func TestAdvisoryTransactionLeaseLoss(t *testing.T) {
 	t.Cleanup(func() { _ = held.Release(ctx) }) // on failure; a no-op after the Release below
 	// While held, work under the lock and the checks do not disturb
 	// each other.
-	tx := held.(*pgcas.AdvisoryLease).Tx()
+	tx := held.(*pgcas.Lease).Tx()
 	for deadline := time.Now().Add(10 * interval); time.Now().Before(deadline); {
 		var one int
 		if err := tx.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
@@ -247,7 +118,7 @@ func TestAdvisoryTransactionLeaseLoss(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("transaction lease context not cancelled after its backend was killed")
 	}
-	if !errors.Is(context.Cause(held.Context()), pgcas.ErrLeaseLost) {
+	if !errors.Is(context.Cause(held.Context()), hybrid.ErrLeaseLost) {
 		t.Fatalf("cause = %v", context.Cause(held.Context()))
 	}
 	next, err := l.Acquire(ctx, key)
@@ -258,11 +129,11 @@ func TestAdvisoryTransactionLeaseLoss(t *testing.T) {
 	if next.Token() <= held.Token() {
 		t.Fatalf("token %d after %d", next.Token(), held.Token())
 	}
-	if err := held.Release(ctx); !errors.Is(err, pgcas.ErrLeaseLost) {
+	if err := held.Release(ctx); !errors.Is(err, hybrid.ErrLeaseLost) {
 		t.Fatalf("release of a lost lease: %v", err)
 	}
 	// A transaction ended through Tx ends the lock too.
-	if err := next.(*pgcas.AdvisoryLease).Tx().Rollback(ctx); err != nil {
+	if err := next.(*pgcas.Lease).Tx().Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -270,14 +141,14 @@ func TestAdvisoryTransactionLeaseLoss(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("context not cancelled after the lease's transaction was rolled back")
 	}
-	if err := next.Release(ctx); !errors.Is(err, pgcas.ErrLeaseLost) {
+	if err := next.Release(ctx); !errors.Is(err, hybrid.ErrLeaseLost) {
 		t.Fatalf("release after the rollback: %v", err)
 	}
 }
 
 // Regression: a check timed out after CheckInterval, so a short interval
 // reported held locks lost.
-func TestAdvisoryLeaseShortCheckInterval(t *testing.T) {
+func TestLockerShortCheckInterval(t *testing.T) {
 	ctx := context.Background()
 	for _, xact := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Session", true: "Transaction"}[xact], func(t *testing.T) {
@@ -303,7 +174,7 @@ func TestAdvisoryLeaseShortCheckInterval(t *testing.T) {
 // different sequences shared locks while drawing tokens from different
 // sequences: the tokens of a lock's grants did not grow. The sequence is
 // now the lock's namespace.
-func TestAdvisoryLockerSequenceIsNamespace(t *testing.T) {
+func TestLockerSequenceIsNamespace(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	schema := uniqueKey(t, pool)

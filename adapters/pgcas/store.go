@@ -87,11 +87,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcas: New: %w", err)
 	}
-	if cfg.Limits.MaxKeyBytes > MaxKeyBytesLimit {
-		return nil, fmt.Errorf("pgcas: New: MaxKeyBytes %d over the limit of %d", cfg.Limits.MaxKeyBytes, MaxKeyBytesLimit)
-	}
-	if cfg.Limits.MaxValueBytes > MaxValueBytesLimit {
-		return nil, fmt.Errorf("pgcas: New: MaxValueBytes %d over the limit of %d", cfg.Limits.MaxValueBytes, MaxValueBytesLimit)
+	if err := cfg.Limits.Within(cas.Limits{MaxKeyBytes: MaxKeyBytesLimit, MaxValueBytes: MaxValueBytesLimit}); err != nil {
+		return nil, fmt.Errorf("pgcas: New: %w", err)
 	}
 	name := cfg.Table
 	if name == "" {

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
+	"github.com/occkit/occkit/occ"
 )
 
 // TableConfig describes a table of the application's own for Table.
@@ -33,6 +35,11 @@ type TableConfig struct {
 	// fencing token that has written the row, for UpdateFenced. Empty
 	// means none.
 	FenceColumn string
+	// VersionSequence is the sequence versions are drawn from (in
+	// Schema), shared by every row of the table. Empty means
+	// "<Table>_<VersionColumn>_seq", the name a bigserial version column
+	// gets. It must exist and must not CYCLE.
+	VersionSequence string
 }
 
 // Table is a repository over a table of the application's own whose rows
@@ -48,15 +55,26 @@ type TableConfig struct {
 // columns (and the fence column, when configured); the version field is
 // any integer type.
 //
-// Versions start at 1 when Insert writes a row and grow by 1 with every
-// Update. Unlike Store versions they are per row: a row deleted and
-// inserted again starts at 1 again, so do not hold a version across a
-// delete (key rows by an id that is never reused, as usual).
+// The version lives in the row: Get fills the version field in, Update
+// expects the version its row's field holds, and every write returns the
+// row as stored with its new version. Versions are drawn with nextval()
+// from TableConfig.VersionSequence in the writing statement itself, so a
+// key's versions strictly increase over its whole history, also across
+// Delete and a later Insert of the same key: a caller holding a version of
+// a deleted row can never overwrite the row inserted after it (no ABA).
+// They are not consecutive. One fine point: an INSERT evaluates nextval()
+// before it checks the key's uniqueness, so an Insert racing an Update
+// and a Delete of the same key can store a value drawn just before the
+// deleted row's last version, lower than it; the value is still one no
+// row ever had (a sequence hands each out once), so no version a caller
+// holds can match it. docs/tables.md describes the shape that pgcas,
+// sqlcas and dynamocas tables share.
 //
 // A Table is safe for concurrent use.
 type Table[T any] struct {
 	pool    *pgxpool.Pool
 	name    string // quoted table
+	nextval string // nextval('<sequence>'::regclass)
 	cols    []column
 	key     int // index into cols
 	version int
@@ -129,6 +147,15 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	if t.key == t.version || t.key == t.fence || (t.fence >= 0 && t.fence == t.version) {
 		return nil, fmt.Errorf("pgcas: NewTable[%v]: key, version and fence must be distinct columns", rt)
 	}
+	seq := cfg.VersionSequence
+	if seq == "" {
+		seq = cfg.Table + "_" + t.cols[t.version].name + "_seq"
+	}
+	qseq, err := quoteTable(cfg.Schema, seq, "")
+	if err != nil {
+		return nil, fmt.Errorf("pgcas: NewTable: version sequence: %w", err)
+	}
+	t.nextval = "nextval('" + strings.ReplaceAll(qseq, "'", "''") + "'::regclass)"
 	t.prepareSQL()
 	return t, nil
 }
@@ -168,8 +195,10 @@ func (t *Table[T]) addFields(rt reflect.Type, path []int) error {
 	return nil
 }
 
-func isInteger(rt reflect.Type) bool {
-	switch rt.Kind() {
+func isInteger(rt reflect.Type) bool { return isIntegerKind(rt.Kind()) }
+
+func isIntegerKind(k reflect.Kind) bool {
+	switch k {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return true
@@ -201,7 +230,7 @@ func (t *Table[T]) prepareSQL() {
 		set = append(set, fmt.Sprintf("%s = $%d", c.quoted, arg))
 		arg++
 	}
-	set = append(set, v+" = "+v+" + 1")
+	set = append(set, v+" = "+t.nextval)
 	fence := "NULL::bigint"
 	if t.fence >= 0 {
 		fence = "c." + t.cols[t.fence].quoted + "::bigint"
@@ -247,7 +276,8 @@ func (t *Table[T]) qualified(alias string) string {
 	return strings.Join(out, ", ")
 }
 
-// Get returns the row with key, or an error matching cas.ErrNotFound.
+// Get returns the row with key, its version field filled in, or an error
+// matching cas.ErrNotFound.
 func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
 	var row T
 	rows, err := t.pool.Query(ctx, t.sqlGet, key)
@@ -268,9 +298,10 @@ func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
 	return row, rows.Err()
 }
 
-// Insert writes row as a new row at version 1 (whatever its version field
-// says) and returns the row as stored, with the columns the database
-// filled in. A zero key field is left out of the INSERT, for keys the
+// Insert writes row as a new row (whatever its version field says) at a
+// version drawn from the sequence, above every version the key ever had,
+// and returns the row as stored, with the columns the database filled
+// in. A zero key field is left out of the INSERT, for keys the
 // database generates (identity, serial, defaults). A row that already
 // exists fails with a *cas.ConflictError (expected version 0): a unique
 // violation (23505) of the primary key, or of another unique index on the
@@ -292,7 +323,7 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 		f := rv.FieldByIndex(c.index)
 		switch {
 		case i == t.version:
-			cols, params = append(cols, c.quoted), append(params, "1")
+			cols, params = append(cols, c.quoted), append(params, t.nextval)
 			continue
 		case i == t.key && f.IsZero():
 			continue
@@ -361,14 +392,19 @@ func (t *Table[T]) violatesKey(ctx context.Context, pgErr *pgconn.PgError) (bool
 	return slices.Contains(t.keyIdx, keyIndex{pgErr.SchemaName, pgErr.TableName, pgErr.ConstraintName}), nil
 }
 
-// Update writes row if the stored row's version is still row's version
-// field, incrementing the version, and returns the row as stored. In the
-// same round trip it tells the two ways of failing apart:
-//   - a stale version: a *cas.ConflictError (errors.Is(err,
-//     cas.ErrConflict)), and the returned T is the row's current state, so
-//     that a retry can start from it without reading again;
-//   - no row with this key: an error matching cas.ErrNotFound (and not
-//     cas.ErrConflict), and the zero T.
+// Update is the version-checked write of a row the caller holds: it
+// writes row if the stored row's version is still row's version field,
+// giving it a new version from the sequence, and returns the row as
+// stored. The key, version and fence columns are not written from row; a
+// version field of 0 (a row never read) is refused with
+// cas.ErrInvalidVersion.
+// A refusal is a *cas.ConflictError (errors.Is(err, cas.ErrConflict))
+// that carries, from the same round trip, the row's current version
+// (HasCurrent, Current.Version) while the returned T is the current row,
+// so that a retry can start from it without reading again. A row that no
+// longer exists is the same conflict with Current.Version 0, which also
+// matches cas.ErrNotFound. (A serialization failure or deadlock is a
+// conflict without the current row.)
 //
 // A lost reply is a *cas.AmbiguousError: the update may have applied.
 func (t *Table[T]) Update(ctx context.Context, row T) (T, error) {
@@ -397,6 +433,10 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 	rv := reflect.ValueOf(&row).Elem()
 	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
 	expected := rv.FieldByIndex(t.cols[t.version].index)
+	if toVersion(expected) == 0 {
+		var zero T
+		return zero, &cas.KeyError{Op: "update", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: the row's version field is 0 (or negative): Update writes a row read before; use Insert for a new one", cas.ErrInvalidVersion)}
+	}
 	args := []any{key, expected.Interface()}
 	for i, c := range t.cols {
 		if t.writable(i) {
@@ -416,29 +456,116 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 	switch {
 	case r.written:
 		return out, nil
-	case !r.exists:
-		return zero, &cas.KeyError{Op: "update", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
-	case fenced && r.fence != nil && token < uint64(*r.fence):
+	case fenced && r.exists && r.fence != nil && token < uint64(*r.fence):
 		return cur, &cas.FencedError{Key: fmt.Sprint(key), Token: token, Highest: uint64(*r.fence)}
 	}
-	return cur, &cas.ConflictError{Key: fmt.Sprint(key), Expected: toVersion(expected), HasCurrent: false}
+	return cur, r.conflict(key, toVersion(expected))
 }
 
-// Delete deletes the row with key if its version is expected. It fails
-// like Update: a *cas.ConflictError for a stale version, an error matching
-// cas.ErrNotFound when there is no such row.
-func (t *Table[T]) Delete(ctx context.Context, key any, expected int64) error {
-	_, _, r, err := t.run(ctx, t.sqlDel, key, expected)
+// Delete deletes the row with key if its version is expected (not 0). It
+// fails like Update: a *cas.ConflictError with the current version for a
+// stale version, also matching cas.ErrNotFound when there is no such row.
+// The versions the row had are not reused by a later Insert of the key.
+func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) error {
+	switch {
+	case expected == 0:
+		return &cas.KeyError{Op: "delete", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: expected version 0 names a row that does not exist", cas.ErrInvalidVersion)}
+	case expected > math.MaxInt64:
+		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
+	}
+	_, _, r, err := t.run(ctx, t.sqlDel, key, int64(expected))
 	if err != nil {
 		return t.writeError(ctx, "delete", key, err)
 	}
-	switch {
-	case r.written:
+	if r.written {
 		return nil
-	case !r.exists:
-		return &cas.KeyError{Op: "delete", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
 	}
-	return &cas.ConflictError{Key: fmt.Sprint(key), Expected: cas.Version(max(expected, 0))}
+	return r.conflict(key, expected)
+}
+
+// Modify is the optimistic read-modify-write of the row with key, run by
+// occ.Update's loop (see docs/tables.md): it reads the row (exists false
+// and cur the zero T with only its key field set when there is none),
+// calls mutate, and writes the result as Update does (as Insert does when
+// the row was absent), retrying on a conflict: at once from the current
+// row the conflict carried, then after a backoff wait from a fresh read.
+// mutate must keep the key; it may run several times and must depend only
+// on its arguments; an error from it ends the loop and is returned as is.
+// Modify returns the row as stored. opts are occ's; pass
+// occ.WithRetryable(pgcas.Retryable) to retry transient failures that
+// certainly applied nothing.
+//
+//	acct, err := accounts.Modify(ctx, id, func(a Account, exists bool) (Account, error) {
+//		if !exists {
+//			return a, ErrNoAccount // returned as is
+//		}
+//		a.Balance -= 10
+//		return a, nil
+//	})
+func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
+	var absent T
+	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(t.cols[t.key].index)
+	kv := reflect.ValueOf(key)
+	if !kv.IsValid() || !keyFits(kv.Type(), kf.Type()) {
+		return absent, &cas.KeyError{Op: "modify", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
+	}
+	kf.Set(kv.Convert(kf.Type()))
+	want := kf.Interface()
+	ks := fmt.Sprint(key)
+	return rowupdate.Modify(ctx, rowupdate.Ops[T]{
+		Key:    ks,
+		Absent: absent,
+		Read: func(ctx context.Context) (rowupdate.Row[T], error) {
+			row, err := t.Get(ctx, key)
+			if err != nil {
+				return rowupdate.Row[T]{}, err
+			}
+			return rowupdate.Row[T]{Value: row, Version: t.versionOf(&row)}, nil
+		},
+		Write: func(ctx context.Context, expected cas.Version, next T) (rowupdate.Row[T], rowupdate.Row[T], error) {
+			rv := reflect.ValueOf(&next).Elem()
+			if got := rv.FieldByIndex(t.cols[t.key].index).Interface(); !reflect.DeepEqual(got, want) {
+				return rowupdate.Row[T]{}, rowupdate.Row[T]{}, occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the row's key to %v", cas.ErrInvalidKey, got)})
+			}
+			var out T
+			var err error
+			if expected == 0 {
+				out, err = t.Insert(ctx, next)
+			} else {
+				t.setVersion(&next, expected)
+				out, err = t.Update(ctx, next)
+			}
+			if err != nil {
+				return rowupdate.Row[T]{}, rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, err
+			}
+			return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, rowupdate.Row[T]{}, nil
+		},
+	}, mutate, opts...)
+}
+
+// keyFits reports whether a key of type from converts to the key field's
+// type to without changing its meaning: the same kind, or two integer
+// kinds (not an int to a string, which Go converts to a rune).
+func keyFits(from, to reflect.Type) bool {
+	if !from.ConvertibleTo(to) {
+		return false
+	}
+	return from.Kind() == to.Kind() || (isIntegerKind(from.Kind()) && isIntegerKind(to.Kind()))
+}
+
+// versionOf returns the version field of *row.
+func (t *Table[T]) versionOf(row *T) cas.Version {
+	return toVersion(reflect.ValueOf(row).Elem().FieldByIndex(t.cols[t.version].index))
+}
+
+// setVersion sets the version field of *row.
+func (t *Table[T]) setVersion(row *T, v cas.Version) {
+	f := reflect.ValueOf(row).Elem().FieldByIndex(t.cols[t.version].index)
+	if f.CanInt() {
+		f.SetInt(int64(v))
+	} else {
+		f.SetUint(uint64(v))
+	}
 }
 
 // tableResult is the head of the one row Update and Delete return.
@@ -446,6 +573,18 @@ type tableResult struct {
 	written, exists bool
 	version         *int64
 	fence           *int64
+}
+
+// conflict is the refusal of a write that expected version expected: the
+// statement read the row's current version (absent: 0) in the same round
+// trip.
+func (r tableResult) conflict(key any, expected cas.Version) *cas.ConflictError {
+	ce := &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, HasCurrent: true}
+	ce.Current.Key = ce.Key
+	if r.exists && r.version != nil {
+		ce.Current.Version = cas.Version(max(*r.version, 0))
+	}
+	return ce
 }
 
 // run runs a conditional write and scans its row: the flags, then the

@@ -30,7 +30,7 @@ const inventoryDDL = `CREATE TABLE inventory (
     sku     text PRIMARY KEY,
     name    text NOT NULL,
     stock   integer NOT NULL CHECK (stock >= 0),
-    version bigint NOT NULL DEFAULT 1
+    version bigserial NOT NULL -- its sequence, inventory_version_seq, makes the versions
 )`
 
 func inventory(t *testing.T, pool *pgxpool.Pool) *pgcas.Table[item] {
@@ -56,8 +56,8 @@ func TestTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Version != 1 || in.Stock != 10 {
-		t.Fatalf("inserted %+v, want version 1", in)
+	if in.Version <= 0 || in.Version == 99 || in.Stock != 10 {
+		t.Fatalf("inserted %+v, want a version from the sequence", in)
 	}
 	if _, err := tbl.Insert(ctx, item{SKU: "sku-1", Name: "again"}); !errors.Is(err, cas.ErrConflict) {
 		t.Fatalf("insert of an existing key: %v, want ErrConflict", err)
@@ -69,38 +69,127 @@ func TestTable(t *testing.T) {
 	}
 	got.Stock--
 	up, err := tbl.Update(ctx, got)
-	if err != nil || up.Version != 2 || up.Stock != 9 {
-		t.Fatalf("update = %+v, %v; want stock 9 at version 2", up, err)
+	if err != nil || up.Version <= in.Version || up.Stock != 9 {
+		t.Fatalf("update = %+v, %v; want stock 9 at a version above %d", up, err, in.Version)
 	}
 
 	// A stale version: a conflict, with the current row in the same trip.
 	stale := in
 	stale.Stock = 0
 	cur, err := tbl.Update(ctx, stale)
-	if !errors.Is(err, cas.ErrConflict) || errors.Is(err, cas.ErrNotFound) {
+	var ce *cas.ConflictError
+	if !errors.As(err, &ce) || errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("stale update: %v, want ErrConflict only", err)
 	}
-	if cur != up {
-		t.Fatalf("the conflict returned %+v, want the current row %+v", cur, up)
+	if cur != up || !ce.HasCurrent || ce.Current.Version != cas.Version(up.Version) || ce.Expected != cas.Version(in.Version) {
+		t.Fatalf("the conflict returned %+v (%v), want the current row %+v", cur, err, up)
 	}
 
-	// A missing row: not found, not a conflict.
+	if _, err := tbl.Update(ctx, item{SKU: "sku-1", Name: "never read"}); !errors.Is(err, cas.ErrInvalidVersion) {
+		t.Fatalf("update of a row with version 0: %v, want ErrInvalidVersion", err)
+	}
+
+	// A missing row: a conflict that also says not found, as a Store's.
 	_, err = tbl.Update(ctx, item{SKU: "none", Name: "x", Version: 1})
-	if !errors.Is(err, cas.ErrNotFound) || errors.Is(err, cas.ErrConflict) {
-		t.Fatalf("update of a missing row: %v, want ErrNotFound only", err)
+	if !errors.Is(err, cas.ErrNotFound) || !errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("update of a missing row: %v, want ErrConflict and ErrNotFound", err)
 	}
 
-	if err := tbl.Delete(ctx, "sku-1", 1); !errors.Is(err, cas.ErrConflict) {
-		t.Fatalf("stale delete: %v, want ErrConflict", err)
+	if err := tbl.Delete(ctx, "sku-1", cas.Version(in.Version)); !errors.Is(err, cas.ErrConflict) || errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("stale delete: %v, want ErrConflict only", err)
 	}
-	if err := tbl.Delete(ctx, "none", 1); !errors.Is(err, cas.ErrNotFound) || errors.Is(err, cas.ErrConflict) {
-		t.Fatalf("delete of a missing row: %v, want ErrNotFound only", err)
+	if err := tbl.Delete(ctx, "none", 1); !errors.Is(err, cas.ErrNotFound) || !errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("delete of a missing row: %v, want ErrConflict and ErrNotFound", err)
 	}
-	if err := tbl.Delete(ctx, "sku-1", up.Version); err != nil {
+	if err := tbl.Delete(ctx, "sku-1", 0); !errors.Is(err, cas.ErrInvalidVersion) {
+		t.Fatalf("delete at version 0: %v, want ErrInvalidVersion", err)
+	}
+	if err := tbl.Delete(ctx, "sku-1", cas.Version(up.Version)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tbl.Get(ctx, "sku-1"); !errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("get after delete: %v", err)
+	}
+}
+
+// Versions are never reused: a row deleted and inserted again gets a
+// version above every version it had, so a writer holding a version of
+// the old row (or a delete by it) is refused on the new row.
+func TestTableVersionsNotReused(t *testing.T) {
+	ctx := context.Background()
+	tbl := inventory(t, pgtest.Pool(t))
+	old, err := tbl.Insert(ctx, item{SKU: "k", Name: "lamp", Stock: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := []int64{old.Version}
+	for range 3 {
+		if err := tbl.Delete(ctx, "k", cas.Version(old.Version)); err != nil {
+			t.Fatal(err)
+		}
+		again, err := tbl.Insert(ctx, item{SKU: "k", Name: "lamp", Stock: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range seen {
+			if again.Version <= v {
+				t.Fatalf("re-inserted at version %d, not above the earlier %v", again.Version, seen)
+			}
+		}
+		stale := old
+		stale.Stock = 1000
+		if _, err := tbl.Update(ctx, stale); !errors.Is(err, cas.ErrConflict) {
+			t.Fatalf("update with the deleted row's version %d: %v, want ErrConflict", old.Version, err)
+		}
+		if err := tbl.Delete(ctx, "k", cas.Version(old.Version)); !errors.Is(err, cas.ErrConflict) {
+			t.Fatalf("delete with the deleted row's version %d: %v, want ErrConflict", old.Version, err)
+		}
+		if got, err := tbl.Get(ctx, "k"); err != nil || got != again {
+			t.Fatalf("get = %+v, %v; want the new row %+v untouched", got, err, again)
+		}
+		seen, old = append(seen, again.Version), again
+	}
+}
+
+// Modify: a create from an absent row (cur has its key set), then an
+// update; a mutate that changes the key or fails writes nothing.
+func TestTableModify(t *testing.T) {
+	ctx := context.Background()
+	tbl := inventory(t, pgtest.Pool(t))
+	created, err := tbl.Modify(ctx, "new", func(cur item, exists bool) (item, error) {
+		if exists || cur.SKU != "new" {
+			t.Errorf("cur = %+v, exists %v; want the zero row with its key", cur, exists)
+		}
+		cur.Name, cur.Stock = "desk", 3
+		return cur, nil
+	})
+	if err != nil || created.Version <= 0 || created.Stock != 3 {
+		t.Fatalf("modify of an absent row = %+v, %v", created, err)
+	}
+	up, err := tbl.Modify(ctx, "new", func(cur item, exists bool) (item, error) {
+		if !exists || cur != created {
+			t.Errorf("cur = %+v, exists %v; want %+v", cur, exists, created)
+		}
+		cur.Stock--
+		return cur, nil
+	})
+	if err != nil || up.Stock != 2 || up.Version <= created.Version {
+		t.Fatalf("modify = %+v, %v", up, err)
+	}
+	if _, err := tbl.Modify(ctx, "new", func(cur item, _ bool) (item, error) {
+		cur.SKU = "other"
+		return cur, nil
+	}); !errors.Is(err, cas.ErrInvalidKey) {
+		t.Fatalf("mutate changed the key: %v, want ErrInvalidKey", err)
+	}
+	if _, err := tbl.Modify(ctx, "new", func(item, bool) (item, error) { return item{}, errSoldOut }); err != errSoldOut {
+		t.Fatalf("mutate's error: %v, want it as is", err)
+	}
+	if _, err := tbl.Modify(ctx, 42, func(cur item, _ bool) (item, error) { return cur, nil }); !errors.Is(err, cas.ErrInvalidKey) {
+		t.Fatalf("a key of the wrong type: %v, want ErrInvalidKey", err)
+	}
+	if got, _ := tbl.Get(ctx, "new"); got != up {
+		t.Fatalf("row = %+v, want %+v", got, up)
 	}
 }
 
@@ -124,7 +213,7 @@ func TestTableGeneratedKeyAndFencing(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE "orders; --" (
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 		"Status" text NOT NULL,
-		row_version integer NOT NULL,
+		row_version bigserial NOT NULL,
 		lease_token bigint NOT NULL DEFAULT 0)`); err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +227,13 @@ func TestTableGeneratedKeyAndFencing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.ID == 0 || o.Version != 1 || o.Status != "new" {
+	if o.ID == 0 || o.Version <= 0 || o.Status != "new" {
 		t.Fatalf("inserted %+v", o)
 	}
 	o.Status = "paid"
+	v1 := o.Version
 	o, err = tbl.UpdateFenced(ctx, o, 5)
-	if err != nil || o.Token != 5 || o.Version != 2 {
+	if err != nil || o.Token != 5 || o.Version <= v1 {
 		t.Fatalf("fenced update = %+v, %v", o, err)
 	}
 	o.Status = "stale holder"
@@ -153,11 +243,12 @@ func TestTableGeneratedKeyAndFencing(t *testing.T) {
 		t.Fatalf("stale token: %v, want a *cas.FencedError", err)
 	}
 	// The stale token is reported before the version.
-	o.Version = 1
+	v2 := o.Version
+	o.Version = v1
 	if _, err := tbl.UpdateFenced(ctx, o, 3); !errors.Is(err, cas.ErrFenced) {
 		t.Fatalf("stale token and version: %v, want ErrFenced", err)
 	}
-	o.Version = 2
+	o.Version = v2
 	o.Status = "shipped"
 	if o, err = tbl.Update(ctx, o); err != nil || o.Token != 5 {
 		t.Fatalf("a plain update keeps the token: %+v, %v", o, err)
@@ -209,8 +300,21 @@ func TestNewTableErrors(t *testing.T) {
 var errSoldOut = errors.New("sold out")
 
 // buy is the repository method of docs/postgres.md: decrement stock by
-// one, optimistically, retrying from the current row a conflict returns.
+// one, optimistically, with Modify (occ.Update's loop).
 func buy(ctx context.Context, tbl *pgcas.Table[item], sku string) error {
+	_, err := tbl.Modify(ctx, sku, func(cur item, exists bool) (item, error) {
+		if !exists || cur.Stock == 0 {
+			return cur, errSoldOut
+		}
+		cur.Stock--
+		return cur, nil
+	}, occ.WithMaxAttempts(100))
+	return err
+}
+
+// buyByHand is the same with Update and occ.Retry, retrying from the
+// current row a conflict returns.
+func buyByHand(ctx context.Context, tbl *pgcas.Table[item], sku string) error {
 	var (
 		cur  item
 		have bool
@@ -233,8 +337,9 @@ func buy(ctx context.Context, tbl *pgcas.Table[item], sku string) error {
 	}, occ.WithMaxAttempts(100))
 }
 
-// TestInventory: 8 goroutines buy from one stock until it is sold out. The
-// stock never goes negative and every unit is sold exactly once.
+// TestInventory: 8 goroutines buy from one stock until it is sold out,
+// half with Modify, half by hand. The stock never goes negative and every
+// unit is sold exactly once.
 func TestInventory(t *testing.T) {
 	ctx := context.Background()
 	const initial, workers = 120, 8
@@ -249,7 +354,11 @@ func TestInventory(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				err := buy(ctx, tbl, "hot")
+				b := buy
+				if w%2 == 1 {
+					b = buyByHand
+				}
+				err := b(ctx, tbl, "hot")
 				switch {
 				case err == nil:
 					sold.Add(1)
@@ -270,8 +379,8 @@ func TestInventory(t *testing.T) {
 	if it.Stock < 0 || sold.Load()+int64(it.Stock) != initial {
 		t.Fatalf("sold %d + remaining %d != initial %d", sold.Load(), it.Stock, initial)
 	}
-	if it.Stock != 0 || it.Version != initial+1 {
-		t.Fatalf("final row %+v, want sold out at version %d", it, initial+1)
+	if it.Stock != 0 {
+		t.Fatalf("final row %+v, want sold out", it)
 	}
 }
 
@@ -285,7 +394,7 @@ func TestTableInsertOtherUniqueViolation(t *testing.T) {
 		sku     text PRIMARY KEY,
 		name    text NOT NULL UNIQUE,
 		stock   integer NOT NULL,
-		version bigint NOT NULL)`); err != nil {
+		version bigserial NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	tbl, err := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "products", KeyColumn: "sku"})
@@ -315,13 +424,13 @@ func TestTableInsertKeyIndexes(t *testing.T) {
 			sku     text NOT NULL,
 			name    text NOT NULL,
 			stock   integer NOT NULL,
-			version bigint NOT NULL);
+			version bigserial NOT NULL);
 			CREATE UNIQUE INDEX products_sku ON products (sku)`},
 		{"Partitioned", `CREATE TABLE products (
 			sku     text PRIMARY KEY,
 			name    text NOT NULL,
 			stock   integer NOT NULL,
-			version bigint NOT NULL) PARTITION BY RANGE (sku);
+			version bigserial NOT NULL) PARTITION BY RANGE (sku);
 			CREATE TABLE products_1 PARTITION OF products FOR VALUES FROM (MINVALUE) TO ('m');
 			CREATE TABLE products_2 PARTITION OF products FOR VALUES FROM ('m') TO (MAXVALUE)`},
 	}
@@ -367,7 +476,7 @@ func TestTableInsertLostReplyIsAmbiguous(t *testing.T) {
 		t.Fatalf("err = %v, want the transport error reachable and no conflict", err)
 	}
 	got, err := tbl.Get(ctx, "sku-lost")
-	if err != nil || got.Version != 1 {
+	if err != nil || got.Version <= 0 {
 		t.Fatalf("get = %+v, %v; want the row the lost insert applied", got, err)
 	}
 }
@@ -381,9 +490,9 @@ func TestTableUpdateFencedNullFence(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE orders (
 		id          bigint PRIMARY KEY,
 		"Status"    text NOT NULL,
-		row_version integer NOT NULL,
+		row_version bigserial NOT NULL,
 		lease_token bigint);
-		INSERT INTO orders VALUES (1, 'new', 1, NULL)`); err != nil {
+		INSERT INTO orders VALUES (1, 'new', DEFAULT, NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	tbl, err := pgcas.NewTable[order](pool, pgcas.TableConfig{
@@ -393,7 +502,7 @@ func TestTableUpdateFencedNullFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, err := tbl.UpdateFenced(ctx, order{ID: 1, audit: audit{Status: "paid"}, Version: 1}, 5)
-	if err != nil || o.Token != 5 || o.Version != 2 || o.Status != "paid" {
+	if err != nil || o.Token != 5 || o.Version <= 1 || o.Status != "paid" {
 		t.Fatalf("fenced update of a row with a NULL token = %+v, %v; want it written with token 5", o, err)
 	}
 	o.Status = "stale"

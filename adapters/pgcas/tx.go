@@ -40,13 +40,13 @@ type TxBeginner interface {
 // fn must do all its reads and writes through tx, and return the error of
 // a failed statement (wrapped with %w, or as is): a serialization failure
 // can come from any statement, and also from the COMMIT. Only those two
-// SQLSTATEs run fn again: any other error from fn, or from begin, rolls
+// SQLSTATEs (and errors that occ.WithRetryable in opts accepts) run fn
+// again: any other error from fn, or from begin, rolls
 // the transaction back and ends the loop, and is returned as is, even one
 // that matches cas.ErrConflict (say, from a Store call fn made outside
-// tx, which this transaction cannot retry). Observers of opts see such an
-// error wrapped in a private type that matches what fn's error matches
-// with errors.Is and errors.As, except cas.ErrConflict. fn may run several
-// times: keep side effects outside it.
+// tx, which this transaction cannot retry): RunTx marks it with
+// occ.Permanent, so the loop ends at once and returns it without the mark.
+// fn may run several times: keep side effects outside it.
 //
 // If fn panics, the transaction is rolled back, its connection returned
 // to db, and the panic goes on up to the caller.
@@ -74,10 +74,9 @@ type TxBeginner interface {
 //		return err
 //	}, occ.WithMaxAttempts(5))
 func RunTx(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn func(tx pgx.Tx) error, opts ...occ.Option) error {
-	err := occ.Retry(ctx, func(ctx context.Context) error {
+	return occ.Retry(ctx, func(ctx context.Context) error {
 		return runTxOnce(ctx, db, txOptions, fn)
 	}, opts...)
-	return unwrapFinal(err)
 }
 
 // runTxOnce runs one attempt of RunTx.
@@ -96,10 +95,16 @@ func runTxOnce(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn f
 	// fails to roll back is closed, which rolls it back on the server).
 	defer func() { _ = tx.Rollback(ctx) }()
 	if err := fn(tx); err != nil {
-		if IsRetryable(err) {
+		if isSerializationFailure(err) {
 			return txError("transaction", err)
 		}
-		return finalError{err}
+		if errors.Is(err, cas.ErrConflict) {
+			// Not this transaction's conflict: running fn again in a new
+			// transaction would not help. Permanent ends the loop at once
+			// and is removed before RunTx returns.
+			return occ.Permanent(err)
+		}
+		return err // occ.WithRetryable in opts may still retry it
 	}
 	// A connection that broke before COMMIT (fn ignored the error) rolled
 	// the transaction back: COMMIT is then not sent at all.
@@ -128,7 +133,7 @@ func runTxOnce(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn f
 // connection could be made (see acquireError), or the server ended the
 // session (transientCodes). Nothing was applied either way.
 func beginPassing(err error) bool {
-	if IsRetryable(err) {
+	if isSerializationFailure(err) {
 		return false // txError makes it a conflict
 	}
 	if transientServer(err) {
@@ -141,7 +146,7 @@ func beginPassing(err error) bool {
 // txError makes a serialization failure or a deadlock a *cas.ConflictError,
 // keeping the server's error reachable with errors.As.
 func txError(stage string, err error) error {
-	if IsRetryable(err) {
+	if isSerializationFailure(err) {
 		return &cas.ConflictError{Key: txConflictKey, Err: fmt.Errorf("pgcas: %s: transaction rolled back: %w", stage, err)}
 	}
 	return err
@@ -150,32 +155,3 @@ func txError(stage string, err error) error {
 // txConflictKey is the Key of the *cas.ConflictError of a transaction:
 // the conflict is the transaction's, not a key's.
 const txConflictKey = "(transaction)"
-
-// finalError carries an error of fn through occ.Retry, which must not run
-// fn again for it even if it matches cas.ErrConflict. It matches what the
-// error matches, except cas.ErrConflict, so that the classifiers of
-// occ.WithRetryable still see it, and RunTx unwraps it before returning.
-type finalError struct{ err error }
-
-func (e finalError) Error() string { return e.err.Error() }
-
-func (e finalError) Is(target error) bool {
-	return target != cas.ErrConflict && errors.Is(e.err, target)
-}
-
-func (e finalError) As(target any) bool { return errors.As(e.err, target) }
-
-// unwrapFinal returns RunTx's result with fn's error unwrapped from
-// finalError, also inside the *occ.GiveUpError of a context that ended
-// while fn failed.
-func unwrapFinal(err error) error {
-	switch e := err.(type) {
-	case finalError:
-		return e.err
-	case *occ.GiveUpError:
-		if fe, ok := e.Last.(finalError); ok {
-			return &occ.GiveUpError{Reason: e.Reason, Attempts: e.Attempts, Last: fe.err}
-		}
-	}
-	return err
-}

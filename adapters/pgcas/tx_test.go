@@ -252,8 +252,11 @@ func TestRunTxErrors(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	// Deadlock is retryable too.
-	if !pgcas.IsRetryable(&pgconn.PgError{Code: "40P01"}) || pgcas.IsRetryable(&pgconn.PgError{Code: "23505"}) {
-		t.Fatal("IsRetryable is wrong")
+	if !pgcas.IsSerializationFailure(&pgconn.PgError{Code: "40P01"}) || pgcas.IsSerializationFailure(&pgconn.PgError{Code: "23505"}) {
+		t.Fatal("isSerializationFailure is wrong")
+	}
+	if !pgcas.Retryable(&pgconn.PgError{Code: "40P01"}) || pgcas.Retryable(&pgconn.PgError{Code: "23505"}) {
+		t.Fatal("Retryable is wrong")
 	}
 }
 

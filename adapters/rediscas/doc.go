@@ -66,12 +66,13 @@
 //
 // # Limits
 //
-// Values are at most Config.MaxValueBytes (default 1 MiB, at most
-// MaxValueLimit, under Redis's 512 MiB bulk string limit); keys at most
-// Config.MaxKeyBytes (default 1024 bytes); commits at most
-// Config.MaxCommitOps operations (default 100) and MaxCommitBytes. Input
-// over a limit fails with cas.ErrTooLarge or cas.ErrInvalidKey before
-// anything is sent.
+// Config.Limits (a cas.Limits, as in every adapter) sets them: values at
+// most MaxValueBytes (default 1 MiB, at most MaxValueLimit, under Redis's
+// 512 MiB bulk string limit); keys at most MaxKeyBytes (default 1024
+// bytes); commits at most MaxCommitOps operations (default 100) and
+// MaxCommitBytes (default and maximum: the constant MaxCommitBytes). A
+// limit above Redis's maximum is refused by New. Input over a limit fails
+// with cas.ErrTooLarge or cas.ErrInvalidKey before anything is sent.
 //
 // # Errors
 //

@@ -10,11 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrLockLost is the cause of a Lease's Context when the lease is lost: a
-// renewal found the lock gone or held by another grant, or Redis could not
-// be reached before the lease expired.
-var ErrLockLost = errors.New("rediscas: lock lost")
-
 // Retryable reports whether err is a transient Redis failure that
 // certainly did not apply a write (the server is loading its data set, a
 // cluster slot is moving or down, a replica was asked to write, a script

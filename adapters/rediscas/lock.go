@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/redis/go-redis/v9"
 )
@@ -95,10 +96,11 @@ type LockerConfig struct {
 // waiting Acquire polls, at most the lock's remaining TTL and PollInterval
 // apart. Every grant has a watchdog goroutine that renews it every TTL/3
 // with a script that checks its token and holder; the lease's Context is
-// cancelled (cause ErrLockLost) when a renewal finds the lock gone or held
-// by another grant, or when Redis could not be reached before the lease
-// expired. The watchdog stops when the lease is released or lost, or when
-// the context given to Acquire ends: the lease then runs out after TTL.
+// cancelled (with a cause matching hybrid.ErrLeaseLost) when a renewal
+// finds the lock gone or held by another grant, or when Redis could not be
+// reached before the lease expired. The watchdog stops when the lease is
+// released or lost, or when the context given to Acquire ends: the lease
+// then runs out after TTL.
 // Release deletes the lock only if it still holds this grant, so a late or
 // repeated Release never removes a newer holder's lock.
 //
@@ -106,8 +108,9 @@ type LockerConfig struct {
 // knowing it): use it with a store that checks its tokens
 // (cas.FencedStore), as hybrid.Update does.
 //
-// A Locker holds no resources of its own and is safe for concurrent use.
-// Release every lease it grants: its watchdog runs until then.
+// A Locker holds no resources of its own (it has no Close; the client is
+// the caller's) and is safe for concurrent use. Release every lease it
+// grants: its watchdog runs until then.
 type Locker struct {
 	cli    redis.UniversalClient
 	prefix string
@@ -155,8 +158,12 @@ func (l *Locker) LockKey(key string) string { return l.prefix + "{" + key + "}" 
 func (l *Locker) tokenKey(key string) string { return l.LockKey(key) + ":token" }
 
 // Acquire implements hybrid.Locker: it waits until it holds key, or ctx
-// ends. The lease is renewed until it is released or lost, or ctx ends.
+// ends. The lease, a *Lease, is renewed until it is released or lost, or
+// ctx ends.
 func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("rediscas: acquiring lock %q: %w", key, cas.ErrNilContext)
+	}
 	if key == "" {
 		return nil, errors.New("rediscas: empty lock key")
 	}
@@ -228,7 +235,8 @@ func (l *Locker) grant(holderCtx context.Context, key, lockKey string, token uin
 	return g
 }
 
-// Lease is one grant of a Locker. Its methods are safe for concurrent use.
+// Lease is one grant of a Locker, a hybrid.ExpiringLease. Its methods are
+// safe for concurrent use.
 type Lease struct {
 	l       *Locker
 	key     string
@@ -242,28 +250,34 @@ type Lease struct {
 	done    chan struct{} // closed when the watchdog has returned
 }
 
-var _ hybrid.Lease = (*Lease)(nil)
+var _ hybrid.ExpiringLease = (*Lease)(nil)
 
 // Token implements hybrid.Lease: the value of the lock key's token counter
 // after this grant's INCR.
 func (g *Lease) Token() uint64 { return g.token }
 
-// Context implements hybrid.Lease: it is cancelled, with cause
-// ErrLockLost, when the lease is found lost or expires unrenewed, and when
-// it is released.
+// Context implements hybrid.Lease: it is cancelled when the lease is found
+// lost or expires unrenewed (with a cause matching hybrid.ErrLeaseLost),
+// and when it is released (hybrid.ErrLeaseReleased).
 func (g *Lease) Context() context.Context { return g.ctx }
 
-// Expires returns when the lock expires in Redis unless renewed, as the
-// holder last learned it: the time before its last successful renewal was
-// sent, plus the TTL. A paused process learns late that it passed.
+// Expires implements hybrid.ExpiringLease: it returns when the lock
+// expires in Redis unless renewed, as the holder last learned it: the time
+// before its last successful renewal was sent, plus the TTL. A paused
+// process learns late that it passed.
 func (g *Lease) Expires() time.Time { return time.Unix(0, g.expires.Load()) }
 
 // Release implements hybrid.Lease: it stops the watchdog and deletes the
 // lock only if it still holds this grant (token and holder), so that a late
 // or repeated Release never removes a newer holder's lock. Releasing a
-// lost lease does nothing and returns nil.
+// lost lease, or releasing again, does nothing and returns nil. If it
+// fails (ctx ended, Redis unreachable), the lock stays until a later
+// Release succeeds or the TTL runs out.
 func (g *Lease) Release(ctx context.Context) error {
-	g.cancel(errReleased)
+	if ctx == nil {
+		return fmt.Errorf("rediscas: releasing %q: %w", g.key, cas.ErrNilContext)
+	}
+	g.cancel(hybrid.ErrLeaseReleased)
 	<-g.done
 	err := releaseScript.Run(ctx, g.l.cli, []string{g.lockKey}, strconv.FormatUint(g.token, 10), g.holder).Err()
 	if err != nil {
@@ -271,8 +285,6 @@ func (g *Lease) Release(ctx context.Context) error {
 	}
 	return nil
 }
-
-var errReleased = errors.New("rediscas: lease released")
 
 // watch renews the grant every TTL/3 until it is released or lost, or the
 // holder's context ends (then it lets the lease run out).
@@ -296,8 +308,8 @@ func (g *Lease) watch(holder context.Context) {
 			// The timer fired late: the process (or its runtime) was
 			// stopped past the lease's expiry, and another holder may have
 			// the lock by now.
-			g.cancel(fmt.Errorf("%w: %q expired %v before it could be renewed (the holder was paused or stalled)",
-				ErrLockLost, g.key, sent.Sub(exp).Round(time.Millisecond)))
+			g.cancel(fmt.Errorf("%w: rediscas: %q expired %v before it could be renewed (the holder was paused or stalled)",
+				hybrid.ErrLeaseLost, g.key, sent.Sub(exp).Round(time.Millisecond)))
 			return
 		}
 		rctx, cancel := context.WithDeadline(g.ctx, exp)
@@ -310,10 +322,10 @@ func (g *Lease) watch(holder context.Context) {
 			g.expires.Store(sent.Add(g.l.ttl).UnixNano())
 			t.Reset(every)
 		case err == nil:
-			g.cancel(fmt.Errorf("%w: %q is gone or held by another grant", ErrLockLost, g.key))
+			g.cancel(fmt.Errorf("%w: rediscas: %q is gone or held by another grant", hybrid.ErrLeaseLost, g.key))
 			return
 		case !time.Now().Before(exp):
-			g.cancel(fmt.Errorf("%w: %q could not be renewed before it expired: %w", ErrLockLost, g.key, err))
+			g.cancel(fmt.Errorf("%w: rediscas: %q could not be renewed before it expired: %w", hybrid.ErrLeaseLost, g.key, err))
 			return
 		default:
 			// Try again soon, before the lease runs out.
@@ -330,6 +342,6 @@ func (g *Lease) runOut() {
 	select {
 	case <-g.ctx.Done():
 	case <-t.C:
-		g.cancel(fmt.Errorf("%w: %q expired: the context given to Acquire ended and the lease was not renewed", ErrLockLost, g.key))
+		g.cancel(fmt.Errorf("%w: rediscas: %q expired: the context given to Acquire ended and the lease was not renewed", hybrid.ErrLeaseLost, g.key))
 	}
 }

@@ -144,7 +144,7 @@ func (st hashState) decide(w pending) (cas.Version, outcome) {
 func (s *Store) probe(ctx context.Context, key string) (hashState, bool) {
 	wait := 10 * time.Millisecond
 	for {
-		vals, err := s.cli.HMGet(ctx, s.DataKey(key), "v", "n", "h").Result()
+		vals, err := s.cli.HMGet(ctx, s.dataKey(key), "v", "n", "h").Result()
 		if err == nil && len(vals) == 3 {
 			var st hashState
 			st.v, st.live = vals[0].(string)

@@ -21,8 +21,9 @@ const (
 	DefaultHistory        = 8
 	// MaxHistory is the largest Config.History.
 	MaxHistory = 64
-	// MaxValueLimit is the largest Config.MaxValueBytes: Redis refuses a
-	// bulk string over 512 MiB (proto-max-bulk-len).
+	// MaxValueLimit is the largest Config.Limits.MaxValueBytes (and
+	// MaxKeyBytes): Redis refuses a bulk string over 512 MiB
+	// (proto-max-bulk-len).
 	MaxValueLimit = 512<<20 - 64<<10
 	// MaxCommitBytes is the largest sum of key and value bytes in one
 	// Commit, well below Redis's 1 GiB client query buffer.
@@ -40,15 +41,14 @@ type Config struct {
 	// "{orders}:", so that every key of the store and its version counter
 	// live in one slot: the scripts touch several keys at once.
 	Prefix string
-	// MaxValueBytes is the largest value (default 1 MiB, at most
-	// MaxValueLimit). Larger values fail with cas.ErrTooLarge before
-	// anything is sent.
-	MaxValueBytes int
-	// MaxKeyBytes is the longest key (default cas.DefaultMaxKeyBytes).
-	MaxKeyBytes int
-	// MaxCommitOps is the most operations one Commit may carry (default
-	// cas.DefaultMaxCommitOps).
-	MaxCommitOps int
+	// Limits are the key, value and commit limits. Zero fields mean the
+	// defaults: keys up to cas.DefaultMaxKeyBytes, values up to
+	// DefaultMaxValueBytes (1 MiB), commits of cas.DefaultMaxCommitOps
+	// operations and MaxCommitBytes. Redis's maximums (keys and values
+	// up to MaxValueLimit, commits up to MaxCommitBytes) cannot be
+	// exceeded: New refuses larger limits. Input over a limit fails with
+	// cas.ErrTooLarge or cas.ErrInvalidKey before anything is sent.
+	Limits cas.Limits
 	// ResolveTimeout bounds the time spent finding out whether a write
 	// whose answer was lost was applied (default 5 s).
 	ResolveTimeout time.Duration
@@ -93,9 +93,6 @@ func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	if cfg.MaxValueBytes == 0 {
-		cfg.MaxValueBytes = DefaultMaxValueBytes
-	}
 	if cfg.ResolveTimeout == 0 {
 		cfg.ResolveTimeout = DefaultResolveTimeout
 	}
@@ -108,10 +105,10 @@ func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
 	switch {
 	case len(cfg.Prefix) > MaxPrefixBytes:
 		return nil, fmt.Errorf("rediscas: prefix is %d bytes, limit %d", len(cfg.Prefix), MaxPrefixBytes)
-	case cfg.MaxValueBytes < 0 || cfg.MaxValueBytes > MaxValueLimit:
-		return nil, fmt.Errorf("rediscas: MaxValueBytes %d is outside [1, %d]", cfg.MaxValueBytes, MaxValueLimit)
-	case cfg.MaxKeyBytes < 0 || cfg.MaxCommitOps < 0 || cfg.ResolveTimeout < 0:
-		return nil, fmt.Errorf("rediscas: invalid config %+v", cfg)
+	case cfg.Limits.Within(hardLimits) != nil:
+		return nil, fmt.Errorf("rediscas: %w", cfg.Limits.Within(hardLimits))
+	case cfg.ResolveTimeout < 0:
+		return nil, fmt.Errorf("rediscas: negative ResolveTimeout %v", cfg.ResolveTimeout)
 	case cfg.TombstoneTTL < time.Millisecond:
 		return nil, fmt.Errorf("rediscas: TombstoneTTL %v is below 1 ms", cfg.TombstoneTTL)
 	case cfg.History < 1 || cfg.History > MaxHistory:
@@ -124,18 +121,22 @@ func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
 		cli:     cli,
 		data:    cfg.Prefix + "d:",
 		counter: cfg.Prefix + "version",
-		limits: cas.Limits{
-			MaxKeyBytes:    cfg.MaxKeyBytes,
-			MaxValueBytes:  cfg.MaxValueBytes,
-			MaxCommitOps:   cfg.MaxCommitOps,
+		limits: cfg.Limits.Or(cas.Limits{
+			MaxKeyBytes:    cas.DefaultMaxKeyBytes,
+			MaxValueBytes:  DefaultMaxValueBytes,
+			MaxCommitOps:   cas.DefaultMaxCommitOps,
 			MaxCommitBytes: MaxCommitBytes,
-		}.WithDefaults(),
+		}),
 		resolve: cfg.ResolveTimeout,
 		ttlMs:   strconv.FormatInt(cfg.TombstoneTTL.Milliseconds(), 10),
 		keep:    strconv.Itoa((cfg.History - 1) * historyEntryLen),
 		ids:     newWriteIDs(),
 	}, nil
 }
+
+// hardLimits are Redis's: no bulk string over 512 MiB, commits within
+// the client query buffer.
+var hardLimits = cas.Limits{MaxKeyBytes: MaxValueLimit, MaxValueBytes: MaxValueLimit, MaxCommitBytes: MaxCommitBytes}
 
 // sharded reports whether cli spreads keys over several servers by slot.
 func sharded(cli redis.UniversalClient) bool {
@@ -163,20 +164,16 @@ func (s *Store) Limits() cas.Limits { return s.limits }
 // String returns "rediscas".
 func (s *Store) String() string { return "rediscas" }
 
-// DataKey returns the Redis key of the hash that holds key: Prefix + "d:" +
+// dataKey returns the Redis key of the hash that holds key: Prefix + "d:" +
 // key.
-func (s *Store) DataKey(key string) string { return s.data + key }
-
-// CounterKey returns the Redis key of the store's version counter: Prefix +
-// "version".
-func (s *Store) CounterKey() string { return s.counter }
+func (s *Store) dataKey(key string) string { return s.data + key }
 
 // Get implements cas.Store with one HMGET of the key's hash.
 func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
 		return cas.Item{}, err
 	}
-	vals, err := s.cli.HMGet(ctx, s.DataKey(key), "v", "n").Result()
+	vals, err := s.cli.HMGet(ctx, s.dataKey(key), "v", "n").Result()
 	if err != nil {
 		return cas.Item{}, &readError{key: key, err: err}
 	}
@@ -215,7 +212,7 @@ func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected c
 
 func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence string, token uint64, value []byte) (cas.Version, error) {
 	w := pending{op: "compare-and-swap", key: key, expected: expected, id: s.ids.Next()}
-	keys := []string{s.DataKey(key), s.counter}
+	keys := []string{s.dataKey(key), s.counter}
 	args := []any{formatVersion(expected), value, historyEntry(w.id, uint64(expected)), fence, s.keep}
 	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, putScript, keys, args...) }
 	w.answer = func(r reply) (cas.Version, error) {
@@ -271,7 +268,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 		return err
 	}
 	w := pending{op: "compare-and-delete", key: key, expected: expected, del: true, id: s.ids.Next()}
-	keys := []string{s.DataKey(key)}
+	keys := []string{s.dataKey(key)}
 	args := []any{formatVersion(expected), historyEntry(w.id, uint64(expected)), s.ttlMs, s.keep}
 	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, deleteScript, keys, args...) }
 	w.answer = func(r reply) (cas.Version, error) {
@@ -302,7 +299,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	marker, firstDelete := 0, 0
 	args = append(args, string(id[:]), s.ttlMs, "", s.keep)
 	for i, op := range ops {
-		keys = append(keys, s.DataKey(op.Key))
+		keys = append(keys, s.dataKey(op.Key))
 		var kind string
 		switch op.Kind {
 		case cas.OpPut:

@@ -41,7 +41,7 @@ func TestConformance(t *testing.T) {
 // so that the limits the store enforces are the ones it was given.
 func TestConformanceSmallLimits(t *testing.T) {
 	cli := redistest.Client(t)
-	cfg := rediscas.Config{MaxValueBytes: 4096, MaxKeyBytes: 100, MaxCommitOps: 10}
+	cfg := rediscas.Config{Limits: cas.Limits{MaxValueBytes: 4096, MaxKeyBytes: 100, MaxCommitOps: 10}}
 	probe := newStore(t, cli, cfg)
 	if l := probe.Limits(); l.MaxValueBytes != 4096 || l.MaxKeyBytes != 100 || l.MaxCommitOps != 10 {
 		t.Fatalf("limits %+v do not follow the config %+v", l, cfg)
@@ -130,8 +130,9 @@ func TestNewConfig(t *testing.T) {
 	cli := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer cli.Close()
 	bad := []rediscas.Config{
-		{MaxValueBytes: rediscas.MaxValueLimit + 1},
-		{MaxValueBytes: -1},
+		{Limits: cas.Limits{MaxValueBytes: rediscas.MaxValueLimit + 1}},
+		{Limits: cas.Limits{MaxValueBytes: -1}},
+		{Limits: cas.Limits{MaxCommitBytes: rediscas.MaxCommitBytes + 1}},
 		{Prefix: strings.Repeat("p", rediscas.MaxPrefixBytes+1)},
 		{TombstoneTTL: time.Microsecond},
 		{ResolveTimeout: -time.Second},

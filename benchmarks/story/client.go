@@ -69,7 +69,8 @@ func newClient(ctx context.Context, r *run, name string, ep clientEndpoints) (*c
 		return nil, err
 	}
 	if r.mode.data != plainData {
-		c.rdb.AddHook(refusalHook{rdb: c.rdb, client: name, dataKey: c.store.DataKey("stock"), list: r.refusedKey()})
+		dataKey := r.redisKey("cas:") + "d:stock" // the stock's hash in rediscas's layout: <prefix>d:<key>
+		c.rdb.AddHook(refusalHook{rdb: c.rdb, client: name, dataKey: dataKey, list: r.refusedKey()})
 	}
 	if r.lock != nil {
 		if c.lock, err = r.lock.newLocker(ctx, ep.Lock); err != nil {

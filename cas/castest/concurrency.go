@@ -20,6 +20,7 @@ var concurrencyTests = []test{
 	{"UpdateCountsEveryIncrement", testIncrements},
 	{"TxnConservesTotal", testTransfers},
 	{"Linearizable", testLinearizable},
+	{"CombinedIncrements", testCombinedIncrements},
 }
 
 // testIncrements runs workers doing occ.Update increments on a few keys and

@@ -2,16 +2,13 @@ package castest_test
 
 import (
 	"context"
-	"errors"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/cas/castest"
+	"github.com/occkit/occkit/internal/mutanttest"
 )
 
 // The suite is only worth something if it fails for broken stores. Each
@@ -32,68 +29,30 @@ const (
 	bugNoCurrent     bug = "wrong-current"     // conflicts carry a wrong current version
 )
 
-var mutants = []struct {
-	bug      bug
-	subtests []string // each must fail
-}{
-	{bugReuseVersions, []string{"Basic/NoABAAfterDeleteAndRecreate"}},
-	{bugLostUpdate, []string{"Concurrency/UpdateCountsEveryIncrement", "Concurrency/Linearizable"}},
-	{bugTornCommit, []string{"Commit/FailedCheckAppliesNothing"}},
-	{bugIgnoreFence, []string{"Fenced/StaleTokenRejected"}},
-	{bugNoValidation, []string{"Input/InvalidKeys"}},
-	{bugStaleRead, []string{"Concurrency/Linearizable"}},
-	{bugNoCurrent, []string{"Basic/StaleVersionConflicts"}},
+var mutants = []mutanttest.Case{
+	{Mutant: string(bugReuseVersions), Subtests: []string{"Basic/NoABAAfterDeleteAndRecreate"}},
+	{Mutant: string(bugLostUpdate), Subtests: []string{"Concurrency/UpdateCountsEveryIncrement", "Concurrency/Linearizable"}},
+	{Mutant: string(bugTornCommit), Subtests: []string{"Commit/FailedCheckAppliesNothing"}},
+	{Mutant: string(bugIgnoreFence), Subtests: []string{"Fenced/StaleTokenRejected"}},
+	{Mutant: string(bugNoValidation), Subtests: []string{"Input/InvalidKeys"}},
+	{Mutant: string(bugStaleRead), Subtests: []string{"Concurrency/Linearizable"}},
+	{Mutant: string(bugNoCurrent), Subtests: []string{"Basic/StaleVersionConflicts"}},
 }
 
 const mutantEnv = "CASTEST_MUTANT"
 
 func TestSuiteCatchesMutants(t *testing.T) {
-	if os.Getenv(mutantEnv) != "" {
-		t.Skip("inside a mutant run")
-	}
-	for _, m := range mutants {
-		for _, sub := range m.subtests {
-			t.Run(string(m.bug)+"/"+sub, func(t *testing.T) {
-				if out, failed := runMutant(t, bugNone, sub); failed {
-					t.Fatalf("control store fails %s:\n%s", sub, out)
-				}
-				out, failed := runMutant(t, m.bug, sub)
-				if !failed {
-					t.Fatalf("suite passed a store with bug %q in %s:\n%s", m.bug, sub, out)
-				}
-				if !strings.Contains(out, "--- FAIL: TestMutant/"+sub) {
-					t.Fatalf("bug %q: expected %s to fail, output:\n%s", m.bug, sub, out)
-				}
-			})
-		}
-	}
-}
-
-func runMutant(t *testing.T, b bug, sub string) (string, bool) {
-	t.Helper()
-	parts := strings.Split(sub, "/")
-	pattern := "^TestMutant$"
-	for _, p := range parts {
-		pattern += "/^" + p + "$"
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), mutantEnv+"="+string(b)+"#")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("running child test: %v", err)
-	}
-	return string(out), err != nil
+	mutanttest.Run(t, mutantEnv, "TestMutant", mutants)
 }
 
 // TestMutant runs the suite against the store named by CASTEST_MUTANT; it
 // only runs as a child of TestSuiteCatchesMutants.
 func TestMutant(t *testing.T) {
-	v, ok := os.LookupEnv(mutantEnv)
+	v, ok := mutanttest.Child(mutantEnv)
 	if !ok {
 		t.Skip("runs only as a child process of TestSuiteCatchesMutants")
 	}
-	b := bug(strings.TrimSuffix(v, "#"))
+	b := bug(v)
 	castest.Run(t, castest.Harness{
 		NewStore:       func(t *testing.T) cas.Store { return newMutant(b) },
 		ReturnsCurrent: true,

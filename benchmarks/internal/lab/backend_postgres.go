@@ -37,7 +37,7 @@ type postgresService interface {
 	// PGPool is the lab's pool; its connections work in the lab's schema.
 	PGPool() *pgxpool.Pool
 	// AdvisoryLocker hands out session advisory-lock leases.
-	AdvisoryLocker() *pgcas.AdvisoryLocker
+	AdvisoryLocker() *pgcas.Locker
 	// Table returns the quoted name of the pgcas table holding a cell's
 	// data, for statements the adapter does not offer.
 	Table(ns string) string
@@ -48,7 +48,7 @@ type pgBackend struct {
 	schema  string
 	server  string
 	durable string
-	locker  *pgcas.AdvisoryLocker
+	locker  *pgcas.Locker
 	started *servers.Script
 }
 
@@ -104,7 +104,7 @@ func openPostgres(ctx context.Context, env *Env) (_ service, err error) {
 	if b.pool, err = pgxpool.NewWithConfig(octx, cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
-	if b.locker, err = pgcas.NewAdvisoryLocker(b.pool, pgcas.LockerConfig{Sequence: "lab_lock_token"}); err != nil {
+	if b.locker, err = pgcas.NewLocker(b.pool, pgcas.LockerConfig{Sequence: "lab_lock_token"}); err != nil {
 		return nil, err
 	}
 	if err := b.locker.CreateSequence(octx); err != nil {
@@ -134,16 +134,16 @@ func redactURL(u string) string {
 
 var pgTuning = retryTuning{Retryable: pgcas.Retryable}
 
-func (b *pgBackend) PGPool() *pgxpool.Pool                 { return b.pool }
-func (b *pgBackend) AdvisoryLocker() *pgcas.AdvisoryLocker { return b.locker }
-func (b *pgBackend) Table(ns string) string                { return pgx.Identifier{b.schema, ns}.Sanitize() }
+func (b *pgBackend) PGPool() *pgxpool.Pool         { return b.pool }
+func (b *pgBackend) AdvisoryLocker() *pgcas.Locker { return b.locker }
+func (b *pgBackend) Table(ns string) string        { return pgx.Identifier{b.schema, ns}.Sanitize() }
 
 func (b *pgBackend) Info() backendInfo {
 	return backendInfo{
 		Name:       "postgres",
 		Server:     b.server,
 		Durability: b.durable,
-		Locker:     "pgcas.AdvisoryLocker (session pg_advisory_lock on a pinned connection; tokens from a sequence)",
+		Locker:     "pgcas.Locker (session pg_advisory_lock on a pinned connection; tokens from a sequence)",
 		BackOff:    describeBackOff(pgTuning),
 	}
 }

@@ -160,7 +160,7 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1
   AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, $2::regclass::oid::bigint)`
 
 // Postgres is the PostgreSQL backend: a pgcas store on table (created if
-// missing) using pool, and a pgcas.AdvisoryLocker (session locks, tokens
+// missing) using pool, and a pgcas.Locker (session locks, tokens
 // from pgcas.DefaultTokenSequence, created if missing, checked every 50 ms)
 // on lockPool. Every waiting or holding lease pins a connection of
 // lockPool: give it one per worker. Both pools must resolve the sequence
@@ -182,7 +182,7 @@ func Postgres(ctx context.Context, pool, lockPool *pgxpool.Pool, table string) (
 	if err := s.CreateTable(ctx); err != nil {
 		return Backend{}, err
 	}
-	l, err := pgcas.NewAdvisoryLocker(lockPool, pgcas.LockerConfig{CheckInterval: 50 * time.Millisecond})
+	l, err := pgcas.NewLocker(lockPool, pgcas.LockerConfig{CheckInterval: 50 * time.Millisecond})
 	if err != nil {
 		return Backend{}, err
 	}

@@ -1,0 +1,78 @@
+package castest
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// writeCounter counts the conditional writes that reach the store.
+type writeCounter struct {
+	cas.Store
+	writes atomic.Int64
+}
+
+func (s *writeCounter) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	s.writes.Add(1)
+	return s.Store.CompareAndSwap(ctx, key, expected, value)
+}
+
+// testCombinedIncrements runs 32 goroutines × 200 increments of one key
+// through one occ.Combiner: the counter must be exact, the values handed
+// back to the callers exactly 1..6400 with no repeat, and fewer
+// conditional writes must have reached the store than updates.
+func testCombinedIncrements(t *testing.T, _ *Harness, s cas.Store) {
+	const workers, each = 32, 200
+	ctx := context.Background()
+	store := &writeCounter{Store: s}
+	counter := cas.NewTyped(cas.Store(store), cas.JSON[int]())
+	cb := occ.NewCombiner()
+	got := make([][]int, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				n, _, err := occ.Update(ctx, counter, "hot", func(n int, _ bool) (int, error) { return n + 1, nil },
+					occ.WithCombiner(cb), occ.WithMaxAttempts(1000))
+				if err != nil {
+					t.Errorf("combined update: %v", err)
+					return
+				}
+				got[w] = append(got[w], n)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	final, _, err := counter.Get(ctx, "hot")
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if final != workers*each {
+		t.Fatalf("counter = %d after %d combined increments: updates lost or doubled", final, workers*each)
+	}
+	var all []int
+	for _, g := range got {
+		all = append(all, g...)
+	}
+	sort.Ints(all)
+	for i, n := range all {
+		if n != i+1 {
+			t.Fatalf("values returned to callers: position %d holds %d, want %d (a repeat or a gap)", i, n, i+1)
+		}
+	}
+	writes := store.writes.Load()
+	t.Logf("%d combined updates, %d writes reached the store (%+v)", workers*each, writes, cb.Stats())
+	if writes >= workers*each {
+		t.Fatalf("%d writes for %d updates: nothing was combined", writes, workers*each)
+	}
+}

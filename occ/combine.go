@@ -1,0 +1,532 @@
+package occ
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// DefaultMaxBatch is the most Update calls a Combiner carries in one
+// write when WithMaxBatch is not given.
+const DefaultMaxBatch = 128
+
+// Combiner combines concurrent Update calls on the same key of the same
+// store within one process (group commit): instead of each caller reading,
+// writing and conflicting with the others, the callers queue behind one of
+// them, the leader, which reads the key once, applies every waiting
+// caller's mutate in queue order to the running value, and writes the
+// result with a single compare-and-swap. On a hot key this turns N
+// conflicting round trips into one write per batch, while callers in other
+// processes still coordinate only through the store's versions.
+//
+// Pass one Combiner to Update with WithCombiner; it is shared by all the
+// goroutines of a process (one per process is enough: batches are per
+// store and key) and is safe for concurrent use. It starts no goroutine:
+// the leader is one of the callers.
+//
+// # Semantics
+//
+//   - Linearization: the callers of one batch take effect at the batch's
+//     write, in queue order (FIFO by arrival). Each caller's mutate sees
+//     the value left by the callers ahead of it in the batch, and the
+//     caller gets the value after its own mutate and the version of the
+//     write that carried it (callers of one batch share that version).
+//   - mutate may run several times, as in Update: when the batch's write
+//     conflicts, the whole batch runs again from the conflict's state. It
+//     runs on the leader's goroutine; a panic in it is carried back and
+//     re-raised on its own caller's goroutine, and the others' updates go
+//     on.
+//   - A mutate that returns an error is left out of the batch (the running
+//     value passes through it unchanged) and its caller gets the error at
+//     once; it is not retried, whatever WithRetryable says. Permanent's
+//     mark is removed as in Update.
+//   - The batch retries under the leader's options (attempt limit, backoff,
+//     budget, observer, cache): the other callers' options other than
+//     WithCombiner are not used while they wait. A batch that gives up or
+//     fails returns the same error to every caller still in it.
+//   - Contexts: a caller whose context ends while it waits leaves the queue
+//     and its mutate is not applied (its error matches ctx.Err()). If its
+//     context ends while its mutate is inside a write in flight, it returns
+//     at once with an error matching both ctx.Err() and cas.ErrAmbiguous:
+//     that write may or may not have applied it. The batch's reads and
+//     writes run until the last caller still in it is gone, so one
+//     caller's cancelled context does not fail the others.
+//   - A batch carries at most WithMaxBatch callers (DefaultMaxBatch);
+//     later arrivals wait for the next batch, led by the first of them.
+//
+// Without contention a call through a Combiner is a plain Update plus a
+// few small allocations and a mutex; a batch forms only while a write of
+// the same key is already in progress. Stores whose dynamic type is not
+// comparable are not combined (the call runs as a plain Update).
+type Combiner struct {
+	maxBatch int
+	shards   [combineShards]combineShard
+	updates  atomic.Int64
+	batches  atomic.Int64
+	writes   atomic.Int64
+}
+
+// CombinerOption configures a Combiner.
+type CombinerOption func(*Combiner)
+
+// WithMaxBatch caps the callers one write carries (n < 1 means 1, which
+// turns combining into a FIFO queue per key: no conflicts within the
+// process, one write per update).
+func WithMaxBatch(n int) CombinerOption {
+	return func(c *Combiner) { c.maxBatch = max(n, 1) }
+}
+
+// NewCombiner returns a Combiner.
+func NewCombiner(opts ...CombinerOption) *Combiner {
+	c := &Combiner{maxBatch: DefaultMaxBatch}
+	for _, o := range opts {
+		o(c)
+	}
+	for i := range c.shards {
+		c.shards[i].queues = map[combineKey]*combineQueue{}
+	}
+	return c
+}
+
+// WithCombiner makes Update combine concurrent calls on the same key of
+// the same store through c; see Combiner. Retry and Txn ignore it.
+func WithCombiner(c *Combiner) Option { return Option{kind: optCombiner, combiner: c} }
+
+// CombinerStats are a Combiner's counters.
+type CombinerStats struct {
+	// Updates is the number of Update calls that went through the
+	// combiner.
+	Updates int64
+	// Batches is the number of batches led (a batch is one leader's turn,
+	// however many attempts it took).
+	Batches int64
+	// Writes is the number of compare-and-swap calls the batches sent.
+	Writes int64
+}
+
+// Stats returns the combiner's counters.
+func (c *Combiner) Stats() CombinerStats {
+	return CombinerStats{Updates: c.updates.Load(), Batches: c.batches.Load(), Writes: c.writes.Load()}
+}
+
+const combineShards = 16
+
+type combineShard struct {
+	mu     sync.Mutex
+	queues map[combineKey]*combineQueue
+}
+
+type combineKey struct {
+	store cas.Store
+	key   string
+}
+
+// combineQueue is the state of one key: the callers waiting for a batch,
+// and whether a leader is running one. Guarded by its shard's mutex.
+type combineQueue struct {
+	pending  []*combineWaiter
+	busy     bool // a leader runs a batch of this key
+	inFlight bool // the batch's mutates have run and its write is not answered yet
+}
+
+type waiterState uint8
+
+const (
+	stateWaiting   waiterState = iota // in pending
+	stateInBatch                      // taken into the running batch
+	statePromoted                     // first in pending, asked to lead the next batch
+	stateFinished                     // result delivered
+	stateAbandoned                    // its context ended while in the batch; the caller has returned
+)
+
+// combineWaiter is one Update call through the combiner.
+type combineWaiter struct {
+	ctx   context.Context
+	wake  chan struct{} // buffered: signalled once per state change that concerns the waiter
+	state waiterState   // guarded by the shard's mutex
+
+	// apply runs the caller's mutate on the running state (leader only).
+	apply func(st *runState)
+	// Set by apply in the current attempt (leader only; read by the
+	// caller after stateFinished).
+	applied  bool
+	mutErr   error
+	panicked bool
+	panicVal any
+
+	// Delivered result.
+	err     error
+	version cas.Version
+}
+
+// runState is a batch's running value: what the store holds (or held,
+// at the read) with the mutates applied so far.
+type runState struct {
+	key     string
+	exists  bool
+	raw     []byte
+	changed bool
+}
+
+func (c *Combiner) shard(key string) *combineShard {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return &c.shards[h%combineShards]
+}
+
+// combinable reports whether s can be a map key.
+func combinable(s cas.Store) bool {
+	if s == nil {
+		return false
+	}
+	return reflect.TypeOf(s).Comparable()
+}
+
+// errAbandoned is what a waiter whose context ended while its mutate was
+// in a write in flight returns with ctx.Err().
+var errAbandoned = fmt.Errorf("occ: combined update abandoned while its write was in flight: %w", cas.ErrAmbiguous)
+
+// combineUpdate is Update through a Combiner.
+func combineUpdate[T any](ctx context.Context, c *config, cb *Combiner, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error)) (T, cas.Version, error) {
+	var (
+		zero T
+		out  T
+	)
+	cb.updates.Add(1)
+	w := &combineWaiter{ctx: ctx, wake: make(chan struct{}, 1)}
+	w.apply = func(st *runState) {
+		var cur T
+		if st.exists {
+			if err := s.Decode(key, st.raw, &cur); err != nil {
+				w.mutErr = err
+				return
+			}
+		}
+		next, err := callMutate(w, mutate, cur, st.exists)
+		if w.panicked {
+			return
+		}
+		if err != nil {
+			w.mutErr, _ = unmarkPermanent(err)
+			return
+		}
+		b, err := s.Encode(key, next)
+		if err != nil {
+			w.mutErr = err
+			return
+		}
+		st.raw, st.exists, st.changed = b, true, true
+		out, w.applied = next, true
+	}
+
+	result := func() (T, cas.Version, error) {
+		if w.panicked {
+			panic(w.panicVal)
+		}
+		if w.err != nil {
+			return zero, 0, w.err
+		}
+		return out, w.version, nil
+	}
+
+	k := combineKey{store: s.Store(), key: key}
+	sh := cb.shard(key)
+	sh.mu.Lock()
+	q := sh.queues[k]
+	if q == nil {
+		q = &combineQueue{}
+		sh.queues[k] = q
+	}
+	q.pending = append(q.pending, w)
+	lead := !q.busy
+	if lead {
+		q.busy = true
+		w.state = statePromoted
+	}
+	sh.mu.Unlock()
+
+	for !lead {
+		select {
+		case <-w.wake:
+		case <-ctx.Done():
+		}
+		sh.mu.Lock()
+		switch w.state {
+		case stateFinished:
+			sh.mu.Unlock()
+			return result()
+		case statePromoted:
+			lead = true
+		case stateWaiting:
+			if err := ctx.Err(); err != nil {
+				q.pending = removeWaiter(q.pending, w)
+				sh.mu.Unlock()
+				return zero, 0, &GiveUpError{Reason: err}
+			}
+		case stateInBatch:
+			if err := ctx.Err(); err != nil {
+				w.state = stateAbandoned
+				inFlight := q.inFlight
+				sh.mu.Unlock()
+				if inFlight {
+					return zero, 0, &GiveUpError{Reason: err, Last: errAbandoned}
+				}
+				// The leader drops it before its next attempt: not applied.
+				return zero, 0, &GiveUpError{Reason: err}
+			}
+		}
+		sh.mu.Unlock()
+	}
+
+	// Leading: w is first in pending. A leader whose context has already
+	// ended leaves and passes the lead on.
+	if err := ctx.Err(); err != nil {
+		sh.mu.Lock()
+		q.pending = removeWaiter(q.pending, w)
+		cb.handOff(sh, k, q)
+		sh.mu.Unlock()
+		return zero, 0, &GiveUpError{Reason: err}
+	}
+	cb.batches.Add(1)
+	cb.runBatch(ctx, c, sh, q, s.Store(), key)
+	sh.mu.Lock()
+	cb.handOff(sh, k, q)
+	sh.mu.Unlock()
+	return result()
+}
+
+// callMutate runs mutate, catching a panic for its caller.
+func callMutate[T any](w *combineWaiter, mutate func(T, bool) (T, error), cur T, exists bool) (next T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.panicked, w.panicVal = true, r
+		}
+	}()
+	return mutate(cur, exists)
+}
+
+// removeWaiter removes w from ws, keeping the order.
+func removeWaiter(ws []*combineWaiter, w *combineWaiter) []*combineWaiter {
+	for i, x := range ws {
+		if x == w {
+			copy(ws[i:], ws[i+1:])
+			ws[len(ws)-1] = nil
+			return ws[:len(ws)-1]
+		}
+	}
+	return ws
+}
+
+// handOff passes the lead of q to the first waiting caller, or retires
+// the queue when nobody waits. The shard's mutex is held.
+func (cb *Combiner) handOff(sh *combineShard, k combineKey, q *combineQueue) {
+	if len(q.pending) == 0 {
+		q.busy = false
+		delete(sh.queues, k)
+		return
+	}
+	next := q.pending[0]
+	next.state = statePromoted
+	signal(next)
+}
+
+func signal(w *combineWaiter) {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// finish delivers err (nil: success at version v) to w. The shard's mutex
+// is held.
+func finish(w *combineWaiter, v cas.Version, err error) {
+	if w.state == stateAbandoned {
+		return
+	}
+	w.version, w.err, w.state = v, err, stateFinished
+	signal(w)
+}
+
+// runBatch is one leader's turn: it takes the waiting callers (the leader
+// first) into a batch and runs the read, the mutates and the write under
+// the leader's retry loop, topping the batch up from later arrivals before
+// each attempt, until the batch is written or gives up. Every caller taken
+// into the batch gets its result.
+func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q *combineQueue, store cas.Store, key string) {
+	var batch []*combineWaiter
+
+	// The batch's I/O runs on a context that ends when the last caller
+	// in it is gone, so that one caller's cancelled context fails nobody
+	// else.
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var live atomic.Int64
+	var stops []func() bool
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	join := func(w *combineWaiter) {
+		live.Add(1)
+		stops = append(stops, context.AfterFunc(w.ctx, func() {
+			if live.Add(-1) == 0 {
+				cancel()
+			}
+		}))
+	}
+
+	cache := c.cache
+	if !cache.serves(store) {
+		cache = nil
+	}
+	var (
+		hint     cas.Item
+		haveHint bool
+	)
+	if cache != nil {
+		hint, haveHint = cache.get(key)
+	}
+
+	err := c.run(bctx, func(ctx context.Context) error {
+		// Drop the callers that left, finish those whose mutate failed,
+		// then top the batch up in queue order.
+		sh.mu.Lock()
+		kept := batch[:0]
+		for _, w := range batch {
+			if w.state == stateInBatch {
+				kept = append(kept, w)
+			}
+		}
+		batch = kept
+		for len(batch) < cb.maxBatch && len(q.pending) > 0 {
+			w := q.pending[0]
+			q.pending[0] = nil
+			q.pending = q.pending[1:]
+			w.state = stateInBatch
+			batch = append(batch, w)
+			join(w)
+		}
+		empty := len(batch) == 0
+		sh.mu.Unlock()
+		if empty {
+			return nil
+		}
+
+		if c.waited {
+			haveHint = false
+		}
+		var (
+			it  cas.Item
+			err error
+		)
+		switch {
+		case haveHint:
+			it, haveHint = hint, false
+		default:
+			it, err = store.Get(ctx, key)
+			switch {
+			case errors.Is(err, cas.ErrNotFound):
+				it, err = cas.Item{Key: key}, nil
+			case err != nil:
+				return err
+			}
+			if cache != nil {
+				cache.put(it)
+			}
+		}
+
+		sh.mu.Lock()
+		q.inFlight = true
+		members := append([]*combineWaiter(nil), batch...)
+		sh.mu.Unlock()
+
+		st := runState{key: key, exists: it.Version != 0, raw: it.Value}
+		for _, w := range members {
+			w.applied, w.mutErr = false, nil
+			if w.ctx.Err() != nil {
+				continue
+			}
+			w.apply(&st)
+		}
+
+		var nv cas.Version
+		if st.changed {
+			cb.writes.Add(1)
+			nv, err = store.CompareAndSwap(ctx, key, it.Version, st.raw)
+			if cache != nil {
+				switch {
+				case err == nil:
+					cache.put(cas.Item{Key: key, Value: st.raw, Version: nv})
+				default:
+					var ce *cas.ConflictError
+					if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
+						cache.put(ce.Current)
+					} else {
+						cache.forget(key)
+					}
+				}
+			}
+		}
+
+		sh.mu.Lock()
+		q.inFlight = false
+		for _, w := range members {
+			switch {
+			case w.state != stateInBatch:
+			case w.panicked:
+				finish(w, 0, nil)
+			case w.mutErr != nil:
+				finish(w, 0, w.mutErr)
+			case err == nil && w.applied:
+				finish(w, nv, nil)
+			}
+		}
+		sh.mu.Unlock()
+		if err != nil {
+			var ce *cas.ConflictError
+			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
+				hint, haveHint, c.retryNow = ce.Current, true, true
+			}
+		}
+		return err
+	})
+
+	// Whoever is still in the batch gets the batch's error (or, when the
+	// batch ended with nobody to write for, the end of its own context).
+	sh.mu.Lock()
+	for _, w := range batch {
+		if w.state != stateInBatch {
+			continue
+		}
+		var werr error
+		switch {
+		case w.ctx.Err() != nil:
+			var last error
+			var ge *GiveUpError
+			if errors.As(err, &ge) {
+				last = ge.Last
+			} else {
+				last = err
+			}
+			werr = &GiveUpError{Reason: w.ctx.Err(), Last: last}
+		case err != nil:
+			werr = err
+		default:
+			// Nothing was written for it and its context is live: only a
+			// caller whose mutate was skipped can be here; it cannot be,
+			// since skipped callers have ended contexts.
+			werr = errors.New("occ: combined update ended without a result")
+		}
+		finish(w, 0, werr)
+	}
+	sh.mu.Unlock()
+}

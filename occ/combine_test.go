@@ -1,0 +1,485 @@
+package occ
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/cas"
+)
+
+// gatedStore counts the conditional writes that reach the store and can
+// hold them at a gate.
+type gatedStore struct {
+	cas.Store
+	writes atomic.Int64
+	gate   atomic.Pointer[gate]
+	rtt    time.Duration
+}
+
+func newGatedStore(rtt time.Duration, g *gate) *gatedStore {
+	s := &gatedStore{Store: memcas.New(), rtt: rtt}
+	s.gate.Store(g)
+	return s
+}
+
+type gate struct {
+	mu      sync.Mutex
+	closed  bool
+	arrived chan struct{} // a write reached the closed gate
+	open    chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{closed: true, arrived: make(chan struct{}, 64), open: make(chan struct{})}
+}
+
+func (g *gate) pass() {
+	g.mu.Lock()
+	closed := g.closed
+	g.mu.Unlock()
+	if closed {
+		g.arrived <- struct{}{}
+		<-g.open
+	}
+}
+
+func (g *gate) release() {
+	g.mu.Lock()
+	g.closed = false
+	g.mu.Unlock()
+	close(g.open)
+}
+
+func (s *gatedStore) Get(ctx context.Context, key string) (cas.Item, error) {
+	if s.rtt > 0 {
+		time.Sleep(s.rtt)
+	}
+	return s.Store.Get(ctx, key)
+}
+
+func (s *gatedStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	s.writes.Add(1)
+	if g := s.gate.Load(); g != nil {
+		g.pass()
+	}
+	if s.rtt > 0 {
+		time.Sleep(s.rtt)
+	}
+	return s.Store.CompareAndSwap(ctx, key, expected, value)
+}
+
+// TestCombinerCountsEveryIncrement: 32 goroutines × 200 increments of one
+// key through one Combiner. The counter is exact, the values handed back
+// are exactly 1..6400 with no repeat (each caller sees the value after its
+// own mutate), and fewer writes reached the store than updates.
+func TestCombinerCountsEveryIncrement(t *testing.T) {
+	store := newGatedStore(50*time.Microsecond, nil)
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner()
+	const workers, each = 32, 200
+	got := make([][]int, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				n, v, err := Update(context.Background(), counter, "hot", incrInt, WithCombiner(cb), WithMaxAttempts(1000))
+				if err != nil {
+					t.Errorf("update: %v", err)
+					return
+				}
+				if v == 0 {
+					t.Errorf("update returned version 0")
+				}
+				got[w] = append(got[w], n)
+			}
+		}()
+	}
+	wg.Wait()
+	final, _, err := counter.Get(context.Background(), "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final != workers*each {
+		t.Fatalf("counter = %d, want %d", final, workers*each)
+	}
+	var all []int
+	for _, g := range got {
+		// One caller's values grow: its updates are sequential.
+		for i := 1; i < len(g); i++ {
+			if g[i] <= g[i-1] {
+				t.Fatalf("a caller saw %d after %d", g[i], g[i-1])
+			}
+		}
+		all = append(all, g...)
+	}
+	sort.Ints(all)
+	for i, n := range all {
+		if n != i+1 {
+			t.Fatalf("returned values: position %d holds %d, want %d (a repeat or a gap)", i, n, i+1)
+		}
+	}
+	writes := store.writes.Load()
+	st := cb.Stats()
+	t.Logf("%d updates, %d batches, %d writes reached the store", st.Updates, st.Batches, writes)
+	if writes >= workers*each {
+		t.Fatalf("%d writes for %d updates: nothing was combined", writes, workers*each)
+	}
+	if st.Writes != writes || st.Updates != workers*each {
+		t.Fatalf("stats %+v, store saw %d writes", st, writes)
+	}
+}
+
+// TestCombinerLinearizable records a history of combined increments and
+// plain reads and checks it with porcupine against a counter register.
+func TestCombinerLinearizable(t *testing.T) {
+	store := newGatedStore(20*time.Microsecond, nil)
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner(WithMaxBatch(4))
+	type in struct{ read bool }
+	var (
+		mu   sync.Mutex
+		ops  []porcupine.Operation
+		t0   = time.Now()
+		wg   sync.WaitGroup
+		ncli = 8
+	)
+	for c := range ncli {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 60 {
+				call := time.Since(t0).Nanoseconds()
+				var out int
+				read := i%5 == 4
+				if read {
+					n, _, err := counter.Get(context.Background(), "k")
+					if err != nil && !errors.Is(err, cas.ErrNotFound) {
+						t.Errorf("get: %v", err)
+						return
+					}
+					out = n
+				} else {
+					n, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb), WithMaxAttempts(1000))
+					if err != nil {
+						t.Errorf("update: %v", err)
+						return
+					}
+					out = n
+				}
+				ret := time.Since(t0).Nanoseconds()
+				mu.Lock()
+				ops = append(ops, porcupine.Operation{ClientId: c, Input: in{read}, Call: call, Output: out, Return: ret})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	model := porcupine.Model{
+		Init: func() any { return 0 },
+		Step: func(state, input, output any) (bool, any) {
+			n := state.(int)
+			if input.(in).read {
+				return output.(int) == n, n
+			}
+			return output.(int) == n+1, n + 1
+		},
+	}
+	if !porcupine.CheckOperations(model, ops) {
+		t.Fatal("the history of combined updates is not linearizable")
+	}
+	// The model must be able to fail: a history where two increments
+	// returned the same value is refused.
+	bad := []porcupine.Operation{
+		{ClientId: 0, Input: in{}, Call: 0, Output: 1, Return: 10},
+		{ClientId: 1, Input: in{}, Call: 0, Output: 1, Return: 10},
+	}
+	if porcupine.CheckOperations(model, bad) {
+		t.Fatal("the model accepted two increments returning the same value")
+	}
+	if cb.Stats().Writes >= cb.Stats().Updates {
+		t.Logf("note: no batch formed in this run (%+v)", cb.Stats())
+	}
+}
+
+// holdLeader starts one update that reaches the store's write and holds
+// there until the gate opens; it returns when the write is held.
+func holdLeader(t *testing.T, counter *cas.Typed[int], store *gatedStore, cb *Combiner, wg *sync.WaitGroup) {
+	t.Helper()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb)); err != nil {
+			t.Errorf("leader: %v", err)
+		}
+	}()
+	select {
+	case <-store.gate.Load().arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's write never reached the store")
+	}
+}
+
+// waitQueued waits until n callers wait in key k's queue.
+func waitQueued(t *testing.T, cb *Combiner, store cas.Store, key string, n int) {
+	t.Helper()
+	sh := cb.shard(key)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sh.mu.Lock()
+		q := sh.queues[combineKey{store: store, key: key}]
+		got := 0
+		if q != nil {
+			got = len(q.pending)
+		}
+		sh.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d callers queued, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCombinerCancelledWaiterIsNotApplied: a caller whose context ends
+// while it waits behind a leader leaves the queue; its mutate never runs
+// and the others' updates are all applied.
+func TestCombinerCancelledWaiterIsNotApplied(t *testing.T) {
+	store := newGatedStore(0, newGate())
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner()
+	var wg sync.WaitGroup
+	holdLeader(t, counter, store, cb, &wg)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var ran atomic.Bool
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := Update(ctx, counter, "k", func(n int, _ bool) (int, error) {
+			ran.Store(true)
+			return n + 100, nil
+		}, WithCombiner(cb))
+		errc <- err
+	}()
+	waitQueued(t, cb, store, "k", 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb)); err != nil {
+			t.Errorf("second: %v", err)
+		}
+	}()
+	waitQueued(t, cb, store, "k", 2)
+	cancel()
+	err := <-errc
+	if !errors.Is(err, context.Canceled) || errors.Is(err, cas.ErrAmbiguous) {
+		t.Fatalf("cancelled waiter: err = %v, want context.Canceled (not ambiguous)", err)
+	}
+	store.gate.Load().release()
+	wg.Wait()
+	if ran.Load() {
+		t.Fatal("the cancelled waiter's mutate ran")
+	}
+	if n, _, _ := counter.Get(context.Background(), "k"); n != 2 {
+		t.Fatalf("counter = %d, want 2 (leader and second, not the cancelled +100)", n)
+	}
+}
+
+// TestCombinerMutateErrorLeavesOthersIntact: in one batch, a mutate that
+// fails is left out; its caller gets its error and the updates ahead of
+// and behind it are written.
+func TestCombinerMutateErrorLeavesOthersIntact(t *testing.T) {
+	store := newGatedStore(0, newGate())
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner()
+	var wg sync.WaitGroup
+	holdLeader(t, counter, store, cb, &wg) // writes 1
+
+	errSoldOut := errors.New("sold out")
+	type res struct {
+		n   int
+		v   cas.Version
+		err error
+	}
+	results := make([]res, 3)
+	mutates := []func(int, bool) (int, error){
+		func(n int, _ bool) (int, error) { return n + 10, nil },
+		func(n int, _ bool) (int, error) { return 0, Permanent(errSoldOut) },
+		func(n int, _ bool) (int, error) { return n + 100, nil },
+	}
+	for i, m := range mutates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, v, err := Update(context.Background(), counter, "k", m, WithCombiner(cb))
+			results[i] = res{n, v, err}
+		}()
+		waitQueued(t, cb, store, "k", i+1)
+	}
+	store.gate.Load().release()
+	wg.Wait()
+	if results[1].err != errSoldOut {
+		t.Fatalf("failing mutate: err = %v, want errSoldOut itself", results[1].err)
+	}
+	if results[0].err != nil || results[2].err != nil {
+		t.Fatalf("others failed: %+v", results)
+	}
+	if results[0].n != 11 || results[2].n != 111 {
+		t.Fatalf("values %d and %d, want 11 and 111 (queue order, the failed mutate passed through)", results[0].n, results[2].n)
+	}
+	if results[0].v != results[2].v {
+		t.Fatalf("one batch, two versions: %d and %d", results[0].v, results[2].v)
+	}
+	if n, v, _ := counter.Get(context.Background(), "k"); n != 111 || v != results[2].v {
+		t.Fatalf("store holds %d at %d, want 111 at %d", n, v, results[2].v)
+	}
+	if w := store.writes.Load(); w != 2 {
+		t.Fatalf("%d writes, want 2 (the leader's, then one for the batch of three)", w)
+	}
+}
+
+// TestCombinerPanicReachesItsCaller: a mutate that panics on the leader's
+// goroutine panics on its own caller's, and the batch goes on.
+func TestCombinerPanicReachesItsCaller(t *testing.T) {
+	store := newGatedStore(0, newGate())
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner()
+	var wg sync.WaitGroup
+	holdLeader(t, counter, store, cb, &wg)
+	panicked := make(chan any, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer func() { panicked <- recover() }()
+		_, _, _ = Update(context.Background(), counter, "k", func(int, bool) (int, error) { panic("boom") }, WithCombiner(cb))
+	}()
+	waitQueued(t, cb, store, "k", 1)
+	go func() {
+		defer wg.Done()
+		if _, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb)); err != nil {
+			t.Errorf("third: %v", err)
+		}
+	}()
+	waitQueued(t, cb, store, "k", 2)
+	store.gate.Load().release()
+	wg.Wait()
+	if p := <-panicked; p != "boom" {
+		t.Fatalf("recovered %v, want boom", p)
+	}
+	if n, _, _ := counter.Get(context.Background(), "k"); n != 2 {
+		t.Fatalf("counter = %d, want 2", n)
+	}
+}
+
+// TestCombinerConflictFromAnotherProcess: a write by someone outside the
+// combiner makes the batch's write conflict; the whole batch goes again
+// from the conflict's state and nothing is lost.
+func TestCombinerConflictFromAnotherProcess(t *testing.T) {
+	ctx := context.Background()
+	store := newGatedStore(0, newGate())
+	inner := store.Store
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner()
+	var wg sync.WaitGroup
+	holdLeader(t, counter, store, cb, &wg) // read version 0, holds its write
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, err := Update(ctx, counter, "k", incrInt, WithCombiner(cb)); err != nil {
+				t.Errorf("update: %v", err)
+			}
+		}()
+	}
+	waitQueued(t, cb, store, "k", 3)
+	// "Another process" writes 1000 behind the combiner's back.
+	if _, err := inner.CompareAndSwap(ctx, "k", 0, []byte("1000")); err != nil {
+		t.Fatal(err)
+	}
+	store.gate.Load().release()
+	wg.Wait()
+	if n, _, _ := counter.Get(ctx, "k"); n != 1004 {
+		t.Fatalf("counter = %d, want 1004", n)
+	}
+}
+
+// TestCombinerWithCache: the combiner and the version cache together.
+func TestCombinerWithCache(t *testing.T) {
+	store := newGatedStore(20*time.Microsecond, nil)
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb, cache := NewCombiner(), NewCache(store, 100)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if _, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb), WithCache(cache), WithMaxAttempts(1000)); err != nil {
+					t.Errorf("update: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n, _, _ := counter.Get(context.Background(), "k"); n != 800 {
+		t.Fatalf("counter = %d, want 800", n)
+	}
+	if cache.Stats().Hits == 0 {
+		t.Fatal("the cache was never used")
+	}
+}
+
+// TestCombinerLeaderContextEnds: the leader's context ending while the
+// batch's write is in flight fails nobody else.
+func TestCombinerLeaderContextEnds(t *testing.T) {
+	store := newGatedStore(0, newGate())
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner()
+	// First batch: a leader that holds its write; queue a second caller
+	// with a cancellable context, who will lead the second batch.
+	var wg sync.WaitGroup
+	holdLeader(t, counter, store, cb, &wg)
+	lctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := Update(lctx, counter, "k", incrInt, WithCombiner(cb))
+		errc <- err
+	}()
+	waitQueued(t, cb, store, "k", 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb)); err != nil {
+			t.Errorf("follower: %v", err)
+		}
+	}()
+	waitQueued(t, cb, store, "k", 2)
+	// Let the first write through, but hold the second batch's write.
+	g2 := newGate()
+	g1 := store.gate.Swap(g2)
+	g1.release()
+	<-g2.arrived
+	cancel()
+	g2.release()
+	wg.Wait()
+	err := <-errc
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled leader: %v", err)
+	}
+	n, _, _ := counter.Get(context.Background(), "k")
+	if n != 3 {
+		t.Fatalf("counter = %d, want 3: the second batch's write went through", n)
+	}
+}

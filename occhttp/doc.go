@@ -1,0 +1,42 @@
+// Package occhttp carries occkit's versions over HTTP: a key's
+// [cas.Version] is the resource's strong entity tag, a client that edits
+// sends it back in If-Match, and a write whose version moved on meanwhile
+// is answered 412 Precondition Failed with the current ETag instead of
+// overwriting an edit the client never saw.
+//
+// This is optimistic locking across a user's think time (a GET, minutes of
+// editing, a PUT), which no lock can cover: Rails keeps lock_version in a
+// hidden field, Kubernetes sends resourceVersion; HTTP has it built in.
+//
+// # Entity tags
+//
+// [ETag] turns a version into a strong tag (`"7"`), [ParseETag] turns it
+// back; [SetETag] puts it on a response, [NotModified] answers a GET whose
+// If-None-Match names the current version with 304.
+//
+// # Conditional writes
+//
+// [ReadPrecondition] reads If-Match and If-None-Match into a
+// [Precondition]; [Put], [Update] and [Delete] write under it:
+//   - If-Match: "7" writes only if the version is still 7 (one conditional
+//     write; no lock is held while the user edits);
+//   - If-Match: * writes only if the resource exists (any version);
+//   - If-None-Match: * creates only (the write expects version 0);
+//   - no precondition at all is refused with 428 Precondition Required
+//     unless [AllowUnconditional] is given, when the write retries its
+//     conflicts on the server (last writer wins, but nothing is lost
+//     inside one read-modify-write).
+//
+// [RequirePreconditions] is the same refusal as middleware, for a whole
+// tree of routes.
+//
+// # Statuses
+//
+// [WriteError] answers an error with its status (see [Status]): 400 for a
+// malformed precondition or key, 404 for a missing resource, 409 for a
+// conflict the server could not resolve by retrying, 412 with the current
+// ETag for a precondition that failed, 413 for a value too large, 428 for a
+// missing precondition, 500 for the rest.
+//
+// Every function here is safe for concurrent use.
+package occhttp
