@@ -51,6 +51,26 @@ var coreStrategies = []strategySpec{
 		},
 	},
 	{
+		Name:      "occ-combine",
+		Kind:      kindOptimistic,
+		About:     "occ.Update with occ.WithCombiner (one occ.NewCombiner per process per cell) and the version cache: concurrent updates of one key in a process queue behind one leader, which applies them in order and writes once",
+		SingleKey: true,
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			// One combiner and one cache per process, shared by its
+			// workers, as a service would hold them.
+			c := occ.NewCombiner()
+			cache := occ.NewCache(h.Store, 2*len(h.Keys)+16)
+			perWorker := make([][]occ.Option, h.Cell.Workers)
+			for w := range perWorker {
+				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c), occ.WithCache(cache))
+			}
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
+				return err
+			}), nil
+		},
+	},
+	{
 		Name:      "occ-txn",
 		Kind:      kindOptimistic,
 		About:     "occ.Txn: read every key, buffer the writes, commit them atomically if no read version changed",
@@ -87,7 +107,7 @@ var coreStrategies = []strategySpec{
 	{
 		Name:      "adaptive",
 		Kind:      kindAdaptive,
-		About:     "hybrid.UpdateAdaptive (default settings): occ.Update while a key is cool; a hot key takes whichever of occ.Update and hybrid.Update ran faster, measured in epochs",
+		About:     "hybrid.UpdateAdaptive (default settings): combined occ.Update; a key locks only when conflicts with writers elsewhere cost more than the lock",
 		SingleKey: true,
 		New: func(ctx context.Context, h *harness) (cellStrategy, error) {
 			l, err := h.Locker(ctx)
