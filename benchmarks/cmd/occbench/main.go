@@ -97,6 +97,7 @@ func run(args []string, stdout io.Writer) int {
 		outF        = fs.String("out", "", "directory for results.json, results.csv, charts/ and report.html")
 		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): a smoke run, not a measurement")
 		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's and ZooKeeper only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR")
+		rttF        = fs.String("rtt", "", "add this one-way delay (e.g. 0.25ms, 1ms, 5ms) in each direction to every connection to every server, through a TCP proxy per server (internal/faultproxy); 0 measures the proxy's own hop")
 		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -138,7 +139,16 @@ func run(args []string, stdout io.Writer) int {
 	for _, w := range g.Workers {
 		maxWorkers = max(maxWorkers, w)
 	}
-	l, err := lab.OpenLab(ctx, g.Backends, lab.Env{StartServers: !*noStartF, MaxWorkers: maxWorkers, Log: os.Stderr})
+	env := lab.Env{StartServers: !*noStartF, MaxWorkers: maxWorkers, Log: os.Stderr}
+	if *rttF != "" {
+		d, err := durations(*rttF)
+		if err != nil || len(d) != 1 {
+			return usage(fs, "--rtt", fmt.Errorf("%q is not one duration", *rttF))
+		}
+		env.Proxy, env.Delay = true, d[0]
+		fmt.Fprintf(os.Stderr, "occbench: every connection to a server goes through a proxy adding %v each way (memory has no connection)\n", d[0])
+	}
+	l, err := lab.OpenLab(ctx, g.Backends, env)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "occbench:", err)
 		return 2

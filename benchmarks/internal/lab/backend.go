@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/faultproxy"
 	"github.com/occkit/occkit/internal/servers"
 )
 
@@ -113,10 +115,86 @@ type Env struct {
 	Log io.Writer
 	// Getenv reads the environment (os.Getenv if nil).
 	Getenv func(string) string
+	// Proxy puts a TCP proxy (internal/faultproxy) in front of every
+	// server the lab connects to, data stores and lock services alike,
+	// which holds every byte for Delay in each direction (SetDelay): a
+	// round trip then costs at least 2×Delay more, as over a longer
+	// network path. With Delay 0 the proxy only adds its own hop.
+	Proxy bool
+	Delay time.Duration
 
+	// proxies are the proxies Proxy made, closed with the lab.
+	proxies *proxySet
 	// lookup finds another open service of the lab (set by OpenLab), for
 	// a backend that borrows a lock from another service.
 	lookup func(name string) (service, bool)
+}
+
+// proxySet holds the proxies of a lab.
+type proxySet struct {
+	mu   sync.Mutex
+	list []*faultproxy.Proxy
+}
+
+// dial returns the address (host:port) clients use to reach the server at
+// hostport: hostport itself, or with Env.Proxy a new proxy in front of it
+// (one per server, shared by all its connections).
+func (e *Env) dial(hostport string) (string, error) {
+	if !e.Proxy {
+		return hostport, nil
+	}
+	p, err := faultproxy.New(hostport)
+	if err != nil {
+		return "", fmt.Errorf("proxy for %s: %w", hostport, err)
+	}
+	p.SetDelay(e.Delay)
+	if e.proxies == nil {
+		e.proxies = &proxySet{}
+	}
+	e.proxies.mu.Lock()
+	e.proxies.list = append(e.proxies.list, p)
+	e.proxies.mu.Unlock()
+	return p.Addr(), nil
+}
+
+// dialURL is dial for a URL's host:port (postgres://, redis://, http://).
+func (e *Env) dialURL(u string) (string, error) {
+	if !e.Proxy {
+		return u, nil
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		return "", err
+	}
+	if p.Port() == "" {
+		return "", fmt.Errorf("no port in %s", p.Redacted())
+	}
+	if p.Host, err = e.dial(p.Host); err != nil {
+		return "", err
+	}
+	return p.String(), nil
+}
+
+// via says, for a server's description, how the lab reaches it.
+func (e *Env) via() string {
+	if !e.Proxy {
+		return ""
+	}
+	return fmt.Sprintf("; every connection through a proxy adding %v each way", e.Delay)
+}
+
+// closeProxies closes the proxies dial made.
+func (e *Env) closeProxies() {
+	if e.proxies == nil {
+		return
+	}
+	e.proxies.mu.Lock()
+	list := e.proxies.list
+	e.proxies.list = nil
+	e.proxies.mu.Unlock()
+	for _, p := range list {
+		p.Close()
+	}
 }
 
 // service returns another open service of the lab by name.
@@ -225,6 +303,9 @@ func OpenLab(ctx context.Context, names []string, env Env) (*Lab, error) {
 	_, _ = rand.Read(b[:])
 	l := &Lab{env: env, id: hex.EncodeToString(b[:]), open: map[string]service{}, failed: map[string]error{}}
 	l.env.lookup = l.Service
+	if l.env.proxies == nil {
+		l.env.proxies = &proxySet{}
+	}
 	for _, n := range names {
 		if _, ok := lookupBackend(n); !ok {
 			return nil, fmt.Errorf("benchmarks: unknown backend %q (have %v)", n, Backends())
@@ -344,7 +425,15 @@ func (l *Lab) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%s: %w", order[i], err))
 		}
 	}
+	l.env.closeProxies()
 	return errors.Join(errs...)
+}
+
+// childEnver is implemented by a service whose server a --procs child can
+// reach: childEnv returns the environment (NAME=value) that makes the
+// child's lab open the same server, on its own connections.
+type childEnver interface {
+	childEnv() []string
 }
 
 // namespace returns a fresh namespace for a cell.

@@ -31,6 +31,7 @@ var dynamoSpecs = []backendSpec{
 
 type dynamoBackend struct {
 	env        *Env
+	url        string // the server's own URL (not the proxy's)
 	cli        *dynamodb.Client
 	closeIdle  func()
 	minidyn    *servers.Minidyn
@@ -49,17 +50,28 @@ type dynamoBackend struct {
 
 func openDynamo(_ context.Context, env *Env) (service, error) {
 	b := &dynamoBackend{env: env}
-	if u := env.getenv(envDynaliteURL); u != "" {
+	if u := env.getenv(envLabMinidynURL); u != "" { // a --procs child
+		b.url = u
+		b.server = "minidyn at " + u + ", the parent process's"
+		b.durability = "none (minidyn keeps its tables in process memory)"
+	} else if u := env.getenv(envDynaliteURL); u != "" {
+		b.url = u
 		b.server = "dynalite at " + redactURL(u) + " (" + envDynaliteURL + ")"
 		b.durability = "as the server was started (dynalite keeps its tables in memory unless given --path; not checked)"
 		b.noCommit = "dynalite has no TransactWriteItems, so no atomic multi-key commit (run without " + envDynaliteURL + " for minidyn, which has it)"
-		b.cli, b.closeIdle = servers.NewDynamoClient(u)
 	} else {
 		b.minidyn = servers.StartMinidyn()
+		b.url = b.minidyn.URL
 		b.server = fmt.Sprintf("minidyn %s's DynamoDB HTTP server in process at %s, started by the lab", moduleVersion("github.com/truora/minidyn"), b.minidyn.URL)
 		b.durability = "none (minidyn keeps its tables in process memory)"
-		b.cli, b.closeIdle = servers.NewDynamoClient(b.minidyn.URL)
 	}
+	u, err := env.dialURL(b.url)
+	if err != nil {
+		_ = b.Close(context.Background())
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	b.server += env.via()
+	b.cli, b.closeIdle = servers.NewDynamoClient(u)
 	env.logf("dynamodb: %s; %s", b.server, b.durability)
 	return b, nil
 }
@@ -83,6 +95,18 @@ func (b *dynamoBackend) Info() backendInfo {
 }
 
 func (b *dynamoBackend) tuning() retryTuning { return dynamoTuning }
+
+// envLabMinidynURL passes the lab's minidyn server to its --procs
+// children.
+const envLabMinidynURL = "OCCKIT_LAB_MINIDYN_URL"
+
+// childEnv implements childEnver.
+func (b *dynamoBackend) childEnv() []string {
+	if b.minidyn != nil {
+		return []string{envLabMinidynURL + "=" + b.url}
+	}
+	return []string{envDynaliteURL + "=" + b.url}
+}
 
 // MultiKeyUnsupported implements multiKeyLimiter.
 func (b *dynamoBackend) MultiKeyUnsupported() string { return b.noCommit }

@@ -30,26 +30,55 @@ type EtcdService interface {
 }
 
 type etcdBackend struct {
-	srv *servers.Etcd
-	cli *clientv3.Client
+	srv      *servers.Etcd // nil in a --procs child
+	cli      *clientv3.Client
+	endpoint string // the member's own URL (not the proxy's)
+	server   string
+}
+
+// envLabEtcdURL passes the lab's etcd member to its --procs children.
+const envLabEtcdURL = "OCCKIT_LAB_ETCD_URL"
+
+// childEnv implements childEnver.
+func (b *etcdBackend) childEnv() []string { return []string{envLabEtcdURL + "=" + b.endpoint} }
+
+func (b *etcdBackend) close() {
+	if b.srv != nil {
+		b.srv.Close()
+		b.srv = nil
+	}
 }
 
 func openEtcd(ctx context.Context, env *Env) (service, error) {
-	srv, err := servers.StartEtcd(ctx)
+	b := &etcdBackend{endpoint: env.getenv(envLabEtcdURL)}
+	if b.endpoint == "" { // not a --procs child: start the member
+		srv, err := servers.StartEtcd(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+		}
+		b.srv, b.endpoint = srv, srv.Endpoint
+		b.server = fmt.Sprintf("etcd %s, one member in process (go.etcd.io/etcd/server/v3/embed) at %s, started by the lab", srv.Version, srv.Endpoint)
+	} else {
+		b.server = "etcd at " + b.endpoint + ", the parent process's member"
+	}
+	b.server += env.via()
+	ep, err := env.dialURL(b.endpoint)
 	if err != nil {
+		b.close()
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{srv.Endpoint},
+		Endpoints:   []string{ep},
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		srv.Close()
+		b.close()
 		return nil, fmt.Errorf("%w: etcd client: %w", errUnavailable, err)
 	}
-	env.logf("etcd: in-process member %s at %s (UnsafeNoFsync)", srv.Version, srv.Endpoint)
-	return &etcdBackend{srv: srv, cli: cli}, nil
+	b.cli = cli
+	env.logf("etcd: %s (UnsafeNoFsync)", b.server)
+	return b, nil
 }
 
 func (b *etcdBackend) EtcdClient() *clientv3.Client { return b.cli }
@@ -59,7 +88,7 @@ var etcdTuning = retryTuning{Retryable: etcdcas.Retryable}
 func (b *etcdBackend) Info() backendInfo {
 	return backendInfo{
 		Name:       "etcd",
-		Server:     fmt.Sprintf("etcd %s, one member in process (go.etcd.io/etcd/server/v3/embed) at %s, started by the lab", b.srv.Version, b.srv.Endpoint),
+		Server:     b.server,
 		Durability: "UnsafeNoFsync: writes are not fsynced (throwaway data)",
 		Locker:     "etcdcas.Locker (etcd lease, 10 s TTL; token = the grant's creation revision)",
 		BackOff:    describeBackOff(etcdTuning),
@@ -93,7 +122,7 @@ func (b *etcdBackend) NewLocker(_ context.Context, ns string) (hybrid.Locker, fu
 
 func (b *etcdBackend) Close(context.Context) error {
 	err := b.cli.Close()
-	b.srv.Close()
+	b.close()
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}

@@ -50,6 +50,18 @@ type pgBackend struct {
 	durable string
 	locker  *pgcas.Locker
 	started *servers.Script
+	// url is the server's own URL (not the proxy's); attached is set in a
+	// --procs child, which works in its parent's schema and leaves it.
+	url      string
+	attached bool
+}
+
+// envLabPGSchema passes the lab's schema to its --procs children.
+const envLabPGSchema = "OCCKIT_LAB_PG_SCHEMA"
+
+// childEnv implements childEnver.
+func (b *pgBackend) childEnv() []string {
+	return []string{envPostgresURL + "=" + b.url, envLabPGSchema + "=" + b.schema}
 }
 
 func openPostgres(ctx context.Context, env *Env) (_ service, err error) {
@@ -74,6 +86,10 @@ func openPostgres(ctx context.Context, env *Env) (_ service, err error) {
 		}
 		u = b.started.URL
 	}
+	b.url = u
+	if u, err = env.dialURL(u); err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errUnavailable, envPostgresURL, err)
@@ -85,6 +101,9 @@ func openPostgres(ctx context.Context, env *Env) (_ service, err error) {
 	var rb [6]byte
 	_, _ = rand.Read(rb[:])
 	b.schema = "occbench_" + hex.EncodeToString(rb[:])
+	if s := env.getenv(envLabPGSchema); s != "" {
+		b.schema, b.attached = s, true // a --procs child: the parent's schema
+	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = b.schema
 
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -98,8 +117,10 @@ func openPostgres(ctx context.Context, env *Env) (_ service, err error) {
 	if err := conn.QueryRow(octx, `SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&version, &fsync, &syncCommit); err != nil {
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
-	if _, err := conn.Exec(octx, "CREATE SCHEMA "+pgx.Identifier{b.schema}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("%w: create schema: %w", errUnavailable, err)
+	if !b.attached {
+		if _, err := conn.Exec(octx, "CREATE SCHEMA "+pgx.Identifier{b.schema}.Sanitize()); err != nil {
+			return nil, fmt.Errorf("%w: create schema: %w", errUnavailable, err)
+		}
 	}
 	if b.pool, err = pgxpool.NewWithConfig(octx, cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
@@ -110,10 +131,11 @@ func openPostgres(ctx context.Context, env *Env) (_ service, err error) {
 	if err := b.locker.CreateSequence(octx); err != nil {
 		return nil, err
 	}
-	where := "at " + redactURL(u) + " (" + envPostgresURL + ")"
+	where := "at " + redactURL(b.url) + " (" + envPostgresURL + ")"
 	if b.started != nil {
-		where = "at " + redactURL(u) + ", started by the lab with scripts/servers/postgres.sh"
+		where = "at " + redactURL(b.url) + ", started by the lab with scripts/servers/postgres.sh"
 	}
+	where += env.via()
 	b.server = fmt.Sprintf("PostgreSQL %s %s, pool of %d connections", version, where, cfg.MaxConns)
 	b.durable = fmt.Sprintf("fsync=%s, synchronous_commit=%s", fsync, syncCommit)
 	if fsync == "off" {
@@ -176,10 +198,12 @@ func (b *pgBackend) Close(ctx context.Context) error { return b.close(ctx) }
 func (b *pgBackend) close(ctx context.Context) error {
 	var errs []error
 	if b.pool != nil {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := b.pool.Exec(cctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{b.schema}.Sanitize()+" CASCADE")
-		cancel()
-		errs = append(errs, err)
+		if !b.attached {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := b.pool.Exec(cctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{b.schema}.Sanitize()+" CASCADE")
+			cancel()
+			errs = append(errs, err)
+		}
 		b.pool.Close()
 		b.pool = nil
 	}

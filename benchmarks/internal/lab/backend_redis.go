@@ -38,7 +38,11 @@ type redisBackend struct {
 	server     string
 	durability string
 	started    *servers.Script
+	url        string // the server's own URL (not the proxy's)
 }
+
+// childEnv implements childEnver.
+func (b *redisBackend) childEnv() []string { return []string{envRedisURL + "=" + b.url} }
 
 func openRedis(ctx context.Context, env *Env) (_ service, err error) {
 	b := &redisBackend{}
@@ -66,6 +70,10 @@ func openRedis(ctx context.Context, env *Env) (_ service, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errUnavailable, envRedisURL, err)
 	}
+	b.url = u
+	if opts.Addr, err = env.dial(opts.Addr); err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
 	opts.PoolSize = 3*max(env.MaxWorkers, DefaultWorkers) + 4
 	b.cli = redis.NewClient(opts)
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -80,7 +88,7 @@ func openRedis(ctx context.Context, env *Env) (_ service, err error) {
 	if b.started != nil {
 		where = "at " + redactURL(u) + ", started by the lab with scripts/servers/redis.sh"
 	}
-	b.server = fmt.Sprintf("Redis %s %s, pool of %d connections", field("redis_version"), where, opts.PoolSize)
+	b.server = fmt.Sprintf("Redis %s %s, pool of %d connections%s", field("redis_version"), where, opts.PoolSize, env.via())
 	b.durability = fmt.Sprintf("appendonly=%s, save=%q", map[string]string{"0": "no", "1": "yes"}[field("aof_enabled")], save["save"])
 	if field("aof_enabled") == "0" && save["save"] == "" {
 		b.durability += " (no persistence: throwaway data)"

@@ -28,13 +28,22 @@ type ZooKeeperService interface {
 }
 
 type zkService struct {
-	addr, server, durability string
-	srv                      *servers.ZooKeeper
+	// addr is where clients connect (a proxy with Env.Proxy); own is the
+	// server's own address.
+	addr, own, server, durability string
+	srv                           *servers.ZooKeeper
 }
+
+// childEnv implements childEnver.
+func (s *zkService) childEnv() []string { return []string{EnvZooKeeperAddr + "=" + s.own} }
 
 func openZooKeeper(ctx context.Context, env *Env) (service, error) {
 	if addr := env.getenv(EnvZooKeeperAddr); addr != "" {
-		return &zkService{addr: addr, server: "ZooKeeper at " + addr + " (" + EnvZooKeeperAddr + ")", durability: "as configured on the server (not checked)"}, nil
+		via, err := env.dial(addr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+		}
+		return &zkService{addr: via, own: addr, server: "ZooKeeper at " + addr + " (" + EnvZooKeeperAddr + ")" + env.via(), durability: "as configured on the server (not checked)"}, nil
 	}
 	if !env.StartServers {
 		return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", errUnavailable, EnvZooKeeperAddr)
@@ -46,9 +55,15 @@ func openZooKeeper(ctx context.Context, env *Env) (service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
+	via, err := env.dial(srv.Addr)
+	if err != nil {
+		srv.Stop()
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
 	s := &zkService{
-		addr:       srv.Addr,
-		server:     fmt.Sprintf("ZooKeeper %s standalone at %s (Debian's package), started by the lab; admin server off, four-letter words off", srv.Version, srv.Addr),
+		addr:       via,
+		own:        srv.Addr,
+		server:     fmt.Sprintf("ZooKeeper %s standalone at %s (Debian's package), started by the lab; admin server off, four-letter words off%s", srv.Version, srv.Addr, env.via()),
 		durability: "forceSync=no: the transaction log is not fsynced (throwaway data)",
 		srv:        srv,
 	}

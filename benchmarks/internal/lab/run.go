@@ -63,6 +63,12 @@ type Result struct {
 	Keys     int     `json:"keys"`
 	Theta    float64 `json:"theta"`
 	WorkMs   float64 `json:"work_ms"`
+	// Procs is the number of OS processes the workers ran in (--procs).
+	Procs int `json:"procs"`
+	// Proxy says that every connection went through a proxy adding
+	// DelayMs in each direction (--rtt).
+	Proxy   bool    `json:"proxy"`
+	DelayMs float64 `json:"delay_ms"`
 	// Ops is the number of committed operations that started in the
 	// measured window, Throughput those per second of the window.
 	Ops        int64   `json:"ops"`
@@ -260,6 +266,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 	closeErr := strat.Close(context.WithoutCancel(ctx))
 
 	res := Result{
+		Procs: 1, Proxy: l.env.Proxy, DelayMs: ms(l.env.Delay),
 		Backend: c.Backend, Strategy: c.Strategy, Workload: c.Workload,
 		Workers: c.Workers, Keys: c.Keys, Theta: c.Theta, WorkMs: ms(c.Work),
 		Contention: zipf.Collision(), MeasuredS: c.Duration.Seconds(),

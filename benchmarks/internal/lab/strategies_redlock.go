@@ -46,6 +46,7 @@ var redlockStrategies = []strategySpec{
 // service that only lends that lock, opened by the first cell that needs
 // it (Lab.OpenService).
 type redlockService struct {
+	urls       []string // the servers' own URLs (not the proxies')
 	clients    []*redis.Client
 	started    []*servers.Script
 	rs         *redsync.Redsync
@@ -134,6 +135,10 @@ func openRedlock(ctx context.Context, env *Env) (_ service, err error) {
 			return nil, fmt.Errorf("%w: %s: %w", errUnavailable, EnvRedlockURLs, err)
 		}
 		opts.PoolSize = 3*max(env.MaxWorkers, DefaultWorkers) + 4
+		s.urls = append(s.urls, u)
+		if opts.Addr, err = env.dial(opts.Addr); err != nil {
+			return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+		}
 		c := redis.NewClient(opts)
 		s.clients = append(s.clients, c)
 		info, err := c.Info(octx, "server", "persistence").Result()
@@ -158,6 +163,11 @@ func openRedlock(ctx context.Context, env *Env) (_ service, err error) {
 	}
 	env.logf("redlock: %s; %s", s.server, s.durability)
 	return s, nil
+}
+
+// childEnv implements childEnver.
+func (s *redlockService) childEnv() []string {
+	return []string{EnvRedlockURLs + "=" + strings.Join(s.urls, ",")}
 }
 
 func (s *redlockService) Info() backendInfo {
