@@ -62,8 +62,10 @@ import (
 )
 
 func main() {
-	// gc-pause's client A is this binary, re-run as a child process.
+	// gc-pause's client A is this binary, re-run as a child process, and
+	// so are the workers of --procs.
 	story.ChildMain()
+	lab.ChildMain()
 	os.Exit(run(os.Args[1:], os.Stdout))
 }
 
@@ -97,6 +99,7 @@ func run(args []string, stdout io.Writer) int {
 		outF        = fs.String("out", "", "directory for results.json, results.csv, charts/ and report.html")
 		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): a smoke run, not a measurement")
 		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's and ZooKeeper only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR")
+		procsF      = fs.Int("procs", 1, "run each cell's workers in this many OS processes (this binary, run again), each with its own connections, combiner and cache; lock-local and memory are left out above 1")
 		rttF        = fs.String("rtt", "", "add this one-way delay (e.g. 0.25ms, 1ms, 5ms) in each direction to every connection to every server, through a TCP proxy per server (internal/faultproxy); 0 measures the proxy's own hop")
 		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")
 	)
@@ -109,6 +112,10 @@ func run(args []string, stdout io.Writer) int {
 	g := lab.Grid{
 		Backends: list(*backendsF), Strategies: list(*strategiesF), Workloads: list(*workloadsF),
 		Duration: *durationF, Warmup: *warmupF, Ops: *opsF, Seed: *seedF, MaxAttempts: *maxAttF,
+		Procs: *procsF,
+	}
+	if *procsF < 1 {
+		return usage(fs, "--procs", fmt.Errorf("%d is not a positive integer", *procsF))
 	}
 	var err error
 	if g.Workers, err = ints(*workersF); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/occkit/occkit/benchmarks/internal/lab"
 	"github.com/occkit/occkit/benchmarks/story"
 	"github.com/occkit/occkit/internal/redistest"
 )
@@ -19,6 +20,7 @@ import (
 // closes, as in package lab.
 func TestMain(m *testing.M) {
 	story.ChildMain()
+	lab.ChildMain()
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),

@@ -50,6 +50,10 @@ type dataBackend interface {
 	// of its own (ns is short, lower-case letters, digits and '_'), and
 	// the function that removes it.
 	NewStore(ctx context.Context, ns string) (cas.Store, func(context.Context) error, error)
+	// openStore returns a store over the namespace ns that another
+	// process's NewStore made (a --procs child's view of its parent's
+	// store); it creates and removes nothing.
+	openStore(ctx context.Context, ns string) (cas.Store, error)
 	// NewLocker returns the backend's own lease lock (hybrid.Locker) for
 	// one cell, used by the hybrid and adaptive strategies on this
 	// backend, and the function that closes it.

@@ -132,6 +132,10 @@ func (b *dynamoBackend) NewStore(ctx context.Context, ns string) (cas.Store, fun
 	return s, drop, nil
 }
 
+func (b *dynamoBackend) openStore(_ context.Context, ns string) (cas.Store, error) {
+	return dynamocas.New(b.cli, dynamocas.Config{Table: ns})
+}
+
 // NewLocker returns the lease lock hybrid and adaptive use on DynamoDB,
 // which has no lock of its own: the redis backend's (rediscas.Locker) when
 // Redis is open in this run, else the in-process hybrid.NewLocalLocker.

@@ -112,6 +112,10 @@ func (b *etcdBackend) NewStore(_ context.Context, ns string) (cas.Store, func(co
 	return s, drop, nil
 }
 
+func (b *etcdBackend) openStore(_ context.Context, ns string) (cas.Store, error) {
+	return etcdcas.New(b.cli, etcdcas.Config{Prefix: "lab/" + ns + "/"})
+}
+
 func (b *etcdBackend) NewLocker(_ context.Context, ns string) (hybrid.Locker, func(context.Context) error, error) {
 	l, err := etcdcas.NewLocker(b.cli, etcdcas.LockerConfig{Prefix: "lab-lease/" + ns + "/", TTL: 10 * time.Second})
 	if err != nil {

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/occkit/occkit/adapters/memcas"
@@ -41,6 +42,10 @@ func (memoryBackend) tuning() retryTuning { return memoryTuning }
 
 func (memoryBackend) NewStore(context.Context, string) (cas.Store, func(context.Context) error, error) {
 	return memcas.New(), func(context.Context) error { return nil }, nil
+}
+
+func (memoryBackend) openStore(context.Context, string) (cas.Store, error) {
+	return nil, errors.New("memory: the in-process store cannot be shared with another process")
 }
 
 func (memoryBackend) NewLocker(context.Context, string) (hybrid.Locker, func(context.Context) error, error) {

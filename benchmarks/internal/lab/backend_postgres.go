@@ -189,6 +189,10 @@ func (b *pgBackend) NewStore(ctx context.Context, ns string) (cas.Store, func(co
 	return s, drop, nil
 }
 
+func (b *pgBackend) openStore(_ context.Context, ns string) (cas.Store, error) {
+	return pgcas.New(b.pool, pgcas.Config{Table: ns, Schema: b.schema})
+}
+
 func (b *pgBackend) NewLocker(context.Context, string) (hybrid.Locker, func(context.Context) error, error) {
 	return b.locker, func(context.Context) error { return nil }, nil
 }

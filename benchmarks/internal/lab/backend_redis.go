@@ -122,6 +122,10 @@ func (b *redisBackend) NewStore(_ context.Context, ns string) (cas.Store, func(c
 	return s, func(ctx context.Context) error { return b.deletePrefix(ctx, prefix) }, nil
 }
 
+func (b *redisBackend) openStore(_ context.Context, ns string) (cas.Store, error) {
+	return rediscas.New(b.cli, rediscas.Config{Prefix: "lab:" + ns + ":"})
+}
+
 func (b *redisBackend) NewLocker(_ context.Context, ns string) (hybrid.Locker, func(context.Context) error, error) {
 	prefix := "lab-lease:" + ns + ":"
 	l, err := rediscas.NewLocker(b.cli, rediscas.LockerConfig{Prefix: prefix, TTL: 10 * time.Second})

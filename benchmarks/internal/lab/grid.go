@@ -65,6 +65,11 @@ type Grid struct {
 	Ops              int64
 	Seed             uint64
 	MaxAttempts      int
+	// Procs runs every cell's workers in this many OS processes (see
+	// Cell.Procs). With more than one, lock-local (a mutex of one
+	// process) and the memory backend (a store in one process) are left
+	// out, with a note.
+	Procs int
 }
 
 // Default values of a Grid.
@@ -177,6 +182,10 @@ func (g Grid) Plan(l *Lab) ([]Cell, []skip, error) {
 		skips = append(skips, skip{Name: name, Reason: reason})
 	}
 	for _, b := range backendNames {
+		if g.Procs > 1 && b == "memory" {
+			skip(b, fmt.Sprintf("--procs %d: the in-process store cannot be shared between processes", g.Procs))
+			continue
+		}
 		if _, ok := l.Backend(b); !ok {
 			if _, svc := l.Service(b); svc {
 				continue // lends locks only: lock-* strategies use it from other backends
@@ -206,6 +215,10 @@ func (g Grid) Plan(l *Lab) ([]Cell, []skip, error) {
 					if !explicit && spec.DefaultOn != nil && !spec.DefaultOn(b, wl.KeysPerOp > 1) {
 						continue
 					}
+					if g.Procs > 1 && sn == "lock-local" {
+						skip(sn, fmt.Sprintf("--procs %d: a mutex of one process is not a lock across processes (it stays the single-process reference without --procs)", g.Procs))
+						continue
+					}
 					if (wl.KeysPerOp == 1 && !spec.SingleKey) || (wl.KeysPerOp > 1 && !spec.MultiKey) {
 						reason := "needs several keys per operation"
 						if wl.KeysPerOp > 1 {
@@ -219,7 +232,7 @@ func (g Grid) Plan(l *Lab) ([]Cell, []skip, error) {
 					cells = append(cells, Cell{
 						Backend: b, Strategy: sn, Workload: wn,
 						Workers: p.Workers, Keys: p.Keys, Theta: p.Theta, Work: time.Duration(p.WorkMs * float64(time.Millisecond)),
-						Duration: dur, Warmup: warm, Ops: g.Ops, Seed: g.Seed, MaxAttempts: g.MaxAttempts,
+						Duration: dur, Warmup: warm, Ops: g.Ops, Seed: g.Seed, MaxAttempts: g.MaxAttempts, Procs: g.Procs,
 					})
 				}
 			}

@@ -51,6 +51,11 @@ type Cell struct {
 	MaxAttempts int
 	// Initial is every key's starting value (0: the workload's).
 	Initial int64
+	// Procs runs the workers in this many OS processes (the binary run
+	// again, see ChildMain), Workers/Procs each (0 or 1: goroutines of
+	// this process). Each process has its own strategy: its own combiner,
+	// cache and connections, as replicas of a service would.
+	Procs int
 }
 
 // Result is a cell's measurements. The JSON names are those of
@@ -212,61 +217,24 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		return Result{}, fmt.Errorf("%s on %s: %w", c.Strategy, c.Backend, err)
 	}
 
-	// The window: warm-up, then the measured time. No operation starts
-	// after it; those still running at its end finish (none is cut off
-	// half-done), and a safety deadline cancels operations that hang. An
-	// operation is measured if it started in the window, however long it
-	// took: one that waits past the end (a starved retry loop, a lock
-	// queue) counts with its whole latency instead of vanishing from the
-	// figures.
-	start := time.Now()
-	measureFrom, end := start, time.Time{}
-	runCtx := ctx
-	if c.Duration > 0 {
-		measureFrom = start.Add(c.Warmup)
-		end = measureFrom.Add(c.Duration)
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithDeadline(ctx, end.Add(30*time.Second+10*c.Work))
-		defer cancel()
+	var (
+		elapsed  time.Duration
+		closeErr error
+	)
+	if c.Procs > 1 {
+		// The workers run in child processes; the strategy made here
+		// is not used (its set-up checked that it applies).
+		closeErr = strat.Close(context.WithoutCancel(ctx))
+		if elapsed, err = l.runProcs(ctx, c, ns, workers); err != nil {
+			return Result{}, fmt.Errorf("%s on %s, %d processes: %w", c.Strategy, c.Backend, c.Procs, err)
+		}
+	} else {
+		elapsed = runWorkers(ctx, c, wl, zipf, h.Keys, strat, workers, 0, time.Now())
+		closeErr = strat.Close(context.WithoutCancel(ctx))
 	}
-	inWindow := func(t time.Time) bool { return c.Duration <= 0 || (!t.Before(measureFrom) && t.Before(end)) }
-	var issued atomic.Int64
-	var wg sync.WaitGroup
-	for i, wk := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(c.Seed, uint64(i)+1))
-			keys := make([]string, wl.KeysPerOp)
-			for runCtx.Err() == nil {
-				if c.Duration > 0 {
-					if !time.Now().Before(end) {
-						return
-					}
-				} else if issued.Add(1) > c.Ops {
-					return
-				}
-				op := operation{Keys: pickKeys(rng, zipf, h.Keys, keys), w: wl, work: c.Work}
-				if wl.Arg != nil {
-					op.arg = wl.Arg(rng)
-				}
-				wk.pendAttempts, wk.pendFence = 0, 0
-				t0 := time.Now()
-				err := strat.Do(runCtx, i, op)
-				t1 := time.Now()
-				wk.count(err, t1.Sub(t0), inWindow(t0), inWindow(t1))
-				if c.Duration > 0 && t0.Before(measureFrom) && !t1.Before(end) {
-					wk.stalled++
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	closeErr := strat.Close(context.WithoutCancel(ctx))
 
 	res := Result{
-		Procs: 1, Proxy: l.env.Proxy, DelayMs: ms(l.env.Delay),
+		Procs: max(c.Procs, 1), Proxy: l.env.Proxy, DelayMs: ms(l.env.Delay),
 		Backend: c.Backend, Strategy: c.Strategy, Workload: c.Workload,
 		Workers: c.Workers, Keys: c.Keys, Theta: c.Theta, WorkMs: ms(c.Work),
 		Contention: zipf.Collision(), MeasuredS: c.Duration.Seconds(),
@@ -336,6 +304,65 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		res.Error = "closing the strategy: " + closeErr.Error()
 	}
 	return res, nil
+}
+
+// runWorkers runs the cell's workers (global indices w0, w0+1, ...) from
+// start until the window ends (or the operations are done), each on its
+// own goroutine, and returns how long they ran.
+//
+// The window: warm-up, then the measured time. No operation starts after
+// it; those still running at its end finish (none is cut off half-done),
+// and a safety deadline cancels operations that hang. An operation is
+// measured if it started in the window, however long it took: one that
+// waits past the end (a starved retry loop, a lock queue) counts with its
+// whole latency instead of vanishing from the figures.
+func runWorkers(ctx context.Context, c Cell, wl *workloadSpec, zipf *zipfDist, keyNames []string, strat cellStrategy, workers []*worker, w0 int, start time.Time) time.Duration {
+	if d := time.Until(start); d > 0 {
+		time.Sleep(d)
+	}
+	measureFrom, end := start, time.Time{}
+	runCtx := ctx
+	if c.Duration > 0 {
+		measureFrom = start.Add(c.Warmup)
+		end = measureFrom.Add(c.Duration)
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithDeadline(ctx, end.Add(30*time.Second+10*c.Work))
+		defer cancel()
+	}
+	inWindow := func(t time.Time) bool { return c.Duration <= 0 || (!t.Before(measureFrom) && t.Before(end)) }
+	var issued atomic.Int64
+	var wg sync.WaitGroup
+	for i, wk := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(c.Seed, uint64(w0+i)+1))
+			keys := make([]string, wl.KeysPerOp)
+			for runCtx.Err() == nil {
+				if c.Duration > 0 {
+					if !time.Now().Before(end) {
+						return
+					}
+				} else if issued.Add(1) > c.Ops {
+					return
+				}
+				op := operation{Keys: pickKeys(rng, zipf, keyNames, keys), w: wl, work: c.Work}
+				if wl.Arg != nil {
+					op.arg = wl.Arg(rng)
+				}
+				wk.pendAttempts, wk.pendFence = 0, 0
+				t0 := time.Now()
+				err := strat.Do(runCtx, i, op)
+				t1 := time.Now()
+				wk.count(err, t1.Sub(t0), inWindow(t0), inWindow(t1))
+				if c.Duration > 0 && t0.Before(measureFrom) && !t1.Before(end) {
+					wk.stalled++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
 }
 
 // count files one operation's outcome: always in the tally for the
