@@ -82,6 +82,58 @@ func TestStory(t *testing.T) {
 	}
 }
 
+// TestProcsAndRTT runs cells with --procs 2 --rtt 0 on Redis
+// (OCCKIT_REDIS_URL): the workers run in two child processes (this test
+// binary, run again through lab.ChildMain) whose counters are merged (all
+// 8 workers of occ-combine commit), the
+// counter invariant holds over both processes' increments, each cell
+// records procs 2 and the proxy, and lock-local is left out with a note.
+func TestProcsAndRTT(t *testing.T) {
+	t.Setenv(redistest.EnvURL, redistest.URL(t))
+	dir := t.TempDir()
+	var out strings.Builder
+	code := run([]string{"--backends", "redis", "--workloads", "counter", "--strategies", "occ-combine,lock-redis,lock-local",
+		"--keys", "1", "--duration", "300ms", "--warmup", "50ms", "--procs", "2", "--rtt", "0", "--no-start", "--out", dir}, &out)
+	if code != 0 {
+		t.Fatalf("exit status %d; stdout:\n%s", code, out.String())
+	}
+	for _, s := range []string{"| redis | counter | 8w 1k | occ-combine |", "lock-local: --procs 2: a mutex of one process is not a lock across processes"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("stdout lacks %q:\n%s", s, out.String())
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Cells []struct {
+			Strategy    string `json:"strategy"`
+			Procs       int    `json:"procs"`
+			Proxy       bool   `json:"proxy"`
+			Ops         int64  `json:"ops"`
+			InvariantOK bool   `json:"invariant_ok"`
+			Committers  int    `json:"workers_committed"`
+		} `json:"cells"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Cells) != 2 {
+		t.Fatalf("%d cells, want occ-combine and lock-redis: %+v", len(res.Cells), res.Cells)
+	}
+	for _, c := range res.Cells {
+		if c.Procs != 2 || !c.Proxy || !c.InvariantOK || c.Ops == 0 {
+			t.Errorf("cell %+v: want procs 2, proxied, invariant ok, operations", c)
+		}
+		// lock-redis polls and may starve a worker in 300 ms; the
+		// combiner's queue does not.
+		if c.Strategy == "occ-combine" && c.Committers != 8 {
+			t.Errorf("occ-combine: %d of 8 workers committed: the children's counters were not all merged", c.Committers)
+		}
+	}
+}
+
 // TestStorySkipsMissingServers runs `occbench story` with a mode whose
 // server is not available (ZooKeeper with --no-start and no
 // OCCKIT_ZK_ADDR): the mode is skipped with a note and the command exits

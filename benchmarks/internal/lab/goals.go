@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Goal statuses.
@@ -16,13 +17,16 @@ const (
 // backend and workload, as a ratio of throughputs measured in the same
 // run.
 type goalCheck struct {
-	Goal     string  `json:"goal"`
-	Backend  string  `json:"backend"`
-	Workload string  `json:"workload"`
-	Point    point   `json:"point"`
-	Status   string  `json:"status"`
-	Ratio    float64 `json:"ratio"`
-	Detail   string  `json:"detail"`
+	Goal     string `json:"goal"`
+	Backend  string `json:"backend"`
+	Workload string `json:"workload"`
+	Point    point  `json:"point"`
+	// Setup is how the cells ran when not as goroutines of one process
+	// on direct connections: "4 processes", "+1ms each way".
+	Setup  string  `json:"setup,omitempty"`
+	Status string  `json:"status"`
+	Ratio  float64 `json:"ratio"`
+	Detail string  `json:"detail"`
 }
 
 // The goals, as printed.
@@ -31,6 +35,15 @@ const (
 	goalHighHybrid  = "high contention: hybrid or adaptive ≥ 0.9× the best lock-*"
 	goalHighOCC     = "high contention: occ (with backoff) ≥ 0.5× the best lock-*, every worker commits"
 	goalAdaptiveAll = "every point: adaptive ≥ 0.9× the better of occ and the best lock-*"
+
+	// Issue 15's goals, against the best lock that works across
+	// processes (every lock-* but lock-local, the single-process
+	// reference).
+	goalCombineHot   = "1 key, 8 workers, no work: occ-combine ≥ 3× the best cross-process lock, p99.9 ≤ its p99.9, 8/8 workers commit"
+	goalCombineWork  = "1–16 keys, 1 ms of work: occ-combine ≥ 1.0× the best cross-process lock"
+	goalCombineCool  = "1000 keys: occ-combine ≥ 0.95× occ"
+	goalCombineProcs = "--procs 4, 1 key: occ-combine ≥ 1.5× the best cross-process lock"
+	goalCachedRTT    = "--rtt 1ms, 1000 keys: occ-cached ≥ 2.5× the best cross-process lock"
 )
 
 // checkGoals checks the issue's goals on results. Each backend, workload
@@ -45,16 +58,19 @@ func checkGoals(results []Result) []goalCheck {
 	type group struct {
 		backend, workload string
 		point             point
+		procs             int
+		proxy             bool
+		delayMs           float64
 		byName            map[string]Result
 		broken            []string
 	}
 	groups := map[string]*group{}
 	var order []string
 	for _, r := range results {
-		k := fmt.Sprintf("%s|%s|%v", r.Backend, r.Workload, r.Point())
+		k := fmt.Sprintf("%s|%s|%v|%d|%v|%v", r.Backend, r.Workload, r.Point(), r.Procs, r.Proxy, r.DelayMs)
 		g := groups[k]
 		if g == nil {
-			g = &group{backend: r.Backend, workload: r.Workload, point: r.Point(), byName: map[string]Result{}}
+			g = &group{backend: r.Backend, workload: r.Workload, point: r.Point(), procs: r.Procs, proxy: r.Proxy, delayMs: r.DelayMs, byName: map[string]Result{}}
 			groups[k] = g
 			order = append(order, k)
 		}
@@ -68,7 +84,7 @@ func checkGoals(results []Result) []goalCheck {
 	for _, k := range order {
 		g := groups[k]
 		check := func(goal string) *goalCheck {
-			out = append(out, goalCheck{Goal: goal, Backend: g.backend, Workload: g.workload, Point: g.point})
+			out = append(out, goalCheck{Goal: goal, Backend: g.backend, Workload: g.workload, Point: g.point, Setup: setup(g.procs, g.proxy, g.delayMs)})
 			return &out[len(out)-1]
 		}
 		occName := "occ"
@@ -145,6 +161,52 @@ func checkGoals(results []Result) []goalCheck {
 				}
 			}
 		}
+		// Issue 15's goals for occ-combine and occ-cached.
+		against := func(goal, name string, need float64, extra func(r Result, c *goalCheck)) {
+			r, ok := g.byName[name]
+			if !ok {
+				return // not run at this point: no check
+			}
+			c := check(goal)
+			if !hasCross || bestCross.Throughput <= 0 {
+				missing(c, "cross-process lock-*")
+				return
+			}
+			judge(c, r.Throughput/bestCross.Throughput, need,
+				fmt.Sprintf("%s %s/s (p99.9 %.3g ms, %d/%d committed) vs %s %s/s (p99.9 %.3g ms)", name, rate(r.Throughput), r.P999Ms, r.WorkersCommitted, r.Workers,
+					bestCross.Strategy, rate(bestCross.Throughput), bestCross.P999Ms))
+			if extra != nil {
+				extra(r, c)
+			}
+		}
+		one := g.procs <= 1 && !g.proxy
+		if p.Keys == 1 && p.WorkMs == 0 && p.Workers == 8 && one {
+			against(goalCombineHot, "occ-combine", 3, func(r Result, c *goalCheck) {
+				if r.P999Ms > bestCross.P999Ms || r.WorkersCommitted < r.Workers {
+					c.Status = goalNotMet
+				}
+			})
+		}
+		if p.Keys >= 1 && p.Keys <= 16 && p.WorkMs == 1 && one {
+			against(goalCombineWork, "occ-combine", 1, nil)
+		}
+		if p.Keys >= 1000 && one {
+			if cb, ok := g.byName["occ-combine"]; ok {
+				c := check(goalCombineCool)
+				if !hasOCC || occR.Throughput <= 0 {
+					missing(c, "occ")
+				} else {
+					judge(c, cb.Throughput/occR.Throughput, 0.95, fmt.Sprintf("occ-combine %s/s vs %s %s/s", rate(cb.Throughput), occName, rate(occR.Throughput)))
+				}
+			}
+		}
+		if g.procs == 4 && p.Keys == 1 {
+			against(goalCombineProcs, "occ-combine", 1.5, nil)
+		}
+		if g.proxy && g.delayMs == 1 && p.Keys >= 1000 {
+			against(goalCachedRTT, "occ-cached", 2.5, nil)
+		}
+
 		c := check(goalAdaptiveAll)
 		ad, okA := g.byName["adaptive"]
 		switch {
@@ -171,6 +233,19 @@ func checkGoals(results []Result) []goalCheck {
 		}
 	}
 	return out
+}
+
+// setup describes how cells ran: processes and added delay ("" for
+// goroutines of one process on direct connections).
+func setup(procs int, proxy bool, delayMs float64) string {
+	var parts []string
+	if procs > 1 {
+		parts = append(parts, fmt.Sprintf("%d processes", procs))
+	}
+	if proxy {
+		parts = append(parts, fmt.Sprintf("+%gms each way", delayMs))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // best returns the result with the highest throughput among strategies

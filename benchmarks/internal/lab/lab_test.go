@@ -397,3 +397,65 @@ func TestSpecs(t *testing.T) {
 		t.Errorf("Backends() = %v", got)
 	}
 }
+
+// TestCombineGoalChecks: issue 15's goal checks judge occ-combine and
+// occ-cached against the best cross-process lock (lock-local is left
+// out), each at its own kind of point, and the throughput ratio alone
+// does not make the hot-key goal met when the tail or a starved worker
+// misses it.
+func TestCombineGoalChecks(t *testing.T) {
+	cell := func(strategy string, keys int, workMs, ops, p999 float64, committed, procs int, delay float64, proxy bool) Result {
+		return Result{Backend: "redis", Workload: "counter", Strategy: strategy, Workers: 8, Keys: keys, WorkMs: workMs,
+			Throughput: ops, P999Ms: p999, WorkersCommitted: committed, InvariantOK: true, Procs: procs, Proxy: proxy, DelayMs: delay}
+	}
+	results := []Result{
+		// 1 key, no work: 3.3× lock-redis (lock-local's 10,000 does not count).
+		cell("occ-combine", 1, 0, 3000, 5, 8, 1, 0, false),
+		cell("lock-redis", 1, 0, 900, 10, 8, 1, 0, false),
+		cell("lock-local", 1, 0, 10000, 1, 8, 1, 0, false),
+		// 4 keys, 1 ms of work: 0.9×, not met.
+		cell("occ-combine", 4, 1, 900, 5, 8, 1, 0, false),
+		cell("lock-redis", 4, 1, 1000, 10, 8, 1, 0, false),
+		// 1000 keys: occ-combine 0.96× occ.
+		cell("occ", 1000, 0, 1000, 5, 8, 1, 0, false),
+		cell("occ-combine", 1000, 0, 960, 5, 8, 1, 0, false),
+		// 4 processes, 1 key: fast but a worker starved does not matter
+		// here (ratio only): 2×, met.
+		cell("occ-combine", 1, 0, 2000, 50, 8, 4, 0, false),
+		cell("lock-redis", 1, 0, 1000, 10, 8, 4, 0, false),
+		// +1ms each way, 1000 keys: occ-cached 2×, not met.
+		cell("occ-cached", 1000, 0, 2000, 5, 8, 1, 1, true),
+		cell("lock-redis", 1000, 0, 1000, 10, 8, 1, 1, true),
+	}
+	got := map[string]goalCheck{}
+	for _, c := range checkGoals(results) {
+		got[c.Goal+"|"+c.Setup] = c
+	}
+	for _, tc := range []struct {
+		goal, setup, status string
+		ratio               float64
+	}{
+		{goalCombineHot, "", goalMet, 3000.0 / 900},
+		{goalCombineWork, "", goalNotMet, 0.9},
+		{goalCombineCool, "", goalMet, 0.96},
+		{goalCombineProcs, "4 processes", goalMet, 2},
+		{goalCachedRTT, "+1ms each way", goalNotMet, 2},
+	} {
+		c, ok := got[tc.goal+"|"+tc.setup]
+		if !ok {
+			t.Errorf("no check %q (%s)", tc.goal, tc.setup)
+			continue
+		}
+		if c.Status != tc.status || c.Ratio < tc.ratio-1e-9 || c.Ratio > tc.ratio+1e-9 {
+			t.Errorf("%s (%s): %s %.3f×, want %s %.3f× (%s)", tc.goal, tc.setup, c.Status, c.Ratio, tc.status, tc.ratio, c.Detail)
+		}
+	}
+	// The hot-key goal is not met when occ-combine's tail is longer than
+	// the lock's, whatever its throughput.
+	results[0].P999Ms = 20
+	for _, c := range checkGoals(results[:3]) {
+		if c.Goal == goalCombineHot && c.Status != goalNotMet {
+			t.Errorf("p99.9 20 ms against the lock's 10 ms: %s (%s)", c.Status, c.Detail)
+		}
+	}
+}

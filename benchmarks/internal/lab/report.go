@@ -166,7 +166,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if g.Status != goalNA {
 			ratio = fmt.Sprintf(" %.2f×", g.Ratio)
 		}
-		ew.printf("- [%s]%s %s, %s, %s: %s — %s\n", g.Status, ratio, g.Backend, g.Workload, g.Point, g.Goal, g.Detail)
+		pt := g.Point.String()
+		if g.Setup != "" {
+			pt += " (" + g.Setup + ")"
+		}
+		ew.printf("- [%s]%s %s, %s, %s: %s — %s\n", g.Status, ratio, g.Backend, g.Workload, pt, g.Goal, g.Detail)
 	}
 	if len(r.Meta.Skipped) > 0 {
 		ew.printf("\n### Skipped\n\n")
