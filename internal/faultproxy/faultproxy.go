@@ -43,7 +43,8 @@ type Proxy struct {
 	conns    map[*link]struct{}
 	latency  time.Duration
 	oneWay   time.Duration // SetDelay: the one-way delay of new connections
-	cutAfter int64         // > 0: each connection is cut after that many server bytes
+	clock    *clock
+	cutAfter int64 // > 0: each connection is cut after that many server bytes
 	closed   bool
 	accepted int
 	dropped  int
@@ -57,7 +58,8 @@ type link struct {
 	once           sync.Once
 
 	mu        sync.Mutex
-	remaining int64 // server bytes still forwarded before the cut; < 0: no cut
+	remaining int64  // server bytes still forwarded before the cut; < 0: no cut
+	clock     *clock // the proxy's, for a delayed connection
 }
 
 // close closes both sides; reset sends the client a TCP reset (SO_LINGER
@@ -81,9 +83,10 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, conns: make(map[*link]struct{})}
-	p.wg.Add(1)
+	p := &Proxy{target: target, ln: ln, conns: make(map[*link]struct{}), clock: newClock()}
+	p.wg.Add(2)
 	go p.accept()
+	go func() { defer p.wg.Done(); p.clock.run() }()
 	return p, nil
 }
 
@@ -176,6 +179,7 @@ func (p *Proxy) Close() error {
 	p.mu.Unlock()
 	err := p.ln.Close()
 	p.DropAll()
+	p.clock.close()
 	p.wg.Wait()
 	return err
 }
@@ -220,6 +224,7 @@ func (p *Proxy) serve(c net.Conn) {
 	var copies sync.WaitGroup
 	copies.Add(2)
 	if delay > 0 {
+		l.clock = p.clock
 		go func() { defer copies.Done(); delayLine(l, s, c, delay) }()
 		go func() { defer copies.Done(); delayLine(l, c, s, delay) }()
 	} else {
@@ -333,16 +338,9 @@ func delayLine(l *link, dst, src net.Conn, d time.Duration) {
 			}
 		}
 	}()
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
 	for c := range q {
-		if wait := time.Until(c.due); wait > 0 {
-			t.Reset(wait)
-			select {
-			case <-t.C:
-			case <-l.done:
-				return
-			}
+		if !l.clock.await(c.due, l.done) {
+			return
 		}
 		if len(c.b) > 0 {
 			if _, err := dst.Write(c.b); err != nil {
@@ -361,3 +359,63 @@ func delayLine(l *link, dst, src net.Conn, d time.Duration) {
 		}
 	}
 }
+
+// clock wakes the delayed chunks of a proxy's connections when they are
+// due, more precisely than Go's timers, which an idle process fires up to
+// about a millisecond late (a 250 µs delay would become 1.1 ms): one
+// goroutine sleeps in the operating system (sleepUntil) until the chunk at
+// the head of its queue is due, then wakes it. Every chunk of a proxy has
+// the same delay, so chunks fall due in the order they arrive and a FIFO
+// queue is enough.
+type clock struct {
+	q    chan *tick
+	stop chan struct{}
+	once sync.Once
+}
+
+// tick is one chunk waiting for its time.
+type tick struct {
+	due  time.Time
+	done chan struct{}
+}
+
+func newClock() *clock {
+	return &clock{q: make(chan *tick, 4096), stop: make(chan struct{})}
+}
+
+func (c *clock) run() {
+	for {
+		select {
+		case t := <-c.q:
+			sleepUntil(t.due)
+			close(t.done)
+		case <-c.stop:
+			return
+		}
+	}
+}
+
+// await waits until due, or returns false when cancel is closed first.
+func (c *clock) await(due time.Time, cancel <-chan struct{}) bool {
+	if !time.Now().Before(due) {
+		return true
+	}
+	t := &tick{due: due, done: make(chan struct{})}
+	select {
+	case c.q <- t:
+	case <-cancel:
+		return false
+	case <-c.stop:
+		return false
+	}
+	select {
+	case <-t.done:
+		return true
+	case <-cancel:
+		return false
+	case <-c.stop:
+		return false
+	}
+}
+
+func (c *clock) close() { c.once.Do(func() { close(c.stop) }) }
