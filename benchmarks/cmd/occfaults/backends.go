@@ -142,16 +142,14 @@ func (e *env) startScript(ctx context.Context, name, envVar, binary string) (*se
 // serverURL returns $envVar, or starts scripts/servers/<name>.sh for the
 // whole command.
 func (e *env) serverURL(ctx context.Context, name, envVar, binary string) (string, error) {
-	if u := os.Getenv(envVar); u != "" {
-		return u, nil
-	}
-	e.logf("%s: %s is not set: starting a throwaway server with scripts/servers/%s.sh", name, envVar, name)
-	s, err := e.startScript(ctx, name, envVar, binary)
+	u, s, err := servers.Reach(ctx, os.Getenv, true, func() (string, error) { return e.root, e.rootErr }, name, envVar, binary, os.Stderr)
 	if err != nil {
-		return "", fmt.Errorf("%s is not set, and %w", envVar, err)
+		return "", err
 	}
-	e.atExit(func() { e.stopScript(name, s) })
-	return s.URL, nil
+	if s != nil {
+		e.atExit(func() { e.stopScript(name, s) })
+	}
+	return u, nil
 }
 
 func (e *env) stopScript(name string, s *servers.Script) {

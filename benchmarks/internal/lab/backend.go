@@ -229,6 +229,22 @@ func (e *Env) repoRoot() (string, error) {
 	return servers.RepoRoot(wd)
 }
 
+// reach returns the URL of the server in envVar, or starts one with
+// scripts/servers/<name>.sh when starting servers is allowed (the Script
+// is then not nil, to be stopped with the service); an error wraps
+// errUnavailable.
+func (e *Env) reach(ctx context.Context, name, envVar, binary string) (string, *servers.Script, error) {
+	log := e.Log
+	if log == nil {
+		log = os.Stderr
+	}
+	u, s, err := servers.Reach(ctx, e.getenv, e.StartServers, e.repoRoot, name, envVar, binary, log)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	return u, s, nil
+}
+
 func (e *Env) getenv(k string) string {
 	if e.Getenv != nil {
 		return e.Getenv(k)

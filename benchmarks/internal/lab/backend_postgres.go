@@ -65,27 +65,17 @@ func (b *pgBackend) childEnv() []string {
 }
 
 func openPostgres(ctx context.Context, env *Env) (_ service, err error) {
-	u := env.getenv(envPostgresURL)
 	b := &pgBackend{}
 	defer func() {
 		if err != nil {
 			b.close(context.WithoutCancel(ctx))
 		}
 	}()
-	if u == "" {
-		if !env.StartServers {
-			return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", errUnavailable, envPostgresURL)
-		}
-		root, err := env.repoRoot()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s is not set, and scripts/servers/postgres.sh cannot be found: %w", errUnavailable, envPostgresURL, err)
-		}
-		env.logf("postgres: %s is not set: starting a throwaway server with scripts/servers/postgres.sh", envPostgresURL)
-		if b.started, err = servers.StartScript(ctx, root, "postgres", envPostgresURL, servers.PostgresBinary, env.Log); err != nil {
-			return nil, fmt.Errorf("%w: %s is not set, and %w", errUnavailable, envPostgresURL, err)
-		}
-		u = b.started.URL
+	u, started, err := env.reach(ctx, "postgres", envPostgresURL, servers.PostgresBinary)
+	if err != nil {
+		return nil, err
 	}
+	b.started = started
 	b.url = u
 	if u, err = env.dialURL(u); err != nil {
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)

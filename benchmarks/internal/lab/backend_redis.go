@@ -51,21 +51,11 @@ func openRedis(ctx context.Context, env *Env) (_ service, err error) {
 			_ = b.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	u := env.getenv(envRedisURL)
-	if u == "" {
-		if !env.StartServers {
-			return nil, fmt.Errorf("%w: %s is not set, and starting servers is off", errUnavailable, envRedisURL)
-		}
-		root, err := env.repoRoot()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s is not set, and scripts/servers/redis.sh cannot be found: %w", errUnavailable, envRedisURL, err)
-		}
-		env.logf("redis: %s is not set: starting a throwaway server with scripts/servers/redis.sh", envRedisURL)
-		if b.started, err = servers.StartScript(ctx, root, "redis", envRedisURL, servers.RedisBinary, env.Log); err != nil {
-			return nil, fmt.Errorf("%w: %s is not set, and %w", errUnavailable, envRedisURL, err)
-		}
-		u = b.started.URL
+	u, started, err := env.reach(ctx, "redis", envRedisURL, servers.RedisBinary)
+	if err != nil {
+		return nil, err
 	}
+	b.started = started
 	opts, err := redis.ParseURL(u)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errUnavailable, envRedisURL, err)

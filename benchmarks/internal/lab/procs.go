@@ -96,7 +96,11 @@ func (l *Lab) runProcs(ctx context.Context, c Cell, ns string, workers []*worker
 		svc, _ := l.Service(name)
 		if ce, ok := svc.(childEnver); ok {
 			env = append(env, ce.childEnv()...)
-			services = append(services, name)
+			// Services opened on demand (Redlock's servers) are opened
+			// on demand in the child too, from the same environment.
+			if _, listed := lookupBackend(name); listed {
+				services = append(services, name)
+			}
 		}
 	}
 	if !strings.Contains(strings.Join(services, ","), c.Backend) {
