@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/occkit/occkit/benchmarks"
+	"github.com/occkit/occkit/benchmarks/internal/lab"
 )
 
 // Config says which stories to run in which modes, and how to reach or
@@ -27,7 +27,7 @@ type Config struct {
 	// Env.StartServers, throwaway servers are started (Redis with
 	// scripts/servers/redis.sh, ZooKeeper from Debian's package, etcd in
 	// process) and stopped before Run returns.
-	Env benchmarks.Env
+	Env lab.Env
 	// Command is the command line that reproduces the run, for the report.
 	Command string
 	// Progress, when set, is called after each story run.
@@ -38,9 +38,11 @@ type Config struct {
 const runTimeout = 2 * time.Minute
 
 // Run runs every chosen story in every chosen mode, one after the other,
-// against real servers, and returns the report. A run that fails (a
-// server that cannot be reached, a client that errs) has Result.Err set
-// and the others go on. Run fails only for an unknown story or mode, when
+// against real servers, and returns the report. A mode whose servers are
+// not installed or cannot be reached here is not run: it is listed in
+// Report.Skipped with the reason (the caller decides whether that is an
+// error). A run that fails (a client that errs) has Result.Err set and
+// the others go on. Run fails only for an unknown story or mode, when
 // the servers cannot be opened or started, or when ctx ends (it then
 // returns the partial report too).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
@@ -70,15 +72,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	runID := hex.EncodeToString(b[:])
+	var runnable []modeSpec
+	for _, m := range ms {
+		if why := srv.unavailable(m); why != "" {
+			rep.Skipped = append(rep.Skipped, Skip{Mode: m.Name, Reason: why})
+			continue
+		}
+		runnable = append(runnable, m)
+	}
 	for _, st := range sts {
-		for _, m := range ms {
+		for _, m := range runnable {
 			var res Result
-			switch {
-			case ctx.Err() != nil:
+			if ctx.Err() != nil {
 				res = Result{Story: st.Name, Mode: m.Name, Err: "not run: interrupted"}
-			case srv.unavailable(m) != "":
-				res = Result{Story: st.Name, Mode: m.Name, Err: srv.unavailable(m)}
-			default:
+			} else {
 				res = runOne(ctx, st, m, srv.ep, runID)
 			}
 			rep.Results = append(rep.Results, res)
@@ -118,7 +125,7 @@ func choose(storyNames, modeNames []string) ([]storySpec, []modeSpec, error) {
 }
 
 // logOf returns where the lab's messages go.
-func logOf(env benchmarks.Env) io.Writer {
+func logOf(env lab.Env) io.Writer {
 	if env.Log != nil {
 		return env.Log
 	}
@@ -127,7 +134,7 @@ func logOf(env benchmarks.Env) io.Writer {
 
 // serverSet is the lab services the stories run against.
 type serverSet struct {
-	lab     *benchmarks.Lab
+	lab     *lab.Lab
 	ep      endpoints
 	missing map[string]string // service → why it is unavailable
 	servers []string
@@ -148,7 +155,7 @@ func (s *serverSet) unavailable(m modeSpec) string {
 
 // openServers opens, through the lab, Redis and what the modes need
 // besides: Redlock's five Redis servers, ZooKeeper, etcd.
-func openServers(ctx context.Context, env benchmarks.Env, ms []modeSpec) (*serverSet, error) {
+func openServers(ctx context.Context, env lab.Env, ms []modeSpec) (*serverSet, error) {
 	needs := map[string]bool{}
 	for _, m := range ms {
 		if m.needs != "" {
@@ -161,16 +168,16 @@ func openServers(ctx context.Context, env benchmarks.Env, ms []modeSpec) (*serve
 			names = append(names, n)
 		}
 	}
-	lab, err := benchmarks.OpenLab(ctx, names, env)
+	l, err := lab.OpenLab(ctx, names, env)
 	if err != nil {
 		return nil, err
 	}
-	s := &serverSet{lab: lab, missing: map[string]string{}}
-	for _, sk := range lab.Skipped() {
+	s := &serverSet{lab: l, missing: map[string]string{}}
+	for _, sk := range l.Skipped() {
 		s.missing[sk.Name] = sk.Reason
 	}
-	if svc, ok := lab.Service("redis"); ok {
-		rs, _ := svc.(benchmarks.RedisService)
+	if svc, ok := l.Service("redis"); ok {
+		rs, _ := svc.(lab.RedisService)
 		var cli *redis.Client
 		if rs != nil {
 			cli, _ = rs.RedisClient().(*redis.Client)
@@ -181,20 +188,20 @@ func openServers(ctx context.Context, env benchmarks.Env, ms []modeSpec) (*serve
 			s.ep.Redis = redisAddrOf(cli)
 		}
 	}
-	if svc, ok := lab.Service("etcd"); ok {
-		if es, ok := svc.(benchmarks.EtcdService); ok && len(es.EtcdClient().Endpoints()) > 0 {
+	if svc, ok := l.Service("etcd"); ok {
+		if es, ok := svc.(lab.EtcdService); ok && len(es.EtcdClient().Endpoints()) > 0 {
 			s.ep.Etcd = es.EtcdClient().Endpoints()[0]
 		} else {
 			s.missing["etcd"] = "the lab's etcd service has no endpoint"
 		}
 	}
-	if svc, ok := lab.Service("zookeeper"); ok {
-		if zs, ok := svc.(benchmarks.ZooKeeperService); ok {
+	if svc, ok := l.Service("zookeeper"); ok {
+		if zs, ok := svc.(lab.ZooKeeperService); ok {
 			s.ep.ZK = zs.ZooKeeperAddr()
 		}
 	}
 	if needs["redlock"] {
-		rl, err := lab.OpenRedlock(ctx)
+		rl, err := l.OpenRedlock(ctx)
 		if err != nil {
 			s.missing["redlock"] = err.Error()
 		} else {
@@ -204,10 +211,10 @@ func openServers(ctx context.Context, env benchmarks.Env, ms []modeSpec) (*serve
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		_ = lab.Close(context.WithoutCancel(ctx))
+		_ = l.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	for _, info := range lab.Infos() {
+	for _, info := range l.Infos() {
 		s.servers = append(s.servers, info.Server)
 	}
 	return s, nil

@@ -59,6 +59,56 @@ func goSale(ctx context.Context, c *client, h hook) <-chan error {
 	return done
 }
 
+// abRun is the shape of the clock-jump and partition stories: client A
+// starts a sale that a gate holds after its read, while client B sells on
+// direct connections.
+type abRun struct {
+	a, b  *client
+	g     *gate
+	aDone <-chan error
+}
+
+// startAB makes clients A (on epA) and B (direct) and starts A's gated
+// sale; it returns once A has read. The caller closes the pair.
+func (r *run) startAB(ctx context.Context, epA clientEndpoints) (*abRun, error) {
+	a, err := r.newClient(ctx, "A", epA)
+	if err != nil {
+		return nil, err
+	}
+	b, err := r.newClient(ctx, "B", r.direct())
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	x := &abRun{a: a, b: b, g: newGate()}
+	x.aDone = goSale(ctx, a, x.g.hook)
+	if err := x.g.waitReached(ctx, x.aDone); err != nil {
+		x.close()
+		return nil, fmt.Errorf("client A: %w", err)
+	}
+	return x, nil
+}
+
+func (x *abRun) close() {
+	x.a.close()
+	x.b.close()
+}
+
+// finish has B sell while A is held, lets the system settle, runs heal
+// (if not nil), then lets A go on and returns both clients' errors.
+func (x *abRun) finish(ctx context.Context, heal func()) error {
+	berr := saleWithin(ctx, x.b)
+	sleep(ctx, settle)
+	if heal != nil {
+		heal()
+	}
+	close(x.g.open)
+	if err := <-x.aDone; err != nil {
+		return errors.Join(berr, fmt.Errorf("client A: %w", err))
+	}
+	return berr
+}
+
 // gate is a hook that holds a sale after its first read until opened.
 type gate struct {
 	reached chan struct{}
@@ -163,39 +213,23 @@ func clockJump(ctx context.Context, r *run) error {
 		r.note("A", Fault, fmt.Sprintf("A cannot reach Redis nodes %d-%d (a partition): it can lock nodes 1-%d only, a majority",
 			redlockNode+2, len(epA.Lock.Redlock), redlockNode+1))
 	}
-	a, err := r.newClient(ctx, "A", epA)
+	x, err := r.startAB(ctx, epA)
 	if err != nil {
 		return err
 	}
-	defer a.close()
-	b, err := r.newClient(ctx, "B", r.direct())
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	g := newGate()
-	aDone := goSale(ctx, a, g.hook)
-	if err := g.waitReached(ctx, aDone); err != nil {
-		return fmt.Errorf("client A: %w", err)
-	}
+	defer x.close()
 	if r.lock != nil {
-		detail, err := r.lock.expireEarly(ctx, a.currentRef())
+		detail, err := r.lock.expireEarly(ctx, x.a.currentRef())
 		if err != nil {
-			close(g.open)
-			<-aDone
+			close(x.g.open)
+			<-x.aDone
 			return fmt.Errorf("expiring A's lock early: %w", err)
 		}
 		r.note("A", Fault, detail)
 	} else {
 		r.note("A", Note, "no lock to end early: B sells while A is between its read and its write, as it could after the jump")
 	}
-	berr := saleWithin(ctx, b)
-	sleep(ctx, settle)
-	close(g.open)
-	if err := <-aDone; err != nil {
-		return errors.Join(berr, fmt.Errorf("client A: %w", err))
-	}
-	return berr
+	return x.finish(ctx, nil)
 }
 
 // partition: A reaches the lock service through TCP proxies; after A's
@@ -251,37 +285,22 @@ func partition(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	a, err := r.newClient(ctx, "A", epA)
+	x, err := r.startAB(ctx, epA)
 	if err != nil {
 		return err
 	}
-	defer a.close()
-	b, err := r.newClient(ctx, "B", r.direct())
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	g := newGate()
-	aDone := goSale(ctx, a, g.hook)
-	if err := g.waitReached(ctx, aDone); err != nil {
-		return fmt.Errorf("client A: %w", err)
-	}
+	defer x.close()
 	for _, p := range proxies {
 		p.SetLatency(time.Hour) // nothing gets through, nothing is reset
 	}
 	r.note("A", Fault, "partition: the TCP proxy between A and "+what+" holds every packet; A's work goes on")
-	berr := saleWithin(ctx, b)
-	sleep(ctx, settle)
-	for _, p := range proxies {
-		p.SetLatency(0)
-		p.DropAll() // the stuck connections are reset; new ones get through
-	}
-	r.note("A", Fault, "the partition heals: A's stuck connections are reset, new ones get through")
-	close(g.open)
-	if err := <-aDone; err != nil {
-		return errors.Join(berr, fmt.Errorf("client A: %w", err))
-	}
-	return berr
+	return x.finish(ctx, func() {
+		for _, p := range proxies {
+			p.SetLatency(0)
+			p.DropAll() // the stuck connections are reset; new ones get through
+		}
+		r.note("A", Fault, "the partition heals: A's stuck connections are reset, new ones get through")
+	})
 }
 
 // contention: five clients sell two items each; A's first sale works

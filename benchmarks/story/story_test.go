@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/occkit/occkit/benchmarks"
-	"github.com/occkit/occkit/benchmarks/internal/servers"
+	"github.com/occkit/occkit/benchmarks/internal/lab"
 	"github.com/occkit/occkit/internal/redistest"
+	"github.com/occkit/occkit/internal/servers"
 	"github.com/occkit/occkit/internal/zktest"
 )
 
@@ -28,16 +28,16 @@ func (l testLog) Write(p []byte) (int, error) {
 // (zktest), Redlock's five Redis servers started by the lab from
 // redis-server, etcd in process. A missing server fails the test, saying
 // how to get it.
-func testEnv(t *testing.T) benchmarks.Env {
+func testEnv(t *testing.T) lab.Env {
 	redistest.URL(t) // fails loudly without a server
-	if _, err := os.Stat(servers.RedisBinary); err != nil && os.Getenv(benchmarks.EnvRedlockURLs) == "" {
+	if _, err := os.Stat(servers.RedisBinary); err != nil && os.Getenv(lab.EnvRedlockURLs) == "" {
 		t.Fatalf("%s is missing and %s is not set: the redlock mode needs %d Redis servers, which this test starts from redis-server. "+
 			"Run `make test` once (scripts/servers/redis.sh installs it) or apt-get install redis-server, or set %s",
-			servers.RedisBinary, benchmarks.EnvRedlockURLs, benchmarks.RedlockServers, benchmarks.EnvRedlockURLs)
+			servers.RedisBinary, lab.EnvRedlockURLs, lab.RedlockServers, lab.EnvRedlockURLs)
 	}
 	zk := zktest.Start(t)
-	return benchmarks.Env{StartServers: true, Log: testLog{t}, Getenv: func(k string) string {
-		if k == benchmarks.EnvZooKeeperAddr {
+	return lab.Env{StartServers: true, Log: testLog{t}, Getenv: func(k string) string {
+		if k == lab.EnvZooKeeperAddr {
 			return zk.Addr
 		}
 		return os.Getenv(k)

@@ -107,6 +107,12 @@ type Result struct {
 	Err string `json:"error,omitempty"`
 }
 
+// Skip is a mode left out of a run, and why.
+type Skip struct {
+	Mode   string `json:"mode"`
+	Reason string `json:"reason"`
+}
+
 // Info describes a story or a mode for the report.
 type Info struct {
 	Name  string `json:"name"`
@@ -123,6 +129,9 @@ type Report struct {
 	Stories []Info   `json:"stories"`
 	Modes   []Info   `json:"modes"`
 	Results []Result `json:"results"`
+	// Skipped are the modes that did not run because a server they need
+	// is not installed or cannot be reached here, with the reason.
+	Skipped []Skip `json:"skipped,omitempty"`
 	// Command reproduces the run.
 	Command string `json:"command"`
 }

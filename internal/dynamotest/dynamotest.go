@@ -16,9 +16,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -26,16 +24,16 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	miniserver "github.com/truora/minidyn/server"
+
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // EnvDynaliteURL is the environment variable holding dynalite's URL.
-const EnvDynaliteURL = "OCCKIT_DYNALITE_URL"
+const EnvDynaliteURL = servers.EnvDynaliteURL
 
 // Region is the region the test clients sign for. Local servers accept any.
-const Region = "us-east-1"
+const Region = servers.DynamoRegion
 
 // Server is a DynamoDB-compatible server for tests, and what it can do.
 type Server struct {
@@ -72,38 +70,13 @@ func Dynalite(t testing.TB) Server {
 }
 
 // StartMinidyn starts minidyn's HTTP server in process on a free
-// 127.0.0.1 port and stops it when the test ends. Each call starts an
-// independent server with no tables.
+// 127.0.0.1 port (servers.StartMinidyn) and stops it when the test ends.
+// Each call starts an independent server with no tables.
 func StartMinidyn(t testing.TB) Server {
 	t.Helper()
-	srv := httptest.NewServer(&serialTables{h: miniserver.NewServer()})
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-	})
-	return Server{Name: "minidyn", URL: srv.URL, Transactions: true, ReturnsOldOnConditionFailure: true}
-}
-
-// serialTables runs minidyn's table operations (CreateTable, DeleteTable,
-// UpdateTable, DescribeTable), which change or read its map of tables
-// without its lock, alone, and every other request beside the others:
-// without it the race detector rightly reports a table created while a
-// request on another connection looks a table up.
-type serialTables struct {
-	mu sync.RWMutex
-	h  http.Handler
-}
-
-func (s *serialTables) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	target := r.Header.Get("X-Amz-Target")
-	if strings.HasSuffix(target, "Table") {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-	} else {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-	}
-	s.h.ServeHTTP(w, r)
+	m := servers.StartMinidyn()
+	t.Cleanup(m.Close)
+	return Server{Name: "minidyn", URL: m.URL, Transactions: true, ReturnsOldOnConditionFailure: true}
 }
 
 // Servers returns both servers: dynalite (failing the test when
@@ -121,39 +94,18 @@ func Each(t *testing.T, f func(t *testing.T, srv Server)) {
 	t.Run("minidyn", func(t *testing.T) { f(t, StartMinidyn(t)) })
 }
 
-// NewClient returns an SDK client for endpoint (static credentials, region
-// us-east-1, BaseEndpoint) over its own HTTP transport, and a function
-// that closes the transport's idle connections. It is for tools and
-// benchmarks that outlive a test; tests use [Client].
+// NewClient returns an SDK client for endpoint and a function that closes
+// its idle connections (servers.NewDynamoClient), for a client the test
+// closes itself.
 func NewClient(endpoint string) (*dynamodb.Client, func()) {
-	tr := newTransport()
-	return newClient(endpoint, tr), tr.CloseIdleConnections
-}
-
-func newTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:               nil, // loopback servers: never through a proxy
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
-	}
-}
-
-func newClient(endpoint string, rt http.RoundTripper) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{
-		Region:       Region,
-		BaseEndpoint: aws.String(endpoint),
-		Credentials:  credentials.NewStaticCredentialsProvider("occkit", "occkit-secret", ""),
-		HTTPClient:   &http.Client{Transport: rt},
-	})
+	return servers.NewDynamoClient(endpoint)
 }
 
 // Client returns an SDK client for s whose connections are closed when
 // the test ends.
 func Client(t testing.TB, s Server) *dynamodb.Client {
 	t.Helper()
-	cli, closeIdle := NewClient(s.URL)
+	cli, closeIdle := servers.NewDynamoClient(s.URL)
 	t.Cleanup(closeIdle)
 	return cli
 }
@@ -222,9 +174,9 @@ func Operation(r *http.Request) string {
 // or to inject faults), closed when the test ends.
 func ClientWith(t testing.TB, s Server, wrap func(http.RoundTripper) http.RoundTripper) *dynamodb.Client {
 	t.Helper()
-	tr := newTransport()
+	tr := servers.NewDynamoTransport()
 	t.Cleanup(tr.CloseIdleConnections)
-	return newClient(s.URL, wrap(tr))
+	return servers.DynamoClient(s.URL, wrap(tr))
 }
 
 // CountingClient returns an SDK client for s and the Counter of its

@@ -14,6 +14,10 @@
 //	p.DropAll()                        // every live connection is reset
 //	p.CutAfter(10)                     // answers stop after 10 more bytes
 //
+// SetDelay is different: a network path that is longer, not a fault. It
+// holds every byte for a fixed time in each direction without slowing a
+// busy connection down (the contention lab's --rtt).
+//
 // A Proxy is safe for concurrent use.
 package faultproxy
 
@@ -38,6 +42,8 @@ type Proxy struct {
 	mu       sync.Mutex
 	conns    map[*link]struct{}
 	latency  time.Duration
+	oneWay   time.Duration // SetDelay: the one-way delay of new connections
+	clock    *clock
 	cutAfter int64 // > 0: each connection is cut after that many server bytes
 	closed   bool
 	accepted int
@@ -52,7 +58,8 @@ type link struct {
 	once           sync.Once
 
 	mu        sync.Mutex
-	remaining int64 // server bytes still forwarded before the cut; < 0: no cut
+	remaining int64  // server bytes still forwarded before the cut; < 0: no cut
+	clock     *clock // the proxy's, for a delayed connection
 }
 
 // close closes both sides; reset sends the client a TCP reset (SO_LINGER
@@ -76,9 +83,10 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, conns: make(map[*link]struct{})}
-	p.wg.Add(1)
+	p := &Proxy{target: target, ln: ln, conns: make(map[*link]struct{}), clock: newClock()}
+	p.wg.Add(2)
 	go p.accept()
+	go func() { defer p.wg.Done(); p.clock.run() }()
 	return p, nil
 }
 
@@ -90,6 +98,20 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	p.latency = d
+	p.mu.Unlock()
+}
+
+// SetDelay gives the connections accepted from now on a one-way delay of
+// d in each direction, as a longer network path does: every chunk read
+// from one side is written to the other d after it arrived, in order,
+// while the chunks behind it are already on their way (a connection
+// carrying many requests at once, as an HTTP/2 or pipelined client does,
+// is not slowed down, unlike with SetLatency). A round trip through the
+// proxy then takes at least 2d more than without it. CutAfter does not
+// apply to delayed connections. 0 turns it off for new connections.
+func (p *Proxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.oneWay = max(d, 0)
 	p.mu.Unlock()
 }
 
@@ -157,6 +179,7 @@ func (p *Proxy) Close() error {
 	p.mu.Unlock()
 	err := p.ln.Close()
 	p.DropAll()
+	p.clock.close()
 	p.wg.Wait()
 	return err
 }
@@ -195,12 +218,19 @@ func (p *Proxy) serve(c net.Conn) {
 	}
 	p.conns[l] = struct{}{}
 	p.accepted++
+	delay := p.oneWay
 	p.mu.Unlock()
 
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go func() { defer copies.Done(); p.pipe(l, s, c, false) }()
-	go func() { defer copies.Done(); p.pipe(l, c, s, true) }()
+	if delay > 0 {
+		l.clock = p.clock
+		go func() { defer copies.Done(); delayLine(l, s, c, delay) }()
+		go func() { defer copies.Done(); delayLine(l, c, s, delay) }()
+	} else {
+		go func() { defer copies.Done(); p.pipe(l, s, c, false) }()
+		go func() { defer copies.Done(); p.pipe(l, c, s, true) }()
+	}
 	copies.Wait()
 	l.close(false)
 	p.mu.Lock()
@@ -276,3 +306,116 @@ func (p *Proxy) delay(l *link) bool {
 		return false
 	}
 }
+
+// delayed is a chunk on its way through a delay line: its bytes, or the
+// error that ended the reading side, and when it is due.
+type delayed struct {
+	b   []byte
+	err error
+	due time.Time
+}
+
+// delayLine copies from src to dst, each chunk d after it was read. A
+// reader goroutine timestamps the chunks and queues them; this goroutine
+// writes each when it is due, so that the chunks behind one are not held
+// up by its wait. An EOF from src half-closes dst once the bytes before
+// it are delivered, as pipe does.
+func delayLine(l *link, dst, src net.Conn, d time.Duration) {
+	q := make(chan delayed, 4096)
+	go func() {
+		defer close(q)
+		for {
+			buf := make([]byte, chunkSize)
+			n, err := src.Read(buf)
+			c := delayed{b: buf[:n], err: err, due: time.Now().Add(d)}
+			select {
+			case q <- c:
+			case <-l.done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range q {
+		if !l.clock.await(c.due, l.done) {
+			return
+		}
+		if len(c.b) > 0 {
+			if _, err := dst.Write(c.b); err != nil {
+				l.close(false)
+				return
+			}
+		}
+		if c.err != nil {
+			if errors.Is(c.err, io.EOF) {
+				if tc, ok := dst.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+					return
+				}
+			}
+			l.close(false)
+			return
+		}
+	}
+}
+
+// clock wakes the delayed chunks of a proxy's connections when they are
+// due, more precisely than Go's timers, which an idle process fires up to
+// about a millisecond late (a 250 µs delay would become 1.1 ms): one
+// goroutine sleeps in the operating system (sleepUntil) until the chunk at
+// the head of its queue is due, then wakes it. Every chunk of a proxy has
+// the same delay, so chunks fall due in the order they arrive and a FIFO
+// queue is enough.
+type clock struct {
+	q    chan *tick
+	stop chan struct{}
+	once sync.Once
+}
+
+// tick is one chunk waiting for its time.
+type tick struct {
+	due  time.Time
+	done chan struct{}
+}
+
+func newClock() *clock {
+	return &clock{q: make(chan *tick, 4096), stop: make(chan struct{})}
+}
+
+func (c *clock) run() {
+	for {
+		select {
+		case t := <-c.q:
+			sleepUntil(t.due)
+			close(t.done)
+		case <-c.stop:
+			return
+		}
+	}
+}
+
+// await waits until due, or returns false when cancel is closed first.
+func (c *clock) await(due time.Time, cancel <-chan struct{}) bool {
+	if !time.Now().Before(due) {
+		return true
+	}
+	t := &tick{due: due, done: make(chan struct{})}
+	select {
+	case c.q <- t:
+	case <-cancel:
+		return false
+	case <-c.stop:
+		return false
+	}
+	select {
+	case <-t.done:
+		return true
+	case <-cancel:
+		return false
+	case <-c.stop:
+		return false
+	}
+}
+
+func (c *clock) close() { c.once.Do(func() { close(c.stop) }) }

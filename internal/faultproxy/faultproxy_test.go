@@ -133,6 +133,54 @@ func TestLatency(t *testing.T) {
 	}
 }
 
+// TestDelay: with SetDelay each message comes back no sooner than two
+// delays after it was sent, and messages sent one after the other travel
+// together instead of queueing behind each other's delay (sent 10 ms
+// apart with a 200 ms delay, ten echoes take about 0.5 s; one at a time
+// they would take 4 s).
+func TestDelay(t *testing.T) {
+	p := newProxy(t)
+	const d = 200 * time.Millisecond
+	p.SetDelay(d)
+	c := dial(t, p)
+	const n = 10
+	sent := make(chan time.Time, n)
+	go func() {
+		for i := range n {
+			sent <- time.Now()
+			if _, err := c.Write([]byte{byte('0' + i)}); err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	buf := make([]byte, 1)
+	for i := range n {
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+		if buf[0] != byte('0'+i) {
+			t.Fatalf("echo %d is %q: out of order", i, buf)
+		}
+		if took := time.Since(<-sent); took < 2*d {
+			t.Fatalf("echo %d came back after %v; want at least %v", i, took, 2*d)
+		}
+	}
+	if took := time.Since(start); took > n*2*d/2 {
+		t.Fatalf("%d echoes took %v: the delay held each message behind the previous one's", n, took)
+	}
+	if _, err := c.Write([]byte("z")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(c); err != nil || string(got) != "z" {
+		t.Fatalf("after a half-close: got %q, %v; want \"z\", EOF", got, err)
+	}
+}
+
 func TestDropAll(t *testing.T) {
 	p := newProxy(t)
 	conns := []net.Conn{dial(t, p), dial(t, p), dial(t, p)}

@@ -56,3 +56,8 @@ func fourLetters(t *testing.T, addr, word string) string {
 	reply, _ := bufio.NewReader(conn).ReadString(0)
 	return reply
 }
+
+// nopLogger silences the client's log.
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}

@@ -33,9 +33,11 @@
 //
 // It prints the outcome table (lost updates, stale writes accepted and
 // rejected, time blocked, verdict) and, with --out DIR, writes
-// DIR/stories.json and DIR/stories.html. Its exit status is 1 when a
-// run failed or when the fenced or occ mode lost an update or accepted a
-// stale write; unfenced locks losing updates is the expected outcome.
+// DIR/stories.json and DIR/stories.html. A mode whose server is not
+// installed is skipped with a note. Its exit status is 1 when a run failed,
+// when the fenced or occ mode lost an update or accepted a stale write, or
+// (with --require-servers) when a mode was skipped; unfenced locks losing
+// updates is the expected outcome.
 package main
 
 import (
@@ -55,13 +57,15 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/occkit/occkit/benchmarks"
+	"github.com/occkit/occkit/benchmarks/internal/lab"
 	"github.com/occkit/occkit/benchmarks/story"
 )
 
 func main() {
-	// gc-pause's client A is this binary, re-run as a child process.
+	// gc-pause's client A is this binary, re-run as a child process, and
+	// so are the workers of --procs.
 	story.ChildMain()
+	lab.ChildMain()
 	os.Exit(run(os.Args[1:], os.Stdout))
 }
 
@@ -77,7 +81,7 @@ func run(args []string, stdout io.Writer) int {
 		fmt.Fprintf(fs.Output(), "usage: occbench [flags]\n       occbench story [flags]   (the lock stories; occbench story --help)\n\nThe contention lab: strategies against locks, with invariant checks.\n\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\nbackends:   %s\nstrategies: %s\nworkloads:  %s\n",
-			strings.Join(benchmarks.Backends(), ", "), strings.Join(benchmarks.Strategies(), ", "), strings.Join(benchmarks.Workloads(), ", "))
+			strings.Join(lab.Backends(), ", "), strings.Join(lab.Strategies(), ", "), strings.Join(lab.Workloads(), ", "))
 	}
 	var (
 		backendsF   = fs.String("backends", "", "comma-separated backends (default: every one that can be opened, skipping the others)")
@@ -91,10 +95,12 @@ func run(args []string, stdout io.Writer) int {
 		warmupF     = fs.Duration("warmup", 0, "warm-up per cell before measuring (default 200ms)")
 		opsF        = fs.Int64("ops", 0, "operations per cell instead of a duration (all measured)")
 		seedF       = fs.Uint64("seed", 1, "seed for key choice and amounts")
-		maxAttF     = fs.Int("max-attempts", 0, fmt.Sprintf("attempt limit per operation (default %d)", benchmarks.DefaultMaxAttempts))
+		maxAttF     = fs.Int("max-attempts", 0, fmt.Sprintf("attempt limit per operation (default %d)", lab.DefaultMaxAttempts))
 		outF        = fs.String("out", "", "directory for results.json, results.csv, charts/ and report.html")
 		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): a smoke run, not a measurement")
 		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's and ZooKeeper only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR")
+		procsF      = fs.Int("procs", 1, "run each cell's workers in this many OS processes (this binary, run again), each with its own connections, combiner and cache; lock-local and memory are left out above 1")
+		rttF        = fs.String("rtt", "", "add this one-way delay (e.g. 0.25ms, 1ms, 5ms) in each direction to every connection to every server, through a TCP proxy per server (internal/faultproxy); 0 measures the proxy's own hop")
 		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -103,9 +109,13 @@ func run(args []string, stdout io.Writer) int {
 		}
 		return 2
 	}
-	g := benchmarks.Grid{
+	g := lab.Grid{
 		Backends: list(*backendsF), Strategies: list(*strategiesF), Workloads: list(*workloadsF),
 		Duration: *durationF, Warmup: *warmupF, Ops: *opsF, Seed: *seedF, MaxAttempts: *maxAttF,
+		Procs: *procsF,
+	}
+	if *procsF < 1 {
+		return usage(fs, "--procs", fmt.Errorf("%d is not a positive integer", *procsF))
 	}
 	var err error
 	if g.Workers, err = ints(*workersF); err != nil {
@@ -131,29 +141,38 @@ func run(args []string, stdout io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	started, load := time.Now(), benchmarks.LoadAverage()
-	maxWorkers := benchmarks.DefaultWorkers
+	started, load := time.Now(), lab.LoadAverage()
+	maxWorkers := lab.DefaultWorkers
 	for _, w := range g.Workers {
 		maxWorkers = max(maxWorkers, w)
 	}
-	lab, err := benchmarks.OpenLab(ctx, g.Backends, benchmarks.Env{StartServers: !*noStartF, MaxWorkers: maxWorkers, Log: os.Stderr})
+	env := lab.Env{StartServers: !*noStartF, MaxWorkers: maxWorkers, Log: os.Stderr}
+	if *rttF != "" {
+		d, err := durations(*rttF)
+		if err != nil || len(d) != 1 {
+			return usage(fs, "--rtt", fmt.Errorf("%q is not one duration", *rttF))
+		}
+		env.Proxy, env.Delay = true, d[0]
+		fmt.Fprintf(os.Stderr, "occbench: every connection to a server goes through a proxy adding %v each way (memory has no connection)\n", d[0])
+	}
+	l, err := lab.OpenLab(ctx, g.Backends, env)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "occbench:", err)
 		return 2
 	}
 	defer func() {
-		if err := lab.Close(context.Background()); err != nil {
+		if err := l.Close(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, "occbench: closing backends:", err)
 		}
 	}()
-	for _, s := range lab.Skipped() {
+	for _, s := range l.Skipped() {
 		fmt.Fprintf(os.Stderr, "occbench: skipping backend %s: %s\n", s.Name, s.Reason)
 	}
-	if len(g.Backends) > 0 && len(lab.Skipped()) > 0 {
+	if len(g.Backends) > 0 && len(l.Skipped()) > 0 {
 		fmt.Fprintln(os.Stderr, "occbench: a backend named with --backends is unavailable")
 		return 1
 	}
-	cells, planSkips, err := g.Plan(lab)
+	cells, planSkips, err := g.Plan(l)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "occbench:", err)
 		return 2
@@ -167,12 +186,12 @@ func run(args []string, stdout io.Writer) int {
 	}
 	per := cells[0].Duration + cells[0].Warmup
 	if per > 0 {
-		fmt.Fprintf(os.Stderr, "occbench: %d cells on %s, about %v\n", len(cells), strings.Join(lab.Open(), ", "),
+		fmt.Fprintf(os.Stderr, "occbench: %d cells on %s, about %v\n", len(cells), strings.Join(l.Open(), ", "),
 			(time.Duration(len(cells)) * (per + cellOverhead)).Round(time.Second))
 	}
 
-	outcomes := lab.RunGrid(ctx, cells, progress(len(cells)))
-	report := benchmarks.NewReport(lab, g, outcomes, planSkips, started, "occbench "+strings.Join(args, " "))
+	outcomes := l.RunGrid(ctx, cells, progress(len(cells)))
+	report := lab.NewReport(l, g, outcomes, planSkips, started, "occbench "+strings.Join(args, " "))
 	report.Meta.LoadAtStart = load
 	if err := report.WriteMarkdown(stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "occbench:", err)
@@ -214,7 +233,7 @@ const cellOverhead = 250 * time.Millisecond
 
 // fitBudget shortens every cell's warm-up and measured time, in
 // proportion, when running them all as they are would overrun budget.
-func fitBudget(cells []benchmarks.Cell, budget time.Duration) {
+func fitBudget(cells []lab.Cell, budget time.Duration) {
 	const margin = 5 * time.Second
 	per := cells[0].Duration + cells[0].Warmup
 	avail := (budget-margin)/time.Duration(len(cells)) - cellOverhead
@@ -232,11 +251,11 @@ func fitBudget(cells []benchmarks.Cell, budget time.Duration) {
 
 // progress returns a grid callback drawing a progress bar on a terminal,
 // or printing a line per cell otherwise.
-func progress(total int) func(int, *benchmarks.Cell) {
+func progress(total int) func(int, *lab.Cell) {
 	if !term.IsTerminal(int(os.Stderr.Fd())) {
-		return func(done int, next *benchmarks.Cell) {
+		return func(done int, next *lab.Cell) {
 			if next != nil {
-				fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", done+1, total, benchmarks.CellName(*next))
+				fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", done+1, total, lab.CellName(*next))
 			}
 		}
 	}
@@ -248,13 +267,13 @@ func progress(total int) func(int, *benchmarks.Cell) {
 		progressbar.OptionSetWidth(24),
 		progressbar.OptionClearOnFinish(),
 	)
-	return func(done int, next *benchmarks.Cell) {
+	return func(done int, next *lab.Cell) {
 		if next == nil {
 			_ = bar.Set(done)
 			_ = bar.Finish()
 			return
 		}
-		bar.Describe(fmt.Sprintf("%-60s", benchmarks.CellName(*next)))
+		bar.Describe(fmt.Sprintf("%-60s", lab.CellName(*next)))
 		_ = bar.Set(done)
 	}
 }
@@ -290,8 +309,8 @@ func floats(s string) ([]float64, error) {
 	var out []float64
 	for _, f := range list(s) {
 		x, err := strconv.ParseFloat(f, 64)
-		if err != nil || x < 0 || x > benchmarks.MaxTheta {
-			return nil, fmt.Errorf("%q is not a number in [0, %v]", f, benchmarks.MaxTheta)
+		if err != nil || x < 0 || x > lab.MaxTheta {
+			return nil, fmt.Errorf("%q is not a number in [0, %v]", f, lab.MaxTheta)
 		}
 		out = append(out, x)
 	}

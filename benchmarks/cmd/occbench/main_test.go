@@ -9,15 +9,18 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/occkit/occkit/benchmarks/internal/lab"
 	"github.com/occkit/occkit/benchmarks/story"
+	"github.com/occkit/occkit/internal/redistest"
 )
 
 // TestMain runs the test binary as a lock story's child client when
 // `occbench story` re-executes it (as main does), and otherwise checks for
 // leaked goroutines. The embedded etcd's HTTP handlers wind down after it
-// closes, as in package benchmarks.
+// closes, as in package lab.
 func TestMain(m *testing.M) {
 	story.ChildMain()
+	lab.ChildMain()
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
@@ -76,6 +79,84 @@ func TestStory(t *testing.T) {
 	}
 	if len(rep.Results) != 6 || len(rep.Stories) != 2 || len(rep.Modes) != 3 || !strings.Contains(rep.Command, "occbench story") {
 		t.Errorf("stories.json: %d results, %d stories, %d modes, command %q", len(rep.Results), len(rep.Stories), len(rep.Modes), rep.Command)
+	}
+}
+
+// TestProcsAndRTT runs cells with --procs 2 --rtt 0 on Redis
+// (OCCKIT_REDIS_URL): the workers run in two child processes (this test
+// binary, run again through lab.ChildMain) whose counters are merged (all
+// 8 workers of occ-combine commit), the
+// counter invariant holds over both processes' increments, each cell
+// records procs 2 and the proxy, and lock-local is left out with a note.
+func TestProcsAndRTT(t *testing.T) {
+	t.Setenv(redistest.EnvURL, redistest.URL(t))
+	dir := t.TempDir()
+	var out strings.Builder
+	code := run([]string{"--backends", "redis", "--workloads", "counter", "--strategies", "occ-combine,lock-redis,lock-local",
+		"--keys", "1", "--duration", "300ms", "--warmup", "50ms", "--procs", "2", "--rtt", "0", "--no-start", "--out", dir}, &out)
+	if code != 0 {
+		t.Fatalf("exit status %d; stdout:\n%s", code, out.String())
+	}
+	for _, s := range []string{"| redis | counter | 8w 1k | occ-combine |", "lock-local: --procs 2: a mutex of one process is not a lock across processes"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("stdout lacks %q:\n%s", s, out.String())
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Cells []struct {
+			Strategy    string `json:"strategy"`
+			Procs       int    `json:"procs"`
+			Proxy       bool   `json:"proxy"`
+			Ops         int64  `json:"ops"`
+			InvariantOK bool   `json:"invariant_ok"`
+			Committers  int    `json:"workers_committed"`
+		} `json:"cells"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Cells) != 2 {
+		t.Fatalf("%d cells, want occ-combine and lock-redis: %+v", len(res.Cells), res.Cells)
+	}
+	for _, c := range res.Cells {
+		if c.Procs != 2 || !c.Proxy || !c.InvariantOK || c.Ops == 0 {
+			t.Errorf("cell %+v: want procs 2, proxied, invariant ok, operations", c)
+		}
+		// lock-redis polls and may starve a worker in 300 ms; the
+		// combiner's queue does not.
+		if c.Strategy == "occ-combine" && c.Committers != 8 {
+			t.Errorf("occ-combine: %d of 8 workers committed: the children's counters were not all merged", c.Committers)
+		}
+	}
+}
+
+// TestStorySkipsMissingServers runs `occbench story` with a mode whose
+// server is not available (ZooKeeper with --no-start and no
+// OCCKIT_ZK_ADDR): the mode is skipped with a note and the command exits
+// 0, running the other mode; with --require-servers it exits 1.
+func TestStorySkipsMissingServers(t *testing.T) {
+	t.Setenv(redistest.EnvURL, redistest.URL(t))
+	t.Setenv("OCCKIT_ZK_ADDR", "")
+	args := []string{"story", "--no-start", "--stories", "clock-jump", "--modes", "zookeeper,occ"}
+	var out strings.Builder
+	if code := run(args, &out); code != 0 {
+		t.Fatalf("exit status %d, want 0; stdout:\n%s", code, out.String())
+	}
+	for _, s := range []string{"| clock-jump | occ | 0 | 0 | 1 |", "skipped mode zookeeper: no zookeeper: "} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("stdout lacks %q:\n%s", s, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "| clock-jump | zookeeper |") {
+		t.Errorf("the skipped mode has a row:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run(append(args, "--require-servers"), &out); code != 1 {
+		t.Fatalf("with --require-servers: exit status %d, want 1; stdout:\n%s", code, out.String())
 	}
 }
 

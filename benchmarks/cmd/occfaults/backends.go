@@ -28,10 +28,9 @@ import (
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/adapters/rediscas"
 	"github.com/occkit/occkit/benchmarks/internal/leasefaults"
-	"github.com/occkit/occkit/benchmarks/internal/servers"
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/internal/dynamotest"
 	"github.com/occkit/occkit/internal/faultproxy"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 // target is one run's stores: ops is what the workloads use (through the
@@ -143,16 +142,14 @@ func (e *env) startScript(ctx context.Context, name, envVar, binary string) (*se
 // serverURL returns $envVar, or starts scripts/servers/<name>.sh for the
 // whole command.
 func (e *env) serverURL(ctx context.Context, name, envVar, binary string) (string, error) {
-	if u := os.Getenv(envVar); u != "" {
-		return u, nil
-	}
-	e.logf("%s: %s is not set: starting a throwaway server with scripts/servers/%s.sh", name, envVar, name)
-	s, err := e.startScript(ctx, name, envVar, binary)
+	u, s, err := servers.Reach(ctx, os.Getenv, true, func() (string, error) { return e.root, e.rootErr }, name, envVar, binary, os.Stderr)
 	if err != nil {
-		return "", fmt.Errorf("%s is not set, and %w", envVar, err)
+		return "", err
 	}
-	e.atExit(func() { e.stopScript(name, s) })
-	return s.URL, nil
+	if s != nil {
+		e.atExit(func() { e.stopScript(name, s) })
+	}
+	return u, nil
 }
 
 func (e *env) stopScript(name string, s *servers.Script) {
@@ -525,10 +522,13 @@ func openEtcd(ctx context.Context, e *env) (backend, error) {
 	return backend{name: "etcd", faults: faults, open: open, lease: lease}, nil
 }
 
-// etcdClusterTarget starts a 3-member cluster of the run's own; its
-// disruption stops the leader abruptly and waits for the next one.
+// etcdClusterTarget starts a 3-member cluster of the run's own, with fast
+// raft timings (ticks of 50 ms, elections after 500 ms: a lost leader is
+// replaced within about a second) and each member's client port behind a
+// proxy, so that a hard-stopped member is gone for its clients at once;
+// its disruption stops the leader abruptly and waits for the next one.
 func etcdClusterTarget(ctx context.Context, prefix string) (*target, error) {
-	c, err := servers.StartEtcdCluster(ctx, 3)
+	c, err := servers.StartEtcdCluster(ctx, servers.EtcdOptions{Members: 3, TickMs: 50, ElectionMs: 500})
 	if err != nil {
 		return nil, err
 	}
@@ -572,7 +572,7 @@ func openDynamo(e *env) backend {
 	srv := servers.StartMinidyn()
 	e.logf("dynamodb: minidyn's server in process at %s", srv.URL)
 	e.atExit(srv.Close)
-	direct, closeIdle := dynamotest.NewClient(srv.URL)
+	direct, closeIdle := servers.NewDynamoClient(srv.URL)
 	e.atExit(closeIdle)
 	open := func(ctx context.Context, _, ns string) (*target, error) {
 		table, ds, dropTable, err := dynamoTable(ctx, direct, ns)
@@ -589,7 +589,7 @@ func openDynamo(e *env) backend {
 			dropTable()
 			return nil, err
 		}
-		cli, closeCli := dynamotest.NewClient("http://" + p.Addr())
+		cli, closeCli := servers.NewDynamoClient("http://" + p.Addr())
 		ops, err := dynamocas.New(cli, dynamocas.Config{Table: table})
 		if err != nil {
 			closeCli()

@@ -1,0 +1,26 @@
+// Package lab is occkit's contention lab, behind cmd/occbench and the lock
+// stories: it opens real backends, runs workloads on them with occkit's
+// strategies and with the locks people use instead, checks each
+// workload's invariant after every cell, and reports throughput, latency,
+// attempts and the goal checks.
+//
+// # Pieces
+//
+//   - Backends (backend_<name>.go, listed in backendSpecs): a Service the
+//     lab reached or started (OpenLab skips, with the reason, one that
+//     cannot run here); a Backend holds data (NewStore, NewLocker, retryTuning);
+//     lock-only services (ZooKeeper, Redlock's servers) lend locks to the
+//     others.
+//   - Strategies (strategies*.go, listed in strategySpecs): how one
+//     operation is performed: occ, occ-cached, occ-txn, hybrid, adaptive,
+//     and the lock-* baselines (in process, PostgreSQL, etcd, Redis,
+//     Redlock, ZooKeeper), each given a harness per cell.
+//   - Workloads (workload.go): counter, inventory and transfer, each with
+//     its invariant.
+//   - Grid, Lab.Run and Lab.RunGrid run cells; NewReport, checkGoals and
+//     the writers turn outcomes into tables, charts and results.json.
+//
+// The lists are written out (no registration from init functions), so the
+// lab's whole menu is visible in three places. It is internal: its API
+// serves occbench and the stories, not users.
+package lab

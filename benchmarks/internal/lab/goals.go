@@ -1,0 +1,292 @@
+package lab
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Goal statuses.
+const (
+	goalMet    = "met"
+	goalNotMet = "NOT MET"
+	goalNA     = "n/a"
+)
+
+// goalCheck is one of the issue's goals checked at one grid point of one
+// backend and workload, as a ratio of throughputs measured in the same
+// run.
+type goalCheck struct {
+	Goal     string `json:"goal"`
+	Backend  string `json:"backend"`
+	Workload string `json:"workload"`
+	Point    point  `json:"point"`
+	// Setup is how the cells ran when not as goroutines of one process
+	// on direct connections: "4 processes", "+1ms each way".
+	Setup  string  `json:"setup,omitempty"`
+	Status string  `json:"status"`
+	Ratio  float64 `json:"ratio"`
+	Detail string  `json:"detail"`
+}
+
+// The goals, as printed.
+const (
+	goalLowOCC      = "low contention: occ ≥ 2× the best lock-*"
+	goalHighHybrid  = "high contention: hybrid or adaptive ≥ 0.9× the best lock-*"
+	goalHighOCC     = "high contention: occ (with backoff) ≥ 0.5× the best lock-*, every worker commits"
+	goalAdaptiveAll = "every point: adaptive ≥ 0.9× the better of occ and the best lock-*"
+
+	// Issue 15's goals, against the best lock that works across
+	// processes (every lock-* but lock-local, the single-process
+	// reference).
+	goalCombineHot   = "1 key, 8 workers, no work: occ-combine ≥ 3× the best cross-process lock, p99.9 ≤ its p99.9, 8/8 workers commit"
+	goalCombineWork  = "1–16 keys, 1 ms of work: occ-combine ≥ 1.0× the best cross-process lock"
+	goalCombineCool  = "1000 keys: occ-combine ≥ 0.95× occ"
+	goalCombineProcs = "--procs 4, 1 key: occ-combine ≥ 1.5× the best cross-process lock"
+	goalCachedRTT    = "--rtt 1ms, 1000 keys: occ-cached ≥ 2.5× the best cross-process lock"
+)
+
+// checkGoals checks the issue's goals on results. Each backend, workload
+// and grid point is judged on its own cells only: ratios between cells
+// that ran side by side. A cell whose invariant failed does not count (it
+// is a failure, not a number). On a multi-key workload, where occ.Update
+// does not apply, occ-txn stands for occ. Besides the best lock-*, the
+// detail gives the ratio to the best lock that works across processes (all
+// but lock-local), since an in-process mutex is only a choice for a single
+// process.
+func checkGoals(results []Result) []goalCheck {
+	type group struct {
+		backend, workload string
+		point             point
+		procs             int
+		proxy             bool
+		delayMs           float64
+		byName            map[string]Result
+		broken            []string
+	}
+	groups := map[string]*group{}
+	var order []string
+	for _, r := range results {
+		k := fmt.Sprintf("%s|%s|%v|%d|%v|%v", r.Backend, r.Workload, r.Point(), r.Procs, r.Proxy, r.DelayMs)
+		g := groups[k]
+		if g == nil {
+			g = &group{backend: r.Backend, workload: r.Workload, point: r.Point(), procs: r.Procs, proxy: r.Proxy, delayMs: r.DelayMs, byName: map[string]Result{}}
+			groups[k] = g
+			order = append(order, k)
+		}
+		if !r.InvariantOK {
+			g.broken = append(g.broken, r.Strategy)
+			continue
+		}
+		g.byName[r.Strategy] = r
+	}
+	var out []goalCheck
+	for _, k := range order {
+		g := groups[k]
+		check := func(goal string) *goalCheck {
+			out = append(out, goalCheck{Goal: goal, Backend: g.backend, Workload: g.workload, Point: g.point, Setup: setup(g.procs, g.proxy, g.delayMs)})
+			return &out[len(out)-1]
+		}
+		occName := "occ"
+		occR, hasOCC := g.byName["occ"]
+		if !hasOCC {
+			occName = "occ-txn"
+			occR, hasOCC = g.byName["occ-txn"]
+		}
+		bestLock, hasLock := best(g.byName, func(s strategySpec) bool { return s.Kind == kindLock })
+		bestCross, hasCross := best(g.byName, func(s strategySpec) bool { return s.Kind == kindLock && s.Name != "lock-local" })
+		cross := func(r Result) string {
+			if !hasCross || bestCross.Strategy == bestLock.Strategy || bestCross.Throughput <= 0 {
+				return ""
+			}
+			return fmt.Sprintf("; against the best cross-process lock (%s %s/s): %.2f×", bestCross.Strategy, rate(bestCross.Throughput), r.Throughput/bestCross.Throughput)
+		}
+		missing := func(c *goalCheck, what string) {
+			c.Status, c.Detail = goalNA, "no "+what+" result at this point"
+			if len(g.broken) > 0 {
+				c.Detail += fmt.Sprintf(" (invariant broken: %v)", g.broken)
+			}
+		}
+		judge := func(c *goalCheck, ratio, need float64, detail string) {
+			c.Ratio, c.Detail = ratio, detail
+			c.Status = goalNotMet
+			if ratio >= need {
+				c.Status = goalMet
+			}
+		}
+		p := g.point
+		if p.Low() {
+			c := check(goalLowOCC)
+			switch {
+			case !hasOCC:
+				missing(c, "occ")
+			case !hasLock || bestLock.Throughput <= 0:
+				missing(c, "lock-*")
+			default:
+				judge(c, occR.Throughput/bestLock.Throughput, 2,
+					fmt.Sprintf("%s %s/s vs %s %s/s%s", occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), cross(occR)))
+			}
+		}
+		if p.High() {
+			c := check(goalHighHybrid)
+			hy, okH := g.byName["hybrid"]
+			ad, okA := g.byName["adaptive"]
+			switch {
+			case !okH && !okA:
+				missing(c, "hybrid or adaptive")
+			case !hasLock || bestLock.Throughput <= 0:
+				missing(c, "lock-*")
+			default:
+				pick := hy
+				if !okH || (okA && ad.Throughput > hy.Throughput) {
+					pick = ad
+				}
+				judge(c, pick.Throughput/bestLock.Throughput, 0.9,
+					fmt.Sprintf("%s %s/s vs %s %s/s%s", pick.Strategy, rate(pick.Throughput), bestLock.Strategy, rate(bestLock.Throughput), cross(pick)))
+			}
+			c = check(goalHighOCC)
+			switch {
+			case !hasOCC:
+				missing(c, "occ")
+			case !hasLock || bestLock.Throughput <= 0:
+				missing(c, "lock-*")
+			default:
+				judge(c, occR.Throughput/bestLock.Throughput, 0.5,
+					fmt.Sprintf("%s %s/s vs %s %s/s, %d of %d workers committed, %.2f attempts/op, %d failed, %d stalled through the window%s",
+						occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput),
+						occR.WorkersCommitted, occR.Workers, occR.AttemptsPerOp, occR.FailedOps, occR.StalledOps, cross(occR)))
+				if occR.WorkersCommitted < occR.Workers {
+					c.Status = goalNotMet
+					c.Detail += " (a worker committed nothing)"
+				}
+			}
+		}
+		// Issue 15's goals for occ-combine and occ-cached.
+		against := func(goal, name string, need float64, extra func(r Result, c *goalCheck)) {
+			r, ok := g.byName[name]
+			if !ok {
+				return // not run at this point: no check
+			}
+			c := check(goal)
+			if !hasCross || bestCross.Throughput <= 0 {
+				missing(c, "cross-process lock-*")
+				return
+			}
+			judge(c, r.Throughput/bestCross.Throughput, need,
+				fmt.Sprintf("%s %s/s (p99.9 %.3g ms, %d/%d committed) vs %s %s/s (p99.9 %.3g ms)", name, rate(r.Throughput), r.P999Ms, r.WorkersCommitted, r.Workers,
+					bestCross.Strategy, rate(bestCross.Throughput), bestCross.P999Ms))
+			if extra != nil {
+				extra(r, c)
+			}
+		}
+		one := g.procs <= 1 && !g.proxy
+		if p.Keys == 1 && p.WorkMs == 0 && p.Workers == 8 && one {
+			against(goalCombineHot, "occ-combine", 3, func(r Result, c *goalCheck) {
+				if r.P999Ms > bestCross.P999Ms || r.WorkersCommitted < r.Workers {
+					c.Status = goalNotMet
+				}
+			})
+		}
+		if p.Keys >= 1 && p.Keys <= 16 && p.WorkMs == 1 && one {
+			against(goalCombineWork, "occ-combine", 1, nil)
+		}
+		if p.Keys >= 1000 && one {
+			if cb, ok := g.byName["occ-combine"]; ok {
+				c := check(goalCombineCool)
+				if !hasOCC || occR.Throughput <= 0 {
+					missing(c, "occ")
+				} else {
+					judge(c, cb.Throughput/occR.Throughput, 0.95, fmt.Sprintf("occ-combine %s/s vs %s %s/s", rate(cb.Throughput), occName, rate(occR.Throughput)))
+				}
+			}
+		}
+		if g.procs == 4 && p.Keys == 1 {
+			against(goalCombineProcs, "occ-combine", 1.5, nil)
+		}
+		if g.proxy && g.delayMs == 1 && p.Keys >= 1000 {
+			against(goalCachedRTT, "occ-cached", 2.5, nil)
+		}
+
+		c := check(goalAdaptiveAll)
+		ad, okA := g.byName["adaptive"]
+		switch {
+		case !okA:
+			missing(c, "adaptive")
+			if g.workload != "" {
+				if wl, ok := lookupWorkload(g.workload); ok && wl.KeysPerOp > 1 {
+					c.Detail = "adaptive is single-key (hybrid.UpdateAdaptive): it does not run multi-key workloads"
+				}
+			}
+		case !hasOCC && !hasLock:
+			missing(c, "occ or lock-*")
+		default:
+			ref, refName := bestLock, bestLock.Strategy
+			if hasOCC && (!hasLock || occR.Throughput > bestLock.Throughput) {
+				ref, refName = occR, occName
+			}
+			if ref.Throughput <= 0 {
+				missing(c, "non-zero reference")
+				break
+			}
+			judge(c, ad.Throughput/ref.Throughput, 0.9,
+				fmt.Sprintf("adaptive %s/s vs %s %s/s", rate(ad.Throughput), refName, rate(ref.Throughput)))
+		}
+	}
+	return out
+}
+
+// setup describes how cells ran: processes and added delay ("" for
+// goroutines of one process on direct connections).
+func setup(procs int, proxy bool, delayMs float64) string {
+	var parts []string
+	if procs > 1 {
+		parts = append(parts, fmt.Sprintf("%d processes", procs))
+	}
+	if proxy {
+		parts = append(parts, fmt.Sprintf("+%gms each way", delayMs))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// best returns the result with the highest throughput among strategies
+// that match.
+func best(byName map[string]Result, match func(strategySpec) bool) (Result, bool) {
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var (
+		b     Result
+		found bool
+	)
+	for _, n := range names {
+		spec, ok := lookupStrategy(n)
+		if !ok || !match(spec) {
+			continue
+		}
+		if r := byName[n]; !found || r.Throughput > b.Throughput {
+			b, found = r, true
+		}
+	}
+	return b, found
+}
+
+// rate formats a throughput: 12,345 or 1.23.
+func rate(x float64) string {
+	if x < 100 {
+		return fmt.Sprintf("%.3g", x)
+	}
+	return thousands(int64(x + 0.5))
+}
+
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

@@ -1,0 +1,462 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// blindWrite is the deliberately broken strategy: read, apply, then write
+// whatever version is current by then (a blind write, as code without a
+// version check does). Concurrent operations overwrite each other's
+// results. TestMain adds it to the lab's strategies.
+var blindWrite = strategySpec{
+	Name:      "test-blind-write",
+	Kind:      kindOptimistic,
+	About:     "broken on purpose: read, apply, write over whatever is current",
+	SingleKey: true, MultiKey: true,
+	DefaultOn: func(string, bool) bool { return false },
+	New: func(_ context.Context, h *harness) (cellStrategy, error) {
+		return strategyFunc(func(ctx context.Context, _ int, op operation) error {
+			vals := make([]int64, len(op.Keys))
+			for i, k := range op.Keys {
+				v, _, err := h.Values.Get(ctx, k)
+				if err != nil {
+					return err
+				}
+				vals[i] = v
+				// Let other workers write between the reads of a
+				// transfer's two keys: blind writes of both keys from
+				// one consistent read would conserve the total.
+				runtime.Gosched()
+			}
+			if err := op.Apply(vals); err != nil {
+				return err
+			}
+			runtime.Gosched()
+			for i, k := range op.Keys {
+				for {
+					_, ver, err := h.Values.Get(ctx, k)
+					if err != nil {
+						return err
+					}
+					if _, err = h.Values.CompareAndSwap(ctx, k, ver, vals[i]); !errors.Is(err, cas.ErrConflict) {
+						if err != nil {
+							return err
+						}
+						break
+					}
+				}
+			}
+			return nil
+		}), nil
+	},
+}
+
+func openLab(t *testing.T, backends ...string) *Lab {
+	t.Helper()
+	return openLabWith(t, Env{MaxWorkers: 8, Log: testLog{t}}, backends...)
+}
+
+// openIsolatedLab opens a lab that sees no environment variable and
+// starts no server: services other than the named in-process backends are
+// unavailable, whatever the machine runs.
+func openIsolatedLab(t *testing.T, backends ...string) *Lab {
+	t.Helper()
+	return openLabWith(t, Env{MaxWorkers: 8, Log: testLog{t}, Getenv: func(string) string { return "" }}, backends...)
+}
+
+func openLabWith(t *testing.T, env Env, backends ...string) *Lab {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := OpenLab(ctx, backends, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(context.Background()); err != nil {
+			t.Errorf("closing the lab: %v", err)
+		}
+	})
+	if s := l.Skipped(); len(s) > 0 {
+		t.Fatalf("backends not opened: %+v", s)
+	}
+	return l
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(b []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+func runCell(t *testing.T, l *Lab, c Cell) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := l.Run(ctx, c)
+	if err != nil {
+		t.Fatalf("%s: %v", CellName(c), err)
+	}
+	return r
+}
+
+// TestInvariantCatchesBrokenStrategy: each workload's invariant check
+// fails a cell whose strategy loses updates, and passes the same cell run
+// by a correct strategy.
+func TestInvariantCatchesBrokenStrategy(t *testing.T) {
+	l := openLab(t, "memory")
+	for _, wl := range Workloads() {
+		t.Run(wl, func(t *testing.T) {
+			base := Cell{Backend: "memory", Workload: wl, Workers: 8, Keys: 2, Ops: 2000, Work: 20 * time.Microsecond, Seed: 1}
+			bad := base
+			bad.Strategy = "test-blind-write"
+			r := runCell(t, l, bad)
+			if r.InvariantOK {
+				t.Errorf("blind writes by 8 workers on 2 keys: invariant held (%d committed); the check misses lost updates", r.Ops)
+			} else {
+				t.Logf("caught: %s", r.Invariant)
+			}
+			good := base
+			good.Strategy = "occ-txn"
+			good.MaxAttempts = 1000
+			if r := runCell(t, l, good); !r.InvariantOK || r.FailedOps > 0 {
+				t.Errorf("occ-txn: invariant %v (%s), %d failed (%s)", r.InvariantOK, r.Invariant, r.FailedOps, r.Error)
+			}
+		})
+	}
+}
+
+// TestSoldOut runs inventory past its stock: sales stop at zero, the
+// rest are declined, and the invariant holds.
+func TestSoldOut(t *testing.T) {
+	l := openLab(t, "memory")
+	for _, s := range []string{"occ", "hybrid", "adaptive", "lock-local"} {
+		r := runCell(t, l, Cell{Backend: "memory", Strategy: s, Workload: "inventory", Workers: 8, Keys: 3, Ops: 600, Initial: 50, Seed: 2})
+		if !r.InvariantOK || r.Ops != 150 || r.DeclinedOps != 450 || r.FailedOps != 0 {
+			t.Errorf("%s: %d sold, %d declined, %d failed, invariant %v %s; want 150 sold of 3×50 and 450 declined", s, r.Ops, r.DeclinedOps, r.FailedOps, r.InvariantOK, r.Invariant)
+		}
+	}
+}
+
+// TestGridOnMemory runs a tiny grid end to end and writes every output.
+func TestGridOnMemory(t *testing.T) {
+	l := openIsolatedLab(t, "memory")
+	g := Grid{Keys: []int{100, 1}, Thetas: []float64{0, 1.2}, Workers: []int{4}, Duration: 60 * time.Millisecond, Warmup: 10 * time.Millisecond, Seed: 3}
+	cells, skips, err := g.Plan(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 points (100 keys θ 0 and 1.2, 1 key; transfer's 1 key becomes
+	// 2) for each workload; 10 strategies for counter and inventory, 8
+	// for transfer (occ-txn in; occ, occ-combine and adaptive out: they
+	// are single-key).
+	want := 2*3*10 + 3*8
+	if len(cells) != want {
+		t.Fatalf("planned %d cells, want %d", len(cells), want)
+	}
+	if len(skips) != 2 {
+		t.Errorf("plan skips %+v, want occ and adaptive on transfer", skips)
+	}
+	out := l.RunGrid(context.Background(), cells, nil)
+	r := NewReport(l, g, out, skips, time.Now(), "test")
+	if r.Meta.InvariantViolations != 0 || len(r.Meta.Failed) != 0 {
+		t.Fatalf("violations %d, failed %+v", r.Meta.InvariantViolations, r.Meta.Failed)
+	}
+	ran := len(r.Cells)
+	// lock-etcd-mutex, lock-zookeeper, lock-redis and lock-redlock are
+	// skipped at run time (no etcd, no ZooKeeper, no Redis), with the
+	// reason.
+	if ran != want-4*3*3 {
+		t.Errorf("%d cells ran", ran)
+	}
+	var why []string
+	for _, s := range r.Meta.Skipped {
+		if strings.Contains(s.Name, " lock-redis ") || strings.Contains(s.Name, " lock-redlock ") {
+			why = append(why, s.Reason)
+		}
+	}
+	if len(why) != 2*3*3 || !strings.Contains(why[0], "OCCKIT_REDIS_URL is not set") {
+		t.Errorf("skipped Redis lock cells: %d, first reason %q", len(why), why)
+	}
+	for _, c := range r.Cells {
+		if c.Ops == 0 || c.Throughput <= 0 || c.P50Ms <= 0 || c.P99Ms < c.P50Ms || c.P999Ms < c.P99Ms || c.AttemptsPerOp < 1 {
+			t.Errorf("implausible cell %+v", c)
+		}
+	}
+	var md strings.Builder
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"| memory | counter | 4w 100k θ=0 | occ |", "| 4/4 | ok |", "### Goal checks", "every point: adaptive"} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("markdown lacks %q:\n%s", s, md.String())
+		}
+	}
+
+	dir := t.TempDir()
+	if err := r.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Meta  map[string]any   `json:"meta"`
+		Cells []map[string]any `json:"cells"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Cells) != ran || doc.Meta["durability"] == nil || doc.Meta["backends"] == nil {
+		t.Fatalf("results.json: %d cells, meta %v", len(doc.Cells), doc.Meta)
+	}
+	fields := []string{"backend", "strategy", "workload", "workers", "keys", "theta", "work_ms", "ops", "throughput",
+		"p50_ms", "p99_ms", "p999_ms", "attempts_per_op", "fence_rejections", "invariant_ok"}
+	for _, c := range doc.Cells {
+		for _, f := range fields {
+			if _, ok := c[f]; !ok {
+				t.Fatalf("results.json cell lacks %q: %v", f, c)
+			}
+		}
+	}
+	csvB, err := os.ReadFile(filepath.Join(dir, "results.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(csvB)), "\n")
+	if len(lines) != ran+1 || !strings.HasPrefix(lines[0], strings.Join(fields, ",")) {
+		t.Errorf("results.csv: %d lines, header %q", len(lines), lines[0])
+	}
+	for _, wl := range Workloads() {
+		png, err := os.ReadFile(filepath.Join(dir, "charts", "memory-"+wl+".png"))
+		if err != nil || len(png) < 1000 || string(png[1:4]) != "PNG" {
+			t.Errorf("chart for %s: %d bytes, %v", wl, len(png), err)
+		}
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"<table", `src="charts/memory-counter.png"`, "Goal checks", "process memory"} {
+		if !strings.Contains(string(html), s) {
+			t.Errorf("report.html lacks %q", s)
+		}
+	}
+}
+
+func TestGoalChecks(t *testing.T) {
+	p := func(keys int) (int, float64) { return keys, 0 }
+	res := func(b, w, s string, keys int, thr float64) Result {
+		k, th := p(keys)
+		return Result{Backend: b, Workload: w, Strategy: s, Workers: 8, Keys: k, Theta: th, Throughput: thr, WorkersCommitted: 8, InvariantOK: true}
+	}
+	rs := []Result{
+		res("x", "counter", "occ", 1000, 300), res("x", "counter", "adaptive", 1000, 280),
+		res("x", "counter", "lock-local", 1000, 100), res("x", "counter", "lock-etcd-mutex", 1000, 50),
+		res("x", "counter", "occ", 1, 40), res("x", "counter", "hybrid", 1, 95), res("x", "counter", "adaptive", 1, 80),
+		res("x", "counter", "lock-local", 1, 100),
+		res("x", "transfer", "occ-txn", 1000, 150), res("x", "transfer", "lock-local", 1000, 100),
+	}
+	bad := res("x", "counter", "occ", 1, 1000)
+	bad.InvariantOK = false
+	rs = append(rs, bad)
+	got := map[string]string{}
+	for _, g := range checkGoals(rs) {
+		got[g.Workload+" "+g.Point.String()+" "+g.Goal] = g.Status
+	}
+	for k, want := range map[string]string{
+		"counter 8w 1000k θ=0 " + goalLowOCC:       goalMet,    // 3×
+		"counter 8w 1000k θ=0 " + goalAdaptiveAll:  goalMet,    // 280/300
+		"counter 8w 1k " + goalHighHybrid:          goalMet,    // 0.95
+		"counter 8w 1k " + goalHighOCC:             goalNotMet, // 0.4 (the broken 1000/s does not count)
+		"counter 8w 1k " + goalAdaptiveAll:         goalNotMet, // 0.8
+		"transfer 8w 1000k θ=0 " + goalLowOCC:      goalNotMet, // occ-txn stands for occ: 1.5
+		"transfer 8w 1000k θ=0 " + goalAdaptiveAll: goalNA,
+	} {
+		if got[k] != want {
+			t.Errorf("%s: %q, want %q", k, got[k], want)
+		}
+	}
+	if !slices.ContainsFunc(checkGoals(rs), func(g goalCheck) bool { return strings.Contains(g.Detail, "best cross-process lock (lock-etcd-mutex") }) {
+		t.Error("no detail gives the ratio to the best cross-process lock")
+	}
+}
+
+// TestDefaultLocks: the default grid runs each lock where users pair it
+// with the data.
+func TestDefaultLocks(t *testing.T) {
+	want := map[string][]string{
+		"lock-redis":         {"memory", "postgres", "redis", "dynamodb"},
+		"lock-redlock":       {"memory", "postgres", "redis", "dynamodb"},
+		"lock-etcd-mutex":    {"memory", "etcd"},
+		"lock-zookeeper":     {"memory"},
+		"lock-pg-for-update": {"postgres"},
+		"lock-pg-advisory":   {"postgres"},
+	}
+	for name, on := range want {
+		spec, ok := lookupStrategy(name)
+		if !ok {
+			t.Fatalf("%s is not registered", name)
+		}
+		for _, b := range []string{"memory", "etcd", "postgres", "redis", "dynamodb"} {
+			for _, multi := range []bool{false, true} {
+				if got := spec.DefaultOn(b, multi); got != slices.Contains(on, b) {
+					t.Errorf("%s on %s (multi-key %v): default %v", name, b, multi, got)
+				}
+			}
+		}
+	}
+	if spec, _ := lookupStrategy("lock-local"); spec.DefaultOn != nil {
+		t.Error("lock-local should run everywhere")
+	}
+}
+
+type fakeService struct {
+	name   string
+	closed *int
+}
+
+func (f fakeService) Info() backendInfo           { return backendInfo{Name: f.name} }
+func (f fakeService) Close(context.Context) error { *f.closed++; return nil }
+
+// TestOpenService: a service opened on demand is opened once, kept until
+// the lab closes and then closed; one that failed is not tried again.
+func TestOpenService(t *testing.T) {
+	ctx := t.Context()
+	l, err := OpenLab(ctx, []string{"memory"}, Env{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opened, failed, closed int
+	open := func(context.Context, *Env) (service, error) { opened++; return fakeService{"lazy", &closed}, nil }
+	fail := func(context.Context, *Env) (service, error) { failed++; return nil, errors.New("no server") }
+	for range 3 {
+		if s, err := l.OpenService(ctx, "lazy", open); err != nil || s.Info().Name != "lazy" {
+			t.Fatalf("OpenService: %v, %v", s, err)
+		}
+		if _, err := l.OpenService(ctx, "broken", fail); err == nil || err.Error() != "no server" {
+			t.Fatalf("OpenService of a failing service: %v", err)
+		}
+	}
+	if opened != 1 || failed != 1 {
+		t.Errorf("opened %d times, failed %d times; want once each", opened, failed)
+	}
+	if s, _ := l.OpenService(ctx, "memory", fail); s == nil || s.Info().Name != "memory" {
+		t.Errorf("OpenService of an open backend opened another")
+	}
+	if got := l.Open(); !slices.Equal(got, []string{"memory", "lazy"}) {
+		t.Errorf("open services %v", got)
+	}
+	if err := l.Close(ctx); err != nil || closed != 1 {
+		t.Errorf("Close: %v, the on-demand service closed %d times", err, closed)
+	}
+}
+
+// TestSpecs checks the lab's lists as registration used to at start-up:
+// every entry complete, names unique, lock strategies (and only they)
+// named lock-*.
+func TestSpecs(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range strategySpecs {
+		if s.Name == "" || s.New == nil || s.Kind == 0 || !(s.SingleKey || s.MultiKey) {
+			t.Errorf("incomplete strategy %+v", s)
+		}
+		if (s.Kind == kindLock) != strings.HasPrefix(s.Name, "lock-") {
+			t.Errorf("strategy %s: kind %v; lock strategies, and only they, are named lock-*", s.Name, s.Kind)
+		}
+		if seen["s/"+s.Name] {
+			t.Errorf("strategy %s listed twice", s.Name)
+		}
+		seen["s/"+s.Name] = true
+	}
+	for _, b := range backendSpecs {
+		if b.Name == "" || b.Open == nil || seen["b/"+b.Name] {
+			t.Errorf("backend %q incomplete or listed twice", b.Name)
+		}
+		seen["b/"+b.Name] = true
+	}
+	for _, w := range builtinWorkloads {
+		if w.Name == "" || w.Apply == nil || w.Check == nil || w.KeysPerOp < 1 || seen["w/"+w.Name] {
+			t.Errorf("workload %q incomplete or listed twice", w.Name)
+		}
+		seen["w/"+w.Name] = true
+	}
+	if got := Backends(); !slices.Equal(got, []string{"memory", "etcd", "postgres", "redis", "dynamodb", "zookeeper"}) {
+		t.Errorf("Backends() = %v", got)
+	}
+}
+
+// TestCombineGoalChecks: issue 15's goal checks judge occ-combine and
+// occ-cached against the best cross-process lock (lock-local is left
+// out), each at its own kind of point, and the throughput ratio alone
+// does not make the hot-key goal met when the tail or a starved worker
+// misses it.
+func TestCombineGoalChecks(t *testing.T) {
+	cell := func(strategy string, keys int, workMs, ops, p999 float64, committed, procs int, delay float64, proxy bool) Result {
+		return Result{Backend: "redis", Workload: "counter", Strategy: strategy, Workers: 8, Keys: keys, WorkMs: workMs,
+			Throughput: ops, P999Ms: p999, WorkersCommitted: committed, InvariantOK: true, Procs: procs, Proxy: proxy, DelayMs: delay}
+	}
+	results := []Result{
+		// 1 key, no work: 3.3× lock-redis (lock-local's 10,000 does not count).
+		cell("occ-combine", 1, 0, 3000, 5, 8, 1, 0, false),
+		cell("lock-redis", 1, 0, 900, 10, 8, 1, 0, false),
+		cell("lock-local", 1, 0, 10000, 1, 8, 1, 0, false),
+		// 4 keys, 1 ms of work: 0.9×, not met.
+		cell("occ-combine", 4, 1, 900, 5, 8, 1, 0, false),
+		cell("lock-redis", 4, 1, 1000, 10, 8, 1, 0, false),
+		// 1000 keys: occ-combine 0.96× occ.
+		cell("occ", 1000, 0, 1000, 5, 8, 1, 0, false),
+		cell("occ-combine", 1000, 0, 960, 5, 8, 1, 0, false),
+		// 4 processes, 1 key: fast but a worker starved does not matter
+		// here (ratio only): 2×, met.
+		cell("occ-combine", 1, 0, 2000, 50, 8, 4, 0, false),
+		cell("lock-redis", 1, 0, 1000, 10, 8, 4, 0, false),
+		// +1ms each way, 1000 keys: occ-cached 2×, not met.
+		cell("occ-cached", 1000, 0, 2000, 5, 8, 1, 1, true),
+		cell("lock-redis", 1000, 0, 1000, 10, 8, 1, 1, true),
+	}
+	got := map[string]goalCheck{}
+	for _, c := range checkGoals(results) {
+		got[c.Goal+"|"+c.Setup] = c
+	}
+	for _, tc := range []struct {
+		goal, setup, status string
+		ratio               float64
+	}{
+		{goalCombineHot, "", goalMet, 3000.0 / 900},
+		{goalCombineWork, "", goalNotMet, 0.9},
+		{goalCombineCool, "", goalMet, 0.96},
+		{goalCombineProcs, "4 processes", goalMet, 2},
+		{goalCachedRTT, "+1ms each way", goalNotMet, 2},
+	} {
+		c, ok := got[tc.goal+"|"+tc.setup]
+		if !ok {
+			t.Errorf("no check %q (%s)", tc.goal, tc.setup)
+			continue
+		}
+		if c.Status != tc.status || c.Ratio < tc.ratio-1e-9 || c.Ratio > tc.ratio+1e-9 {
+			t.Errorf("%s (%s): %s %.3f×, want %s %.3f× (%s)", tc.goal, tc.setup, c.Status, c.Ratio, tc.status, tc.ratio, c.Detail)
+		}
+	}
+	// The hot-key goal is not met when occ-combine's tail is longer than
+	// the lock's, whatever its throughput.
+	results[0].P999Ms = 20
+	for _, c := range checkGoals(results[:3]) {
+		if c.Goal == goalCombineHot && c.Status != goalNotMet {
+			t.Errorf("p99.9 20 ms against the lock's 10 ms: %s (%s)", c.Status, c.Detail)
+		}
+	}
+}

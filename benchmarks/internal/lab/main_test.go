@@ -1,0 +1,21 @@
+package lab
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if a test leaves a goroutine behind: every
+// cell stops its workers, strategies close their sessions and leases, and
+// a lab stops the servers it started. The embedded etcd's HTTP handlers
+// wind down after Close returns, as in the hybrid package's tests.
+// It adds the tests' broken strategy to the lab's.
+func TestMain(m *testing.M) {
+	strategySpecs = append(strategySpecs, blindWrite)
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+	)
+}

@@ -1,0 +1,524 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// DefaultMaxAttempts is the attempt limit of a cell's operations when the
+// cell sets none: high enough that an operation on one hot key rarely
+// gives up, so that throughput and latency measure the strategy, not the
+// limit; gave-up operations are reported as failed.
+const DefaultMaxAttempts = 50
+
+// Cell is one measurement: a workload run by a strategy on a backend at
+// one level of contention.
+type Cell struct {
+	Backend  string
+	Strategy string
+	Workload string
+	// Workers is the number of goroutines issuing operations.
+	Workers int
+	// Keys is the number of keys; Theta the Zipf exponent of key choice
+	// (0: uniform).
+	Keys  int
+	Theta float64
+	// Work is the time spent inside the critical section, between the
+	// read and the write (a sleep: time spent waiting for something
+	// else, not CPU).
+	Work time.Duration
+	// Duration is the measured time. Operations completing during the
+	// Warmup before it run but are not measured.
+	Duration, Warmup time.Duration
+	// Ops, when Duration is 0, runs this many operations in all and
+	// measures them all.
+	Ops int64
+	// Seed makes key choice and parameters reproducible.
+	Seed uint64
+	// MaxAttempts limits each operation's attempts (0:
+	// DefaultMaxAttempts).
+	MaxAttempts int
+	// Initial is every key's starting value (0: the workload's).
+	Initial int64
+	// Procs runs the workers in this many OS processes (the binary run
+	// again, see ChildMain), Workers/Procs each (0 or 1: goroutines of
+	// this process). Each process has its own strategy: its own combiner,
+	// cache and connections, as replicas of a service would.
+	Procs int
+}
+
+// Result is a cell's measurements. The JSON names are those of
+// results.json.
+type Result struct {
+	Backend  string  `json:"backend"`
+	Strategy string  `json:"strategy"`
+	Workload string  `json:"workload"`
+	Workers  int     `json:"workers"`
+	Keys     int     `json:"keys"`
+	Theta    float64 `json:"theta"`
+	WorkMs   float64 `json:"work_ms"`
+	// Procs is the number of OS processes the workers ran in (--procs).
+	Procs int `json:"procs"`
+	// Proxy says that every connection went through a proxy adding
+	// DelayMs in each direction (--rtt).
+	Proxy   bool    `json:"proxy"`
+	DelayMs float64 `json:"delay_ms"`
+	// Ops is the number of committed operations that started in the
+	// measured window, Throughput those per second of the window.
+	Ops        int64   `json:"ops"`
+	Throughput float64 `json:"throughput"`
+	// Latency of committed operations, retries and lock waits included.
+	P50Ms  float64 `json:"p50_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	P999Ms float64 `json:"p999_ms"`
+	// AttemptsPerOp is attempts (of all operations) per committed one.
+	AttemptsPerOp   float64 `json:"attempts_per_op"`
+	FenceRejections int64   `json:"fence_rejections"`
+	InvariantOK     bool    `json:"invariant_ok"`
+
+	MaxMs float64 `json:"max_ms"`
+	// FailedOps gave up or failed (started in the window); AmbiguousOps are the
+	// failed ones that may have been applied; DeclinedOps were refused
+	// by the workload (sold out, balance too small).
+	FailedOps    int64 `json:"failed_ops"`
+	AmbiguousOps int64 `json:"ambiguous_ops"`
+	DeclinedOps  int64 `json:"declined_ops"`
+	// WorkersCommitted counts the workers that committed at least one
+	// operation within the measured window (a starved worker did not).
+	WorkersCommitted int `json:"workers_committed"`
+	// StalledOps were running through the whole measured window: started
+	// before it, done after it (a starved retry loop, a stuck lock wait).
+	// They appear in no other figure.
+	StalledOps int64 `json:"stalled_ops"`
+	// Contention is the probability that two operations pick the same
+	// key (Σ p², 1/keys when uniform): the charts' x axis.
+	Contention float64 `json:"contention"`
+	MeasuredS  float64 `json:"measured_s"`
+	// Invariant says how the invariant was broken (empty when it held).
+	Invariant string `json:"invariant,omitempty"`
+	// Error is the first error of a failed operation.
+	Error string `json:"error,omitempty"`
+}
+
+// Point identifies a result's grid point within its backend and
+// workload.
+func (r Result) Point() point {
+	return point{Workers: r.Workers, Keys: r.Keys, Theta: r.Theta, WorkMs: r.WorkMs}
+}
+
+// worker is one goroutine's state and counters; the occ observer of its
+// calls (observers run on the caller's goroutine, so no locking).
+type worker struct {
+	hist                    latencyHistogram
+	tally                   opTally
+	committed, failed       int64
+	committedInWindow       int64
+	stalled                 int64
+	ambiguous, declined     int64
+	attempts, fenced        int64
+	pendAttempts, pendFence int64
+	firstErr                error
+}
+
+func (w *worker) ObserveAttempt(_ context.Context, a occ.Attempt) {
+	if a.Err != nil && errors.Is(a.Err, cas.ErrFenced) {
+		w.pendFence++
+	}
+}
+
+func (w *worker) ObserveCall(_ context.Context, c occ.Call) {
+	w.pendAttempts += int64(c.Attempts)
+}
+
+// Run runs one cell: a fresh store in its own namespace, seeded with every
+// key's initial value; the workers for the warm-up and the measured
+// window; then the invariant check over every key. An error means the
+// cell could not be run (setup failed, or the strategy does not apply:
+// errors.Is(err, errNotApplicable)); a broken invariant is not an error but
+// a Result with InvariantOK false.
+func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
+	wl, ok := lookupWorkload(c.Workload)
+	if !ok {
+		return Result{}, fmt.Errorf("benchmarks: unknown workload %q", c.Workload)
+	}
+	spec, ok := lookupStrategy(c.Strategy)
+	if !ok {
+		return Result{}, fmt.Errorf("benchmarks: unknown strategy %q", c.Strategy)
+	}
+	be, ok := l.Backend(c.Backend)
+	if !ok {
+		return Result{}, fmt.Errorf("benchmarks: backend %q is not open", c.Backend)
+	}
+	switch {
+	case c.Workers < 1:
+		return Result{}, fmt.Errorf("benchmarks: %d workers", c.Workers)
+	case c.Keys < wl.KeysPerOp:
+		return Result{}, fmt.Errorf("benchmarks: workload %s needs at least %d keys, cell has %d", wl.Name, wl.KeysPerOp, c.Keys)
+	case c.Duration <= 0 && c.Ops <= 0:
+		return Result{}, errors.New("benchmarks: a cell needs a duration or an operation count")
+	case wl.KeysPerOp == 1 && !spec.SingleKey, wl.KeysPerOp > 1 && !spec.MultiKey:
+		return Result{}, fmt.Errorf("%s on %s: %w", c.Strategy, c.Workload, errNotApplicable)
+	case wl.KeysPerOp > 1 && multiKeyUnsupported(be) != "":
+		return Result{}, fmt.Errorf("%s on %s: %s: %w", c.Workload, c.Backend, multiKeyUnsupported(be), errNotApplicable)
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Initial == 0 {
+		c.Initial = wl.Initial
+	}
+	zipf, err := newZipf(c.Keys, c.Theta)
+	if err != nil {
+		return Result{}, err
+	}
+
+	ns := l.namespace()
+	store, drop, err := be.NewStore(ctx, ns)
+	if err != nil {
+		return Result{}, fmt.Errorf("benchmarks: %s: new store: %w", c.Backend, err)
+	}
+	defer func() { _ = drop(context.WithoutCancel(ctx)) }()
+	h := &harness{
+		Cell: c, Workload: wl, Backend: be, Store: store,
+		Values: cas.NewTyped(store, cas.JSON[int64]()),
+		Keys:   make([]string, c.Keys), NS: ns, lab: l,
+	}
+	for i := range h.Keys {
+		h.Keys[i] = "k" + strconv.Itoa(i)
+	}
+	if err := parallel(ctx, h.Keys, func(ctx context.Context, k string) error {
+		_, err := h.Values.CompareAndSwap(ctx, k, 0, c.Initial)
+		return err
+	}); err != nil {
+		return Result{}, fmt.Errorf("benchmarks: seeding %d keys: %w", c.Keys, err)
+	}
+
+	workers := make([]*worker, c.Workers)
+	h.opts = make([][]occ.Option, c.Workers)
+	tuning := be.tuning()
+	for i := range workers {
+		workers[i] = &worker{}
+		h.opts[i] = retryOptions(c, tuning, workers[i])
+	}
+	defer func() { _ = h.close(context.WithoutCancel(ctx)) }()
+	strat, err := spec.New(ctx, h)
+	if err != nil {
+		return Result{}, fmt.Errorf("%s on %s: %w", c.Strategy, c.Backend, err)
+	}
+
+	var (
+		elapsed  time.Duration
+		closeErr error
+	)
+	if c.Procs > 1 {
+		// The workers run in child processes; the strategy made here
+		// is not used (its set-up checked that it applies).
+		closeErr = strat.Close(context.WithoutCancel(ctx))
+		if elapsed, err = l.runProcs(ctx, c, ns, workers); err != nil {
+			return Result{}, fmt.Errorf("%s on %s, %d processes: %w", c.Strategy, c.Backend, c.Procs, err)
+		}
+	} else {
+		elapsed = runWorkers(ctx, c, wl, zipf, h.Keys, strat, workers, 0, time.Now())
+		closeErr = strat.Close(context.WithoutCancel(ctx))
+	}
+
+	res := Result{
+		Procs: max(c.Procs, 1), Proxy: l.env.Proxy, DelayMs: ms(l.env.Delay),
+		Backend: c.Backend, Strategy: c.Strategy, Workload: c.Workload,
+		Workers: c.Workers, Keys: c.Keys, Theta: c.Theta, WorkMs: ms(c.Work),
+		Contention: zipf.Collision(), MeasuredS: c.Duration.Seconds(),
+	}
+	if c.Duration <= 0 {
+		res.MeasuredS = elapsed.Seconds()
+	}
+	var hist latencyHistogram
+	var tally opTally
+	var attempts int64
+	for _, wk := range workers {
+		hist.Merge(&wk.hist)
+		tally.Committed += wk.tally.Committed
+		tally.Declined += wk.tally.Declined
+		tally.Ambiguous += wk.tally.Ambiguous
+		tally.Failed += wk.tally.Failed
+		tally.Negative += wk.tally.Negative
+		res.Ops += wk.committed
+		res.FailedOps += wk.failed
+		res.AmbiguousOps += wk.ambiguous
+		res.DeclinedOps += wk.declined
+		res.FenceRejections += wk.fenced
+		res.StalledOps += wk.stalled
+		attempts += wk.attempts
+		if wk.committedInWindow > 0 {
+			res.WorkersCommitted++
+		}
+		if res.Error == "" && wk.firstErr != nil {
+			res.Error = wk.firstErr.Error()
+		}
+	}
+	if res.MeasuredS > 0 {
+		res.Throughput = float64(res.Ops) / res.MeasuredS
+	}
+	if res.Ops > 0 {
+		res.AttemptsPerOp = float64(attempts) / float64(res.Ops)
+	}
+	res.P50Ms, res.P99Ms, res.P999Ms = ms(hist.Quantile(0.5)), ms(hist.Quantile(0.99)), ms(hist.Quantile(0.999))
+	res.MaxMs = ms(hist.Max())
+
+	// The invariant, over every key, with every operation of the cell
+	// (warm-up and late finishers included).
+	final := make([]int64, c.Keys)
+	idx := make(map[string]int, c.Keys)
+	for i, k := range h.Keys {
+		idx[k] = i
+	}
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := parallel(checkCtx, h.Keys, func(ctx context.Context, k string) error {
+		v, _, err := h.Values.Get(ctx, k)
+		if errors.Is(err, cas.ErrNotFound) {
+			return fmt.Errorf("key %s is gone", k)
+		}
+		final[idx[k]] = v
+		return err
+	}); err != nil {
+		res.Invariant = "could not read the final values: " + err.Error()
+		return res, nil
+	}
+	if err := wl.Check(final, c.Initial, tally); err != nil {
+		res.Invariant = err.Error()
+		return res, nil
+	}
+	res.InvariantOK = true
+	if closeErr != nil && res.Error == "" {
+		res.Error = "closing the strategy: " + closeErr.Error()
+	}
+	return res, nil
+}
+
+// runWorkers runs the cell's workers (global indices w0, w0+1, ...) from
+// start until the window ends (or the operations are done), each on its
+// own goroutine, and returns how long they ran.
+//
+// The window: warm-up, then the measured time. No operation starts after
+// it; those still running at its end finish (none is cut off half-done),
+// and a safety deadline cancels operations that hang. An operation is
+// measured if it started in the window, however long it took: one that
+// waits past the end (a starved retry loop, a lock queue) counts with its
+// whole latency instead of vanishing from the figures.
+func runWorkers(ctx context.Context, c Cell, wl *workloadSpec, zipf *zipfDist, keyNames []string, strat cellStrategy, workers []*worker, w0 int, start time.Time) time.Duration {
+	if d := time.Until(start); d > 0 {
+		time.Sleep(d)
+	}
+	measureFrom, end := start, time.Time{}
+	runCtx := ctx
+	if c.Duration > 0 {
+		measureFrom = start.Add(c.Warmup)
+		end = measureFrom.Add(c.Duration)
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithDeadline(ctx, end.Add(30*time.Second+10*c.Work))
+		defer cancel()
+	}
+	inWindow := func(t time.Time) bool { return c.Duration <= 0 || (!t.Before(measureFrom) && t.Before(end)) }
+	var issued atomic.Int64
+	var wg sync.WaitGroup
+	for i, wk := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(c.Seed, uint64(w0+i)+1))
+			keys := make([]string, wl.KeysPerOp)
+			for runCtx.Err() == nil {
+				if c.Duration > 0 {
+					if !time.Now().Before(end) {
+						return
+					}
+				} else if issued.Add(1) > c.Ops {
+					return
+				}
+				op := operation{Keys: pickKeys(rng, zipf, keyNames, keys), w: wl, work: c.Work}
+				if wl.Arg != nil {
+					op.arg = wl.Arg(rng)
+				}
+				wk.pendAttempts, wk.pendFence = 0, 0
+				t0 := time.Now()
+				err := strat.Do(runCtx, i, op)
+				t1 := time.Now()
+				wk.count(err, t1.Sub(t0), inWindow(t0), inWindow(t1))
+				if c.Duration > 0 && t0.Before(measureFrom) && !t1.Before(end) {
+					wk.stalled++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// count files one operation's outcome: always in the tally for the
+// invariant, and in the measurements if it started in the window
+// (measured); a commit that also ended in the window shows the worker
+// was not starved.
+func (w *worker) count(err error, lat time.Duration, measured, endedInWindow bool) {
+	attempts := max(w.pendAttempts, 1)
+	switch {
+	case err == nil:
+		w.tally.Committed++
+		if measured {
+			w.committed++
+			w.hist.Record(lat)
+		}
+		if endedInWindow {
+			w.committedInWindow++
+		}
+	case errors.Is(err, errDeclined):
+		w.tally.Declined++
+		if measured {
+			w.declined++
+		}
+	default:
+		amb := errors.Is(err, cas.ErrAmbiguous)
+		if errors.Is(err, errNegative) {
+			w.tally.Negative++
+		}
+		if amb {
+			w.tally.Ambiguous++
+		} else {
+			w.tally.Failed++
+		}
+		if measured {
+			w.failed++
+			if amb {
+				w.ambiguous++
+			}
+			if w.firstErr == nil {
+				w.firstErr = err
+			}
+		}
+	}
+	if measured {
+		w.attempts += attempts
+		w.fenced += w.pendFence
+	}
+}
+
+// pickKeys fills buf with distinct keys for one operation: the first from
+// the Zipf law, each next one drawn again until it differs (after 32 equal
+// draws, the next key in rank order).
+func pickKeys(r *rand.Rand, z *zipfDist, keys, buf []string) []string {
+	var ranks [4]int
+	for i := range buf {
+		k := z.Next(r)
+		for tries := 0; containsRank(ranks[:i], k); tries++ {
+			if tries >= 32 {
+				k = (k + 1) % len(keys)
+			} else {
+				k = z.Next(r)
+			}
+		}
+		ranks[i] = k
+		buf[i] = keys[k]
+	}
+	return buf
+}
+
+func containsRank(ranks []int, k int) bool {
+	for _, r := range ranks {
+		if r == k {
+			return true
+		}
+	}
+	return false
+}
+
+// retryOptions are a worker's occ options for a cell.
+func retryOptions(c Cell, t retryTuning, obs occ.Observer) []occ.Option {
+	opts := []occ.Option{occ.WithMaxAttempts(c.MaxAttempts), occ.WithObserver(obs)}
+	if initial, maxWait, ok := backOffBounds(c, t); ok {
+		opts = append(opts, occ.WithBackOffFunc(func() backoff.BackOff {
+			b := &backoff.ExponentialBackOff{
+				InitialInterval:     initial,
+				RandomizationFactor: 0.5,
+				Multiplier:          2,
+				MaxInterval:         maxWait,
+				Stop:                backoff.Stop,
+				Clock:               backoff.SystemClock,
+			}
+			b.Reset()
+			return b
+		}))
+	}
+	if t.Retryable != nil {
+		opts = append(opts, occ.WithRetryable(t.Retryable))
+	}
+	return opts
+}
+
+// backOffBounds returns the backoff of a cell, or ok false for occ's
+// default.
+func backOffBounds(c Cell, t retryTuning) (initial, maxWait time.Duration, ok bool) {
+	if t.BackOffInitial == 0 && t.BackOffMax == 0 && c.Work <= time.Millisecond {
+		return 0, 0, false
+	}
+	initial, maxWait = t.BackOffInitial, t.BackOffMax
+	if initial == 0 {
+		initial = time.Millisecond
+	}
+	if maxWait == 0 {
+		maxWait = 100 * time.Millisecond
+	}
+	initial = max(initial, c.Work)
+	return initial, max(maxWait, initial), true
+}
+
+// describeBackOff says in words what backoff a backend's optimistic
+// strategies use.
+func describeBackOff(t retryTuning) string {
+	if t.BackOffInitial == 0 && t.BackOffMax == 0 {
+		return "occ default: 1 ms doubling to 100 ms, ±50% jitter (at least the work time first)"
+	}
+	return fmt.Sprintf("%v doubling to %v, ±50%% jitter (at least the work time first)", t.BackOffInitial, t.BackOffMax)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// parallel calls f for every key from 8 goroutines and returns the first
+// error.
+func parallel(ctx context.Context, keys []string, f func(ctx context.Context, k string) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next  atomic.Int64
+		once  sync.Once
+		first error
+		wg    sync.WaitGroup
+	)
+	for range min(8, len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(keys)) || ctx.Err() != nil {
+					return
+				}
+				if err := f(ctx, keys[i]); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}

@@ -1,0 +1,211 @@
+package lab
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/occ"
+)
+
+// The strategies every backend runs: occkit's own (occ, occ-cached,
+// occ-txn, hybrid, adaptive) and the in-process lock. Baselines that lock
+// through a server live in a file per service (strategies_etcd.go,
+// strategies_postgres.go, strategies_redis.go, strategies_redlock.go,
+// strategies_zookeeper.go).
+
+var coreStrategies = []strategySpec{
+	{
+		Name:      "occ",
+		Kind:      kindOptimistic,
+		About:     "occ.Update: read, mutate, compare-and-swap, retry with backoff on conflict",
+		SingleKey: true,
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), h.Options(w)...)
+				return err
+			}), nil
+		},
+	},
+	{
+		Name:      "occ-cached",
+		Kind:      kindOptimistic,
+		About:     "occ.Update (occ.Txn for several keys) with a shared occ.Cache: a warm update is one conditional write",
+		SingleKey: true, MultiKey: true,
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			cache := occ.NewCache(h.Store, 2*len(h.Keys)+16)
+			perWorker := make([][]occ.Option, h.Cell.Workers)
+			for w := range perWorker {
+				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCache(cache))
+			}
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				opts := perWorker[w]
+				if len(op.Keys) > 1 {
+					return occ.Txn(ctx, h.Store, txnBody(h, op), opts...)
+				}
+				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), opts...)
+				return err
+			}), nil
+		},
+	},
+	{
+		Name:      "occ-combine",
+		Kind:      kindOptimistic,
+		About:     "occ.Update with occ.WithCombiner (one occ.NewCombiner per process per cell) and the version cache: concurrent updates of one key in a process queue behind one leader, which applies them in order and writes once",
+		SingleKey: true,
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			// One combiner and one cache per process, shared by its
+			// workers, as a service would hold them.
+			c := occ.NewCombiner()
+			cache := occ.NewCache(h.Store, 2*len(h.Keys)+16)
+			perWorker := make([][]occ.Option, h.Cell.Workers)
+			for w := range perWorker {
+				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c), occ.WithCache(cache))
+			}
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
+				return err
+			}), nil
+		},
+	},
+	{
+		Name:      "occ-txn",
+		Kind:      kindOptimistic,
+		About:     "occ.Txn: read every key, buffer the writes, commit them atomically if no read version changed",
+		SingleKey: true, MultiKey: true,
+		// On single-key workloads occ-txn is occ.Update's cost plus the
+		// transaction's bookkeeping: the default grid runs it on
+		// multi-key workloads only, where it stands for occ.
+		DefaultOn: func(_ string, multiKey bool) bool { return multiKey },
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				return occ.Txn(ctx, h.Store, txnBody(h, op), h.Options(w)...)
+			}), nil
+		},
+	},
+	{
+		Name:      "hybrid",
+		Kind:      kindHybrid,
+		About:     "hybrid.Update: the backend's lease lock, then a fenced compare-and-swap; several keys: leases in key order, then occ.Txn",
+		SingleKey: true, MultiKey: true,
+		New: func(ctx context.Context, h *harness) (cellStrategy, error) {
+			l, err := h.Locker(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				if len(op.Keys) > 1 {
+					return leasedTxn(ctx, h, l, w, op)
+				}
+				_, _, err := hybrid.Update(ctx, l, h.Values, op.Keys[0], mutateOne(op), h.Options(w)...)
+				return err
+			}), nil
+		},
+	},
+	{
+		Name:      "adaptive",
+		Kind:      kindAdaptive,
+		About:     "hybrid.UpdateAdaptive (default settings): combined occ.Update; a key locks only when conflicts with writers elsewhere cost more than the lock",
+		SingleKey: true,
+		New: func(ctx context.Context, h *harness) (cellStrategy, error) {
+			l, err := h.Locker(ctx)
+			if err != nil {
+				return nil, err
+			}
+			a := hybrid.NewAdaptive(l, hybrid.AdaptiveConfig{})
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				_, _, err := hybrid.UpdateAdaptive(ctx, a, h.Values, op.Keys[0], mutateOne(op), h.Options(w)...)
+				return err
+			}), nil
+		},
+	},
+	{
+		Name:      "lock-local",
+		Kind:      kindLock,
+		About:     "a sync.Mutex per key in this process around read, work and write (correct only while one process writes)",
+		SingleKey: true, MultiKey: true,
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			locks := make(map[string]*sync.Mutex, len(h.Keys))
+			for _, k := range h.Keys {
+				locks[h.LockName(k)] = new(sync.Mutex)
+			}
+			return lockedDo(h, func(_ context.Context, _ int, name string) (func(), error) {
+				m := locks[name]
+				m.Lock()
+				return m.Unlock, nil
+			}), nil
+		},
+	},
+}
+
+// mutateOne adapts a single-key operation to occ.Update's mutate function.
+func mutateOne(op operation) func(cur int64, exists bool) (int64, error) {
+	return func(cur int64, _ bool) (int64, error) {
+		v := [1]int64{cur}
+		if err := op.Apply(v[:]); err != nil {
+			return 0, err
+		}
+		return v[0], nil
+	}
+}
+
+// txnBody is an occ.Txn function for op: read every key, apply, put
+// every key.
+func txnBody(h *harness, op operation) func(tx *occ.Tx) error {
+	codec := h.Values.Codec()
+	return func(tx *occ.Tx) error {
+		var vals [4]int64
+		n := len(op.Keys)
+		for i, k := range op.Keys {
+			b, ok, err := tx.Get(k)
+			if err != nil {
+				return err
+			}
+			vals[i] = 0
+			if ok {
+				if err := codec.Unmarshal(b, &vals[i]); err != nil {
+					return &cas.CodecError{Key: k, Decode: true, Err: err}
+				}
+			}
+		}
+		if err := op.Apply(vals[:n]); err != nil {
+			return err
+		}
+		for i, k := range op.Keys {
+			b, err := h.Values.Encode(k, vals[i])
+			if err != nil {
+				return err
+			}
+			tx.Put(k, b)
+		}
+		return nil
+	}
+}
+
+// leasedTxn is hybrid for several keys: leases on every key in key order,
+// then one optimistic transaction. The commit checks every version read,
+// which is what makes the write safe if a lease was lost (the lease only
+// keeps other writers from wasting attempts); hybrid.Update's fenced write
+// covers one key only.
+func leasedTxn(ctx context.Context, h *harness, l hybrid.Locker, w int, op operation) error {
+	return occ.Retry(ctx, func(ctx context.Context) error {
+		keys := sortedKeys(op)
+		leases := make([]hybrid.Lease, 0, len(keys))
+		defer func() {
+			rctx := context.WithoutCancel(ctx)
+			for i := len(leases) - 1; i >= 0; i-- {
+				_ = leases[i].Release(rctx)
+			}
+		}()
+		for _, k := range keys {
+			g, err := l.Acquire(ctx, k)
+			if err != nil {
+				return err
+			}
+			leases = append(leases, g)
+		}
+		return occ.Txn(ctx, h.Store, txnBody(h, op), occ.WithMaxAttempts(1))
+	}, h.Options(w)...)
+}

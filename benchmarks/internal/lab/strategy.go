@@ -1,0 +1,328 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/occ"
+)
+
+// errNotApplicable is returned (wrapped, with the reason) by a strategy's
+// New when it cannot run on a cell: a baseline that needs a server that is
+// not open, a single-key primitive asked to run a multi-key workload.
+var errNotApplicable = errors.New("not applicable")
+
+// Kind groups strategies for the goal checks.
+type strategyKind int
+
+const (
+	// Optimistic strategies write with a version check and retry on
+	// conflict (occ, occ-cached, occ-txn).
+	kindOptimistic strategyKind = iota + 1
+	// Hybrid takes a lease lock and writes with a fenced, version-checked
+	// write.
+	kindHybrid
+	// Adaptive goes optimistic or hybrid per key, as the key's heat says.
+	kindAdaptive
+	// Lock is a pessimistic baseline: a lock held across read, work and
+	// write (names start with "lock-").
+	kindLock
+)
+
+func (k strategyKind) String() string {
+	switch k {
+	case kindOptimistic:
+		return "optimistic"
+	case kindHybrid:
+		return "hybrid"
+	case kindAdaptive:
+		return "adaptive"
+	case kindLock:
+		return "lock"
+	}
+	return "unknown"
+}
+
+// Strategy performs operations for one cell. Do is called concurrently by
+// the cell's workers, each passing its own index w (0 ≤ w < Workers); it
+// must return the operation's error as is (errDeclined, errNegative,
+// cas.ErrAmbiguous stay matchable with errors.Is).
+type cellStrategy interface {
+	Do(ctx context.Context, w int, op operation) error
+	// Close releases what New set up; it is called once after the
+	// workers are done.
+	Close(ctx context.Context) error
+}
+
+// strategyFunc is a Strategy with nothing to close.
+type strategyFunc func(ctx context.Context, w int, op operation) error
+
+// Do calls f.
+func (f strategyFunc) Do(ctx context.Context, w int, op operation) error { return f(ctx, w, op) }
+
+// Close does nothing.
+func (strategyFunc) Close(context.Context) error { return nil }
+
+// strategySpec describes a strategy.
+type strategySpec struct {
+	// Name is the strategy's name in flags, results and charts.
+	Name string
+	// Kind places it in the goal checks.
+	Kind strategyKind
+	// About is a one-line description for the report.
+	About string
+	// SingleKey and MultiKey say which workloads it can run: those whose
+	// operations touch one key, and those that touch several atomically.
+	SingleKey, MultiKey bool
+	// DefaultOn reports whether the default grid runs it on a backend,
+	// for workloads whose operations touch several keys (multiKey) or
+	// one (nil: always). Explicitly requested strategies run wherever
+	// New accepts the cell.
+	DefaultOn func(backend string, multiKey bool) bool
+	// New prepares the strategy for one cell, or returns an error
+	// wrapping errNotApplicable.
+	New func(ctx context.Context, h *harness) (cellStrategy, error)
+}
+
+// strategySpecs are the lab's strategies: one list, written out, instead
+// of registrations. Tests may append their own before opening a lab.
+var strategySpecs = slices.Concat(coreStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies)
+
+// strategyOrder is the order of the strategies in tables and
+// charts; others follow by name.
+var strategyOrder = []string{
+	"occ", "occ-cached", "occ-combine", "occ-txn", "hybrid", "adaptive",
+	"lock-local", "lock-pg-for-update", "lock-pg-advisory", "lock-etcd-mutex",
+	"lock-redis", "lock-redlock", "lock-zookeeper",
+}
+
+// lookupStrategy returns the strategy with that name.
+func lookupStrategy(name string) (strategySpec, bool) {
+	for _, s := range strategySpecs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return strategySpec{}, false
+}
+
+// Strategies returns the names of the lab's strategies in the lab's
+// order.
+func Strategies() []string {
+	names := make([]string, 0, len(strategySpecs))
+	for _, s := range strategySpecs {
+		names = append(names, s.Name)
+	}
+	sortStrategies(names)
+	return names
+}
+
+func strategyRank(name string) int {
+	if i := slices.Index(strategyOrder, name); i >= 0 {
+		return i
+	}
+	return len(strategyOrder)
+}
+
+func sortStrategies(names []string) {
+	sort.SliceStable(names, func(i, j int) bool {
+		ri, rj := strategyRank(names[i]), strategyRank(names[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return names[i] < names[j]
+	})
+}
+
+// harness is what a strategy gets for one cell: the data, the backend
+// holding it, the other open backends (for locks from another service),
+// and the retry options that feed the cell's measurements.
+type harness struct {
+	// Cell is the cell being run.
+	Cell Cell
+	// Workload is the cell's workload.
+	Workload *workloadSpec
+	// Backend holds the data.
+	Backend dataBackend
+	// Store is the cell's fresh store, seeded with every key's initial
+	// value; Values is the same store with the workload's codec.
+	Store  cas.Store
+	Values *cas.Typed[int64]
+	// Keys are the cell's keys; the hottest (Zipf rank 0) first.
+	Keys []string
+	// NS is the cell's namespace: prefix lock names with it (LockName)
+	// so that cells never share a lock.
+	NS string
+
+	lab     *Lab
+	opts    [][]occ.Option
+	mu      sync.Mutex
+	locker  hybrid.Locker
+	closers []func(context.Context) error
+}
+
+// Options returns worker w's retry options: the attempt limit, the
+// backend's backoff and retryable errors, and the observer that counts
+// attempts and fence rejections. Pass them to every occ or hybrid call,
+// and wrap a lock strategy's attempt in occ.Retry with them so that its
+// attempts are counted alike.
+func (h *harness) Options(w int) []occ.Option { return h.opts[w] }
+
+// LockName returns the name to lock for key: the key in the cell's
+// namespace.
+func (h *harness) LockName(key string) string { return h.NS + "/" + key }
+
+// Service returns an open service or backend by name, for strategies
+// that take their lock from a service other than the one holding the
+// data.
+func (h *harness) Service(name string) (service, bool) { return h.lab.Service(name) }
+
+// OpenService returns the open service called name, or opens it with
+// open and keeps it until the lab closes (see Lab.OpenService): for a
+// lock whose server is started only when a cell needs it.
+func (h *harness) OpenService(ctx context.Context, name string, open func(ctx context.Context, env *Env) (service, error)) (service, error) {
+	return h.lab.OpenService(ctx, name, open)
+}
+
+// OnClose registers f to run after the cell, after the strategy's Close.
+func (h *harness) OnClose(f func(context.Context) error) {
+	h.mu.Lock()
+	h.closers = append(h.closers, f)
+	h.mu.Unlock()
+}
+
+// Locker returns the data backend's own lease lock for this cell (made on
+// first use, closed after the cell), with lock names in the cell's
+// namespace.
+func (h *harness) Locker(ctx context.Context) (hybrid.Locker, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.locker != nil {
+		return h.locker, nil
+	}
+	l, closeFn, err := h.Backend.NewLocker(ctx, h.NS)
+	if err != nil {
+		return nil, err
+	}
+	h.closers = append(h.closers, closeFn)
+	h.locker = nsLocker{l: l, ns: h.NS + "/"}
+	return h.locker, nil
+}
+
+func (h *harness) close(ctx context.Context) error {
+	h.mu.Lock()
+	closers := h.closers
+	h.closers = nil
+	h.mu.Unlock()
+	var errs []error
+	for i := len(closers) - 1; i >= 0; i-- {
+		errs = append(errs, closers[i](ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// nsLocker puts lock names in a cell's namespace.
+type nsLocker struct {
+	l  hybrid.Locker
+	ns string
+}
+
+func (n nsLocker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	return n.l.Acquire(ctx, n.ns+key)
+}
+
+// ReadApplyWrite is the body of a pessimistic strategy, to run while it
+// holds the locks on op's keys: read every key, apply the operation, and
+// write the new values (one compare-and-swap for one key, one atomic
+// commit for several when the store has one). Under a correct lock the
+// versions read are still current, so the writes cost what plain writes
+// cost; if they are not, the write fails with cas.ErrConflict instead of
+// losing an update, and the caller's retry loop counts another attempt.
+func (h *harness) ReadApplyWrite(ctx context.Context, op operation) error {
+	var (
+		vals [4]int64
+		vers [4]cas.Version
+	)
+	if len(op.Keys) > len(vals) {
+		return fmt.Errorf("benchmarks: %d keys in one operation, at most %d", len(op.Keys), len(vals))
+	}
+	for i, k := range op.Keys {
+		v, ver, err := h.Values.Get(ctx, k)
+		if err != nil && !errors.Is(err, cas.ErrNotFound) {
+			return err
+		}
+		vals[i], vers[i] = v, ver
+	}
+	n := len(op.Keys)
+	if err := op.Apply(vals[:n]); err != nil {
+		return err
+	}
+	if n == 1 {
+		_, err := h.Values.CompareAndSwap(ctx, op.Keys[0], vers[0], vals[0])
+		return err
+	}
+	ops := make([]cas.Op, n)
+	for i, k := range op.Keys {
+		b, err := h.Values.Encode(k, vals[i])
+		if err != nil {
+			return err
+		}
+		ops[i] = cas.Put(k, vers[i], b)
+	}
+	if c, ok := h.Store.(cas.Committer); ok {
+		_, err := c.Commit(ctx, ops)
+		return err
+	}
+	for _, o := range ops {
+		if _, err := h.Store.CompareAndSwap(ctx, o.Key, o.Expected, o.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sortedKeys returns op's keys in lock order (sorted), so that strategies
+// holding several locks never deadlock.
+func sortedKeys(op operation) []string {
+	if len(op.Keys) == 1 {
+		return op.Keys
+	}
+	ks := slices.Clone(op.Keys)
+	slices.Sort(ks)
+	return ks
+}
+
+// Lease-based pessimistic strategies share this shape: acquire each key's
+// lock in order, run the read-apply-write, release in reverse order.
+type lockFunc func(ctx context.Context, w int, name string) (unlock func(), err error)
+
+// lockedDo returns a strategyFunc that runs op under lock, in occ.Retry
+// with the harness's options (so that its attempts are counted and an
+// unexpected conflict is retried, never lost).
+func lockedDo(h *harness, lock lockFunc) strategyFunc {
+	return func(ctx context.Context, w int, op operation) error {
+		return occ.Retry(ctx, func(ctx context.Context) error {
+			keys := sortedKeys(op)
+			unlocks := make([]func(), 0, len(keys))
+			defer func() {
+				for i := len(unlocks) - 1; i >= 0; i-- {
+					unlocks[i]()
+				}
+			}()
+			for _, k := range keys {
+				u, err := lock(ctx, w, h.LockName(k))
+				if err != nil {
+					return err
+				}
+				unlocks = append(unlocks, u)
+			}
+			return h.ReadApplyWrite(ctx, op)
+		}, h.Options(w)...)
+	}
+}

@@ -1,0 +1,93 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// Embedded etcd's peer HTTP connections outlive its shutdown (as in
+	// adapters/etcdcas): occkit uses no net/http, so those frames are
+	// ignored.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
+	)
+}
+
+// TestStartClusterLeaderLoss: a cluster started without a test serves
+// through its proxies, elects a new leader after the leader's hard stop,
+// and keeps serving; Close stops it, twice without harm.
+func TestStartClusterLeaderLoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := StartEtcdCluster(ctx, EtcdOptions{Members: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "k", "1"); err != nil {
+		t.Fatal(err)
+	}
+	lead := c.Leader()
+	if lead < 0 {
+		t.Fatal("no leader after StartEtcdCluster")
+	}
+	c.HardStop(lead)
+	if n := len(c.Endpoints()); n != 2 {
+		t.Errorf("%d running endpoints after a hard stop, want 2", n)
+	}
+	if n := len(c.AllEndpoints()); n != 3 {
+		t.Errorf("%d endpoints in all, want 3", n)
+	}
+	next, err := c.AwaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == lead {
+		t.Fatalf("leader %d again after its hard stop", next)
+	}
+	if _, err := cli.Put(ctx, "k", "2"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c.Close()
+}
+
+// TestStartClusterNoProxy: with NoProxy the client URL is the member's
+// own port; AwaitLeader on a stopped cluster gives up with ErrNoLeader.
+func TestStartClusterNoProxy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := StartEtcdCluster(ctx, EtcdOptions{NoProxy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.members[0].proxy != nil || c.AllEndpoints()[0] != c.members[0].cfg.ListenClientUrls[0].String() {
+		t.Fatalf("endpoint %s, want the member's port %s", c.AllEndpoints()[0], c.members[0].cfg.ListenClientUrls[0].String())
+	}
+	cli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Get(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	c.HardStop(0)
+	sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer scancel()
+	if _, err := c.AwaitLeader(sctx); !errors.Is(err, ErrNoLeader) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AwaitLeader with no member running: %v, want ErrNoLeader and DeadlineExceeded", err)
+	}
+}
