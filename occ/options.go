@@ -2,6 +2,7 @@ package occ
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,7 @@ type config struct {
 	cache       *Cache
 	combiner    *Combiner
 	writes      *atomic.Int64 // counts Update's conditional writes (a combiner's solo path)
+	unit        time.Duration // the call's attempt time, the default backoff's unit (0: not timed yet)
 	op          string
 	key         string
 
@@ -112,7 +114,8 @@ func WithMaxAttempts(n int) Option { return Option{kind: optMaxAttempts, n: n} }
 // retry of each call and is then used by that call alone, so one BackOff
 // value must not serve two calls at once; give concurrent calls
 // WithBackOffFunc instead. backoff.Stop from b ends the loop with
-// ErrBackOffStopped. The default is DefaultBackOff.
+// ErrBackOffStopped. The default counts its waits in the call's own
+// attempt times; see Retry.
 func WithBackOff(b backoff.BackOff) Option { return Option{kind: optBackOff, backOff: b} }
 
 // WithBackOffFunc makes each call that needs to retry build its own BackOff
@@ -139,12 +142,12 @@ func withSleep(f func(ctx context.Context, d time.Duration) error) Option {
 	return Option{kind: optSleep, sleep: f}
 }
 
-// DefaultBackOff returns the backoff used when none is given: exponential,
-// starting at 1ms, doubling up to 20ms, each wait randomised by ±50% so
-// that conflicting writers spread out, and never stopping by itself (the
-// attempt limit and the context bound the loop). Conflicts clear in
-// microseconds to milliseconds, unlike network outages, hence the short
-// first wait.
+// DefaultBackOff returns a fixed exponential backoff: starting at 1ms,
+// doubling up to 20ms, each wait randomised by ±50%, never stopping by
+// itself (the attempt limit and the context bound the loop). It is what
+// the loop uses when it has not yet timed an attempt of the call; once it
+// has, the default waits are counted in attempt times instead (see
+// Retry).
 func DefaultBackOff() backoff.BackOff {
 	b := &backoff.ExponentialBackOff{
 		InitialInterval:     time.Millisecond,
@@ -159,6 +162,57 @@ func DefaultBackOff() backoff.BackOff {
 	return b
 }
 
+// Bounds of the default backoff, which counts its waits in attempt times:
+// the n-th wait of a call is min(2^(n-1), scaledMaxUnits) times the
+// duration of the call's latest attempt, randomised by ±50%, and kept
+// within [scaledMinWait, scaledMaxWait].
+const (
+	scaledMaxUnits = 16
+	scaledMinWait  = 5 * time.Microsecond
+	scaledMaxWait  = 100 * time.Millisecond
+)
+
+// noteAttemptTime records how long a retry took, the unit of the default
+// backoff's waits.
+func (c *config) noteAttemptTime(d time.Duration) {
+	if c.unit == 0 {
+		c.unit = d
+		return
+	}
+	c.unit = (c.unit + d) / 2
+}
+
+// scaledBackOff is the default backoff: exponential in units of the
+// call's own attempt time, so that a conflict waits about as long as a
+// few competitors' attempts take on this store (microseconds in memory,
+// a millisecond or so on a database, tens of milliseconds on a far
+// service) instead of a fixed schedule that is too long for one and too
+// short for another. Before any attempt is timed it waits as
+// DefaultBackOff does.
+type scaledBackOff struct {
+	c     *config
+	n     int
+	fixed backoff.BackOff
+}
+
+func (b *scaledBackOff) Reset() { b.n = 0; b.fixed = nil }
+
+func (b *scaledBackOff) NextBackOff() time.Duration {
+	b.n++
+	unit := b.c.unit
+	if unit <= 0 {
+		if b.fixed == nil {
+			b.fixed = DefaultBackOff()
+		}
+		return b.fixed.NextBackOff()
+	}
+	units := min(1<<min(b.n-1, 30), scaledMaxUnits)
+	base := time.Duration(units) * unit
+	// ±50%: a uniform draw in [base/2, 3·base/2].
+	d := base/2 + time.Duration(rand.Int64N(int64(base)+1))
+	return min(max(d, scaledMinWait), scaledMaxWait)
+}
+
 func (c *config) backOffForCall() backoff.BackOff {
 	switch {
 	case c.backOff != nil:
@@ -169,6 +223,6 @@ func (c *config) backOffForCall() backoff.BackOff {
 		b.Reset()
 		return b
 	default:
-		return DefaultBackOff()
+		return &scaledBackOff{c: c}
 	}
 }

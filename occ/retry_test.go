@@ -768,55 +768,74 @@ func TestRetryBackOffOptionsLastWins(t *testing.T) {
 	}
 }
 
-func TestRetryDefaultBackOff(t *testing.T) {
-	// Bases of DefaultBackOff: 1ms doubling, capped at 20ms; each wait is
-	// base ± 50% (the backoff library's interval is inclusive, hence +1ns).
+func TestDefaultBackOffSchedule(t *testing.T) {
+	// DefaultBackOff: 1ms doubling, capped at 20ms; each wait is base ±
+	// 50% (the backoff library's interval is inclusive, hence +1ns).
 	bases := []time.Duration{1, 2, 4, 8, 16, 20, 20, 20, 20}
-	for i := range bases {
-		bases[i] *= time.Millisecond
-	}
 	for run := range 20 { // jitter: check several draws
-		rec := &sleepRecorder{}
-		calls := 0
-		_ = Retry(context.Background(), errSeq(&calls, conflict("k")), WithMaxAttempts(len(bases)+1), rec.option())
-		waits := rec.recorded()
-		if len(waits) != len(bases) {
-			t.Fatalf("run %d: %d waits, want %d", run, len(waits), len(bases))
-		}
-		for i, w := range waits {
-			lo, hi := bases[i]/2, bases[i]*3/2+1
-			if w < lo || w > hi {
+		b := DefaultBackOff()
+		for i, base := range bases {
+			base *= time.Millisecond
+			w := b.NextBackOff()
+			if lo, hi := base/2, base*3/2+1; w < lo || w > hi {
 				t.Errorf("run %d: wait %d = %v, want within [%v, %v]", run, i+1, w, lo, hi)
 			}
 		}
-		if waits[0] < 500*time.Microsecond || waits[0] > 1500*time.Microsecond+1 {
-			t.Errorf("run %d: first wait %v, want within [0.5ms, 1.5ms]", run, waits[0])
-		}
-		// Growth: the 4th wait (base 8ms, at least 4ms) exceeds any first
-		// wait, and the late ones (base 20ms, at least 10ms) are longer.
-		if waits[3] <= waits[0] || waits[len(waits)-1] < 10*time.Millisecond {
-			t.Errorf("run %d: waits do not grow: %v", run, waits)
-		}
 	}
+}
 
-	t.Run("jittered", func(t *testing.T) {
-		seen := map[time.Duration]bool{}
-		for range 20 {
-			seen[DefaultBackOff().NextBackOff()] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("20 first waits of DefaultBackOff all equal %v: no jitter", seen)
-		}
-	})
-
-	t.Run("never stops by itself", func(t *testing.T) {
-		b := DefaultBackOff()
-		for i := range 1000 {
-			if d := b.NextBackOff(); d == backoff.Stop || d > 150*time.Millisecond+1 {
-				t.Fatalf("wait %d = %v, want a wait of at most 150ms", i+1, d)
+// TestScaledBackOff: the default waits are counted in attempt times:
+// min(2^(n-1), 16) units, ±50%, within [5µs, 100ms]; before any attempt is
+// timed, DefaultBackOff's.
+func TestScaledBackOff(t *testing.T) {
+	for _, unit := range []time.Duration{time.Microsecond, 40 * time.Microsecond, 2 * time.Millisecond, 30 * time.Millisecond} {
+		for run := range 10 {
+			c := &config{unit: unit}
+			b := &scaledBackOff{c: c}
+			for n := 1; n <= 8; n++ {
+				base := time.Duration(min(1<<(n-1), scaledMaxUnits)) * unit
+				lo := min(max(base/2, scaledMinWait), scaledMaxWait)
+				hi := min(max(base*3/2+1, scaledMinWait), scaledMaxWait)
+				if w := b.NextBackOff(); w < lo || w > hi {
+					t.Fatalf("unit %v run %d: wait %d = %v, want within [%v, %v]", unit, run, n, w, lo, hi)
+				}
 			}
 		}
-	})
+	}
+	b := &scaledBackOff{c: &config{}}
+	if w := b.NextBackOff(); w < 500*time.Microsecond || w > 1500*time.Microsecond+1 {
+		t.Fatalf("untimed first wait %v, want DefaultBackOff's first (1ms ± 50%%)", w)
+	}
+}
+
+// TestDefaultBackOffFollowsAttemptTime: through Retry, a store whose
+// attempts take at least 2ms gets waits of at least a millisecond, and one
+// whose attempts take microseconds gets waits far below DefaultBackOff's
+// milliseconds. Only lower bounds and a wide upper bound: a loaded machine
+// stretches attempts, never shortens them.
+func TestDefaultBackOffFollowsAttemptTime(t *testing.T) {
+	run := func(attempt time.Duration) []time.Duration {
+		rec := &sleepRecorder{}
+		_ = Retry(context.Background(), func(context.Context) error {
+			if attempt > 0 {
+				time.Sleep(attempt)
+			}
+			return conflict("k")
+		}, WithMaxAttempts(7), rec.option())
+		return rec.recorded()
+	}
+	slow := run(2 * time.Millisecond)
+	for i, w := range slow[1:] { // the first wait comes before any timed attempt
+		if w < time.Millisecond {
+			t.Fatalf("slow store: wait %d = %v (waits %v), want at least 1ms (half a 2ms attempt)", i+2, w, slow)
+		}
+	}
+	fast := run(0)
+	for i, w := range fast[1:] {
+		if w > 500*time.Microsecond {
+			t.Fatalf("fast store: wait %d = %v (waits %v), want far below a millisecond", i+2, w, fast)
+		}
+	}
 }
 
 func TestRetryObserver(t *testing.T) {
