@@ -150,12 +150,12 @@ func NewLocker(cli redis.UniversalClient, cfg LockerConfig) (*Locker, error) {
 	}, nil
 }
 
-// LockKey returns the Redis key of key's lock: Prefix + "{" + key + "}".
+// lockKey returns the Redis key of key's lock: Prefix + "{" + key + "}".
 // The braces make it a hash tag, so the lock and its token counter share a
 // slot in a cluster.
-func (l *Locker) LockKey(key string) string { return l.prefix + "{" + key + "}" }
+func (l *Locker) lockKey(key string) string { return l.prefix + "{" + key + "}" }
 
-func (l *Locker) tokenKey(key string) string { return l.LockKey(key) + ":token" }
+func (l *Locker) tokenKey(key string) string { return l.lockKey(key) + ":token" }
 
 // Acquire implements hybrid.Locker: it waits until it holds key, or ctx
 // ends. The lease, a *Lease, is renewed until it is released or lost, or
@@ -167,7 +167,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	if key == "" {
 		return nil, errors.New("rediscas: empty lock key")
 	}
-	keys := []string{l.LockKey(key), l.tokenKey(key)}
+	keys := []string{l.lockKey(key), l.tokenKey(key)}
 	holder := randomID()
 	wait := time.Millisecond
 	for {

@@ -256,11 +256,11 @@ const fencedLockKey = "stock"
 
 func openFencedLock(_ context.Context, r *run) (lockService, error) {
 	s := &fencedLockService{rdb: r.rdb, prefix: r.redisKey("flock:"), ttl: r.spec.TTL}
-	l, err := rediscas.NewLocker(r.rdb, rediscas.LockerConfig{Prefix: s.prefix, TTL: s.ttl})
-	if err != nil {
+	if _, err := rediscas.NewLocker(r.rdb, rediscas.LockerConfig{Prefix: s.prefix, TTL: s.ttl}); err != nil {
 		return nil, err
 	}
-	s.key = l.LockKey(fencedLockKey)
+	// The lock key's layout is documented (rediscas.Locker).
+	s.key = s.prefix + "{" + fencedLockKey + "}"
 	return s, nil
 }
 

@@ -91,8 +91,9 @@ func Redis(cli redis.UniversalClient, prefix string, ttl time.Duration) (Backend
 		return Backend{}, err
 	}
 	lcfg := rediscas.LockerConfig{Prefix: prefix + "lock:", TTL: ttl}
-	keys, err := rediscas.NewLocker(cli, lcfg)
-	if err != nil {
+	// Check the configuration now; the lock key's layout is documented
+	// (rediscas.Locker): Prefix + "{" + key + "}".
+	if _, err := rediscas.NewLocker(cli, lcfg); err != nil {
 		return Backend{}, err
 	}
 	return Backend{
@@ -104,7 +105,7 @@ func Redis(cli redis.UniversalClient, prefix string, ttl time.Duration) (Backend
 		TTL:     ttl,
 		RunsOut: true,
 		Expire: func(ctx context.Context, key string, lease hybrid.Lease) error {
-			return redisExpireScript.Run(ctx, cli, []string{keys.LockKey(key)}, lease.Token()).Err()
+			return redisExpireScript.Run(ctx, cli, []string{lcfg.Prefix + "{" + key + "}"}, lease.Token()).Err()
 		},
 		ExpireNote: "the lock key was deleted on the server, as its expiry would",
 		Retryable:  rediscas.Retryable,
