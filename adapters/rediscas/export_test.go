@@ -9,3 +9,6 @@ func (s *Store) DataKey(key string) string { return s.dataKey(key) }
 // CounterKey returns the Redis key of the store's version counter: Prefix +
 // "version".
 func (s *Store) CounterKey() string { return s.counter }
+
+// LockKey returns the Redis key of key's lock: Prefix + "{" + key + "}".
+func (l *Locker) LockKey(key string) string { return l.lockKey(key) }

@@ -91,8 +91,8 @@ func TestLockerConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := l.lockKey("sku-1"); got != "occkit-lock:{sku-1}" {
-		t.Errorf("lockKey = %q", got)
+	if got := l.LockKey("sku-1"); got != "occkit-lock:{sku-1}" {
+		t.Errorf("LockKey = %q", got)
 	}
 	var _ hybrid.Locker = l
 }

@@ -121,7 +121,7 @@ func TestProcessPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * pauseTTL)
-	lockGone := cli.Exists(ctx, lockerB.lockKey("stock")).Val() == 0
+	lockGone := cli.Exists(ctx, lockerB.LockKey("stock")).Val() == 0
 
 	// Buyer B sells while A is stopped.
 	var tokenB uint64
