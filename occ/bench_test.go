@@ -32,6 +32,17 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	})
+	b.Run("occ.Update+combiner", func(b *testing.B) {
+		// The combiner's cost when there is nothing to combine.
+		counters := cas.NewTyped(memcas.New(), cas.JSON[int]())
+		cb := occ.NewCombiner()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := occ.Update(ctx, counters, "k", increment, occ.WithCombiner(cb)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("hand-loop", func(b *testing.B) {
 		counters := cas.NewTyped(memcas.New(), cas.JSON[int]())
 		b.ReportAllocs()

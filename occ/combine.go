@@ -196,11 +196,40 @@ var errAbandoned = fmt.Errorf("occ: combined update abandoned while its write wa
 
 // combineUpdate is Update through a Combiner.
 func combineUpdate[T any](ctx context.Context, c *config, cb *Combiner, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error)) (T, cas.Version, error) {
+	cb.updates.Add(1)
+	k := combineKey{store: s.Store(), key: key}
+	sh := cb.shard(key)
+	sh.mu.Lock()
+	q := sh.queues[k]
+	if q == nil {
+		q = &combineQueue{}
+		sh.queues[k] = q
+	}
+	if !q.busy {
+		// Nobody updates the key in this process: run alone, as a plain
+		// Update, while callers that arrive meanwhile queue behind; the
+		// first of them then leads them as one batch.
+		q.busy = true
+		sh.mu.Unlock()
+		cb.batches.Add(1)
+		defer func() { // also if mutate panics
+			sh.mu.Lock()
+			cb.handOff(sh, k, q)
+			sh.mu.Unlock()
+		}()
+		c.writes = &cb.writes
+		return updateDirect(ctx, c, s, key, mutate)
+	}
+	return combineQueued(ctx, c, cb, sh, k, q, s, key, mutate)
+}
+
+// combineQueued queues the call behind the key's running leader (the shard
+// is locked on entry) and waits for its result or its turn to lead.
+func combineQueued[T any](ctx context.Context, c *config, cb *Combiner, sh *combineShard, k combineKey, q *combineQueue, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error)) (T, cas.Version, error) {
 	var (
 		zero T
 		out  T
 	)
-	cb.updates.Add(1)
 	w := &combineWaiter{ctx: ctx, wake: make(chan struct{}, 1)}
 	w.apply = func(st *runState) {
 		var cur T
@@ -226,7 +255,6 @@ func combineUpdate[T any](ctx context.Context, c *config, cb *Combiner, s *cas.T
 		st.raw, st.exists, st.changed = b, true, true
 		out, w.applied = next, true
 	}
-
 	result := func() (T, cas.Version, error) {
 		if w.panicked {
 			panic(w.panicVal)
@@ -237,21 +265,9 @@ func combineUpdate[T any](ctx context.Context, c *config, cb *Combiner, s *cas.T
 		return out, w.version, nil
 	}
 
-	k := combineKey{store: s.Store(), key: key}
-	sh := cb.shard(key)
-	sh.mu.Lock()
-	q := sh.queues[k]
-	if q == nil {
-		q = &combineQueue{}
-		sh.queues[k] = q
-	}
 	q.pending = append(q.pending, w)
-	lead := !q.busy
-	if lead {
-		q.busy = true
-		w.state = statePromoted
-	}
 	sh.mu.Unlock()
+	lead := false
 
 	for !lead {
 		select {
@@ -325,12 +341,23 @@ func removeWaiter(ws []*combineWaiter, w *combineWaiter) []*combineWaiter {
 	return ws
 }
 
-// handOff passes the lead of q to the first waiting caller, or retires
-// the queue when nobody waits. The shard's mutex is held.
+// maxIdleQueues is how many queues of idle keys a shard keeps for reuse
+// before it drops them all.
+const maxIdleQueues = 256
+
+// handOff passes the lead of q to the first waiting caller, or marks the
+// queue idle when nobody waits (it stays for the key's next update: no
+// allocation, no map write). The shard's mutex is held.
 func (cb *Combiner) handOff(sh *combineShard, k combineKey, q *combineQueue) {
 	if len(q.pending) == 0 {
 		q.busy = false
-		delete(sh.queues, k)
+		if len(sh.queues) > maxIdleQueues {
+			for key, iq := range sh.queues {
+				if !iq.busy && len(iq.pending) == 0 {
+					delete(sh.queues, key)
+				}
+			}
+		}
 		return
 	}
 	next := q.pending[0]

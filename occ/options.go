@@ -2,6 +2,7 @@ package occ
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -54,6 +55,7 @@ type config struct {
 	sleep       func(ctx context.Context, d time.Duration) error // test hook
 	cache       *Cache
 	combiner    *Combiner
+	writes      *atomic.Int64 // counts Update's conditional writes (a combiner's solo path)
 	op          string
 	key         string
 

@@ -39,11 +39,17 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 	if c.combiner != nil && ctx != nil && combinable(s.Store()) {
 		return combineUpdate(ctx, &c, c.combiner, s, key, mutate)
 	}
+	return updateDirect(ctx, &c, s, key, mutate)
+}
+
+// updateDirect is Update without a combiner.
+func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error)) (T, cas.Version, error) {
 	var (
 		written  T
 		version  cas.Version
 		hint     cas.Item
 		haveHint bool
+		seen     cas.Version // the newest version of key this call has seen
 	)
 	cache := c.cache
 	if !cache.serves(s.Store()) {
@@ -60,14 +66,18 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 		)
 		if c.waited {
 			// After a backoff wait, what the last conflict said is likely
-			// stale on a contended key: read. The cache is the exception:
-			// every write of this process refreshes it, so after a wait it
-			// is as fresh as a read when the key's writers are in this
-			// process, and a caller that reads instead (two round trips)
-			// while the winners write from the cache (one) would starve.
+			// stale on a contended key: read. The cache is the exception
+			// when a write of this process refreshed it during the wait
+			// (its version is newer than the last one this call saw): it
+			// is then as fresh as a read, and a caller that read instead
+			// (two round trips) while the winners write from the cache
+			// (one) would starve. An entry no newer than what this call
+			// saw is as stale as the conflict: read.
 			haveHint = false
 			if cache != nil {
-				hint, haveHint = cache.get(key)
+				if e, ok := cache.get(key); ok && e.Version > seen {
+					hint, haveHint = e, true
+				}
 			}
 		}
 		switch {
@@ -85,11 +95,15 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 		if err != nil {
 			return err
 		}
+		seen = max(seen, ver)
 		next, err := mutate(cur, ver != 0)
 		if err != nil {
 			return err
 		}
 		var nv cas.Version
+		if c.writes != nil {
+			c.writes.Add(1)
+		}
 		if cache != nil {
 			nv, err = writeThrough(ctx, s, cache, key, ver, next)
 		} else {
@@ -99,6 +113,7 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
 				hint, haveHint, c.retryNow = ce.Current, true, true
+				seen = max(seen, ce.Current.Version)
 			}
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -213,6 +214,19 @@ func pgStore(t *testing.T) func() cas.Store {
 // TestPostgres runs the scenarios on PostgreSQL (-store postgres).
 func TestPostgres(t *testing.T) {
 	newStore := pgStore(t)
+	t.Run("paused holder", func(t *testing.T) { testPausedHolder(t, newStore) })
+	t.Run("concurrent buyers", func(t *testing.T) { testConcurrentBuyers(t, newStore) })
+}
+
+// TestSQLite runs the scenarios on SQLite (-store sqlite), a file database
+// in WAL mode shared by several connections.
+func TestSQLite(t *testing.T) {
+	s, db, err := openSQLite(context.Background(), filepath.Join(t.TempDir(), "inventory.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	newStore := func() cas.Store { return s }
 	t.Run("paused holder", func(t *testing.T) { testPausedHolder(t, newStore) })
 	t.Run("concurrent buyers", func(t *testing.T) { testConcurrentBuyers(t, newStore) })
 }

@@ -4,11 +4,13 @@
 //
 //	go run ./examples/inventory                       # memory store on 127.0.0.1:8080
 //	go run ./examples/inventory -store postgres       # PostgreSQL at $OCCKIT_PG_URL
+//	go run ./examples/inventory -store sqlite         # SQLite file inventory.db (pure Go)
 //	go run ./examples/inventory -compare              # lease lock vs occkit, side by side
 package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,9 +21,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
 
 	"github.com/occkit/occkit/adapters/memcas"
 	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 )
@@ -29,9 +33,10 @@ import (
 func main() {
 	var (
 		addr     = flag.String("addr", "127.0.0.1:8080", "address to listen on")
-		storeArg = flag.String("store", "memory", "memory or postgres")
+		storeArg = flag.String("store", "memory", "memory, postgres or sqlite")
 		pgURL    = flag.String("pg-url", os.Getenv("OCCKIT_PG_URL"), "PostgreSQL URL (-store postgres); default $OCCKIT_PG_URL")
 		table    = flag.String("pg-table", "inventory", "PostgreSQL table (-store postgres), created if missing")
+		dbFile   = flag.String("sqlite-file", "inventory.db", "SQLite database file (-store sqlite), created if missing")
 		mode     = flag.String("mode", modeOCC, "how stock changes: occ (occ.Update) or lease (a lease lock with a TTL and an unconditional write, for comparison)")
 		ttl      = flag.Duration("lease-ttl", 2*time.Second, "the lease's TTL in -mode lease")
 		cmp      = flag.Bool("compare", false, "run the lease-lock and occkit versions side by side under concurrent buyers, print the table and exit")
@@ -46,7 +51,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	newStore, closeStore, err := openStore(ctx, *storeArg, *pgURL, *table)
+	newStore, closeStore, err := openStore(ctx, *storeArg, *pgURL, *table, *dbFile)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -86,8 +91,9 @@ func main() {
 }
 
 // openStore returns a function making the store to use (one memory store
-// each call, or the one PostgreSQL table) and a function closing it.
-func openStore(ctx context.Context, kind, pgURL, table string) (func() cas.Store, func(), error) {
+// each call, or the one PostgreSQL or SQLite table) and a function closing
+// it.
+func openStore(ctx context.Context, kind, pgURL, table, dbFile string) (func() cas.Store, func(), error) {
 	switch kind {
 	case "memory":
 		return func() cas.Store { return memcas.New() }, func() {}, nil
@@ -108,6 +114,30 @@ func openStore(ctx context.Context, kind, pgURL, table string) (func() cas.Store
 			return nil, nil, err
 		}
 		return func() cas.Store { return s }, pool.Close, nil
+	case "sqlite":
+		s, db, err := openSQLite(ctx, dbFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func() cas.Store { return s }, func() { _ = db.Close() }, nil
 	}
-	return nil, nil, fmt.Errorf("-store %q: want memory or postgres", kind)
+	return nil, nil, fmt.Errorf("-store %q: want memory, postgres or sqlite", kind)
+}
+
+// openSQLite opens (creating it if missing) the SQLite database in file, in
+// WAL mode with a busy timeout, and the store's table in it.
+func openSQLite(ctx context.Context, file string) (*sqlcas.Store, *sql.DB, error) {
+	db, err := sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.SQLite, Table: "inventory"})
+	if err == nil {
+		err = s.CreateTable(ctx)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, fmt.Errorf("-store sqlite: %w", err)
+	}
+	return s, db, nil
 }

@@ -1,0 +1,94 @@
+package sqlcas_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/adapters/sqlcas"
+	"github.com/occkit/occkit/cas"
+)
+
+// BenchmarkOverhead measures what the store adds to the conditional write
+// a programmer would write by hand over database/sql, side by side in one
+// run (the machines are shared and noisy: read the ratio, not the times).
+// Each iteration runs one hand-written swap of one key and one
+// Store.CompareAndSwap of another, alternately, and times each.
+//
+//	go test -run '^$' -bench Overhead -benchtime 3000x ./adapters/sqlcas/
+//
+// The hand-written swap is
+//
+//	UPDATE occkit_cas SET value = ?, version = version + 1, write_id = ?
+//	WHERE k = ? AND version = ? AND value IS NOT NULL
+//
+// checked by its rows affected (PostgreSQL: ... RETURNING version), on the
+// store's own table.
+func BenchmarkOverhead(b *testing.B) {
+	for _, d := range dialects {
+		b.Run(d.String(), func(b *testing.B) {
+			ctx := context.Background()
+			s := newStore(b, d, sqlcas.Config{})
+			db := s.DB()
+			hv, err := s.CompareAndSwap(ctx, "hand", 0, []byte("0"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			sv, err := s.CompareAndSwap(ctx, "store", 0, []byte("0"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			q := `UPDATE occkit_cas SET value = ?, version = version + 1, write_id = ? WHERE k = ? AND version = ? AND value IS NOT NULL`
+			if d == sqlcas.Postgres {
+				q = `UPDATE occkit_cas SET value = $1, version = version + 1, write_id = $2 WHERE k = $3 AND version = $4 AND value IS NOT NULL RETURNING version`
+			}
+			id := make([]byte, 16)
+			value := []byte("value")
+			hand := func() {
+				if d == sqlcas.Postgres {
+					var v int64
+					if err := db.QueryRowContext(ctx, q, value, id, "hand", int64(hv)).Scan(&v); err != nil {
+						b.Fatal(err)
+					}
+					hv = cas.Version(v)
+					return
+				}
+				res, err := db.ExecContext(ctx, q, value, id, "hand", int64(hv))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n, _ := res.RowsAffected(); n != 1 {
+					b.Fatalf("hand-written swap matched %d rows", n)
+				}
+				hv++
+			}
+			var handT, storeT time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				// Alternate which goes first, so that neither always
+				// follows the other.
+				if i%2 == 0 {
+					t0 := time.Now()
+					hand()
+					t1 := time.Now()
+					sv, err = s.CompareAndSwap(ctx, "store", sv, value)
+					storeT += time.Since(t1)
+					handT += t1.Sub(t0)
+				} else {
+					t0 := time.Now()
+					sv, err = s.CompareAndSwap(ctx, "store", sv, value)
+					t1 := time.Now()
+					hand()
+					handT += time.Since(t1)
+					storeT += t1.Sub(t0)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(handT.Nanoseconds())/float64(b.N), "hand-ns/op")
+			b.ReportMetric(float64(storeT.Nanoseconds())/float64(b.N), "sqlcas-ns/op")
+			b.ReportMetric(float64(storeT)/float64(handT), "sqlcas/hand")
+		})
+	}
+}

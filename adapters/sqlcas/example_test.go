@@ -1,0 +1,197 @@
+package sqlcas_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/go-sql-driver/mysql"
+	_ "modernc.org/sqlite"
+
+	"github.com/occkit/occkit/adapters/sqlcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/occ"
+)
+
+// The SQLite examples run anywhere, on a file in a temporary directory.
+// The MySQL ones need a server (OCCKIT_MYSQL_DSN, as the tests): they are
+// compiled, not run.
+
+// exampleSQLite opens a fresh SQLite database as the package documentation
+// recommends, and returns it with a function that removes it.
+func exampleSQLite() (*sql.DB, func()) {
+	dir, err := os.MkdirTemp("", "sqlcas-example")
+	if err != nil {
+		panic(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+
+		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		panic(err)
+	}
+	return db, func() { db.Close(); os.RemoveAll(dir) }
+}
+
+// A versioned key-value store in a SQLite file, and a read-modify-write
+// with retry.
+func Example() {
+	ctx := context.Background()
+	db, done := exampleSQLite()
+	defer done()
+	store, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.SQLite})
+	if err != nil {
+		panic(err)
+	}
+	if err := store.CreateTable(ctx); err != nil {
+		panic(err)
+	}
+	stock := cas.NewTyped(store, cas.JSON[int]())
+	for range 3 {
+		n, version, err := occ.Update(ctx, stock, "sku-42", func(n int, exists bool) (int, error) {
+			if !exists {
+				return 10, nil
+			}
+			if n == 0 {
+				return 0, errors.New("sold out")
+			}
+			return n - 1, nil
+		}, occ.WithRetryable(sqlcas.Retryable))
+		fmt.Println(n, version, err)
+	}
+	// Output:
+	// 10 1 <nil>
+	// 9 2 <nil>
+	// 8 3 <nil>
+}
+
+// occkit's writes inside the application's own transaction: rolled back,
+// nothing of either is left.
+func ExampleStore_With() {
+	ctx := context.Background()
+	db, done := exampleSQLite()
+	defer done()
+	store, _ := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.SQLite})
+	_ = store.CreateTable(ctx)
+	_, _ = db.ExecContext(ctx, `CREATE TABLE audit (note TEXT)`)
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO audit VALUES ('reserve sku-42')`); err != nil {
+		panic(err)
+	}
+	if _, err := store.With(tx).CompareAndSwap(ctx, "sku-42", 0, []byte("9")); err != nil {
+		panic(err)
+	}
+	_ = tx.Rollback() // say the payment failed
+
+	var notes int
+	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM audit`).Scan(&notes)
+	_, err = store.Get(ctx, "sku-42")
+	fmt.Println(notes, errors.Is(err, cas.ErrNotFound))
+	// Output: 0 true
+}
+
+// A transfer between two keys, committed atomically by occ.Txn through
+// Store.Commit.
+func ExampleStore_Commit() {
+	ctx := context.Background()
+	db, done := exampleSQLite()
+	defer done()
+	store, _ := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.SQLite})
+	_ = store.CreateTable(ctx)
+	_, _ = store.Commit(ctx, []cas.Op{cas.Put("alice", 0, []byte{50}), cas.Put("bob", 0, []byte{0})})
+
+	err := occ.Txn(ctx, store, func(tx *occ.Tx) error {
+		a, _, err := tx.Get("alice")
+		if err != nil {
+			return err
+		}
+		b, _, err := tx.Get("bob")
+		if err != nil {
+			return err
+		}
+		tx.Put("alice", []byte{a[0] - 20})
+		tx.Put("bob", []byte{b[0] + 20})
+		return nil
+	})
+	a, _ := store.Get(ctx, "alice")
+	b, _ := store.Get(ctx, "bob")
+	fmt.Println(err, a.Value[0], b.Value[0])
+	// Output: <nil> 30 20
+}
+
+// A repository over the application's own table: Modify replaces
+// "SELECT ... FOR UPDATE, change, UPDATE".
+func ExampleTable() {
+	type Item struct {
+		SKU     string      `db:"sku"`
+		Stock   int         `db:"stock"`
+		Version cas.Version `db:"version"`
+	}
+	ctx := context.Background()
+	db, done := exampleSQLite()
+	defer done()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE items (sku TEXT PRIMARY KEY, stock INTEGER NOT NULL, version INTEGER NOT NULL)`); err != nil {
+		panic(err)
+	}
+	items, err := sqlcas.NewTable[Item](db, sqlcas.TableConfig{Dialect: sqlcas.SQLite, Table: "items", KeyColumn: "sku"})
+	if err != nil {
+		panic(err)
+	}
+	if err := items.CreateCounter(ctx); err != nil {
+		panic(err)
+	}
+	if _, err := items.Insert(ctx, Item{SKU: "sku-42", Stock: 3}); err != nil {
+		panic(err)
+	}
+	it, err := items.Modify(ctx, "sku-42", func(it Item, exists bool) (Item, error) {
+		if !exists || it.Stock == 0 {
+			return it, errors.New("sold out")
+		}
+		it.Stock--
+		return it, nil
+	}, occ.WithRetryable(sqlcas.Retryable))
+	fmt.Println(it.Stock, err)
+	// Output: 2 <nil>
+}
+
+// MySQL's GET_LOCK as a lease with a fencing token, checked by the write
+// it protects.
+func ExampleNewLocker() {
+	ctx := context.Background()
+	cfg, err := mysql.ParseDSN(os.Getenv("OCCKIT_MYSQL_DSN"))
+	if err != nil {
+		panic(err)
+	}
+	cfg.InterpolateParams = true // one round trip per statement
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		panic(err)
+	}
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	locker, err := sqlcas.NewLocker(db, sqlcas.LockerConfig{})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	if err := locker.CreateTokenTable(ctx); err != nil {
+		panic(err)
+	}
+	store, _ := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.MySQL})
+	_ = store.CreateTable(ctx)
+	stock := cas.NewTyped(store, cas.JSON[int]())
+	n, _, err := hybrid.Update(ctx, locker, stock, "sku-42", func(n int, exists bool) (int, error) {
+		if !exists {
+			return 10, nil
+		}
+		return n - 1, nil
+	})
+	fmt.Println(n, err)
+}

@@ -1,0 +1,416 @@
+package sqlcas
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
+)
+
+// DefaultTable is the table a Store uses when Config.Table is empty.
+const DefaultTable = "occkit_cas"
+
+// Config configures a Store. Dialect is required; every other zero field
+// means its default.
+type Config struct {
+	// Dialect is the database behind the *sql.DB. Required.
+	Dialect Dialect
+	// Table is the table's name, one identifier, always quoted (never
+	// parsed: "a.b" is a table named a.b). Empty means DefaultTable.
+	Table string
+	// Limits are the key, value and commit limits (zero fields: the cas
+	// defaults, 1 KiB keys, 1 MiB values, 100 ops per commit).
+	// MaxKeyBytes may not exceed MaxKeyBytesLimit, nor MaxValueBytes
+	// MaxValueBytesLimit. On MySQL the key column is
+	// VARBINARY(MaxKeyBytes): create the table with the limits it will be
+	// used with.
+	Limits cas.Limits
+}
+
+// Querier runs statements: a *sql.DB, a *sql.Conn, a *sql.Tx, and sqlx's
+// DB, Conn and Tx all satisfy it. [Store.With] runs a store's statements
+// on one.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// pooled is a Querier that hands out connections: *sql.DB, sqlx.DB.
+type pooled interface {
+	Conn(ctx context.Context) (*sql.Conn, error)
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// connLike is one connection outside a transaction: *sql.Conn, sqlx.Conn.
+type connLike interface {
+	Querier
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+	Raw(f func(driverConn any) error) error
+}
+
+// callersTx reports whether q is the caller's transaction: neither a pool
+// nor a connection.
+func callersTx(q Querier) bool {
+	switch q.(type) {
+	case pooled, connLike:
+		return false
+	}
+	return true
+}
+
+// Store is a cas.Store on a table reached through database/sql. It
+// implements cas.Store, cas.FencedStore and cas.Committer. The zero value
+// is not usable; call New. A Store is safe for concurrent use (as its
+// Querier is: a *sql.Tx given to With is not).
+type Store struct {
+	d      Dialect
+	db     *sql.DB // New's: own transactions and the resolution of lost replies
+	q      Querier // where statements run: db, or what With was given
+	inTx   bool    // q is the caller's transaction
+	limits cas.Limits
+	table  string // quoted
+	name   string // as configured, for messages
+	st     *statements
+	cm     *commitStatements
+	ids    *writeid.Source
+}
+
+var (
+	_ cas.Store       = (*Store)(nil)
+	_ cas.FencedStore = (*Store)(nil)
+	_ cas.Committer   = (*Store)(nil)
+)
+
+// New returns a Store on cfg's table, reached through db. It does not talk
+// to the server: create the table first with CreateTable, or with the
+// statement DDL returns.
+func New(db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlcas: New: nil *sql.DB")
+	}
+	if !cfg.Dialect.valid() {
+		return nil, fmt.Errorf("sqlcas: New: Config.Dialect is %v: set MySQL, SQLite or Postgres", cfg.Dialect)
+	}
+	name := cfg.Table
+	if name == "" {
+		name = DefaultTable
+	}
+	table, err := cfg.Dialect.quote(name)
+	if err != nil {
+		return nil, fmt.Errorf("sqlcas: New: %w", err)
+	}
+	if cfg.Limits.MaxKeyBytes > MaxKeyBytesLimit {
+		return nil, fmt.Errorf("sqlcas: New: MaxKeyBytes %d over the limit of %d", cfg.Limits.MaxKeyBytes, MaxKeyBytesLimit)
+	}
+	if cfg.Limits.MaxValueBytes > MaxValueBytesLimit {
+		return nil, fmt.Errorf("sqlcas: New: MaxValueBytes %d over the limit of %d", cfg.Limits.MaxValueBytes, MaxValueBytesLimit)
+	}
+	s := &Store{
+		d: cfg.Dialect, db: db, q: db, limits: cfg.Limits.WithDefaults(),
+		table: table, name: name, ids: writeid.NewSource(),
+	}
+	s.st = newStatements(s.d, table)
+	s.cm = newCommitStatements(s.d, table)
+	return s, nil
+}
+
+// With returns a Store on the same table whose statements run on q: a
+// *sql.Tx (or sqlx.Tx) of the caller, so that occkit's writes commit or
+// roll back with the caller's own statements, or a *sql.Conn (or
+// sqlx.Conn), on which the store begins its own transactions. A q that
+// is neither a pool (a Conn method) nor a connection (BeginTx and Raw
+// methods) counts as the caller's transaction. The
+// returned Store shares everything else with s and is as safe for
+// concurrent use as q is.
+//
+// Inside the caller's transaction (q is neither a pool nor a *sql.Conn)
+// the store begins and commits nothing: Commit runs its statements in
+// that transaction, and its writes take effect when the caller commits,
+// or never. The caller's isolation level applies; the store's reads that
+// decide a conflict are locking reads (FOR SHARE, LOCK IN SHARE MODE), so
+// they see the latest committed rows also under REPEATABLE READ, and the
+// rows they lock stay locked until the caller's transaction ends. A
+// connection lost inside the caller's transaction loses the transaction:
+// the error is returned as it is, never resolved as applied, and the
+// caller's COMMIT decides. A deadlock (MySQL 1213, PostgreSQL 40P01) or a
+// serialization failure (40001) is a *cas.ConflictError, and it has rolled
+// back the caller's whole transaction (PostgreSQL: the transaction is
+// aborted): run the transaction again from its start.
+//
+// On SQLite, begin the caller's transaction as IMMEDIATE (open the
+// database with _txlock=immediate): a deferred transaction that reads
+// first fails with SQLITE_BUSY when it later writes.
+func (s *Store) With(q Querier) *Store {
+	c := *s
+	c.q = q
+	c.inTx = callersTx(q)
+	return &c
+}
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() Dialect { return s.d }
+
+// Limits returns the limits the store enforces.
+func (s *Store) Limits() cas.Limits { return s.limits }
+
+// DB returns the *sql.DB the store was made with.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// String returns "sqlcas:", the dialect and the table's quoted name.
+func (s *Store) String() string { return "sqlcas:" + s.d.String() + ":" + s.table }
+
+// DDL returns the statement CreateTable runs, for a migration tool.
+func (s *Store) DDL() string { return s.d.ddl(s.table, s.limits.MaxKeyBytes) }
+
+// CreateTable creates the store's table if it does not exist (see DDL).
+// It does not change an existing table.
+func (s *Store) CreateTable(ctx context.Context) error {
+	if _, err := s.q.ExecContext(ctx, s.DDL()); err != nil {
+		return fmt.Errorf("sqlcas: create table %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Get returns the key's current item, or an error matching cas.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
+	if err := s.limits.Get(ctx, key); err != nil {
+		return cas.Item{}, err
+	}
+	var (
+		value   []byte
+		version int64
+	)
+	err := s.q.QueryRowContext(ctx, s.st.get.text, key).Scan(&value, &version)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
+	case err != nil:
+		return cas.Item{}, s.readError("get", key, err)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	return cas.Item{Key: key, Value: value, Version: cas.Version(version)}, nil
+}
+
+// CompareAndSwap writes value if key's version is expected (0: only if the
+// key does not exist) and returns the new version.
+func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	if err := s.limits.Put(ctx, key, value); err != nil {
+		return 0, err
+	}
+	if err := checkVersion("compare-and-swap", key, expected); err != nil {
+		return 0, err
+	}
+	return s.write(ctx, "compare-and-swap", key, expected, value, 0, false)
+}
+
+// CompareAndSwapFenced is CompareAndSwap that also requires token to be at
+// least the largest fencing token that has written key, and records it.
+// Tokens are stored as signed 64-bit integers: a token above
+// math.MaxInt64 fails with cas.ErrTooLarge.
+func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected cas.Version, token uint64, value []byte) (cas.Version, error) {
+	if err := s.limits.Put(ctx, key, value); err != nil {
+		return 0, err
+	}
+	if err := checkVersion("compare-and-swap", key, expected); err != nil {
+		return 0, err
+	}
+	if token > math.MaxInt64 {
+		return 0, &cas.KeyError{Op: "compare-and-swap", Key: key, Err: fmt.Errorf("%w: fencing token %d is above the largest 64-bit signed integer", cas.ErrTooLarge, token)}
+	}
+	return s.write(ctx, "compare-and-swap", key, expected, value, token, true)
+}
+
+// CompareAndDelete deletes key if its version is expected. The row stays,
+// as a tombstone (see the package documentation).
+func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.Version) error {
+	if err := s.limits.Delete(ctx, key, expected); err != nil {
+		return err
+	}
+	if err := checkVersion("compare-and-delete", key, expected); err != nil {
+		return err
+	}
+	_, err := s.write(ctx, "compare-and-delete", key, expected, nil, 0, false)
+	return err
+}
+
+// checkVersion refuses a version no row can have: versions are stored as
+// signed 64-bit integers.
+func checkVersion(op, key string, v cas.Version) error {
+	if v > math.MaxInt64 {
+		return &cas.KeyError{Op: op, Key: key, Err: fmt.Errorf("%w: version %d is above the largest 64-bit signed integer", cas.ErrInvalidVersion, v)}
+	}
+	return nil
+}
+
+// maxWriteRuns bounds how often a write runs again when it failed and the
+// row read right after does not explain why (another write changed the key
+// in between).
+const maxWriteRuns = 3
+
+// current is a key's row as read after a write failed.
+type current struct {
+	exists  bool // a row, live or a tombstone
+	dead    bool // a tombstone
+	version int64
+	value   []byte
+	token   int64
+}
+
+// live reports whether the row holds a value.
+func (c current) live() bool { return c.exists && !c.dead }
+
+// item returns the row as the cas state: a tombstone is version 0.
+func (c current) item(key string) cas.Item {
+	if !c.live() {
+		return cas.Item{Key: key}
+	}
+	v := c.value
+	if v == nil {
+		v = []byte{}
+	}
+	return cas.Item{Key: key, Value: v, Version: cas.Version(c.version)}
+}
+
+// write runs one conditional write: a create (expected 0), a swap, or a
+// delete (value nil and op "compare-and-delete").
+func (s *Store) write(ctx context.Context, op, key string, expected cas.Version, value []byte, token uint64, fenced bool) (cas.Version, error) {
+	del := op == "compare-and-delete"
+	var st stmt
+	switch {
+	case del:
+		st = s.st.del
+	case expected == 0 && fenced:
+		st = s.st.createF
+	case expected == 0:
+		st = s.st.create
+	case fenced:
+		st = s.st.swapF
+	default:
+		st = s.st.swap
+	}
+	if value == nil && !del {
+		value = []byte{} // nil would be NULL, a tombstone
+	}
+	id := s.ids.Next()
+	vals := [numSlots]any{key, value, id[:], int64(expected), int64(token)}
+	args := st.args(&vals)
+	for run := 1; ; run++ {
+		v, applied, cur, err := s.runWrite(ctx, st, args, expected == 0 && !del)
+		if err != nil {
+			return s.writeFailed(ctx, op, key, expected, id, err)
+		}
+		if applied {
+			return v, nil
+		}
+		if cur == nil {
+			c, err := s.readCurrent(ctx, key)
+			if err != nil {
+				// The write did not apply; why is unknown.
+				return 0, &cas.ConflictError{Key: key, Expected: expected, Err: err}
+			}
+			cur = &c
+		}
+		if fenced && uint64(cur.token) > token {
+			// A fencing token only grows: it was above token when the
+			// write was refused too.
+			return 0, &cas.FencedError{Key: key, Token: token, Highest: uint64(cur.token)}
+		}
+		if cas.Version(cur.item(key).Version) != expected {
+			return 0, &cas.ConflictError{Key: key, Expected: expected, Current: cur.item(key), HasCurrent: true}
+		}
+		// The row read says the write should have applied: another write
+		// changed the key between the two (or, on PostgreSQL, committed
+		// after the statement's snapshot). Run it again: the same write
+		// id, and at most one run can apply.
+		if run >= maxWriteRuns {
+			return 0, &cas.ConflictError{Key: key, Expected: expected}
+		}
+	}
+}
+
+// runWrite runs a write statement once. It returns the new version when
+// it applied; on PostgreSQL, when it did not, the key's current row read
+// by the same statement.
+func (s *Store) runWrite(ctx context.Context, st stmt, args []any, create bool) (cas.Version, bool, *current, error) {
+	switch {
+	case s.st.oneResult:
+		var (
+			newV, curV, curT sql.NullInt64
+			curVal           []byte
+			dead             sql.NullBool
+		)
+		if err := s.q.QueryRowContext(ctx, st.text, args...).Scan(&newV, &curV, &curVal, &curT, &dead); err != nil {
+			return 0, false, nil, err
+		}
+		if newV.Valid {
+			return cas.Version(newV.Int64), true, nil, nil
+		}
+		return 0, false, &current{exists: curV.Valid, dead: dead.Bool, version: curV.Int64, value: curVal, token: curT.Int64}, nil
+	case create && s.d == SQLite:
+		var v int64
+		err := s.q.QueryRowContext(ctx, st.text, args...).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil, nil
+		}
+		if err != nil {
+			return 0, false, nil, err
+		}
+		return cas.Version(v), true, nil, nil
+	case create: // MySQL
+		res, err := s.q.ExecContext(ctx, st.text, args...)
+		if err != nil {
+			return 0, false, nil, err
+		}
+		v, err := res.LastInsertId()
+		if err != nil {
+			return 0, false, nil, err
+		}
+		return cas.Version(v), v > 0, nil, nil
+	}
+	res, err := s.q.ExecContext(ctx, st.text, args...)
+	if err != nil {
+		return 0, false, nil, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, false, nil, err
+	}
+	if n == 0 {
+		return 0, false, nil, nil
+	}
+	return cas.Version(args[expectedArg(s.d, st)].(int64) + 1), true, nil, nil
+}
+
+// expectedArg returns the index of the expected version among st's
+// arguments.
+func expectedArg(_ Dialect, st stmt) int {
+	for i, sl := range st.slots {
+		if sl == slotExpected {
+			return i
+		}
+	}
+	panic("sqlcas: statement without an expected version")
+}
+
+// readCurrent reads key's row, live or a tombstone, with a locking read
+// (so that inside a caller's transaction it sees the latest committed
+// row).
+func (s *Store) readCurrent(ctx context.Context, key string) (current, error) {
+	var c current
+	err := s.q.QueryRowContext(ctx, s.st.current.text, key).Scan(&c.version, &c.value, &c.token, &c.dead)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return current{}, nil
+	case err != nil:
+		return current{}, err
+	}
+	c.exists = true
+	return c, nil
+}

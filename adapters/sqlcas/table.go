@@ -1,0 +1,782 @@
+package sqlcas
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
+	"github.com/occkit/occkit/occ"
+)
+
+// DefaultCounterTable is the counter table of MySQL and SQLite Tables when
+// TableConfig.Counter is empty.
+const DefaultCounterTable = "occkit_versions"
+
+// TableConfig describes a table of the application's own for Table.
+type TableConfig struct {
+	// Dialect is the database behind the *sql.DB. Required.
+	Dialect Dialect
+	// Table is the table's name (one identifier, always quoted). Required.
+	Table string
+	// KeyColumn is the primary key column. Empty means "id".
+	KeyColumn string
+	// VersionColumn is the integer version column. Empty means "version".
+	VersionColumn string
+	// FenceColumn is an optional integer column holding the largest
+	// fencing token that has written the row, for UpdateFenced. Empty
+	// means none.
+	FenceColumn string
+	// Counter is where versions come from. PostgreSQL: a sequence, empty
+	// meaning "<Table>_<VersionColumn>_seq" (a bigserial column's). MySQL
+	// and SQLite: a counter table with one row per application table,
+	// empty meaning DefaultCounterTable. CreateCounter creates either.
+	Counter string
+}
+
+// Table is a repository over a table of the application's own whose rows
+// carry a version column: reads return the version in the row, and every
+// write is conditional on it. It has the method set and the errors that
+// pgcas.Table and dynamocas.Table share (docs/tables.md): Get, Insert,
+// Update, UpdateFenced, Modify, Delete.
+//
+// Rows map to T, a struct: each exported field is a column named by its
+// `db` tag (required), `db:"-"` skips a field, embedded structs are
+// flattened; the key and version fields are required, the version of any
+// integer type.
+//
+// Versions of a key strictly increase over its whole history, also across
+// Delete and a later Insert (no ABA). On PostgreSQL every write draws its
+// version from the table's sequence, in the writing statement. On MySQL
+// and SQLite, Insert draws it from the counter table's row for this table
+// (one UPDATE in the INSERT's transaction), Update adds 1 to the row's
+// version (so updates never wait for the counter), and Delete raises the
+// counter to at least the deleted version in its transaction. Delete rows
+// of a MySQL or SQLite Table through Delete, or raise the counter yourself
+// (UPDATE occkit_versions SET n = GREATEST(n, <version>) WHERE name =
+// '<table>'): a row deleted behind its back could come back with a
+// version it had before.
+//
+// A Table is safe for concurrent use (as its Querier is: see With).
+type Table[T any] struct {
+	d       Dialect
+	db      *sql.DB
+	q       Querier
+	inTx    bool
+	name    string // quoted table
+	raw     string // the configured table name (the counter row's name)
+	cols    []column
+	key     int
+	version int
+	fence   int // -1: none
+	selCols string
+
+	sqlGet, sqlCur        string
+	sqlUpd, sqlUpdF       string
+	sqlDel                string
+	sqlDraw, sqlRaise     string // MySQL, SQLite: the counter
+	nextval               string // PostgreSQL
+	counterDDL, counterIn string
+}
+
+type column struct {
+	name   string
+	quoted string
+	index  []int
+}
+
+// NewTable returns a Table over cfg's table, whose rows map to T. It does
+// not talk to the server: create the version counter with CreateCounter.
+func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
+	d := cfg.Dialect
+	switch {
+	case db == nil:
+		return nil, errors.New("sqlcas: NewTable: nil *sql.DB")
+	case !d.valid():
+		return nil, fmt.Errorf("sqlcas: NewTable: TableConfig.Dialect is %v: set MySQL, SQLite or Postgres", d)
+	case cfg.Table == "":
+		return nil, errors.New("sqlcas: NewTable: TableConfig.Table is empty")
+	}
+	name, err := d.quote(cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("sqlcas: NewTable: %w", err)
+	}
+	rt := reflect.TypeFor[T]()
+	if rt.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("sqlcas: NewTable: %v is not a struct", rt)
+	}
+	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table, key: -1, version: -1, fence: -1}
+	if err := t.addFields(rt, nil); err != nil {
+		return nil, fmt.Errorf("sqlcas: NewTable[%v]: %w", rt, err)
+	}
+	find := func(col, def, what string) (int, error) {
+		if col == "" {
+			col = def
+		}
+		for i, c := range t.cols {
+			if c.name == col {
+				return i, nil
+			}
+		}
+		return -1, fmt.Errorf("sqlcas: NewTable[%v]: no field for the %s column %q", rt, what, col)
+	}
+	if t.key, err = find(cfg.KeyColumn, "id", "key"); err != nil {
+		return nil, err
+	}
+	if t.version, err = find(cfg.VersionColumn, "version", "version"); err != nil {
+		return nil, err
+	}
+	if !isIntegerKind(rt.FieldByIndex(t.cols[t.version].index).Type.Kind()) {
+		return nil, fmt.Errorf("sqlcas: NewTable[%v]: the version field is not an integer", rt)
+	}
+	if cfg.FenceColumn != "" {
+		if t.fence, err = find(cfg.FenceColumn, "", "fence"); err != nil {
+			return nil, err
+		}
+		if !isIntegerKind(rt.FieldByIndex(t.cols[t.fence].index).Type.Kind()) {
+			return nil, fmt.Errorf("sqlcas: NewTable[%v]: the fence field is not an integer", rt)
+		}
+	}
+	if t.key == t.version || t.key == t.fence || (t.fence >= 0 && t.fence == t.version) {
+		return nil, fmt.Errorf("sqlcas: NewTable[%v]: key, version and fence must be distinct columns", rt)
+	}
+	counter := cfg.Counter
+	if counter == "" {
+		counter = DefaultCounterTable
+		if d == Postgres {
+			counter = cfg.Table + "_" + t.cols[t.version].name + "_seq"
+		}
+	}
+	qc, err := d.quote(counter)
+	if err != nil {
+		return nil, fmt.Errorf("sqlcas: NewTable: counter: %w", err)
+	}
+	t.prepareSQL(qc)
+	return t, nil
+}
+
+func (t *Table[T]) addFields(rt reflect.Type, path []int) error {
+	for i := range rt.NumField() {
+		sf := rt.Field(i)
+		index := append(append([]int(nil), path...), i)
+		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
+			if err := t.addFields(sf.Type, index); err != nil {
+				return err
+			}
+			continue
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		tag, ok := sf.Tag.Lookup("db")
+		tag, _, _ = strings.Cut(tag, ",")
+		if tag == "-" {
+			continue
+		}
+		if !ok || tag == "" {
+			return fmt.Errorf("field %s has no `db` tag naming its column", sf.Name)
+		}
+		q, err := t.d.quote(tag)
+		if err != nil {
+			return fmt.Errorf("field %s: %w", sf.Name, err)
+		}
+		for _, c := range t.cols {
+			if c.name == tag {
+				return fmt.Errorf("two fields map to column %q", tag)
+			}
+		}
+		t.cols = append(t.cols, column{name: tag, quoted: q, index: index})
+	}
+	return nil
+}
+
+func isIntegerKind(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// writable reports whether Update sets column i from the row.
+func (t *Table[T]) writable(i int) bool { return i != t.key && i != t.version && i != t.fence }
+
+// prepareSQL builds the statements. Parameters, in order: for Update the
+// writable columns, [the token,] the key, the expected version[, the
+// token]; on PostgreSQL $1 the key, $2 the expected version, $3.. the
+// writable columns, then the token.
+func (t *Table[T]) prepareSQL(counter string) {
+	d := t.d
+	names := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		names[i] = c.quoted
+	}
+	t.selCols = strings.Join(names, ", ")
+	k, v := t.cols[t.key].quoted, t.cols[t.version].quoted
+	t.sqlGet = `SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = ` + d.ph(1)
+	t.sqlCur = t.sqlGet + d.lockShare()
+	fence := ""
+	if t.fence >= 0 {
+		fence = t.cols[t.fence].quoted
+	}
+	if d == Postgres {
+		t.nextval = "nextval('" + strings.ReplaceAll(counter, "'", "''") + "'::regclass)"
+		t.counterDDL = `CREATE SEQUENCE IF NOT EXISTS ` + counter + ` AS bigint NO CYCLE`
+		// Start above the versions already in the table.
+		t.counterIn = `SELECT setval('` + strings.ReplaceAll(counter, "'", "''") + `'::regclass, GREATEST((SELECT COALESCE(MAX(` + v + `), 0) FROM ` + t.name + `), (SELECT last_value FROM ` + counter + `), 1))`
+		var set []string
+		n := 3
+		for i, c := range t.cols {
+			if t.writable(i) {
+				set = append(set, c.quoted+" = "+d.ph(n))
+				n++
+			}
+		}
+		set = append(set, v+" = "+t.nextval)
+		tail := `, cur AS (
+    SELECT ` + v + `::bigint AS v FROM ` + t.name + ` WHERE ` + k + ` = $1 AND NOT EXISTS (SELECT FROM w) FOR SHARE)
+SELECT (SELECT count(*) FROM w) > 0, c.v FROM (SELECT) one LEFT JOIN cur c ON true`
+		upd := func(where, extra string) string {
+			s := set
+			if extra != "" {
+				s = append(append([]string(nil), set...), extra)
+			}
+			return `WITH w AS (UPDATE ` + t.name + ` SET ` + strings.Join(s, ", ") + ` WHERE ` + k + ` = $1 AND ` + v + ` = $2` + where + ` RETURNING ` + t.selCols + `)`
+		}
+		// Update returns the written row from w, or the current version:
+		// two statements in one would need a row type; the written row is
+		// read by RETURNING in updateRow instead.
+		t.sqlUpd = upd("", "")
+		if t.fence >= 0 {
+			t.sqlUpdF = upd(fmt.Sprintf(" AND COALESCE(%s, 0) <= $%d", fence, n), fmt.Sprintf("%s = $%d", fence, n))
+		}
+		t.sqlDel = `WITH w AS (DELETE FROM ` + t.name + ` WHERE ` + k + ` = $1 AND ` + v + ` = $2 RETURNING 1)` + tail
+		return
+	}
+	var set []string
+	for i, c := range t.cols {
+		if t.writable(i) {
+			set = append(set, c.quoted+" = ?")
+		}
+	}
+	set = append(set, v+" = "+v+" + 1")
+	t.sqlUpd = `UPDATE ` + t.name + ` SET ` + strings.Join(set, ", ") + ` WHERE ` + k + ` = ? AND ` + v + ` = ?`
+	if t.fence >= 0 {
+		t.sqlUpdF = `UPDATE ` + t.name + ` SET ` + strings.Join(append(set, fence+" = ?"), ", ") +
+			` WHERE ` + k + ` = ? AND ` + v + ` = ? AND COALESCE(` + fence + `, 0) <= ?`
+	}
+	t.sqlDel = `DELETE FROM ` + t.name + ` WHERE ` + k + ` = ? AND ` + v + ` = ?`
+	greatest := "GREATEST"
+	if d == SQLite {
+		greatest = "MAX"
+		t.sqlDraw = `UPDATE ` + counter + ` SET n = n + 1 WHERE name = ? RETURNING n`
+		t.counterDDL = `CREATE TABLE IF NOT EXISTS ` + counter + ` (name TEXT NOT NULL PRIMARY KEY, n INTEGER NOT NULL)`
+		t.counterIn = `INSERT INTO ` + counter + ` (name, n) SELECT ?, COALESCE(MAX(` + v + `), 0) FROM ` + t.name + ` WHERE true ON CONFLICT (name) DO NOTHING`
+	} else {
+		t.sqlDraw = `UPDATE ` + counter + ` SET n = LAST_INSERT_ID(n + 1) WHERE name = ?`
+		t.counterDDL = `CREATE TABLE IF NOT EXISTS ` + counter + ` (name VARCHAR(255) NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB`
+		t.counterIn = `INSERT IGNORE INTO ` + counter + ` (name, n) SELECT ?, COALESCE(MAX(` + v + `), 0) FROM ` + t.name
+	}
+	t.sqlRaise = `UPDATE ` + counter + ` SET n = ` + greatest + `(n, ?) WHERE name = ?`
+}
+
+// With returns a Table whose statements run on q, as Store.With does: in
+// the caller's transaction for a *sql.Tx (Insert and Delete then update
+// the counter in that transaction, which holds the counter row's lock
+// until it ends), on one connection for a *sql.Conn.
+func (t *Table[T]) With(q Querier) *Table[T] {
+	c := *t
+	c.q = q
+	c.inTx = callersTx(q)
+	return &c
+}
+
+// CreateCounter creates where versions come from, if it does not exist:
+// the sequence (PostgreSQL) or the counter table and this table's row in
+// it (MySQL, SQLite), starting above the largest version in the table. The
+// application's table must exist.
+func (t *Table[T]) CreateCounter(ctx context.Context) error {
+	if _, err := t.q.ExecContext(ctx, t.counterDDL); err != nil {
+		return fmt.Errorf("sqlcas: create version counter for %s: %w", t.name, err)
+	}
+	var err error
+	if t.d == Postgres {
+		_, err = t.q.ExecContext(ctx, t.counterIn)
+	} else {
+		_, err = t.q.ExecContext(ctx, t.counterIn, t.raw)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlcas: create version counter for %s: %w", t.name, err)
+	}
+	return nil
+}
+
+// Get returns the row with key, its version field filled in, or an error
+// matching cas.ErrNotFound.
+func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
+	return t.get(ctx, t.q, t.sqlGet, "get", key)
+}
+
+func (t *Table[T]) get(ctx context.Context, q Querier, query, op string, key any) (T, error) {
+	var row T
+	err := q.QueryRowContext(ctx, query, key).Scan(t.targets(&row)...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return row, &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: cas.ErrNotFound}
+	case err != nil:
+		var zero T
+		return zero, fmt.Errorf("sqlcas: %s %s key %v: %w", op, t.name, key, err)
+	}
+	return row, nil
+}
+
+// Insert writes row as a new row (its version field ignored) at a version
+// above every version the key ever had, and returns it as stored (the
+// columns the database filled in included). A zero key field is left out
+// of the INSERT, for keys the database generates. A row that exists is a
+// *cas.ConflictError with Expected 0 and, read right after, the current
+// row (returned as the T, HasCurrent set).
+//
+// On MySQL and SQLite it is one transaction: the counter's UPDATE, the
+// INSERT (and on MySQL a SELECT of the row as stored); on PostgreSQL one
+// INSERT ... RETURNING. A lost reply is a *cas.AmbiguousError.
+func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
+	var zero T
+	rv := reflect.ValueOf(&row).Elem()
+	keyField := rv.FieldByIndex(t.cols[t.key].index)
+	key := keyField.Interface()
+	genKey := keyField.IsZero()
+	var cols, params []string
+	var args []any
+	n, verArg := 1, -1
+	for i, c := range t.cols {
+		f := rv.FieldByIndex(c.index)
+		switch {
+		case i == t.version:
+			cols = append(cols, c.quoted)
+			if t.d == Postgres {
+				params = append(params, t.nextval)
+			} else {
+				params = append(params, t.d.ph(n))
+				verArg = len(args)
+				args = append(args, nil) // the version drawn, set below
+				n++
+			}
+			continue
+		case i == t.key && genKey:
+			continue
+		}
+		args = append(args, f.Interface())
+		cols, params = append(cols, c.quoted), append(params, t.d.ph(n))
+		n++
+	}
+	query := `INSERT INTO ` + t.name + ` (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(params, ", ") + `)`
+	if t.d != MySQL {
+		query += ` RETURNING ` + t.selCols
+	}
+	// PostgreSQL: one statement, no transaction of its own.
+	tx, err := beginOn(ctx, t.d, t.q, t.inTx || t.d == Postgres)
+	if err != nil {
+		return zero, t.writeError("insert", key, err, false)
+	}
+	var out T
+	err = func() error {
+		if t.d != Postgres {
+			v, err := t.draw(ctx, tx.q)
+			if err != nil {
+				return err
+			}
+			args[verArg] = v
+		}
+		if t.d != MySQL {
+			return tx.q.QueryRowContext(ctx, query, args...).Scan(t.targets(&out)...)
+		}
+		res, err := tx.q.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		k := key
+		if genKey {
+			id, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
+			k = id
+		}
+		return tx.q.QueryRowContext(ctx, t.sqlGet, k).Scan(t.targets(&out)...)
+	}()
+	if err != nil {
+		tx.rollback()
+		if t.duplicate(err) {
+			if cur, gerr := t.get(ctx, t.q, t.sqlCur, "insert", key); gerr == nil {
+				return cur, &cas.ConflictError{Key: fmt.Sprint(key), HasCurrent: true,
+					Current: cas.Item{Key: fmt.Sprint(key), Version: t.versionOf(&cur)}, Err: err}
+			}
+			return zero, &cas.ConflictError{Key: fmt.Sprint(key), Err: err}
+		}
+		return zero, t.writeError("insert", key, err, t.d == Postgres)
+	}
+	if err := tx.commit(ctx); err != nil {
+		return zero, t.writeError("insert", key, err, true)
+	}
+	return out, nil
+}
+
+// draw takes the next version from the counter (MySQL, SQLite), in the
+// transaction q.
+func (t *Table[T]) draw(ctx context.Context, q Querier) (int64, error) {
+	if t.d == SQLite {
+		var v int64
+		err := q.QueryRowContext(ctx, t.sqlDraw, t.raw).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("sqlcas: no version counter for table %s: create it with CreateCounter", t.name)
+		}
+		return v, err
+	}
+	res, err := q.ExecContext(ctx, t.sqlDraw, t.raw)
+	if err != nil {
+		return 0, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return 0, err
+	} else if n == 0 {
+		return 0, fmt.Errorf("sqlcas: no version counter for table %s: create it with CreateCounter", t.name)
+	}
+	return res.LastInsertId()
+}
+
+// duplicate reports a unique violation.
+func (t *Table[T]) duplicate(err error) bool {
+	if me, ok := asMySQL(err); ok {
+		return me.Number == mysqlDupEntry
+	}
+	if pe, ok := asPg(err); ok {
+		return pe.Code == pgUniqueViolation
+	}
+	var se sqliteCoder
+	if errors.As(err, &se) {
+		return se.Code() == 1555 || se.Code() == 2067 // SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
+	}
+	return false
+}
+
+// Update is the version-checked write of a row the caller holds: it
+// writes row only if the stored version equals row's version field, gives
+// it a new version, and returns the row as stored. Key, version (and
+// fence) columns are not written from row. A refusal is a
+// *cas.ConflictError with the current version (HasCurrent) and the
+// current row as the returned T; a row that no longer exists is the same
+// conflict with Current.Version 0, matching cas.ErrNotFound too.
+//
+// On MySQL and SQLite, the current row of a refusal costs a second
+// statement (SQLite: in process; MySQL: a second round trip). On
+// PostgreSQL the write and the current version come in one round trip and
+// the current row in a second. A lost reply is a *cas.AmbiguousError.
+func (t *Table[T]) Update(ctx context.Context, row T) (T, error) {
+	return t.update(ctx, row, 0, false)
+}
+
+// UpdateFenced is Update that also requires token to be at least the
+// row's fence column (NULL counts as 0) and stores token there; a smaller
+// token is a *cas.FencedError, checked before the version. Without
+// TableConfig.FenceColumn it fails with an error matching
+// errors.ErrUnsupported.
+func (t *Table[T]) UpdateFenced(ctx context.Context, row T, token uint64) (T, error) {
+	var zero T
+	if t.fence < 0 {
+		return zero, fmt.Errorf("sqlcas: UpdateFenced on table %s without a fence column: %w", t.name, errors.ErrUnsupported)
+	}
+	if token > math.MaxInt64 {
+		return zero, fmt.Errorf("sqlcas: fencing token %d: %w: above the largest 64-bit signed integer", token, cas.ErrTooLarge)
+	}
+	return t.update(ctx, row, token, true)
+}
+
+func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool) (T, error) {
+	var zero T
+	rv := reflect.ValueOf(&row).Elem()
+	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
+	expected := t.versionOf(&row)
+	if expected > math.MaxInt64 {
+		return zero, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
+	}
+	var vals []any
+	for i, c := range t.cols {
+		if t.writable(i) {
+			vals = append(vals, rv.FieldByIndex(c.index).Interface())
+		}
+	}
+	var args []any
+	query := t.sqlUpd
+	if fenced {
+		query = t.sqlUpdF
+	}
+	if t.d == Postgres {
+		args = append([]any{key, int64(expected)}, vals...)
+		if fenced {
+			args = append(args, int64(token))
+		}
+	} else {
+		args = vals
+		if fenced {
+			args = append(args, int64(token))
+		}
+		args = append(args, key, int64(expected))
+		if fenced {
+			args = append(args, int64(token))
+		}
+	}
+	for run := 1; ; run++ {
+		out, ok, err := t.runUpdate(ctx, query, args, &row, expected)
+		if err != nil {
+			return zero, t.writeError("update", key, err, true)
+		}
+		if ok {
+			return out, nil
+		}
+		cur, err := t.get(ctx, t.q, t.sqlCur, "update", key)
+		if errors.Is(err, cas.ErrNotFound) {
+			return zero, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, HasCurrent: true, Current: cas.Item{Key: fmt.Sprint(key)}}
+		}
+		if err != nil {
+			return zero, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, Err: err}
+		}
+		cv := t.versionOf(&cur)
+		if fenced {
+			if f := toVersion(reflect.ValueOf(&cur).Elem().FieldByIndex(t.cols[t.fence].index)); uint64(f) > token {
+				return cur, &cas.FencedError{Key: fmt.Sprint(key), Token: token, Highest: uint64(f)}
+			}
+		}
+		if cv != expected {
+			return cur, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, HasCurrent: true, Current: cas.Item{Key: fmt.Sprint(key), Version: cv}}
+		}
+		if run >= maxWriteRuns {
+			return zero, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
+		}
+	}
+}
+
+// runUpdate runs an Update statement once and returns the row as stored
+// when it applied.
+func (t *Table[T]) runUpdate(ctx context.Context, query string, args []any, row *T, expected cas.Version) (T, bool, error) {
+	var out T
+	if t.d == Postgres {
+		rows, err := t.q.QueryContext(ctx, query+` SELECT `+t.selCols+` FROM w`, args...)
+		if err != nil {
+			return out, false, err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			return out, false, rows.Err()
+		}
+		if err := rows.Scan(t.targets(&out)...); err != nil {
+			return out, false, err
+		}
+		return out, true, rows.Close()
+	}
+	res, err := t.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return out, false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return out, false, err
+	}
+	out = *row
+	t.setVersion(&out, expected+1)
+	if t.fence >= 0 && query == t.sqlUpdF {
+		f := reflect.ValueOf(&out).Elem().FieldByIndex(t.cols[t.fence].index)
+		tok := args[len(args)-1].(int64)
+		if f.CanInt() {
+			f.SetInt(tok)
+		} else {
+			f.SetUint(uint64(tok))
+		}
+	}
+	return out, true, nil
+}
+
+// Delete deletes the row with key if its version is expected (not 0). A
+// stale version is a *cas.ConflictError with the current version; a row
+// that does not exist is the same with Current.Version 0 (also matching
+// cas.ErrNotFound). The row's versions are never given to the key again.
+func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) error {
+	switch {
+	case expected == 0:
+		return &cas.KeyError{Op: "delete", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: expected version 0 names a row that does not exist", cas.ErrInvalidVersion)}
+	case expected > math.MaxInt64:
+		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
+	}
+	conflict := func(cur sql.NullInt64) error {
+		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, HasCurrent: true,
+			Current: cas.Item{Key: fmt.Sprint(key), Version: cas.Version(max(cur.Int64, 0))}}
+	}
+	if t.d == Postgres {
+		var (
+			done bool
+			cur  sql.NullInt64
+		)
+		if err := t.q.QueryRowContext(ctx, t.sqlDel, key, int64(expected)).Scan(&done, &cur); err != nil {
+			return t.writeError("delete", key, err, true)
+		}
+		if done {
+			return nil
+		}
+		return conflict(cur)
+	}
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return t.writeError("delete", key, err, false)
+	}
+	var n int64
+	err = func() error {
+		res, err := tx.q.ExecContext(ctx, t.sqlDel, key, int64(expected))
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		res, err = tx.q.ExecContext(ctx, t.sqlRaise, int64(expected), t.raw)
+		if err != nil {
+			return err
+		}
+		if m, err := res.RowsAffected(); err == nil && m == 0 && t.d == SQLite {
+			return fmt.Errorf("sqlcas: no version counter for table %s: create it with CreateCounter", t.name)
+		}
+		return nil
+	}()
+	if err != nil {
+		tx.rollback()
+		return t.writeError("delete", key, err, false)
+	}
+	if n == 0 {
+		tx.rollback()
+		cur, err := t.get(ctx, t.q, t.sqlCur, "delete", key)
+		if errors.Is(err, cas.ErrNotFound) {
+			return conflict(sql.NullInt64{})
+		}
+		if err != nil {
+			return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, Err: err}
+		}
+		return conflict(sql.NullInt64{Int64: int64(t.versionOf(&cur)), Valid: true})
+	}
+	if err := tx.commit(ctx); err != nil {
+		return t.writeError("delete", key, err, true)
+	}
+	return nil
+}
+
+// Modify is the optimistic read-modify-write of the row with key, run by
+// occ.Update's loop (docs/tables.md): it reads the row (exists false and
+// cur the zero T with only its key field set when there is none), calls
+// mutate, and writes the result as Update does (as Insert does when the
+// row was absent), retrying on a conflict: at once from the current row
+// the conflict carried, then after a backoff wait from a fresh read.
+// mutate must keep the key; it may run several times; an error from it
+// ends the loop and is returned as is. opts are occ's; pass
+// occ.WithRetryable(sqlcas.Retryable) to retry lock-wait timeouts,
+// SQLITE_BUSY and writes never sent.
+func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
+	var absent T
+	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(t.cols[t.key].index)
+	kv := reflect.ValueOf(key)
+	if !kv.IsValid() || !kv.Type().ConvertibleTo(kf.Type()) ||
+		(kv.Kind() != kf.Kind() && !(isIntegerKind(kv.Kind()) && isIntegerKind(kf.Kind()))) {
+		return absent, &cas.KeyError{Op: "modify", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
+	}
+	kf.Set(kv.Convert(kf.Type()))
+	want := kf.Interface()
+	ks := fmt.Sprint(key)
+	return rowupdate.Modify(ctx, rowupdate.Ops[T]{
+		Key:    ks,
+		Absent: absent,
+		Read: func(ctx context.Context) (rowupdate.Row[T], error) {
+			row, err := t.Get(ctx, want)
+			if err != nil {
+				return rowupdate.Row[T]{}, err
+			}
+			return rowupdate.Row[T]{Value: row, Version: t.versionOf(&row)}, nil
+		},
+		Write: func(ctx context.Context, expected cas.Version, next T) (rowupdate.Row[T], rowupdate.Row[T], error) {
+			rv := reflect.ValueOf(&next).Elem()
+			if got := rv.FieldByIndex(t.cols[t.key].index).Interface(); !reflect.DeepEqual(got, want) {
+				return rowupdate.Row[T]{}, rowupdate.Row[T]{}, occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the row's key to %v", cas.ErrInvalidKey, got)})
+			}
+			var out T
+			var err error
+			if expected == 0 {
+				out, err = t.Insert(ctx, next)
+			} else {
+				t.setVersion(&next, expected)
+				out, err = t.Update(ctx, next)
+			}
+			if err != nil {
+				return rowupdate.Row[T]{}, rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, err
+			}
+			return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, rowupdate.Row[T]{}, nil
+		},
+	}, mutate, opts...)
+}
+
+// begin starts the Table's own transaction, or returns the caller's.
+func (t *Table[T]) begin(ctx context.Context) (*txn, error) { return beginOn(ctx, t.d, t.q, t.inTx) }
+
+// writeError maps the failure of a write. sent says the statement (or
+// COMMIT) may have reached the server when the error is not the server's
+// answer: an application's row has no write id, so a lost reply stays
+// ambiguous.
+func (t *Table[T]) writeError(op string, key any, err error, sent bool) error {
+	k := fmt.Sprint(key)
+	switch {
+	case isConflict(err):
+		return &cas.ConflictError{Key: k, Err: err}
+	case isBusy(err), sessionEnded(err):
+		return &transientError{op: op, key: k, why: "not applied", err: err}
+	case answered(err):
+		return fmt.Errorf("sqlcas: %s %s key %v: %w", op, t.name, key, err)
+	case notSent(err), !sent && !t.inTx:
+		return &transientError{op: op, key: k, why: "not applied", err: err}
+	case t.inTx:
+		return fmt.Errorf("sqlcas: %s %s key %v inside the caller's transaction: %w", op, t.name, key, err)
+	}
+	return &cas.AmbiguousError{Op: op, Key: k, Err: err}
+}
+
+func (t *Table[T]) targets(row *T) []any {
+	rv := reflect.ValueOf(row).Elem()
+	out := make([]any, len(t.cols))
+	for i, c := range t.cols {
+		out[i] = rv.FieldByIndex(c.index).Addr().Interface()
+	}
+	return out
+}
+
+func (t *Table[T]) versionOf(row *T) cas.Version {
+	return toVersion(reflect.ValueOf(row).Elem().FieldByIndex(t.cols[t.version].index))
+}
+
+func (t *Table[T]) setVersion(row *T, v cas.Version) {
+	f := reflect.ValueOf(row).Elem().FieldByIndex(t.cols[t.version].index)
+	if f.CanInt() {
+		f.SetInt(int64(v))
+	} else {
+		f.SetUint(uint64(v))
+	}
+}
+
+func toVersion(v reflect.Value) cas.Version {
+	switch {
+	case v.CanInt():
+		return cas.Version(max(v.Int(), 0))
+	case v.CanUint():
+		return cas.Version(v.Uint())
+	}
+	return 0
+}
