@@ -50,6 +50,8 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 		hint     cas.Item
 		haveHint bool
 		seen     cas.Version // the newest version of key this call has seen
+
+		cachedAfterWait bool // a wait was followed by the cache's entry instead of a read
 	)
 	cache := c.cache
 	if !cache.serves(s.Store()) {
@@ -74,9 +76,12 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			// (one) would starve. An entry no newer than what this call
 			// saw is as stale as the conflict: read.
 			haveHint = false
-			if cache != nil {
+			if cache != nil && !cachedAfterWait {
+				// Once per call: if that write conflicts too, writers
+				// elsewhere are ahead of this process's cache, and later
+				// waits read.
 				if e, ok := cache.get(key); ok && e.Version > seen {
-					hint, haveHint = e, true
+					hint, haveHint, cachedAfterWait = e, true, true
 				}
 			}
 		}
