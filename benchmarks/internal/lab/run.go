@@ -485,7 +485,7 @@ func backOffBounds(c Cell, t retryTuning) (initial, maxWait time.Duration, ok bo
 // strategies use.
 func describeBackOff(t retryTuning) string {
 	if t.BackOffInitial == 0 && t.BackOffMax == 0 {
-		return "occ default: 1 ms doubling to 100 ms, ±50% jitter (at least the work time first)"
+		return "occ default: waits counted in the call's own attempt times (1, 2, 4, 8, 16 of them, ±50% jitter)"
 	}
 	return fmt.Sprintf("%v doubling to %v, ±50%% jitter (at least the work time first)", t.BackOffInitial, t.BackOffMax)
 }
