@@ -53,16 +53,16 @@ var coreStrategies = []strategySpec{
 	{
 		Name:      "occ-combine",
 		Kind:      kindOptimistic,
-		About:     "occ.Update with occ.WithCombiner (one occ.NewCombiner per process per cell) and the version cache: concurrent updates of one key in a process queue behind one leader, which applies them in order and writes once",
+		About:     "occ.Update with occ.WithCombiner (one occ.NewCombiner per process per cell) and, on networked backends, the version cache: concurrent updates of one key in a process queue behind one leader, which applies them in order and writes once",
 		SingleKey: true,
 		New: func(_ context.Context, h *harness) (cellStrategy, error) {
 			// One combiner and one cache per process, shared by its
 			// workers, as a service would hold them.
 			c := occ.NewCombiner()
-			cache := occ.NewCache(h.Store, 2*len(h.Keys)+16)
 			perWorker := make([][]occ.Option, h.Cell.Workers)
 			for w := range perWorker {
-				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c), occ.WithCache(cache))
+				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c))
+				perWorker[w] = append(perWorker[w], h.cacheOption()...)
 			}
 			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
@@ -107,7 +107,7 @@ var coreStrategies = []strategySpec{
 	{
 		Name:      "adaptive",
 		Kind:      kindAdaptive,
-		About:     "hybrid.UpdateAdaptive (default settings): combined occ.Update; a key locks only when conflicts with writers elsewhere cost more than the lock",
+		About:     "hybrid.UpdateAdaptive (default settings, and the version cache on networked backends, as occ-combine): combined occ.Update; a key locks only when conflicts with writers elsewhere cost more than the lock",
 		SingleKey: true,
 		New: func(ctx context.Context, h *harness) (cellStrategy, error) {
 			l, err := h.Locker(ctx)
@@ -115,8 +115,12 @@ var coreStrategies = []strategySpec{
 				return nil, err
 			}
 			a := hybrid.NewAdaptive(l, hybrid.AdaptiveConfig{})
+			perWorker := make([][]occ.Option, h.Cell.Workers)
+			for w := range perWorker {
+				perWorker[w] = append(slices.Clone(h.Options(w)), h.cacheOption()...)
+			}
 			return strategyFunc(func(ctx context.Context, w int, op operation) error {
-				_, _, err := hybrid.UpdateAdaptive(ctx, a, h.Values, op.Keys[0], mutateOne(op), h.Options(w)...)
+				_, _, err := hybrid.UpdateAdaptive(ctx, a, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
 				return err
 			}), nil
 		},

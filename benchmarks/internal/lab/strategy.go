@@ -164,6 +164,7 @@ type harness struct {
 	opts    [][]occ.Option
 	mu      sync.Mutex
 	locker  hybrid.Locker
+	cache   *occ.Cache
 	closers []func(context.Context) error
 }
 
@@ -173,6 +174,21 @@ type harness struct {
 // and wrap a lock strategy's attempt in occ.Retry with them so that its
 // attempts are counted alike.
 func (h *harness) Options(w int) []occ.Option { return h.opts[w] }
+
+// cacheOption returns a version cache for the cell's store, one per
+// process, as the option to add, on networked backends; on memory, where
+// a read costs what a cache lookup does, none.
+func (h *harness) cacheOption() []occ.Option {
+	if h.Backend.Info().Name == "memory" {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cache == nil {
+		h.cache = occ.NewCache(h.Store, 2*len(h.Keys)+16)
+	}
+	return []occ.Option{occ.WithCache(h.cache)}
+}
 
 // LockName returns the name to lock for key: the key in the cell's
 // namespace.
