@@ -172,6 +172,30 @@ func (e *env) ownServer(ctx context.Context, name, envVar, binary string) (*serv
 	return s, nil
 }
 
+// restartTarget starts a server of the run's own (ownServer) and makes a
+// target on it with build (given the server's URL; it returns the target
+// and what closes its own clients), whose disruption restarts the server
+// and whose close stops it.
+func (e *env) restartTarget(ctx context.Context, name, envVar, binary string, build func(u string) (*target, func(), error)) (*target, error) {
+	s, err := e.ownServer(ctx, name, envVar, binary)
+	if err != nil {
+		return nil, err
+	}
+	tg, closeOwn, err := build(s.URL)
+	if err != nil {
+		e.stopScript(name, s)
+		return nil, err
+	}
+	tg.disrupt = func(ctx context.Context) error { return s.Restart(ctx, restartDown) }
+	closeTarget := tg.close
+	tg.close = func() {
+		closeTarget()
+		closeOwn()
+		e.stopScript(name, s)
+	}
+	return tg, nil
+}
+
 func hostPort(u string) (string, error) {
 	p, err := url.Parse(u)
 	if err != nil {
@@ -197,29 +221,18 @@ func openPostgres(ctx context.Context, e *env) (backend, error) {
 		if fault != faultRestart {
 			return postgresTarget(ctx, e, u, direct, ns, true)
 		}
-		s, err := e.ownServer(ctx, "postgres", "OCCKIT_PG_URL", servers.PostgresBinary)
-		if err != nil {
-			return nil, err
-		}
-		own, err := pgxpool.New(ctx, s.URL)
-		if err != nil {
-			e.stopScript("postgres", s)
-			return nil, err
-		}
-		tg, err := postgresTarget(ctx, e, s.URL, own, ns, false)
-		if err != nil {
-			own.Close()
-			e.stopScript("postgres", s)
-			return nil, err
-		}
-		tg.disrupt = func(ctx context.Context) error { return s.Restart(ctx, restartDown) }
-		closeTarget := tg.close
-		tg.close = func() {
-			closeTarget()
-			own.Close()
-			e.stopScript("postgres", s)
-		}
-		return tg, nil
+		return e.restartTarget(ctx, "postgres", "OCCKIT_PG_URL", servers.PostgresBinary, func(u string) (*target, func(), error) {
+			own, err := pgxpool.New(ctx, u)
+			if err != nil {
+				return nil, nil, err
+			}
+			tg, err := postgresTarget(ctx, e, u, own, ns, false)
+			if err != nil {
+				own.Close()
+				return nil, nil, err
+			}
+			return tg, own.Close, nil
+		})
 	}
 	lease := func(ctx context.Context, ns string, workers int) (leasefaults.Backend, func(), error) {
 		return postgresLease(ctx, u, direct, ns, workers)
@@ -345,30 +358,19 @@ func openRedis(ctx context.Context, e *env) (backend, error) {
 		if fault != faultRestart {
 			return redisTarget(e, opts, direct, ns, true)
 		}
-		s, err := e.ownServer(ctx, "redis", "OCCKIT_REDIS_URL", servers.RedisBinary)
-		if err != nil {
-			return nil, err
-		}
-		oopts, err := redis.ParseURL(s.URL)
-		if err != nil {
-			e.stopScript("redis", s)
-			return nil, err
-		}
-		own := redis.NewClient(oopts)
-		tg, err := redisTarget(e, oopts, own, ns, false)
-		if err != nil {
-			own.Close()
-			e.stopScript("redis", s)
-			return nil, err
-		}
-		tg.disrupt = func(ctx context.Context) error { return s.Restart(ctx, restartDown) }
-		closeTarget := tg.close
-		tg.close = func() {
-			closeTarget()
-			own.Close()
-			e.stopScript("redis", s)
-		}
-		return tg, nil
+		return e.restartTarget(ctx, "redis", "OCCKIT_REDIS_URL", servers.RedisBinary, func(u string) (*target, func(), error) {
+			oopts, err := redis.ParseURL(u)
+			if err != nil {
+				return nil, nil, err
+			}
+			own := redis.NewClient(oopts)
+			tg, err := redisTarget(e, oopts, own, ns, false)
+			if err != nil {
+				own.Close()
+				return nil, nil, err
+			}
+			return tg, func() { own.Close() }, nil
+		})
 	}
 	lease := func(_ context.Context, ns string, _ int) (leasefaults.Backend, func(), error) {
 		prefix := ns + ":"
