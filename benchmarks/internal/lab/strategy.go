@@ -92,14 +92,14 @@ type strategySpec struct {
 
 // strategySpecs are the lab's strategies: one list, written out, instead
 // of registrations. Tests may append their own before opening a lab.
-var strategySpecs = slices.Concat(coreStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies)
+var strategySpecs = slices.Concat(coreStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies, mysqlStrategies)
 
 // strategyOrder is the order of the strategies in tables and
 // charts; others follow by name.
 var strategyOrder = []string{
 	"occ", "occ-cached", "occ-combine", "occ-txn", "hybrid", "adaptive",
 	"lock-local", "lock-pg-for-update", "lock-pg-advisory", "lock-etcd-mutex",
-	"lock-redis", "lock-redlock", "lock-zookeeper",
+	"lock-redis", "lock-redlock", "lock-zookeeper", "lock-mysql-for-update", "lock-mysql-get-lock",
 }
 
 // lookupStrategy returns the strategy with that name.
