@@ -100,7 +100,7 @@ func (b *sqliteBackend) Info() backendInfo {
 		Durability: b.durable,
 		// SQLite has no lock service: the database is a file of this
 		// process, and so is the lock.
-		Locker:  "hybrid.NewLocalLocker (in process, 10 s TTL): SQLite has no lock service, and one process writes the database; with --procs each process locks only its own writers, and the fenced write keeps the data right",
+		Locker:  "hybrid.NewLocalLocker (in process, 10 s TTL): SQLite has no lock service, and one process writes the database (hybrid and adaptive are not applicable with --procs)",
 		BackOff: describeBackOff(sqliteTuning),
 	}
 }
@@ -127,6 +127,10 @@ func (b *sqliteBackend) NewStore(ctx context.Context, ns string) (cas.Store, fun
 func (b *sqliteBackend) openStore(_ context.Context, ns string) (cas.Store, error) {
 	return sqlcas.New(b.db, sqlcas.Config{Dialect: sqlcas.SQLite, Table: ns})
 }
+
+// processLocalLocker implements processLocker: the local locker does not
+// reach other processes.
+func (b *sqliteBackend) processLocalLocker() {}
 
 func (b *sqliteBackend) NewLocker(context.Context, string) (hybrid.Locker, func(context.Context) error, error) {
 	return hybrid.NewLocalLocker(10 * time.Second), func(context.Context) error { return nil }, nil
