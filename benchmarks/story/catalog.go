@@ -18,6 +18,7 @@ const (
 	ModeRedlock       = "redlock"
 	ModeZooKeeper     = "zookeeper"
 	ModeEtcd          = "etcd"
+	ModeMySQL         = "mysql"
 	ModeFenced        = "fenced"
 	ModeOCC           = "occ"
 )
@@ -145,6 +146,15 @@ func modes() []modeSpec {
 					"key of the lock, waiters watching their predecessor. Its token is the key's creation revision, which this mode " +
 					"does not check. " + data},
 			data: plainData, lock: openEtcdLock, needs: "etcd",
+		},
+		{
+			Info: Info{Name: ModeMySQL, Title: "MySQL GET_LOCK",
+				About: "MySQL's named lock on MariaDB: GET_LOCK(name, timeout) in the session of a connection the client holds " +
+					"for the critical section, RELEASE_LOCK in the same session; waiters retry GET_LOCK. The lock lasts as long as " +
+					"the session: the client keeps it alive with a statement every TTL/3, and the server ends a session idle for " +
+					"longer than its wait_timeout (the TTL, in whole seconds), or whose connection was killed or dropped. " +
+					"No fencing token. " + data},
+			data: plainData, lock: openMySQLLock, needs: "mysql",
 		},
 		{
 			Info: Info{Name: ModeFenced, Title: "Lock + fenced write (occkit)",

@@ -22,11 +22,12 @@ type Config struct {
 	// mode), in the order given.
 	Stories, Modes []string
 	// Env is how servers are reached or started, as the lab does it:
-	// OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS and OCCKIT_ZK_ADDR (read with
-	// Env.Getenv) name servers to use; without them, and with
-	// Env.StartServers, throwaway servers are started (Redis with
-	// scripts/servers/redis.sh, ZooKeeper from Debian's package, etcd in
-	// process) and stopped before Run returns.
+	// OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR and
+	// OCCKIT_MYSQL_DSN (read with Env.Getenv) name servers to use; without
+	// them, and with Env.StartServers, throwaway servers are started
+	// (Redis with scripts/servers/redis.sh, ZooKeeper from Debian's
+	// package, MariaDB with scripts/servers/mariadb.sh, etcd in process)
+	// and stopped before Run returns.
 	Env lab.Env
 	// Command is the command line that reproduces the run, for the report.
 	Command string
@@ -154,7 +155,7 @@ func (s *serverSet) unavailable(m modeSpec) string {
 }
 
 // openServers opens, through the lab, Redis and what the modes need
-// besides: Redlock's five Redis servers, ZooKeeper, etcd.
+// besides: Redlock's five Redis servers, ZooKeeper, etcd, MariaDB.
 func openServers(ctx context.Context, env lab.Env, ms []modeSpec) (*serverSet, error) {
 	needs := map[string]bool{}
 	for _, m := range ms {
@@ -163,7 +164,7 @@ func openServers(ctx context.Context, env lab.Env, ms []modeSpec) (*serverSet, e
 		}
 	}
 	names := []string{"redis"}
-	for _, n := range []string{"etcd", "zookeeper"} {
+	for _, n := range []string{"etcd", "zookeeper", "mysql"} {
 		if needs[n] {
 			names = append(names, n)
 		}
@@ -198,6 +199,11 @@ func openServers(ctx context.Context, env lab.Env, ms []modeSpec) (*serverSet, e
 	if svc, ok := l.Service("zookeeper"); ok {
 		if zs, ok := svc.(lab.ZooKeeperService); ok {
 			s.ep.ZK = zs.ZooKeeperAddr()
+		}
+	}
+	if svc, ok := l.Service("mysql"); ok {
+		if ms, ok := svc.(lab.MySQLService); ok {
+			s.ep.MySQL = ms.MySQLDSN()
 		}
 	}
 	if needs["redlock"] {

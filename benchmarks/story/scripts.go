@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/occkit/occkit/internal/faultproxy"
 )
 
@@ -271,6 +273,9 @@ func partition(ctx context.Context, r *run) error {
 		var addr string
 		addr, err = proxy(strings.TrimPrefix(strings.TrimPrefix(epA.Lock.Etcd, "http://"), "https://"))
 		epA.Lock.Etcd = "http://" + addr
+	case ModeMySQL:
+		what = "MariaDB (A's data connection stays up)"
+		epA.Lock.MySQL, err = mysqlVia(epA.Lock.MySQL, proxy)
 	case ModeOCC:
 		what = "the store (occ has no lock service: its data path is the one cut)"
 		var addr string
@@ -301,6 +306,19 @@ func partition(ctx context.Context, r *run) error {
 		}
 		r.note("A", Fault, "the partition heals: A's stuck connections are reset, new ones get through")
 	})
+}
+
+// mysqlVia returns dsn with its address replaced by a proxy's in front of
+// it.
+func mysqlVia(dsn string, proxy func(target string) (string, error)) (string, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", err
+	}
+	if cfg.Addr, err = proxy(cfg.Addr); err != nil {
+		return "", err
+	}
+	return cfg.FormatDSN(), nil
 }
 
 // contention: five clients sell two items each; A's first sale works

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/benchmarks/internal/lab"
+	"github.com/occkit/occkit/internal/mysqltest"
 	"github.com/occkit/occkit/internal/redistest"
 	"github.com/occkit/occkit/internal/servers"
 	"github.com/occkit/occkit/internal/zktest"
@@ -26,10 +27,11 @@ func (l testLog) Write(p []byte) (int, error) {
 // testEnv is how the tests reach their servers: Redis from
 // OCCKIT_REDIS_URL (`make test` starts one), ZooKeeper started here
 // (zktest), Redlock's five Redis servers started by the lab from
-// redis-server, etcd in process. A missing server fails the test, saying
-// how to get it.
+// redis-server, MariaDB from OCCKIT_MYSQL_DSN (`make test` starts one),
+// etcd in process. A missing server fails the test, saying how to get it.
 func testEnv(t *testing.T) lab.Env {
-	redistest.URL(t) // fails loudly without a server
+	redistest.URL(t)    // fails loudly without a server
+	mysqltest.Config(t) // likewise
 	if _, err := os.Stat(servers.RedisBinary); err != nil && os.Getenv(lab.EnvRedlockURLs) == "" {
 		t.Fatalf("%s is missing and %s is not set: the redlock mode needs %d Redis servers, which this test starts from redis-server. "+
 			"Run `make test` once (scripts/servers/redis.sh installs it) or apt-get install redis-server, or set %s",
@@ -44,7 +46,7 @@ func testEnv(t *testing.T) lab.Env {
 	}}
 }
 
-var unfenced = []string{ModeRedis, ModeRedisWatchdog, ModeRedlock, ModeZooKeeper, ModeEtcd}
+var unfenced = []string{ModeRedis, ModeRedisWatchdog, ModeRedlock, ModeZooKeeper, ModeEtcd, ModeMySQL}
 
 // TestStories runs every story in every mode on real servers, as
 // `occbench story` does, and checks the shape of each outcome: the
@@ -71,8 +73,8 @@ func TestStories(t *testing.T) {
 	if got, want := len(rep.Results), len(StoryNames())*len(ModeNames()); got != want {
 		t.Fatalf("%d results, want %d", got, want)
 	}
-	if len(rep.Servers) < 4 {
-		t.Errorf("servers %q: want Redis, etcd, ZooKeeper and Redlock's", rep.Servers)
+	if len(rep.Servers) < 5 {
+		t.Errorf("servers %q: want Redis, etcd, ZooKeeper, MariaDB and Redlock's", rep.Servers)
 	}
 	for _, res := range rep.Results {
 		t.Run(res.Story+"/"+res.Mode, func(t *testing.T) {

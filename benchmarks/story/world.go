@@ -58,6 +58,8 @@ type endpoints struct {
 	Redlock []redisAddr `json:"redlock,omitempty"`
 	ZK      string      `json:"zk,omitempty"`
 	Etcd    string      `json:"etcd,omitempty"`
+	// MySQL is the mysql mode's server, a go-sql-driver/mysql DSN.
+	MySQL string `json:"mysql,omitempty"`
 }
 
 // runSpec is one story in one mode: what both processes (the runner and a

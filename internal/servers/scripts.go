@@ -182,3 +182,6 @@ func Reach(ctx context.Context, getenv func(string) string, start bool, root fun
 	}
 	return s.URL, s, nil
 }
+
+// MariaDBBinary is the server binary scripts/servers/mariadb.sh runs.
+const MariaDBBinary = "/usr/sbin/mariadbd"

@@ -10,9 +10,10 @@
 //	    --keys 1,10,1000 --theta 0,0.99,1.2 --workers 4,16 --work 0,1ms
 //
 // With no flags it runs, on every backend it can open (memory; etcd in
-// process; PostgreSQL and Redis from OCCKIT_PG_URL and OCCKIT_REDIS_URL,
-// or throwaway servers it starts with scripts/servers/*.sh when they are
-// installed; DynamoDB on minidyn's server in process, or dynalite from
+// process; PostgreSQL, Redis and MariaDB from OCCKIT_PG_URL,
+// OCCKIT_REDIS_URL and OCCKIT_MYSQL_DSN, or throwaway servers it starts
+// with scripts/servers/*.sh when they are installed; SQLite in process;
+// DynamoDB on minidyn's server in process, or dynalite from
 // OCCKIT_DYNALITE_URL; ZooKeeper for its lock), a low-contention point
 // (8 workers, 1000 keys, uniform) and a high-contention one (8 workers, 1
 // key) for every workload and the backend's default strategies, and says
@@ -98,7 +99,7 @@ func run(args []string, stdout io.Writer) int {
 		maxAttF     = fs.Int("max-attempts", 0, fmt.Sprintf("attempt limit per operation (default %d)", lab.DefaultMaxAttempts))
 		outF        = fs.String("out", "", "directory for results.json, results.csv, charts/ and report.html")
 		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): a smoke run, not a measurement")
-		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's and ZooKeeper only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR")
+		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's, ZooKeeper and MariaDB only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR, OCCKIT_MYSQL_DSN")
 		procsF      = fs.Int("procs", 1, "run each cell's workers in this many OS processes (this binary, run again), each with its own connections, combiner and cache; lock-local and memory are left out above 1")
 		rttF        = fs.String("rtt", "", "add this one-way delay (e.g. 0.25ms, 1ms, 5ms) in each direction to every connection to every server, through a TCP proxy per server (internal/faultproxy); 0 measures the proxy's own hop")
 		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")

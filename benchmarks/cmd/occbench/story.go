@@ -36,7 +36,7 @@ func runStory(args []string, stdout io.Writer) int {
 		storiesF = fs.String("stories", "", "comma-separated stories (default: all)")
 		modesF   = fs.String("modes", "", "comma-separated lock modes (default: all)")
 		outF     = fs.String("out", "", "directory for stories.json and stories.html")
-		noStartF = fs.Bool("no-start", false, "never start servers: Redis, Redlock's and ZooKeeper only from OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR (etcd runs in process)")
+		noStartF = fs.Bool("no-start", false, "never start servers: Redis, Redlock's, ZooKeeper and MariaDB only from OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR, OCCKIT_MYSQL_DSN (etcd runs in process)")
 		requireF = fs.Bool("require-servers", false, "fail (exit 1) when a mode is skipped because its server is missing, instead of skipping it with a note (for CI)")
 	)
 	if err := fs.Parse(args); err != nil {

@@ -267,7 +267,7 @@ type backendSpec struct {
 
 // backendSpecs are the lab's backends and lock-only services, in their
 // order: one list, written out, instead of registrations.
-var backendSpecs = slices.Concat(memorySpecs, etcdSpecs, postgresSpecs, redisSpecs, dynamoSpecs, zookeeperSpecs)
+var backendSpecs = slices.Concat(memorySpecs, etcdSpecs, postgresSpecs, redisSpecs, dynamoSpecs, zookeeperSpecs, mysqlSpecs, sqliteSpecs)
 
 // Backends returns the names of the lab's backends in their order.
 func Backends() []string {
@@ -468,4 +468,6 @@ var (
 	_ dataBackend = (*pgBackend)(nil)
 	_ dataBackend = (*redisBackend)(nil)
 	_ dataBackend = (*dynamoBackend)(nil)
+	_ dataBackend = (*mysqlBackend)(nil)
+	_ dataBackend = (*sqliteBackend)(nil)
 )

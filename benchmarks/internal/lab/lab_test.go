@@ -299,19 +299,21 @@ func TestGoalChecks(t *testing.T) {
 // with the data.
 func TestDefaultLocks(t *testing.T) {
 	want := map[string][]string{
-		"lock-redis":         {"memory", "postgres", "redis", "dynamodb"},
-		"lock-redlock":       {"memory", "postgres", "redis", "dynamodb"},
-		"lock-etcd-mutex":    {"memory", "etcd"},
-		"lock-zookeeper":     {"memory"},
-		"lock-pg-for-update": {"postgres"},
-		"lock-pg-advisory":   {"postgres"},
+		"lock-redis":            {"memory", "postgres", "redis", "dynamodb"},
+		"lock-redlock":          {"memory", "postgres", "redis", "dynamodb"},
+		"lock-etcd-mutex":       {"memory", "etcd"},
+		"lock-zookeeper":        {"memory"},
+		"lock-pg-for-update":    {"postgres"},
+		"lock-pg-advisory":      {"postgres"},
+		"lock-mysql-for-update": {"mysql"},
+		"lock-mysql-get-lock":   {"mysql"},
 	}
 	for name, on := range want {
 		spec, ok := lookupStrategy(name)
 		if !ok {
 			t.Fatalf("%s is not registered", name)
 		}
-		for _, b := range []string{"memory", "etcd", "postgres", "redis", "dynamodb"} {
+		for _, b := range []string{"memory", "etcd", "postgres", "redis", "dynamodb", "mysql", "sqlite"} {
 			for _, multi := range []bool{false, true} {
 				if got := spec.DefaultOn(b, multi); got != slices.Contains(on, b) {
 					t.Errorf("%s on %s (multi-key %v): default %v", name, b, multi, got)
@@ -394,7 +396,7 @@ func TestSpecs(t *testing.T) {
 		}
 		seen["w/"+w.Name] = true
 	}
-	if got := Backends(); !slices.Equal(got, []string{"memory", "etcd", "postgres", "redis", "dynamodb", "zookeeper"}) {
+	if got := Backends(); !slices.Equal(got, []string{"memory", "etcd", "postgres", "redis", "dynamodb", "zookeeper", "mysql", "sqlite"}) {
 		t.Errorf("Backends() = %v", got)
 	}
 }

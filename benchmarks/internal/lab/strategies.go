@@ -14,7 +14,7 @@ import (
 // occ-txn, hybrid, adaptive) and the in-process lock. Baselines that lock
 // through a server live in a file per service (strategies_etcd.go,
 // strategies_postgres.go, strategies_redis.go, strategies_redlock.go,
-// strategies_zookeeper.go).
+// strategies_zookeeper.go, strategies_mysql.go).
 
 var coreStrategies = []strategySpec{
 	{

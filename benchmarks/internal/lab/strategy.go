@@ -92,14 +92,14 @@ type strategySpec struct {
 
 // strategySpecs are the lab's strategies: one list, written out, instead
 // of registrations. Tests may append their own before opening a lab.
-var strategySpecs = slices.Concat(coreStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies)
+var strategySpecs = slices.Concat(coreStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies, mysqlStrategies)
 
 // strategyOrder is the order of the strategies in tables and
 // charts; others follow by name.
 var strategyOrder = []string{
 	"occ", "occ-cached", "occ-combine", "occ-txn", "hybrid", "adaptive",
 	"lock-local", "lock-pg-for-update", "lock-pg-advisory", "lock-etcd-mutex",
-	"lock-redis", "lock-redlock", "lock-zookeeper",
+	"lock-redis", "lock-redlock", "lock-zookeeper", "lock-mysql-for-update", "lock-mysql-get-lock",
 }
 
 // lookupStrategy returns the strategy with that name.
@@ -222,6 +222,10 @@ func (h *harness) Locker(ctx context.Context) (hybrid.Locker, error) {
 	if h.locker != nil {
 		return h.locker, nil
 	}
+	if _, local := h.Backend.(processLocker); local && h.Cell.Procs > 1 {
+		return nil, fmt.Errorf("%s's lease lock is a lock of one process: its leases and fencing tokens mean nothing in another (--procs %d): %w",
+			h.Backend.Info().Name, h.Cell.Procs, errNotApplicable)
+	}
 	l, closeFn, err := h.Backend.NewLocker(ctx, h.NS)
 	if err != nil {
 		return nil, err
@@ -242,6 +246,11 @@ func (h *harness) close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// processLocker is implemented by a backend whose own lease lock works
+// in one process only (hybrid.NewLocalLocker, as on sqlite): hybrid and
+// adaptive do not apply to it with --procs.
+type processLocker interface{ processLocalLocker() }
 
 // nsLocker puts lock names in a cell's namespace.
 type nsLocker struct {

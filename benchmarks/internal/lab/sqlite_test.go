@@ -1,0 +1,44 @@
+package lab
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestSQLiteSmoke runs small cells on the sqlite backend (a file database
+// in WAL mode, several connections; no server needed) and checks that
+// closing the lab removes its directory.
+func TestSQLiteSmoke(t *testing.T) {
+	l := openLab(t, "sqlite")
+	for _, c := range []struct{ strategy, workload string }{
+		{"occ", "counter"}, {"occ-cached", "inventory"}, {"occ-combine", "counter"}, {"hybrid", "counter"},
+		{"adaptive", "counter"}, {"lock-local", "counter"}, {"occ-txn", "transfer"}, {"hybrid", "transfer"},
+	} {
+		t.Run(c.strategy+"/"+c.workload, func(t *testing.T) {
+			r := runCell(t, l, Cell{Backend: "sqlite", Strategy: c.strategy, Workload: c.workload, Workers: 4, Keys: 2, Ops: 120, Seed: 9, MaxAttempts: 1000})
+			if !r.InvariantOK || r.FailedOps != 0 || r.Ops+r.DeclinedOps != 120 {
+				t.Errorf("invariant %v %s; %d committed, %d declined, %d failed (%s)", r.InvariantOK, r.Invariant, r.Ops, r.DeclinedOps, r.FailedOps, r.Error)
+			}
+		})
+	}
+	// The local locker is a lock of one process: hybrid does not apply
+	// across processes (its tokens would fence off the other process's
+	// writes).
+	_, err := l.Run(t.Context(), Cell{Backend: "sqlite", Strategy: "hybrid", Workload: "counter", Workers: 2, Keys: 1, Ops: 1, Procs: 2})
+	if err == nil || !strings.Contains(err.Error(), "not applicable") {
+		t.Errorf("hybrid on sqlite with 2 processes: %v, want not applicable", err)
+	}
+	info := l.Infos()[0]
+	if !strings.Contains(info.Durability, "journal_mode=wal") || !strings.Contains(info.Locker, "NewLocalLocker") {
+		t.Errorf("info %+v: want WAL and the local locker", info)
+	}
+	svc, _ := l.Service("sqlite")
+	dir := svc.(*sqliteBackend).dir
+	if err := l.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the lab's SQLite directory %s is still there after Close (%v)", dir, err)
+	}
+}
