@@ -112,6 +112,10 @@ func openBackends(ctx context.Context, e *env, want func(backend string) bool) (
 		b, err := openPostgres(ctx, e)
 		add("postgres", b, err)
 	}
+	if want("mysql") {
+		b, err := openMySQL(ctx, e)
+		add("mysql", b, err)
+	}
 	if want("redis") {
 		b, err := openRedis(ctx, e)
 		add("redis", b, err)

@@ -44,7 +44,7 @@ func TestSelfTest(t *testing.T) {
 
 // envServers are the servers `make test` starts (scripts/test.sh) and
 // TestFaultsShort needs; etcd and minidyn run in process.
-var envServers = []string{"OCCKIT_PG_URL", "OCCKIT_REDIS_URL"}
+var envServers = []string{"OCCKIT_PG_URL", "OCCKIT_REDIS_URL", "OCCKIT_MYSQL_DSN"}
 
 // TestFaultsShort is the short version of `make faults`: every backend
 // under every fault for about a second (restarts and leader loss on
@@ -57,8 +57,8 @@ func TestFaultsShort(t *testing.T) {
 	for _, v := range envServers {
 		if os.Getenv(v) == "" {
 			t.Fatalf("%s is not set: this test runs the fault suite against the servers `make test` starts. "+
-				"Run `make test`, or start them with `bash scripts/servers/postgres.sh` and `bash scripts/servers/redis.sh` "+
-				"and export the OCCKIT_PG_URL and OCCKIT_REDIS_URL they print", v)
+				"Run `make test`, or start them with `bash scripts/servers/postgres.sh`, `bash scripts/servers/redis.sh` "+
+				"and `bash scripts/servers/mariadb.sh` and export the OCCKIT_PG_URL, OCCKIT_REDIS_URL and OCCKIT_MYSQL_DSN they print", v)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -117,7 +117,7 @@ func TestFaultsShort(t *testing.T) {
 			})
 		}
 	}
-	for _, name := range []string{"memory", "postgres", "redis", "etcd", "dynamodb"} {
+	for _, name := range []string{"memory", "postgres", "mysql", "redis", "etcd", "dynamodb"} {
 		if !seen[name] {
 			t.Errorf("backend %s did not run", name)
 		}
