@@ -30,7 +30,7 @@ bench:
 
 # faults runs counter increments (occ.Update) and transfers (occ.Txn) on
 # every backend it can start while a fault strikes (dropped connections,
-# latency, answers cut mid-response, PostgreSQL and Redis restarts, etcd
+# latency, answers cut mid-response, PostgreSQL, MariaDB and Redis restarts, etcd
 # leader loss), and hybrid.Update increments while lease holders pause past
 # their TTL or their clocks jump; checks that nothing was lost or doubled,
 # that no stale write was accepted and that every recorded history is

@@ -10,7 +10,9 @@
 //
 // Backends: memory (memcas, in process: no network, the concurrency
 // baseline without a fault), postgres (OCCKIT_PG_URL, or a throwaway
-// server started with scripts/servers/postgres.sh), redis
+// server started with scripts/servers/postgres.sh), mysql (sqlcas on
+// the MariaDB of OCCKIT_MYSQL_DSN, or scripts/servers/mariadb.sh; drop,
+// cut and restart only), redis
 // (OCCKIT_REDIS_URL, or scripts/servers/redis.sh), etcd (one member in
 // process; three for leader loss) and dynamodb (minidyn's server in
 // process). A backend that cannot be started is skipped, and said so.
@@ -25,7 +27,7 @@
 //   - cut: every 200 ms, for 50 ms, every connection is closed once it has
 //     received 1 to 256 more bytes from the server (an answer lost
 //     mid-response, after the server acted).
-//   - restart (postgres, redis): a server of the run's own (started with
+//   - restart (postgres, mysql, redis): a server of the run's own (started with
 //     the script, never the shared one) is stopped at a quarter of the
 //     run, stays down 1 s, and starts again on the same port with its
 //     data.
