@@ -10,3 +10,14 @@ func SetBeforeCommitHook(f func()) (restore func()) {
 
 // CallersTx reports whether With treats q as the caller's transaction.
 func CallersTx(q Querier) bool { return callersTx(q) }
+
+// SwapStatement returns the SQL text of the store's compare-and-swap and
+// a function building its arguments, so that a benchmark can send the very
+// same statement by hand.
+func (s *Store) SwapStatement() (string, func(key string, value, id []byte, expected int64) []any) {
+	st := s.st.swap
+	return st.text, func(key string, value, id []byte, expected int64) []any {
+		vals := [numSlots]any{key, value, id, expected, int64(0)}
+		return st.args(&vals)
+	}
+}
