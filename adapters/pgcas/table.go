@@ -195,16 +195,7 @@ func (t *Table[T]) addFields(rt reflect.Type, path []int) error {
 	return nil
 }
 
-func isInteger(rt reflect.Type) bool { return isIntegerKind(rt.Kind()) }
-
-func isIntegerKind(k reflect.Kind) bool {
-	switch k {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return true
-	}
-	return false
-}
+func isInteger(rt reflect.Type) bool { return rowupdate.IsIntegerKind(rt.Kind()) }
 
 // The statements. Update and Delete are one statement each that tells a
 // stale version from a missing row: when the write matches no row, the
@@ -503,54 +494,14 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 //		return a, nil
 //	})
 func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	var absent T
-	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(t.cols[t.key].index)
-	kv := reflect.ValueOf(key)
-	if !kv.IsValid() || !keyFits(kv.Type(), kf.Type()) {
-		return absent, &cas.KeyError{Op: "modify", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
-	}
-	kf.Set(kv.Convert(kf.Type()))
-	want := kf.Interface()
-	ks := fmt.Sprint(key)
-	return rowupdate.Modify(ctx, rowupdate.Ops[T]{
-		Key:    ks,
-		Absent: absent,
-		Read: func(ctx context.Context) (rowupdate.Row[T], error) {
-			row, err := t.Get(ctx, key)
-			if err != nil {
-				return rowupdate.Row[T]{}, err
-			}
-			return rowupdate.Row[T]{Value: row, Version: t.versionOf(&row)}, nil
-		},
-		Write: func(ctx context.Context, expected cas.Version, next T) (rowupdate.Row[T], rowupdate.Row[T], error) {
-			rv := reflect.ValueOf(&next).Elem()
-			if got := rv.FieldByIndex(t.cols[t.key].index).Interface(); !reflect.DeepEqual(got, want) {
-				return rowupdate.Row[T]{}, rowupdate.Row[T]{}, occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the row's key to %v", cas.ErrInvalidKey, got)})
-			}
-			var out T
-			var err error
-			if expected == 0 {
-				out, err = t.Insert(ctx, next)
-			} else {
-				t.setVersion(&next, expected)
-				out, err = t.Update(ctx, next)
-			}
-			if err != nil {
-				return rowupdate.Row[T]{}, rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, err
-			}
-			return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, rowupdate.Row[T]{}, nil
-		},
-	}, mutate, opts...)
-}
-
-// keyFits reports whether a key of type from converts to the key field's
-// type to without changing its meaning: the same kind, or two integer
-// kinds (not an int to a string, which Go converts to a rune).
-func keyFits(from, to reflect.Type) bool {
-	if !from.ConvertibleTo(to) {
-		return false
-	}
-	return from.Kind() == to.Kind() || (isIntegerKind(from.Kind()) && isIntegerKind(to.Kind()))
+	return rowupdate.ModifyTable(ctx, rowupdate.Table[T]{
+		KeyIndex:   t.cols[t.key].index,
+		Get:        func(ctx context.Context, key, converted any) (T, error) { return t.Get(ctx, key) },
+		Insert:     t.Insert,
+		Update:     t.Update,
+		VersionOf:  t.versionOf,
+		SetVersion: t.setVersion,
+	}, key, mutate, opts...)
 }
 
 // versionOf returns the version field of *row.

@@ -131,14 +131,14 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	if t.version, err = find(cfg.VersionColumn, "version", "version"); err != nil {
 		return nil, err
 	}
-	if !isIntegerKind(rt.FieldByIndex(t.cols[t.version].index).Type.Kind()) {
+	if !rowupdate.IsIntegerKind(rt.FieldByIndex(t.cols[t.version].index).Type.Kind()) {
 		return nil, fmt.Errorf("sqlcas: NewTable[%v]: the version field is not an integer", rt)
 	}
 	if cfg.FenceColumn != "" {
 		if t.fence, err = find(cfg.FenceColumn, "", "fence"); err != nil {
 			return nil, err
 		}
-		if !isIntegerKind(rt.FieldByIndex(t.cols[t.fence].index).Type.Kind()) {
+		if !rowupdate.IsIntegerKind(rt.FieldByIndex(t.cols[t.fence].index).Type.Kind()) {
 			return nil, fmt.Errorf("sqlcas: NewTable[%v]: the fence field is not an integer", rt)
 		}
 	}
@@ -193,15 +193,6 @@ func (t *Table[T]) addFields(rt reflect.Type, path []int) error {
 		t.cols = append(t.cols, column{name: tag, quoted: q, index: index})
 	}
 	return nil
-}
-
-func isIntegerKind(k reflect.Kind) bool {
-	switch k {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return true
-	}
-	return false
 }
 
 // writable reports whether Update sets column i from the row.
@@ -684,45 +675,14 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 // occ.WithRetryable(sqlcas.Retryable) to retry lock-wait timeouts,
 // SQLITE_BUSY and writes never sent.
 func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	var absent T
-	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(t.cols[t.key].index)
-	kv := reflect.ValueOf(key)
-	if !kv.IsValid() || !kv.Type().ConvertibleTo(kf.Type()) ||
-		(kv.Kind() != kf.Kind() && !(isIntegerKind(kv.Kind()) && isIntegerKind(kf.Kind()))) {
-		return absent, &cas.KeyError{Op: "modify", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
-	}
-	kf.Set(kv.Convert(kf.Type()))
-	want := kf.Interface()
-	ks := fmt.Sprint(key)
-	return rowupdate.Modify(ctx, rowupdate.Ops[T]{
-		Key:    ks,
-		Absent: absent,
-		Read: func(ctx context.Context) (rowupdate.Row[T], error) {
-			row, err := t.Get(ctx, want)
-			if err != nil {
-				return rowupdate.Row[T]{}, err
-			}
-			return rowupdate.Row[T]{Value: row, Version: t.versionOf(&row)}, nil
-		},
-		Write: func(ctx context.Context, expected cas.Version, next T) (rowupdate.Row[T], rowupdate.Row[T], error) {
-			rv := reflect.ValueOf(&next).Elem()
-			if got := rv.FieldByIndex(t.cols[t.key].index).Interface(); !reflect.DeepEqual(got, want) {
-				return rowupdate.Row[T]{}, rowupdate.Row[T]{}, occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the row's key to %v", cas.ErrInvalidKey, got)})
-			}
-			var out T
-			var err error
-			if expected == 0 {
-				out, err = t.Insert(ctx, next)
-			} else {
-				t.setVersion(&next, expected)
-				out, err = t.Update(ctx, next)
-			}
-			if err != nil {
-				return rowupdate.Row[T]{}, rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, err
-			}
-			return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, rowupdate.Row[T]{}, nil
-		},
-	}, mutate, opts...)
+	return rowupdate.ModifyTable(ctx, rowupdate.Table[T]{
+		KeyIndex:   t.cols[t.key].index,
+		Get:        func(ctx context.Context, key, converted any) (T, error) { return t.Get(ctx, converted) },
+		Insert:     t.Insert,
+		Update:     t.Update,
+		VersionOf:  t.versionOf,
+		SetVersion: t.setVersion,
+	}, key, mutate, opts...)
 }
 
 // begin starts the Table's own transaction, or returns the caller's.

@@ -1,0 +1,91 @@
+package rowupdate
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// Table is a SQL repository table (pgcas.Table, sqlcas.Table) as
+// ModifyTable drives it: rows of struct type T with the key in the field
+// at KeyIndex, read and written by the table's own methods.
+type Table[T any] struct {
+	// KeyIndex is the reflect index of T's key field.
+	KeyIndex []int
+	// Get reads the row with key; converted is key converted to the key
+	// field's type. A missing row is an error matching cas.ErrNotFound.
+	Get func(ctx context.Context, key, converted any) (T, error)
+	// Insert and Update are the table's version-checked writes.
+	Insert, Update func(ctx context.Context, row T) (T, error)
+	// VersionOf and SetVersion read and set a row's version field.
+	VersionOf  func(row *T) cas.Version
+	SetVersion func(row *T, v cas.Version)
+}
+
+// ModifyTable is the Modify of a SQL repository table: it checks that key
+// fits T's key field, then runs Modify with reads through t.Get and writes
+// through t.Insert (absent) or t.Update (present, at the version read). A
+// mutate that changes the row's key ends the loop with cas.ErrInvalidKey.
+func ModifyTable[T any](ctx context.Context, t Table[T], key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
+	var absent T
+	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(t.KeyIndex)
+	kv := reflect.ValueOf(key)
+	if !kv.IsValid() || !KeyFits(kv.Type(), kf.Type()) {
+		return absent, &cas.KeyError{Op: "modify", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
+	}
+	kf.Set(kv.Convert(kf.Type()))
+	want := kf.Interface()
+	ks := fmt.Sprint(key)
+	row := func(v T) Row[T] { return Row[T]{Value: v, Version: t.VersionOf(&v)} }
+	return Modify(ctx, Ops[T]{
+		Key:    ks,
+		Absent: absent,
+		Read: func(ctx context.Context) (Row[T], error) {
+			v, err := t.Get(ctx, key, want)
+			if err != nil {
+				return Row[T]{}, err
+			}
+			return row(v), nil
+		},
+		Write: func(ctx context.Context, expected cas.Version, next T) (Row[T], Row[T], error) {
+			if got := reflect.ValueOf(&next).Elem().FieldByIndex(t.KeyIndex).Interface(); !reflect.DeepEqual(got, want) {
+				return Row[T]{}, Row[T]{}, occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the row's key to %v", cas.ErrInvalidKey, got)})
+			}
+			var out T
+			var err error
+			if expected == 0 {
+				out, err = t.Insert(ctx, next)
+			} else {
+				t.SetVersion(&next, expected)
+				out, err = t.Update(ctx, next)
+			}
+			if err != nil {
+				return Row[T]{}, row(out), err
+			}
+			return row(out), Row[T]{}, nil
+		},
+	}, mutate, opts...)
+}
+
+// KeyFits reports whether a key of type from may stand for a key field of
+// type to: it converts, and it is of the same kind or both are integers
+// (a string does not silently become a number, nor a number a string).
+func KeyFits(from, to reflect.Type) bool {
+	if !from.ConvertibleTo(to) {
+		return false
+	}
+	return from.Kind() == to.Kind() || (IsIntegerKind(from.Kind()) && IsIntegerKind(to.Kind()))
+}
+
+// IsIntegerKind reports whether k is a signed or unsigned integer kind.
+func IsIntegerKind(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
