@@ -113,7 +113,7 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 		return nil, fmt.Errorf("pgcas: NewTable: %v is not a struct", rt)
 	}
 	t := &Table[T]{pool: pool, name: name, key: -1, version: -1, fence: -1}
-	if err := t.addFields(rt, nil); err != nil {
+	if err := t.addFields(rt); err != nil {
 		return nil, fmt.Errorf("pgcas: NewTable[%v]: %w", rt, err)
 	}
 	find := func(col, def, what string) (int, error) {
@@ -160,39 +160,18 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	return t, nil
 }
 
-// addFields collects the columns of struct type rt, as pgx maps them.
-func (t *Table[T]) addFields(rt reflect.Type, path []int) error {
-	for i := range rt.NumField() {
-		sf := rt.Field(i)
-		index := append(append([]int(nil), path...), i)
-		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
-			if err := t.addFields(sf.Type, index); err != nil {
-				return err
-			}
-			continue
-		}
-		if !sf.IsExported() {
-			continue
-		}
-		tag, ok := sf.Tag.Lookup("db")
-		tag, _, _ = strings.Cut(tag, ",")
-		if tag == "-" {
-			continue
-		}
-		if !ok || tag == "" {
-			return fmt.Errorf("field %s has no `db` tag naming its column", sf.Name)
-		}
+// addFields collects the columns of struct type rt.
+func (t *Table[T]) addFields(rt reflect.Type) error {
+	cols, err := rowupdate.Columns(rt, func(tag string) (string, error) {
 		if err := checkIdentifier(tag); err != nil {
-			return fmt.Errorf("field %s: %w", sf.Name, err)
+			return "", err
 		}
-		for _, c := range t.cols {
-			if c.name == tag {
-				return fmt.Errorf("two fields map to column %q", tag)
-			}
-		}
-		t.cols = append(t.cols, column{name: tag, quoted: pgx.Identifier{tag}.Sanitize(), index: index})
+		return pgx.Identifier{tag}.Sanitize(), nil
+	})
+	for _, c := range cols {
+		t.cols = append(t.cols, column{name: c.Name, quoted: c.Quoted, index: c.Index})
 	}
-	return nil
+	return err
 }
 
 func isInteger(rt reflect.Type) bool { return rowupdate.IsIntegerKind(rt.Kind()) }

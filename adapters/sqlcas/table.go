@@ -111,7 +111,7 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 		return nil, fmt.Errorf("sqlcas: NewTable: %v is not a struct", rt)
 	}
 	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table, key: -1, version: -1, fence: -1}
-	if err := t.addFields(rt, nil); err != nil {
+	if err := t.addFields(rt); err != nil {
 		return nil, fmt.Errorf("sqlcas: NewTable[%v]: %w", rt, err)
 	}
 	find := func(col, def, what string) (int, error) {
@@ -160,39 +160,13 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	return t, nil
 }
 
-func (t *Table[T]) addFields(rt reflect.Type, path []int) error {
-	for i := range rt.NumField() {
-		sf := rt.Field(i)
-		index := append(append([]int(nil), path...), i)
-		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
-			if err := t.addFields(sf.Type, index); err != nil {
-				return err
-			}
-			continue
-		}
-		if !sf.IsExported() {
-			continue
-		}
-		tag, ok := sf.Tag.Lookup("db")
-		tag, _, _ = strings.Cut(tag, ",")
-		if tag == "-" {
-			continue
-		}
-		if !ok || tag == "" {
-			return fmt.Errorf("field %s has no `db` tag naming its column", sf.Name)
-		}
-		q, err := t.d.quote(tag)
-		if err != nil {
-			return fmt.Errorf("field %s: %w", sf.Name, err)
-		}
-		for _, c := range t.cols {
-			if c.name == tag {
-				return fmt.Errorf("two fields map to column %q", tag)
-			}
-		}
-		t.cols = append(t.cols, column{name: tag, quoted: q, index: index})
+// addFields collects the columns of struct type rt.
+func (t *Table[T]) addFields(rt reflect.Type) error {
+	cols, err := rowupdate.Columns(rt, t.d.quote)
+	for _, c := range cols {
+		t.cols = append(t.cols, column{name: c.Name, quoted: c.Quoted, index: c.Index})
 	}
-	return nil
+	return err
 }
 
 // writable reports whether Update sets column i from the row.

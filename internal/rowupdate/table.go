@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
@@ -88,4 +89,55 @@ func IsIntegerKind(k reflect.Kind) bool {
 		return true
 	}
 	return false
+}
+
+// Column is a struct field mapped to a table column by its `db` tag.
+type Column struct {
+	Name   string // unquoted
+	Quoted string // as quote returned it
+	Index  []int  // reflect field path
+}
+
+// Columns collects the columns of struct type rt as pgx and sqlx map them:
+// each exported field is a column named by its `db` tag (required; options
+// after a comma are ignored), `db:"-"` skips a field, and embedded structs
+// are flattened. quote checks and quotes a column name.
+func Columns(rt reflect.Type, quote func(name string) (string, error)) ([]Column, error) {
+	var cols []Column
+	var walk func(rt reflect.Type, path []int) error
+	walk = func(rt reflect.Type, path []int) error {
+		for i := range rt.NumField() {
+			sf := rt.Field(i)
+			index := append(append([]int(nil), path...), i)
+			if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
+				if err := walk(sf.Type, index); err != nil {
+					return err
+				}
+				continue
+			}
+			if !sf.IsExported() {
+				continue
+			}
+			tag, ok := sf.Tag.Lookup("db")
+			tag, _, _ = strings.Cut(tag, ",")
+			if tag == "-" {
+				continue
+			}
+			if !ok || tag == "" {
+				return fmt.Errorf("field %s has no `db` tag naming its column", sf.Name)
+			}
+			q, err := quote(tag)
+			if err != nil {
+				return fmt.Errorf("field %s: %w", sf.Name, err)
+			}
+			for _, c := range cols {
+				if c.Name == tag {
+					return fmt.Errorf("two fields map to column %q", tag)
+				}
+			}
+			cols = append(cols, Column{Name: tag, Quoted: q, Index: index})
+		}
+		return nil
+	}
+	return cols, walk(rt, nil)
 }
