@@ -85,21 +85,29 @@ type Adaptive struct {
 	switches atomic.Int64
 	obs      adaptiveObserver
 	timed    timedLocker
+
+	optimistic, probing []occ.Option // the paths' options, without the caller's
+	optsPool            sync.Pool    // of *[]occ.Option: the caller's and a path's
 }
 
 type adaptiveShard struct {
-	mu   sync.Mutex
+	mu   sync.RWMutex
 	keys map[string]*keyStat
 }
 
+// keyStat is what an Adaptive knows of one key. An update's path is
+// chosen and closed without a lock (inflight, locked, probe); the
+// estimates change under the shard's mutex, once per optimistic attempt
+// (with combining, once per batch) or lease acquisition.
 type keyStat struct {
-	inflight int
+	inflight atomic.Int32
+	locked   atomic.Bool
+	probe    atomic.Uint32 // locked updates, counted to pick the probes
+
 	attempts int     // optimistic attempts observed
 	p        float64 // EWMA: fraction of optimistic attempts that conflicted
 	d        float64 // EWMA: seconds per optimistic attempt
 	h        float64 // estimate of the lease path's overhead, seconds (0: unknown)
-	locked   bool
-	probe    int // locked updates since the last probe
 }
 
 // NewAdaptive returns an Adaptive that locks keys with l when the model
@@ -123,6 +131,9 @@ func NewAdaptive(l Locker, cfg AdaptiveConfig) *Adaptive {
 	}
 	a := &Adaptive{locker: l, cfg: cfg, combiner: occ.NewCombiner(copts...)}
 	a.obs.a, a.timed.a = a, a
+	a.optimistic = []occ.Option{occ.WithObserver(a.obs), occ.WithCombiner(a.combiner)}
+	a.probing = []occ.Option{occ.WithObserver(a.obs), occ.WithMaxAttempts(1)}
+	a.optsPool.New = func() any { return new([]occ.Option) }
 	for i := range a.shards {
 		a.shards[i].keys = map[string]*keyStat{}
 	}
@@ -146,56 +157,40 @@ const (
 )
 
 // begin records an update's start and returns its path and the key's
-// statistics, which end must be given.
+// statistics, whose inflight count the caller must decrement when done.
+// A known key costs a read lock of its shard and atomic operations.
 func (a *Adaptive) begin(key string) (int, *keyStat) {
 	sh := a.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.mu.RLock()
 	st := sh.keys[key]
+	if st != nil {
+		st.inflight.Add(1) // under the read lock: eviction cannot run
+	}
+	sh.mu.RUnlock()
 	if st == nil {
-		if len(sh.keys) >= a.cfg.MaxKeys/len(a.shards)+1 {
-			for k, s := range sh.keys { // evict an idle key, any
-				if s.inflight == 0 {
-					delete(sh.keys, k)
-					break
+		sh.mu.Lock()
+		if st = sh.keys[key]; st == nil {
+			if len(sh.keys) >= a.cfg.MaxKeys/len(a.shards)+1 {
+				for k, s := range sh.keys { // evict an idle key, any
+					if s.inflight.Load() == 0 {
+						delete(sh.keys, k)
+						break
+					}
 				}
 			}
+			st = &keyStat{}
+			sh.keys[key] = st
 		}
-		st = &keyStat{}
-		sh.keys[key] = st
+		st.inflight.Add(1)
+		sh.mu.Unlock()
 	}
-	st.inflight++
-	if !st.locked {
+	if !st.locked.Load() {
 		return pathOptimistic, st
 	}
-	if st.probe++; st.probe >= a.cfg.ProbeEvery {
-		st.probe = 0
+	if st.probe.Add(1)%uint32(a.cfg.ProbeEvery) == 0 {
 		return pathProbe, st
 	}
 	return pathLocked, st
-}
-
-// end closes an update begun with st and judges the key's path.
-func (a *Adaptive) end(key string, st *keyStat) {
-	sh := a.shard(key)
-	sh.mu.Lock()
-	st.inflight--
-	if sh.keys[key] != st { // evicted while running
-		sh.mu.Unlock()
-		return
-	}
-	switched, ratio := a.judge(st)
-	locked := st.locked
-	if st.inflight == 0 && !st.locked && st.p < 0.001 && st.attempts > 64 {
-		delete(sh.keys, key) // nobody else writes it: nothing worth remembering
-	}
-	sh.mu.Unlock()
-	if switched {
-		a.switches.Add(1)
-		if a.cfg.OnSwitch != nil {
-			a.cfg.OnSwitch(key, locked, ratio)
-		}
-	}
 }
 
 // minSamples is how many optimistic attempts of a key the model needs
@@ -220,58 +215,86 @@ func (a *Adaptive) judge(st *keyStat) (bool, float64) {
 		return false, 0
 	}
 	ratio := waste / h
+	locked := st.locked.Load()
 	switch {
-	case !st.locked && ratio > a.cfg.LockAbove:
-		st.locked, st.probe = true, 0
+	case !locked && ratio > a.cfg.LockAbove:
+		st.probe.Store(0)
+		st.locked.Store(true)
 		return true, ratio
-	case st.locked && ratio < 1/a.cfg.LockAbove:
-		st.locked = false
+	case locked && ratio < 1/a.cfg.LockAbove:
+		st.locked.Store(false)
 		return true, ratio
 	}
 	return false, ratio
 }
 
-// observeAttempt folds one optimistic attempt of key into its estimates.
+// switched reports a path change judged for key.
+func (a *Adaptive) switched(key string, locked bool, ratio float64) {
+	a.switches.Add(1)
+	if a.cfg.OnSwitch != nil {
+		a.cfg.OnSwitch(key, locked, ratio)
+	}
+}
+
+// observeAttempt folds one optimistic attempt of key into its estimates
+// and judges the key's path.
 func (a *Adaptive) observeAttempt(key string, conflict bool, latency time.Duration) {
 	sh := a.shard(key)
 	sh.mu.Lock()
-	if st := sh.keys[key]; st != nil {
-		x := 0.0
-		if conflict {
-			x = 1
-		}
-		alpha := a.cfg.Alpha
-		if st.attempts == 0 {
-			st.p, st.d = x, latency.Seconds()
-		} else {
-			st.p = alpha*x + (1-alpha)*st.p
-			st.d = alpha*latency.Seconds() + (1-alpha)*st.d
-		}
-		st.attempts++
+	st := sh.keys[key]
+	if st == nil {
+		sh.mu.Unlock()
+		return
 	}
+	x := 0.0
+	if conflict {
+		x = 1
+	}
+	alpha := a.cfg.Alpha
+	if st.attempts == 0 {
+		st.p, st.d = x, latency.Seconds()
+	} else {
+		st.p = alpha*x + (1-alpha)*st.p
+		st.d = alpha*latency.Seconds() + (1-alpha)*st.d
+	}
+	st.attempts++
+	sw, ratio := a.judge(st)
+	locked := st.locked.Load()
 	sh.mu.Unlock()
+	if sw {
+		a.switched(key, locked, ratio)
+	}
 }
 
 // observeLock folds the latency of one acquire and release of key's lease
 // (twice the acquire's: the lease itself is not wrapped, so that it keeps
-// every capability it has) into the overhead estimate. Waits in the lock's queue are contention,
-// paid by both paths, not overhead: the estimate follows the fastest
-// grants (a sample above twice the estimate moves it only slowly).
+// every capability it has) into the overhead estimate, and judges the
+// key's path. Waits in the lock's queue are contention, paid by both
+// paths, not overhead: the estimate follows the fastest grants (a sample
+// above twice the estimate moves it only slowly).
 func (a *Adaptive) observeLock(key string, latency time.Duration) {
 	sh := a.shard(key)
 	sh.mu.Lock()
-	if st := sh.keys[key]; st != nil {
-		x := latency.Seconds()
-		switch {
-		case st.h == 0 || x < st.h:
-			st.h = x
-		case x < 2*st.h:
-			st.h = a.cfg.Alpha*x + (1-a.cfg.Alpha)*st.h
-		default:
-			st.h *= 1.01
-		}
+	st := sh.keys[key]
+	if st == nil {
+		sh.mu.Unlock()
+		return
 	}
+	x := latency.Seconds()
+	switch {
+	case st.h == 0 || x < st.h:
+		st.h = x
+	case x < 2*st.h:
+		st.h = a.cfg.Alpha*x + (1-a.cfg.Alpha)*st.h
+	default:
+		st.h *= 1.01
+	}
+	sw, ratio := a.judge(st)
+	locked := st.locked.Load()
 	sh.mu.Unlock()
+	if sw {
+		a.switched(key, locked, ratio)
+	}
 }
 
 // adaptiveObserver feeds the optimistic attempts of updates into the
@@ -324,7 +347,7 @@ func (a *Adaptive) Stats() AdaptiveStats {
 		sh.mu.Lock()
 		st.Keys += len(sh.keys)
 		for _, k := range sh.keys {
-			if k.locked {
+			if k.locked.Load() {
 				st.Locked++
 			}
 		}
@@ -346,18 +369,26 @@ func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], ke
 		return zero, 0, fmt.Errorf("hybrid: %T: %w", s.Store(), ErrNotFenced)
 	}
 	path, st := a.begin(key)
-	defer a.end(key, st) // also if mutate panics
+	defer st.inflight.Add(-1) // also if mutate panics
 	if path == pathLocked {
 		return Update(ctx, a.timed, s, key, mutate, opts...)
 	}
-	oopts := append(opts[:len(opts):len(opts)], occ.WithObserver(a.obs))
+	own := a.optimistic
 	if path == pathProbe {
 		// One optimistic attempt, not combined: its outcome is the
 		// sample. A conflict costs this update one attempt, then it
 		// takes the lease path like the others.
-		oopts = append(oopts, occ.WithMaxAttempts(1))
-	} else {
-		oopts = append(oopts, occ.WithCombiner(a.combiner))
+		own = a.probing
+	}
+	oopts := own
+	if len(opts) > 0 {
+		buf := a.optsPool.Get().(*[]occ.Option)
+		oopts = append(append((*buf)[:0], opts...), own...)
+		defer func() {
+			clear(oopts)
+			*buf = oopts[:0]
+			a.optsPool.Put(buf)
+		}()
 	}
 	v, ver, err := occ.Update(ctx, s, key, mutate, oopts...)
 	if err != nil && errors.Is(err, occ.ErrAttemptsExhausted) && errors.Is(err, cas.ErrConflict) && ctx.Err() == nil {

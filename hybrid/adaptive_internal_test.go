@@ -37,10 +37,11 @@ func TestAdaptiveModel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := &keyStat{locked: tt.locked, p: tt.p, d: tt.d, h: tt.h, attempts: tt.attempts}
+			st := &keyStat{p: tt.p, d: tt.d, h: tt.h, attempts: tt.attempts}
+			st.locked.Store(tt.locked)
 			switched, _ := a.judge(st)
-			if st.locked != tt.wantLocked || switched != tt.wantSwitch {
-				t.Fatalf("locked %v switched %v, want locked %v switched %v", st.locked, switched, tt.wantLocked, tt.wantSwitch)
+			if st.locked.Load() != tt.wantLocked || switched != tt.wantSwitch {
+				t.Fatalf("locked %v switched %v, want locked %v switched %v", st.locked.Load(), switched, tt.wantLocked, tt.wantSwitch)
 			}
 		})
 	}
