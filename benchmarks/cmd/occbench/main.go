@@ -102,6 +102,7 @@ func run(args []string, stdout io.Writer) int {
 		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's, ZooKeeper and MariaDB only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR, OCCKIT_MYSQL_DSN")
 		procsF      = fs.Int("procs", 1, "run each cell's workers in this many OS processes (this binary, run again), each with its own connections, combiner and cache; lock-local and memory are left out above 1")
 		rttF        = fs.String("rtt", "", "add this one-way delay (e.g. 0.25ms, 1ms, 5ms) in each direction to every connection to every server, through a TCP proxy per server (internal/faultproxy); 0 measures the proxy's own hop")
+		repeatF     = fs.Int("repeat", 1, "run the strategies of each point this many rounds in turn (order rotated each round) and report each cell's median round by throughput, to read ratios on a noisy machine")
 		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -114,6 +115,9 @@ func run(args []string, stdout io.Writer) int {
 		Backends: list(*backendsF), Strategies: list(*strategiesF), Workloads: list(*workloadsF),
 		Duration: *durationF, Warmup: *warmupF, Ops: *opsF, Seed: *seedF, MaxAttempts: *maxAttF,
 		Procs: *procsF,
+	}
+	if *repeatF < 1 {
+		return usage(fs, "--repeat", fmt.Errorf("%d is not a positive integer", *repeatF))
 	}
 	if *procsF < 1 {
 		return usage(fs, "--procs", fmt.Errorf("%d is not a positive integer", *procsF))
@@ -183,15 +187,15 @@ func run(args []string, stdout io.Writer) int {
 		return 2
 	}
 	if *durationF == 0 && *opsF == 0 && *budgetF > 0 {
-		fitBudget(cells, *budgetF-time.Since(started))
+		fitBudget(cells, *repeatF, *budgetF-time.Since(started))
 	}
 	per := cells[0].Duration + cells[0].Warmup
 	if per > 0 {
 		fmt.Fprintf(os.Stderr, "occbench: %d cells on %s, about %v\n", len(cells), strings.Join(l.Open(), ", "),
-			(time.Duration(len(cells)) * (per + cellOverhead)).Round(time.Second))
+			(time.Duration(len(cells)**repeatF) * (per + cellOverhead)).Round(time.Second))
 	}
 
-	outcomes := l.RunGrid(ctx, cells, progress(len(cells)))
+	outcomes := l.RunGrid(ctx, cells, *repeatF, progress(len(cells)**repeatF))
 	report := lab.NewReport(l, g, outcomes, planSkips, started, "occbench "+strings.Join(args, " "))
 	report.Meta.LoadAtStart = load
 	if err := report.WriteMarkdown(stdout); err != nil {
@@ -234,10 +238,10 @@ const cellOverhead = 250 * time.Millisecond
 
 // fitBudget shortens every cell's warm-up and measured time, in
 // proportion, when running them all as they are would overrun budget.
-func fitBudget(cells []lab.Cell, budget time.Duration) {
+func fitBudget(cells []lab.Cell, repeat int, budget time.Duration) {
 	const margin = 5 * time.Second
 	per := cells[0].Duration + cells[0].Warmup
-	avail := (budget-margin)/time.Duration(len(cells)) - cellOverhead
+	avail := (budget-margin)/time.Duration(len(cells)*repeat) - cellOverhead
 	if per <= 0 || avail >= per {
 		return
 	}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -253,27 +254,86 @@ type outcome struct {
 func (o outcome) Skipped() bool { return o.Err != nil && errors.Is(o.Err, errNotApplicable) }
 
 // RunGrid runs cells one after the other, calling progress (if not nil)
-// before each and after the last. It stops early only when ctx ends.
-func (l *Lab) RunGrid(ctx context.Context, cells []Cell, progress func(done int, next *Cell)) []outcome {
+// before each run and after the last. It stops early only when ctx ends.
+//
+// With repeat above 1, the strategies of each grid point (consecutive
+// cells of one backend, workload and point, as Plan orders them) run
+// repeat times in turn, the order rotated by one each round, so that a
+// machine's slow moments fall on each strategy alike; each cell then
+// reports its median round by throughput (Result.Runs lists every
+// round's). A round that fails, or breaks the invariant, is reported
+// instead of the median.
+func (l *Lab) RunGrid(ctx context.Context, cells []Cell, repeat int, progress func(done int, next *Cell)) []outcome {
+	repeat = max(repeat, 1)
 	out := make([]outcome, 0, len(cells))
-	for i := range cells {
-		if ctx.Err() != nil {
-			break
+	done := 0
+	for start := 0; start < len(cells) && ctx.Err() == nil; {
+		end := start + 1
+		for end < len(cells) && samePoint(cells[start], cells[end]) {
+			end++
 		}
-		if progress != nil {
-			progress(i, &cells[i])
+		group := cells[start:end]
+		rounds := make([][]outcome, len(group))
+		for r := 0; r < repeat && ctx.Err() == nil; r++ {
+			for j := range group {
+				i := (j + r) % len(group)
+				if ctx.Err() != nil {
+					break
+				}
+				if progress != nil {
+					progress(done, &group[i])
+				}
+				done++
+				res, err := l.Run(ctx, group[i])
+				o := outcome{Cell: group[i], Err: err}
+				if err == nil {
+					o.Result = &res
+				}
+				rounds[i] = append(rounds[i], o)
+			}
 		}
-		r, err := l.Run(ctx, cells[i])
-		o := outcome{Cell: cells[i], Err: err}
-		if err == nil {
-			o.Result = &r
+		for i := range group {
+			if len(rounds[i]) > 0 {
+				out = append(out, pickRound(rounds[i]))
+			}
 		}
-		out = append(out, o)
+		start = end
 	}
 	if progress != nil {
-		progress(len(out), nil)
+		progress(done, nil)
 	}
 	return out
+}
+
+// samePoint reports whether two cells are strategies of one grid point.
+func samePoint(a, b Cell) bool {
+	a.Strategy, b.Strategy = "", ""
+	return a == b
+}
+
+// pickRound is the outcome reported for a cell run in several rounds: the
+// first failed or invariant-breaking round, else the median by throughput,
+// with every round's throughput in Runs.
+func pickRound(rounds []outcome) outcome {
+	if len(rounds) == 1 {
+		return rounds[0]
+	}
+	for _, o := range rounds {
+		if o.Err != nil || !o.Result.InvariantOK {
+			return o
+		}
+	}
+	runs := make([]float64, len(rounds))
+	for i, o := range rounds {
+		runs[i] = o.Result.Throughput
+	}
+	sorted := slices.Clone(rounds)
+	slices.SortFunc(sorted, func(a, b outcome) int { return cmp.Compare(a.Result.Throughput, b.Result.Throughput) })
+	med := sorted[(len(sorted)-1)/2]
+	r := *med.Result
+	r.Runs = runs
+	med.Result = &r
+	return med
 }
 
 // CellName names a cell in messages.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -169,7 +170,7 @@ func TestGridOnMemory(t *testing.T) {
 	if len(skips) != 2 {
 		t.Errorf("plan skips %+v, want occ and adaptive on transfer", skips)
 	}
-	out := l.RunGrid(context.Background(), cells, nil)
+	out := l.RunGrid(context.Background(), cells, 1, nil)
 	r := NewReport(l, g, out, skips, time.Now(), "test")
 	if r.Meta.InvariantViolations != 0 || len(r.Meta.Failed) != 0 {
 		t.Fatalf("violations %d, failed %+v", r.Meta.InvariantViolations, r.Meta.Failed)
@@ -460,5 +461,61 @@ func TestCombineGoalChecks(t *testing.T) {
 		if c.Goal == goalCombineHot && c.Status != goalNotMet {
 			t.Errorf("p99.9 20 ms against the lock's 10 ms: %s (%s)", c.Status, c.Detail)
 		}
+	}
+}
+
+// TestRunGridRepeat: with repeat 3, each point's strategies run three
+// rounds in rotated order, and each cell reports its median round with
+// every round's throughput.
+func TestRunGridRepeat(t *testing.T) {
+	l := openLab(t, "memory")
+	g := Grid{Backends: []string{"memory"}, Workloads: []string{"counter"}, Strategies: []string{"occ", "lock-local"},
+		Keys: []int{1, 10}, Workers: []int{2}, Duration: 30 * time.Millisecond, Warmup: 5 * time.Millisecond, Seed: 4}
+	cells, _, err := g.Plan(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 4 {
+		t.Fatalf("planned %d cells, want 2 points × 2 strategies", len(cells))
+	}
+	var order []string
+	out := l.RunGrid(context.Background(), cells, 3, func(_ int, next *Cell) {
+		if next != nil {
+			order = append(order, fmt.Sprintf("%d:%s", next.Keys, next.Strategy))
+		}
+	})
+	want := []string{"1:occ", "1:lock-local", "1:lock-local", "1:occ", "1:occ", "1:lock-local",
+		"10:occ", "10:lock-local", "10:lock-local", "10:occ", "10:occ", "10:lock-local"}
+	if !slices.Equal(order, want) {
+		t.Errorf("run order %v, want %v", order, want)
+	}
+	if len(out) != 4 {
+		t.Fatalf("%d outcomes, want 4", len(out))
+	}
+	for i, o := range out {
+		if o.Err != nil || o.Cell != cells[i] {
+			t.Fatalf("outcome %d: %v for %s, want %s", i, o.Err, CellName(o.Cell), CellName(cells[i]))
+		}
+		runs := slices.Sorted(slices.Values(o.Result.Runs))
+		if len(runs) != 3 || o.Result.Throughput != runs[1] {
+			t.Errorf("%s: throughput %v, rounds %v: want the median of 3", CellName(o.Cell), o.Result.Throughput, o.Result.Runs)
+		}
+	}
+}
+
+// TestPickRoundReportsABadRound: a round that broke the invariant is
+// reported even when the median round held it.
+func TestPickRoundReportsABadRound(t *testing.T) {
+	good := func(tp float64) outcome { return outcome{Result: &Result{Throughput: tp, InvariantOK: true}} }
+	bad := outcome{Result: &Result{Throughput: 5, InvariantOK: false, Invariant: "lost update"}}
+	if o := pickRound([]outcome{good(1), bad, good(9)}); o.Result.Invariant != "lost update" {
+		t.Errorf("picked %+v, want the round that broke the invariant", o.Result)
+	}
+	failed := outcome{Err: errors.New("boom")}
+	if o := pickRound([]outcome{good(1), good(2), failed}); o.Err == nil {
+		t.Errorf("picked %+v, want the failed round", o.Result)
+	}
+	if o := pickRound([]outcome{good(7), good(1), good(4)}); o.Result.Throughput != 4 {
+		t.Errorf("picked throughput %v, want the median 4", o.Result.Throughput)
 	}
 }

@@ -109,6 +109,10 @@ type Result struct {
 	Invariant string `json:"invariant,omitempty"`
 	// Error is the first error of a failed operation.
 	Error string `json:"error,omitempty"`
+	// Runs is the throughput of every round when the grid ran with
+	// --repeat (RunGrid's repeat): the other figures are those of the
+	// median round.
+	Runs []float64 `json:"runs,omitempty"`
 }
 
 // Point identifies a result's grid point within its backend and
