@@ -66,9 +66,6 @@ const DefaultMaxBatch = 128
 type Combiner struct {
 	maxBatch int
 	shards   [combineShards]combineShard
-	updates  atomic.Int64
-	batches  atomic.Int64
-	writes   atomic.Int64
 }
 
 // CombinerOption configures a Combiner.
@@ -111,14 +108,25 @@ type CombinerStats struct {
 
 // Stats returns the combiner's counters.
 func (c *Combiner) Stats() CombinerStats {
-	return CombinerStats{Updates: c.updates.Load(), Batches: c.batches.Load(), Writes: c.writes.Load()}
+	var st CombinerStats
+	for i := range c.shards {
+		sh := &c.shards[i]
+		st.Updates += sh.updates.Load()
+		st.Batches += sh.batches.Load()
+		st.Writes += sh.writes.Load()
+	}
+	return st
 }
 
-const combineShards = 16
+const combineShards = 256
 
 type combineShard struct {
 	mu     sync.Mutex
 	queues map[combineKey]*combineQueue
+	// The combiner's counters, per shard so that callers of different
+	// keys do not write one cache line.
+	updates, batches, writes atomic.Int64
+	_                        [24]byte // 64 bytes a shard
 }
 
 type combineKey struct {
@@ -129,10 +137,20 @@ type combineKey struct {
 // combineQueue is the state of one key: the callers waiting for a batch,
 // and whether a leader is running one. Guarded by its shard's mutex.
 type combineQueue struct {
+	// state is queueIdle, queueSolo or queueLed. It changes under the
+	// shard's mutex, except that a caller that ran alone (queueSolo)
+	// leaves without taking the mutex when nobody queued behind it.
+	state    atomic.Int32
 	pending  []*combineWaiter
-	busy     bool // a leader runs a batch of this key
 	inFlight bool // the batch's mutates have run and its write is not answered yet
 }
+
+// States of a combineQueue.
+const (
+	queueIdle = iota // nobody updates the key in this process
+	queueSolo        // one caller runs alone; nobody waits behind it
+	queueLed         // a leader runs; callers may wait (leaving takes the mutex)
+)
 
 type waiterState uint8
 
@@ -196,30 +214,32 @@ var errAbandoned = fmt.Errorf("occ: combined update abandoned while its write wa
 
 // combineUpdate is Update through a Combiner.
 func combineUpdate[T any](ctx context.Context, c *config, cb *Combiner, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error)) (T, cas.Version, error) {
-	cb.updates.Add(1)
 	k := combineKey{store: s.Store(), key: key}
 	sh := cb.shard(key)
+	sh.updates.Add(1)
 	sh.mu.Lock()
 	q := sh.queues[k]
 	if q == nil {
 		q = &combineQueue{}
 		sh.queues[k] = q
 	}
-	if !q.busy {
+	for q.state.Load() == queueSolo && !q.state.CompareAndSwap(queueSolo, queueLed) {
+		// The caller running alone left meanwhile (it may, without the
+		// mutex): look again.
+	}
+	if q.state.Load() == queueIdle {
 		// Nobody updates the key in this process: run alone, as a plain
 		// Update, while callers that arrive meanwhile queue behind; the
-		// first of them then leads them as one batch.
-		q.busy = true
+		// first of them then leads them as one batch. (Idle changes only
+		// under the mutex.)
+		q.state.Store(queueSolo)
 		sh.mu.Unlock()
-		cb.batches.Add(1)
-		defer func() { // also if mutate panics
-			sh.mu.Lock()
-			cb.handOff(sh, k, q)
-			sh.mu.Unlock()
-		}()
-		c.writes = &cb.writes
+		sh.batches.Add(1)
+		defer cb.leaveSolo(sh, k, q) // also if mutate panics
+		c.writes = &sh.writes
 		return updateDirect(ctx, c, s, key, mutate)
 	}
+	// Led: whoever runs leaves through the mutex and hands the lead on.
 	return combineQueued(ctx, c, cb, sh, k, q, s, key, mutate)
 }
 
@@ -311,7 +331,7 @@ func combineQueued[T any](ctx context.Context, c *config, cb *Combiner, sh *comb
 		sh.mu.Unlock()
 		return zero, 0, &GiveUpError{Reason: err}
 	}
-	cb.batches.Add(1)
+	sh.batches.Add(1)
 	cb.runBatch(ctx, c, sh, q, s.Store(), key)
 	sh.mu.Lock()
 	cb.handOff(sh, k, q)
@@ -341,6 +361,17 @@ func removeWaiter(ws []*combineWaiter, w *combineWaiter) []*combineWaiter {
 	return ws
 }
 
+// leaveSolo ends a caller's run alone on q: without the mutex when nobody
+// queued behind it, else by handing the lead on.
+func (cb *Combiner) leaveSolo(sh *combineShard, k combineKey, q *combineQueue) {
+	if q.state.CompareAndSwap(queueSolo, queueIdle) {
+		return
+	}
+	sh.mu.Lock()
+	cb.handOff(sh, k, q)
+	sh.mu.Unlock()
+}
+
 // maxIdleQueues is how many queues of idle keys a shard keeps for reuse
 // before it drops them all.
 const maxIdleQueues = 256
@@ -350,10 +381,10 @@ const maxIdleQueues = 256
 // allocation, no map write). The shard's mutex is held.
 func (cb *Combiner) handOff(sh *combineShard, k combineKey, q *combineQueue) {
 	if len(q.pending) == 0 {
-		q.busy = false
+		q.state.Store(queueIdle)
 		if len(sh.queues) > maxIdleQueues {
 			for key, iq := range sh.queues {
-				if !iq.busy && len(iq.pending) == 0 {
+				if iq.state.Load() == queueIdle && len(iq.pending) == 0 {
 					delete(sh.queues, key)
 				}
 			}
@@ -487,7 +518,7 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 
 		var nv cas.Version
 		if st.changed {
-			cb.writes.Add(1)
+			sh.writes.Add(1)
 			nv, err = store.CompareAndSwap(ctx, key, it.Version, st.raw)
 			if cache != nil {
 				switch {
