@@ -2,7 +2,6 @@ package occ
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,55 +117,5 @@ func TestHotKeyEveryWorkerCommitsWithCache(t *testing.T) {
 	// 5-19 of ~1000 commits here (a fair share is ~125); now 56-93.
 	if least*int64(workers)*5 < total {
 		t.Fatalf("the least served worker committed %d of %d: less than a fifth of its fair share", least, total)
-	}
-}
-
-// rivalStore is a store on which another writer always gets in first:
-// before each compare-and-swap of the caller, it writes the key itself,
-// so the caller's write conflicts (carrying the current state, as memcas
-// reports it). It counts the caller's reads.
-type rivalStore struct {
-	cas.Store
-	reads atomic.Int64
-}
-
-func (s *rivalStore) Get(ctx context.Context, key string) (cas.Item, error) {
-	s.reads.Add(1)
-	return s.Store.Get(ctx, key)
-}
-
-func (s *rivalStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
-	it, err := s.Store.Get(ctx, key)
-	if err != nil && !errors.Is(err, cas.ErrNotFound) {
-		return 0, err
-	}
-	if _, err := s.Store.CompareAndSwap(ctx, key, it.Version, []byte("0")); err != nil {
-		return 0, err
-	}
-	return s.Store.CompareAndSwap(ctx, key, expected, value)
-}
-
-// TestSeniorCallRetriesAtOnce: with the default backoff, a call that has
-// waited seniorAfter times stops yielding: every later conflict that
-// carries the current state is retried from it at once, without a wait
-// and without a read. Before that, only the first conflict is (later ones
-// wait and read again).
-func TestSeniorCallRetriesAtOnce(t *testing.T) {
-	store := &rivalStore{Store: memcas.New()}
-	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	rec := &sleepRecorder{}
-	const attempts = 12
-	_, _, err := Update(context.Background(), counter, "k", incrInt, WithMaxAttempts(attempts), rec.option())
-	if !errors.Is(err, ErrAttemptsExhausted) {
-		t.Fatalf("err %v, want the attempts exhausted (the rival always wins)", err)
-	}
-	// Attempt 1 reads; attempt 2 retries from its conflict at once; each
-	// of the seniorAfter waits is followed by a read; then every attempt
-	// retries from its conflict.
-	if waits := rec.recorded(); len(waits) != seniorAfter {
-		t.Errorf("%d waits %v in %d attempts, want %d: a senior call retries at once", len(waits), waits, attempts, seniorAfter)
-	}
-	if n := store.reads.Load(); n != 1+int64(seniorAfter) {
-		t.Errorf("%d reads in %d attempts, want %d: a senior call retries from the conflict's state", n, attempts, 1+seniorAfter)
 	}
 }

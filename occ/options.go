@@ -63,7 +63,7 @@ type config struct {
 
 	// Loop state shared by run and the Update/Txn attempt functions.
 	retryNow   bool // set by an attempt whose conflict carried the current state
-	retriedNow bool // the call's first immediate retry was used (a senior call retries at once every time)
+	retriedNow bool // the one immediate retry of the call was used
 	waited     bool // the loop waited before the current attempt
 }
 
@@ -164,8 +164,8 @@ func DefaultBackOff() backoff.BackOff {
 
 // Bounds of the default backoff, which counts its waits in attempt times:
 // the n-th wait of a call is min(2^(n-1), scaledMaxUnits) times the
-// duration of the call's latest attempts (a quarter of one once the call
-// is senior), randomised by ±50%, and kept within [scaledMinWait,
+// duration of the call's latest attempts (one once the call is senior),
+// randomised by ±50%, and kept within [scaledMinWait,
 // scaledMaxWait].
 const (
 	scaledMaxUnits = 16
@@ -196,17 +196,16 @@ type scaledBackOff struct {
 	fixed backoff.BackOff
 }
 
-// seniorAfter is how many waits make a call senior: from then on it
-// retries from the state its conflict carried at once, every time, and
-// otherwise waits only a fraction of an attempt time before it reads
-// again. Young calls back off, which is what keeps the work wasted on a
-// hot key low; the few calls that have lost that often stop yielding to
-// them and to newcomers, which is what bounds the tail: a caller no
-// longer loses round after round to callers that arrived after it.
+// seniorAfter is how many waits make a call senior: from then on its
+// waits stop growing and fall back to one attempt time (±50%). Young
+// calls back off, which is what keeps the work wasted on a hot key low;
+// the few calls that have lost that often stop yielding to them, which is
+// what bounds the tail: a caller no longer waits 16 attempt times, round
+// after round, while callers that arrived after it win. (Retrying senior
+// calls at once from each conflict's state bounded the tail too, but at
+// 64 workers on one key the senior calls' attempts cut throughput by
+// more than half.)
 var seniorAfter = 4
-
-// senior reports whether the call has waited seniorAfter times.
-func (b *scaledBackOff) senior() bool { return b.c.unit > 0 && b.n >= seniorAfter }
 
 func (b *scaledBackOff) Reset() { b.n = 0; b.fixed = nil }
 
@@ -221,7 +220,7 @@ func (b *scaledBackOff) NextBackOff() time.Duration {
 	}
 	base := time.Duration(min(1<<min(b.n-1, 30), scaledMaxUnits)) * unit
 	if b.n > seniorAfter {
-		base = unit / 4
+		base = unit
 	}
 	// ±50%: a uniform draw in [base/2, 3·base/2].
 	d := base/2 + time.Duration(rand.Int64N(int64(base)+1))

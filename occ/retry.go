@@ -46,9 +46,9 @@ import (
 // (within 5µs and 100ms): contention clears in a few competitors' attempt
 // times, which are microseconds on an in-process store and milliseconds on
 // a database, so the waits follow the store instead of one fixed schedule.
-// After four waits the call is senior: it retries at once from the state
-// each conflict carries (Update, Txn), and otherwise waits a quarter of an
-// attempt time, so that it stops losing to callers that arrived after it.
+// After four waits the call is senior: its waits fall back to one attempt
+// time, so that it stops losing round after round to callers that arrived
+// after it (the tail of a hot key).
 // Until an attempt has been timed (the first one is not, so that an
 // uncontended call costs nothing extra), the wait is DefaultBackOff's.
 //
@@ -114,10 +114,9 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if attempt >= c.maxAttempts {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
-		if c.retryNow && (!c.retriedNow || isSenior(b)) {
+		if c.retryNow && !c.retriedNow {
 			// The attempt learned the current state from its conflict:
-			// retry from it at once, before it goes stale: once per
-			// call, and every time once the call is senior.
+			// retry from it at once, once per call, before it goes stale.
 			c.retryNow, c.retriedNow, c.waited = false, true, false
 			if c.budget != nil && !c.budget.withdraw() {
 				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
@@ -140,12 +139,6 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		}
 		c.waited = true
 	}
-}
-
-// isSenior reports whether b is the default backoff of a senior call.
-func isSenior(b backoff.BackOff) bool {
-	sb, ok := b.(*scaledBackOff)
-	return ok && sb.senior()
 }
 
 func (c *config) classify(err error) Outcome {

@@ -785,19 +785,17 @@ func TestDefaultBackOffSchedule(t *testing.T) {
 }
 
 // TestScaledBackOff: the default waits are counted in attempt times:
-// min(2^(n-1), 16) units, ±50%, within [5µs, 100ms], and a quarter of a
-// unit once the call is senior; before any attempt is timed,
-// DefaultBackOff's.
+// min(2^(n-1), 16) units, ±50%, within [5µs, 100ms], and one unit once the
+// call is senior; before any attempt is timed, DefaultBackOff's.
 func TestScaledBackOff(t *testing.T) {
 	for _, unit := range []time.Duration{time.Microsecond, 40 * time.Microsecond, 2 * time.Millisecond, 30 * time.Millisecond} {
 		for run := range 10 {
 			c := &config{unit: unit}
 			b := &scaledBackOff{c: c}
-			for n := 1; n <= 8; n++ {
-				base := time.Duration(min(1<<(n-1), scaledMaxUnits)) * unit
-				if n > seniorAfter {
-					base = unit / 4
-				}
+			// 1, 2, 4, 8 attempt times, then senior: one each.
+			for n, units := range []time.Duration{1, 2, 4, 8, 1, 1, 1, 1} {
+				n++
+				base := units * unit
 				lo := min(max(base/2, scaledMinWait), scaledMaxWait)
 				hi := min(max(base*3/2+1, scaledMinWait), scaledMaxWait)
 				if w := b.NextBackOff(); w < lo || w > hi {
@@ -831,9 +829,6 @@ func TestDefaultBackOffFollowsAttemptTime(t *testing.T) {
 	slow := run(2 * time.Millisecond)
 	for i, w := range slow[1:] { // the first wait comes before any timed attempt
 		least := time.Millisecond // half a 2ms attempt
-		if i+2 > seniorAfter {
-			least = time.Millisecond / 4 // half a quarter of one: senior
-		}
 		if w < least {
 			t.Fatalf("slow store: wait %d = %v (waits %v), want at least %v", i+2, w, slow, least)
 		}

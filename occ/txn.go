@@ -96,9 +96,8 @@ func (tx *Tx) Delete(key string) {
 // write, atomically, through the store's cas.Committer; a key written
 // without being read is read at commit time so that the write is still
 // conditional. A conflict runs fn again: at once, from the key's current
-// state when the conflict carried it (once per call, and every time once
-// the default backoff has made the call senior, see Retry), otherwise
-// after the backoff's wait with fresh reads. An error from fn aborts without writing.
+// state when the conflict carried it (once per call), otherwise after the
+// backoff's wait with fresh reads. An error from fn aborts without writing.
 //
 // On a store that is not a cas.Committer, a transaction may read any number
 // of keys and write none (the reads are validated by reading them again),

@@ -19,9 +19,7 @@ import (
 // one round trip. A later conflict in the same call waits as the backoff
 // says and then reads the key afresh, since on a key hot enough to
 // conflict twice a state learned before a wait is stale by its end (and a
-// writer that kept retrying from stale states would starve). A call the
-// default backoff has made senior (see Retry) retries from each conflict's
-// state at once again.
+// writer that kept retrying from stale states would starve).
 //
 // mutate may run several times and must depend only on its arguments; an
 // error from it ends the loop and is returned as is (unless WithRetryable
