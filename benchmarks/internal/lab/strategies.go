@@ -3,8 +3,8 @@ package lab
 import (
 	"context"
 	"slices"
-	"sync"
 
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/occ"
@@ -131,15 +131,11 @@ var coreStrategies = []strategySpec{
 		About:     "a sync.Mutex per key in this process around read, work and write (correct only while one process writes)",
 		SingleKey: true, MultiKey: true,
 		New: func(_ context.Context, h *harness) (cellStrategy, error) {
-			locks := make(map[string]*sync.Mutex, len(h.Keys))
-			for _, k := range h.Keys {
-				locks[h.LockName(k)] = new(sync.Mutex)
+			names := make([]string, len(h.Keys))
+			for i, k := range h.Keys {
+				names[i] = h.LockName(k)
 			}
-			return lockedDo(h, func(_ context.Context, _ int, name string) (func(), error) {
-				m := locks[name]
-				m.Lock()
-				return m.Unlock, nil
-			}), nil
+			return lockedDo(h, "", locks.NewLocal(names)), nil
 		},
 	},
 }
