@@ -129,7 +129,7 @@ func (c *client) sale(ctx context.Context, h hook) error {
 // holding is a grant the client holds, and the goroutine that reports
 // its renewals and its loss as the client learns them.
 type holding struct {
-	g    locks.Grant
+	g    *locks.Grant
 	stop chan struct{}
 	done chan struct{}
 }
@@ -141,11 +141,11 @@ func (c *client) acquire(ctx context.Context) (*holding, error) {
 		return nil, fmt.Errorf("acquiring the lock: %w", err)
 	}
 	detail := ""
-	if g.Token() != 0 && c.r.mode.data == plainData {
-		detail = fmt.Sprintf("token %d, which the write will not carry", g.Token())
+	if g.Token != 0 && c.r.mode.data == plainData {
+		detail = fmt.Sprintf("token %d, which the write will not carry", g.Token)
 	}
-	e := Event{At: c.r.at(), Client: c.name, Kind: Grant, Token: g.Token(), Detail: detail}
-	c.r.sink.granted(e, g.Ref())
+	e := Event{At: c.r.at(), Client: c.name, Kind: Grant, Token: g.Token, Detail: detail}
+	c.r.sink.granted(e, g.Ref)
 	h := &holding{g: g, stop: make(chan struct{}), done: make(chan struct{})}
 	go c.watch(h)
 	c.mu.Lock()
@@ -161,7 +161,7 @@ func (c *client) currentRef() string {
 	if c.cur == nil {
 		return ""
 	}
-	return c.cur.g.Ref()
+	return c.cur.g.Ref
 }
 
 // watch reports the renewals of h's grant (as the client sees its expiry
@@ -180,11 +180,11 @@ func (c *client) watch(h *holding) {
 		case <-h.stop:
 			return
 		case <-h.g.Lost():
-			c.emit(Event{Kind: Note, Token: h.g.Token(), Detail: c.name + " learns its lock is lost: " + h.g.LostCause()})
+			c.emit(Event{Kind: Note, Token: h.g.Token, Detail: c.name + " learns its lock is lost: " + h.g.LostCause()})
 			return
 		case <-tick:
 			if e, _ := h.g.Expires(); e.After(last.Add(c.r.spec.TTL / 10)) {
-				c.emit(Event{Kind: Renew, Token: h.g.Token(), Detail: fmt.Sprintf("lease renewed until +%v", time.Until(e).Round(10*time.Millisecond))})
+				c.emit(Event{Kind: Renew, Token: h.g.Token, Detail: fmt.Sprintf("lease renewed until +%v", time.Until(e).Round(10*time.Millisecond))})
 				last = e
 			}
 		}
@@ -199,7 +199,7 @@ func (c *client) release(ctx context.Context, h *holding) {
 	c.mu.Lock()
 	c.cur = nil
 	c.mu.Unlock()
-	ref := h.g.Ref()
+	ref := h.g.Ref
 	held, herr := c.r.sink.held(ctx, ref)
 	detail := ""
 	if herr == nil && !held {
@@ -207,7 +207,7 @@ func (c *client) release(ctx context.Context, h *holding) {
 	}
 	if err := c.r.sink.releasing(ctx, ref); err != nil {
 		detail = join(detail, "not released: "+err.Error())
-		c.emit(Event{Kind: Release, Token: h.g.Token(), Detail: detail})
+		c.emit(Event{Kind: Release, Token: h.g.Token, Detail: detail})
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -216,7 +216,7 @@ func (c *client) release(ctx context.Context, h *holding) {
 	if err := h.g.Release(rctx); err != nil && (held || herr != nil || !errors.Is(err, locks.ErrNotHeld)) {
 		detail = join(detail, "release failed: "+err.Error())
 	}
-	c.emit(Event{Kind: Release, Token: h.g.Token(), Detail: detail})
+	c.emit(Event{Kind: Release, Token: h.g.Token, Detail: detail})
 }
 
 func join(a, b string) string {
@@ -229,7 +229,7 @@ func join(a, b string) string {
 // heldNow asks the lock service, directly, whether h still holds the
 // lock: what the write's staleness is judged by.
 func (c *client) heldNow(ctx context.Context, h *holding) bool {
-	held, err := c.r.sink.held(ctx, h.g.Ref())
+	held, err := c.r.sink.held(ctx, h.g.Ref)
 	return err == nil && held
 }
 
@@ -247,7 +247,7 @@ func (c *client) salePlain(ctx context.Context, h hook) error {
 		return err
 	}
 	defer c.release(ctx, g)
-	tok := g.g.Token()
+	tok := g.g.Token
 	v, err := c.rdb.Get(ctx, c.r.stockKey()).Int64()
 	if err != nil {
 		return fmt.Errorf("reading the stock: %w", err)
@@ -284,7 +284,7 @@ func (c *client) saleFenced(ctx context.Context, h hook) error {
 		if err != nil {
 			return err
 		}
-		tok := g.g.Token()
+		tok := g.g.Token
 		v, ver, err := stock.Get(ctx, "stock")
 		if err != nil {
 			c.release(ctx, g)

@@ -43,7 +43,7 @@ type locker struct {
 }
 
 // acquire waits until the client holds the lock, or ctx ends.
-func (l *locker) acquire(ctx context.Context) (locks.Grant, error) { return l.l.Acquire(ctx, l.name) }
+func (l *locker) acquire(ctx context.Context) (*locks.Grant, error) { return l.l.Acquire(ctx, l.name) }
 
 // ---- redis and redis-watchdog: locks.Redis, optionally renewed ----
 

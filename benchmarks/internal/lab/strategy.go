@@ -409,7 +409,7 @@ func lockedDo(h *harness, prefix string, lockers ...locks.Locker) strategyFunc {
 		l := lockers[w%len(lockers)]
 		return occ.Retry(ctx, func(ctx context.Context) error {
 			keys := sortedKeys(op)
-			grants := make([]locks.Grant, 0, len(keys))
+			grants := make([]*locks.Grant, 0, len(keys))
 			defer func() {
 				// A release that fails leaves the lock to expire (or to
 				// go with its session).

@@ -32,40 +32,57 @@ var ErrNotHeld = errors.New("locks: the lock was no longer held by this grant")
 type Locker interface {
 	// Acquire waits until the caller holds the lock called name, or ctx
 	// ends (its error is returned).
-	Acquire(ctx context.Context, name string) (Grant, error)
+	Acquire(ctx context.Context, name string) (*Grant, error)
 }
 
-// Grant is one acquisition of a lock.
-type Grant interface {
+// Grant is one acquisition of a lock: what its client knows of it, and
+// how to give it back. Its methods are safe for concurrent use.
+type Grant struct {
 	// Ref names the grant on the lock's servers (a random value, a node
 	// path, a session id, a token), for a look at the server.
-	Ref() string
+	Ref string
 	// Token is the grant's fencing token, 0 when the lock has none.
-	Token() uint64
-	// Expires returns when the grant ends unless renewed, as the client
-	// last learned it, and whether the client renews it.
-	Expires() (at time.Time, renewed bool)
-	// Lost is closed when the client learns that the grant is lost; nil
-	// when it never learns.
-	Lost() <-chan struct{}
-	// LostCause says how the client learned it ("" before).
-	LostCause() string
-	// Release gives this grant back, never another client's.
-	Release(ctx context.Context) error
+	Token uint64
+
+	release func(ctx context.Context) error
+	expires func() (time.Time, bool) // nil: not known
+	lost    <-chan struct{}          // nil: the client never learns of a loss
+	cause   func() string
+	halt    func() // stops the grant's watch (nil: none)
 }
 
-// bare is the part of a Grant that a lock without fencing, expiry or
-// loss notice has.
-type bare struct{}
+// Release gives this grant back, never another client's.
+func (g *Grant) Release(ctx context.Context) error {
+	if g.halt != nil {
+		g.halt()
+	}
+	return g.release(ctx)
+}
 
-func (bare) Token() uint64              { return 0 }
-func (bare) Expires() (time.Time, bool) { return time.Time{}, false }
-func (bare) Lost() <-chan struct{}      { return nil }
-func (bare) LostCause() string          { return "" }
+// Expires returns when the grant ends unless renewed, as the client last
+// learned it, and whether the client renews it.
+func (g *Grant) Expires() (at time.Time, renewed bool) {
+	if g.expires == nil {
+		return time.Time{}, false
+	}
+	return g.expires()
+}
+
+// Lost is closed when the client learns that the grant is lost; nil when
+// it never learns.
+func (g *Grant) Lost() <-chan struct{} { return g.lost }
+
+// LostCause says how the client learned that the grant is lost (""
+// before).
+func (g *Grant) LostCause() string {
+	if g.cause == nil {
+		return ""
+	}
+	return g.cause()
+}
 
 // watch is a grant's background watch (a watchdog, a keepalive, a watch
-// on its node), which closes lost when it finds the grant gone. A nil
-// *watch is a grant without one: Lost is nil.
+// on its node), which closes lost when it finds the grant gone.
 type watch struct {
 	lost  chan struct{}
 	once  sync.Once
@@ -74,15 +91,24 @@ type watch struct {
 	done  chan struct{}
 }
 
-// startWatch runs f on a goroutine of its own until f returns; f returns
-// when stop is closed, or after lose.
-func startWatch(f func(w *watch)) *watch {
+// watch runs f as g's watch, on a goroutine of its own until f returns;
+// f returns when stop is closed (Release), or after lose.
+func (g *Grant) watch(f func(w *watch)) {
 	w := &watch{lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		f(w)
 	}()
-	return w
+	g.lost, g.halt = w.lost, func() {
+		close(w.stop)
+		<-w.done
+	}
+	g.cause = func() string {
+		if c := w.cause.Load(); c != nil {
+			return *c
+		}
+		return ""
+	}
 }
 
 // lose records cause and closes lost, once.
@@ -107,29 +133,4 @@ func (w *watch) tick(d time.Duration, step func() time.Duration) {
 		d = step()
 		t.Reset(d)
 	}
-}
-
-// halt stops the watch and waits for it.
-func (w *watch) halt() {
-	if w != nil {
-		close(w.stop)
-		<-w.done
-	}
-}
-
-func (w *watch) Lost() <-chan struct{} {
-	if w == nil {
-		return nil
-	}
-	return w.lost
-}
-
-func (w *watch) LostCause() string {
-	if w == nil {
-		return ""
-	}
-	if c := w.cause.Load(); c != nil {
-		return *c
-	}
-	return ""
 }

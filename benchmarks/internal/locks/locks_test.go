@@ -108,7 +108,7 @@ func excludes(t *testing.T, name string, honoursCtx bool, lockers ...Locker) {
 }
 
 // lostWithin waits for g's loss and returns its cause.
-func lostWithin(t *testing.T, g Grant, d time.Duration) string {
+func lostWithin(t *testing.T, g *Grant, d time.Duration) string {
 	t.Helper()
 	select {
 	case <-g.Lost():
@@ -133,8 +133,8 @@ func TestLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if at, renewed := g.Expires(); !renewed || time.Until(at) < 50*time.Second || g.Token() == 0 || g.Ref() != fmt.Sprint(g.Token()) {
-		t.Errorf("grant: expires %v (%v), token %d, ref %q: want a local lease's expiry and token", at, renewed, g.Token(), g.Ref())
+	if at, renewed := g.Expires(); !renewed || time.Until(at) < 50*time.Second || g.Token == 0 || g.Ref != fmt.Sprint(g.Token) {
+		t.Errorf("grant: expires %v (%v), token %d, ref %q: want a local lease's expiry and token", at, renewed, g.Token, g.Ref)
 	}
 	if err := g.Release(t.Context()); err != nil {
 		t.Fatal(err)
@@ -173,8 +173,8 @@ func TestRedis(t *testing.T) {
 	if err := g.Release(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("release of an expired grant: %v, want ErrNotHeld", err)
 	}
-	if got := cli.Get(ctx, key).Val(); got != g2.Ref() {
-		t.Errorf("after a stale release the key holds %q, want the holder's %q", got, g2.Ref())
+	if got := cli.Get(ctx, key).Val(); got != g2.Ref {
+		t.Errorf("after a stale release the key holds %q, want the holder's %q", got, g2.Ref)
 	}
 	if err := g2.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -188,8 +188,8 @@ func TestRedis(t *testing.T) {
 	}
 	first, _ := g.Expires()
 	time.Sleep(700 * time.Millisecond)
-	if got := cli.Get(ctx, key).Val(); got != g.Ref() {
-		t.Fatalf("after two TTLs the key holds %q, want the watched grant's %q", got, g.Ref())
+	if got := cli.Get(ctx, key).Val(); got != g.Ref {
+		t.Fatalf("after two TTLs the key holds %q, want the watched grant's %q", got, g.Ref)
 	}
 	if at, renewed := g.Expires(); !renewed || !at.After(first) {
 		t.Errorf("expires %v (renewed %v), want later than the first %v", at, renewed, first)
@@ -223,10 +223,10 @@ func TestZooKeeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if holder, err := a.Holder("/locks-test/x/y"); err != nil || holder != g.Ref() || g.Token() == 0 {
-		t.Fatalf("holder %q (%v), want the grant's %q with a token (%d)", holder, err, g.Ref(), g.Token())
+	if holder, err := a.Holder("/locks-test/x/y"); err != nil || holder != g.Ref || g.Token == 0 {
+		t.Fatalf("holder %q (%v), want the grant's %q with a token (%d)", holder, err, g.Ref, g.Token)
 	}
-	if err := a.Conn().Delete(g.Ref(), -1); err != nil {
+	if err := a.Conn().Delete(g.Ref, -1); err != nil {
 		t.Fatal(err)
 	}
 	if cause := lostWithin(t, g, 5*time.Second); !strings.Contains(cause, "deleted") {
@@ -270,10 +270,10 @@ func TestMySQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, name).Scan(&holder); err != nil || holder.String != g.Ref() {
-		t.Fatalf("IS_USED_LOCK = %v (%v), want the grant's session %s", holder.String, err, g.Ref())
+	if err := db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, name).Scan(&holder); err != nil || holder.String != g.Ref {
+		t.Fatalf("IS_USED_LOCK = %v (%v), want the grant's session %s", holder.String, err, g.Ref)
 	}
-	if _, err := db.ExecContext(ctx, "KILL CONNECTION "+g.Ref()); err != nil {
+	if _, err := db.ExecContext(ctx, "KILL CONNECTION "+g.Ref); err != nil {
 		t.Fatal(err)
 	}
 	if cause := lostWithin(t, g, 5*time.Second); !strings.Contains(cause, "session is gone") {

@@ -28,8 +28,12 @@ type MySQL struct {
 	KeepAlive time.Duration
 }
 
-// Acquire takes the named lock name.
-func (l *MySQL) Acquire(ctx context.Context, name string) (Grant, error) {
+// Acquire takes the named lock name. The grant's Ref is the holder's
+// session (its connection id). Its Release releases the lock in the
+// session (ErrNotHeld when the session no longer held it) and gives the
+// connection back to the pool; a failed release discards the connection,
+// and the lock goes with the session.
+func (l *MySQL) Acquire(ctx context.Context, name string) (*Grant, error) {
 	step := l.WaitStep
 	if step <= 0 {
 		step = time.Second
@@ -53,9 +57,32 @@ func (l *MySQL) Acquire(ctx context.Context, name string) (Grant, error) {
 			return nil, err
 		}
 	}
-	g := &mysqlGrant{name: name, conn: conn, id: id}
-	if l.KeepAlive > 0 {
-		g.watch = startWatch(func(w *watch) { g.keep(w, l.KeepAlive) })
+	g := &Grant{Ref: strconv.FormatInt(id, 10), release: func(ctx context.Context) error {
+		var released sql.NullInt64
+		err := conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, name).Scan(&released)
+		if err == nil && released.Int64 != 1 {
+			err = ErrNotHeld
+		}
+		if err != nil {
+			discard(conn)
+			return err
+		}
+		return conn.Close()
+	}}
+	if every := l.KeepAlive; every > 0 {
+		// A statement every KeepAlive; one that fails means the session
+		// (and the lock) is gone.
+		g.watch(func(w *watch) {
+			w.tick(every, func() time.Duration {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*every)
+				defer cancel()
+				if _, err := conn.ExecContext(ctx, `DO 1`); err != nil {
+					w.lose("its keepalive statement failed, its session is gone: " + err.Error())
+					return 0
+				}
+				return every
+			})
+		})
 	}
 	return g, nil
 }
@@ -65,47 +92,4 @@ func (l *MySQL) Acquire(ctx context.Context, name string) (Grant, error) {
 func discard(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = conn.Close()
-}
-
-type mysqlGrant struct {
-	*watch
-	name string
-	conn *sql.Conn
-	id   int64 // the session's connection id
-}
-
-// Ref is the holder's session (its connection id).
-func (g *mysqlGrant) Ref() string                { return strconv.FormatInt(g.id, 10) }
-func (g *mysqlGrant) Token() uint64              { return 0 }
-func (g *mysqlGrant) Expires() (time.Time, bool) { return time.Time{}, false }
-
-// keep keeps the session alive with a statement every every, until the
-// grant is released.
-func (g *mysqlGrant) keep(w *watch, every time.Duration) {
-	w.tick(every, func() time.Duration {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*every)
-		defer cancel()
-		if _, err := g.conn.ExecContext(ctx, `DO 1`); err != nil {
-			w.lose("its keepalive statement failed, its session is gone: " + err.Error())
-			return 0
-		}
-		return every
-	})
-}
-
-// Release releases the lock in its session (ErrNotHeld when the session no
-// longer held it) and gives the connection back to the pool; a failed
-// release discards the connection, and the lock goes with the session.
-func (g *mysqlGrant) Release(ctx context.Context) error {
-	g.halt()
-	var released sql.NullInt64
-	err := g.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, g.name).Scan(&released)
-	if err == nil && released.Int64 != 1 {
-		err = ErrNotHeld
-	}
-	if err != nil {
-		discard(g.conn)
-		return err
-	}
-	return g.conn.Close()
 }

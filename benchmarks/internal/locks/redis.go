@@ -53,8 +53,8 @@ end
 return 0
 `)
 
-// Acquire takes the lock at the key name.
-func (l *Redis) Acquire(ctx context.Context, name string) (Grant, error) {
+// Acquire takes the lock at the key name. The grant's Ref is its token.
+func (l *Redis) Acquire(ctx context.Context, name string) (*Grant, error) {
 	var b [16]byte
 	_, _ = crand.Read(b[:])
 	tok := hex.EncodeToString(b[:])
@@ -69,10 +69,18 @@ func (l *Redis) Acquire(ctx context.Context, name string) (Grant, error) {
 		sent := time.Now()
 		err := l.Client.Do(ctx, "SET", name, tok, "NX", "PX", l.TTL.Milliseconds()).Err()
 		if err == nil {
-			g := &redisGrant{l: l, key: name, tok: tok}
-			g.exp.Store(sent.Add(l.TTL).UnixNano())
+			exp := new(atomic.Int64) // Unix ns
+			exp.Store(sent.Add(l.TTL).UnixNano())
+			g := &Grant{Ref: tok, expires: func() (time.Time, bool) { return time.Unix(0, exp.Load()), l.Watchdog }}
+			g.release = func(ctx context.Context) error {
+				n, err := compareDelete.Run(ctx, l.Client, []string{name}, tok).Int()
+				if err == nil && n == 0 {
+					err = ErrNotHeld // nothing deleted
+				}
+				return err
+			}
 			if l.Watchdog {
-				g.watch = startWatch(g.renew)
+				g.watch(func(w *watch) { l.renew(w, name, tok, exp) })
 			}
 			return g, nil
 		}
@@ -88,60 +96,35 @@ func (l *Redis) Acquire(ctx context.Context, name string) (Grant, error) {
 	}
 }
 
-type redisGrant struct {
-	*watch
-	l   *Redis
-	key string
-	tok string
-	exp atomic.Int64 // Unix ns
-}
-
-func (g *redisGrant) Ref() string   { return g.tok }
-func (g *redisGrant) Token() uint64 { return 0 }
-
-func (g *redisGrant) Expires() (time.Time, bool) {
-	return time.Unix(0, g.exp.Load()), g.l.Watchdog
-}
-
-// renew is the watchdog: it renews the lock every TTL/3 while it still
-// holds the token, and gives up (the grant is lost) when it finds the key
-// gone or someone else's, or could not renew it before it expired.
-func (g *redisGrant) renew(w *watch) {
-	every := g.l.TTL / 3
+// renew is the watchdog of the grant tok at key: it renews the lock every
+// TTL/3 while it still holds the token, and gives up (the grant is lost)
+// when it finds the key gone or someone else's, or could not renew it
+// before it expired.
+func (l *Redis) renew(w *watch, key, tok string, exp *atomic.Int64) {
+	every := l.TTL / 3
 	w.tick(every, func() time.Duration {
 		sent := time.Now()
-		exp := time.Unix(0, g.exp.Load())
-		if !sent.Before(exp) {
+		until := time.Unix(0, exp.Load())
+		if !sent.Before(until) {
 			// The timer fired late: the process was stopped past the
 			// expiry.
-			w.lose(fmt.Sprintf("its watchdog woke %v after the lock had expired (the process was stopped)", sent.Sub(exp).Round(time.Millisecond)))
+			w.lose(fmt.Sprintf("its watchdog woke %v after the lock had expired (the process was stopped)", sent.Sub(until).Round(time.Millisecond)))
 			return 0
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), exp)
-		n, err := RedisCompareExpire.Run(ctx, g.l.Client, []string{g.key}, g.tok, g.l.TTL.Milliseconds()).Int()
+		ctx, cancel := context.WithDeadline(context.Background(), until)
+		n, err := RedisCompareExpire.Run(ctx, l.Client, []string{key}, tok, l.TTL.Milliseconds()).Int()
 		cancel()
 		switch {
 		case err == nil && n == 1:
-			g.exp.Store(sent.Add(g.l.TTL).UnixNano())
+			exp.Store(sent.Add(l.TTL).UnixNano())
 			return every
 		case err == nil:
 			w.lose("its watchdog found the lock key gone or someone else's")
-		case !time.Now().Before(exp):
+		case !time.Now().Before(until):
 			w.lose(fmt.Sprintf("its watchdog could not renew the lock before it expired: %v", err))
 		default:
-			return max(min(every/4, time.Until(exp)), 1) // at the expiry: lost
+			return max(min(every/4, time.Until(until)), 1) // at the expiry: lost
 		}
 		return 0
 	})
-}
-
-// Release deletes the key if it still holds the grant's token, else
-// returns ErrNotHeld.
-func (g *redisGrant) Release(ctx context.Context) error {
-	g.halt()
-	n, err := compareDelete.Run(ctx, g.l.Client, []string{g.key}, g.tok).Int()
-	if err == nil && n == 0 {
-		err = ErrNotHeld
-	}
-	return err
 }

@@ -30,7 +30,10 @@ func NewRedlock(clients []*redis.Client, opts ...redsync.Option) *Redlock {
 }
 
 // Acquire takes the lock at the key name on a majority of the servers.
-func (l *Redlock) Acquire(ctx context.Context, name string) (Grant, error) {
+// The grant's Ref is the value of its keys. Its Release deletes the keys
+// where they still hold that value, and returns nil although servers it
+// cannot reach fail their part: their keys expire.
+func (l *Redlock) Acquire(ctx context.Context, name string) (*Grant, error) {
 	m := l.rs.NewMutex(name, l.opts...)
 	if err := m.LockContext(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -38,21 +41,12 @@ func (l *Redlock) Acquire(ctx context.Context, name string) (Grant, error) {
 		}
 		return nil, err
 	}
-	return redlockGrant{m: m}, nil
-}
-
-type redlockGrant struct {
-	bare
-	m *redsync.Mutex
-}
-
-func (g redlockGrant) Ref() string                { return g.m.Value() }
-func (g redlockGrant) Expires() (time.Time, bool) { return g.m.Until(), false }
-
-// Release deletes the grant's keys where they still hold its value. It
-// returns nil although servers it cannot reach fail their part: their
-// keys expire.
-func (g redlockGrant) Release(ctx context.Context) error {
-	_, _ = g.m.UnlockContext(ctx)
-	return nil
+	return &Grant{
+		Ref:     m.Value(),
+		expires: func() (time.Time, bool) { return m.Until(), false },
+		release: func(ctx context.Context) error {
+			_, _ = m.UnlockContext(ctx)
+			return nil
+		},
+	}, nil
 }

@@ -118,8 +118,11 @@ func (z *ZooKeeper) create(dir string) (string, error) {
 	return z.conn.Create(dir+"/lock-", nil, zk.FlagEphemeralSequential, acl)
 }
 
-// Acquire takes the lock dir (an absolute node path).
-func (z *ZooKeeper) Acquire(ctx context.Context, dir string) (Grant, error) {
+// Acquire takes the lock dir (an absolute node path). The grant's Ref is
+// its node's path, its Token the node's place in the lock's sequence, from
+// 1 (ZooKeeper numbers the nodes from 0). Its Release deletes the node; a
+// node already gone (its session expired) is no error.
+func (z *ZooKeeper) Acquire(ctx context.Context, dir string) (*Grant, error) {
 	z.mu.Lock()
 	sessionLost := z.sessionLost
 	z.mu.Unlock()
@@ -156,35 +159,21 @@ func (z *ZooKeeper) Acquire(ctx context.Context, dir string) (Grant, error) {
 			return nil, ctx.Err()
 		}
 	}
-	g := &zkGrant{z: z, node: node}
+	g := &Grant{Ref: node, Token: zkSeq(node) + 1, release: func(context.Context) error { return z.delete(node) }}
 	if z.watchGrants {
 		_, _, own, err := z.conn.ExistsW(node)
 		if err != nil {
 			giveBack()
 			return nil, err
 		}
-		g.watch = startWatch(func(w *watch) { g.watchNode(w, own, sessionLost) })
+		g.watch(func(w *watch) { watchNode(w, own, sessionLost) })
 	}
 	return g, nil
 }
 
-type zkGrant struct {
-	*watch
-	z    *ZooKeeper
-	node string
-}
-
-// Ref is the grant's node path.
-func (g *zkGrant) Ref() string { return g.node }
-
-// Token is the node's place in the lock's sequence, from 1 (ZooKeeper
-// numbers the nodes from 0).
-func (g *zkGrant) Token() uint64              { return zkSeq(g.node) + 1 }
-func (g *zkGrant) Expires() (time.Time, bool) { return time.Time{}, false }
-
-// watchNode loses the grant when its node is deleted or its session
+// watchNode loses a grant when its node is deleted or its session
 // expires, as the client learns it.
-func (g *zkGrant) watchNode(w *watch, own <-chan zk.Event, sessionLost <-chan struct{}) {
+func watchNode(w *watch, own <-chan zk.Event, sessionLost <-chan struct{}) {
 	select {
 	case <-w.stop:
 	case ev := <-own:
@@ -198,15 +187,13 @@ func (g *zkGrant) watchNode(w *watch, own <-chan zk.Event, sessionLost <-chan st
 	}
 }
 
-// Release deletes the grant's node; a node already gone (its session
-// expired) is no error.
-func (g *zkGrant) Release(context.Context) error {
-	g.halt()
+// delete deletes a lock node; one already gone is no error.
+func (z *ZooKeeper) delete(node string) error {
 	var err error
 	for range 3 {
 		// A client that is reconnecting (after a partition) fails the
 		// requests it queued meanwhile: try again.
-		err = g.z.conn.Delete(g.node, -1)
+		err = z.conn.Delete(node, -1)
 		if !errors.Is(err, zk.ErrNoServer) && !errors.Is(err, zk.ErrConnectionClosed) {
 			break
 		}
