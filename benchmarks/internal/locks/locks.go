@@ -99,8 +99,9 @@ func (g *Grant) watch(f func(w *watch)) {
 		defer close(w.done)
 		f(w)
 	}()
+	var once sync.Once
 	g.lost, g.halt = w.lost, func() {
-		close(w.stop)
+		once.Do(func() { close(w.stop) })
 		<-w.done
 	}
 	g.cause = func() string {
