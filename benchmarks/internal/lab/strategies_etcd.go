@@ -32,7 +32,7 @@ func newEtcdMutex(ctx context.Context, h *harness) (cellStrategy, error) {
 		return nil, fmt.Errorf("the etcd backend is not open: %w", errNotApplicable)
 	}
 	// A session per worker (see locks.EtcdMutex).
-	return perWorker(h, "lab-mutex/", func() (locks.Locker, func(), error) {
+	return lockedPerWorker(h, "lab-mutex/"+h.NS+"/", func() (locks.Locker, func(), error) {
 		s, err := concurrency.NewSession(es.EtcdClient(), concurrency.WithTTL(10), concurrency.WithContext(context.WithoutCancel(ctx)))
 		if err != nil {
 			return nil, nil, fmt.Errorf("etcd session: %w", err)

@@ -108,5 +108,5 @@ func newMySQLGetLock(_ context.Context, h *harness) (cellStrategy, error) {
 	if !ok {
 		return nil, fmt.Errorf("the mysql backend is not open: %w", errNotApplicable)
 	}
-	return lockedDo(h, "occbench:", &locks.MySQL{DB: ms.MySQLDB()}), nil
+	return lockedDo(h, "occbench:"+h.NS+"/", &locks.MySQL{DB: ms.MySQLDB()}), nil
 }

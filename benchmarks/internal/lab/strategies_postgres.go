@@ -78,5 +78,5 @@ func newPGAdvisory(_ context.Context, h *harness) (cellStrategy, error) {
 	if !ok {
 		return nil, fmt.Errorf("the postgres backend is not open: %w", errNotApplicable)
 	}
-	return lockedDo(h, "", locks.Lease(ps.AdvisoryLocker())), nil
+	return lockedDo(h, h.NS+"/", locks.Lease(ps.AdvisoryLocker())), nil
 }

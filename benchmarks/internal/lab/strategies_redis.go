@@ -71,7 +71,7 @@ func newRedisLock(ctx context.Context, h *harness) (cellStrategy, error) {
 	}
 	cli := rs.RedisClient()
 	h.OnClose(func(ctx context.Context) error { return deleteRedisPrefix(ctx, cli, "lab-lock:"+h.NS+"/") })
-	return lockedDo(h, "lab-lock:", &locks.Redis{Client: cli, TTL: redisLockTTL, PollMin: redisLockPollMin, PollMax: redisLockPollMax}), nil
+	return lockedDo(h, "lab-lock:"+h.NS+"/", &locks.Redis{Client: cli, TTL: redisLockTTL, PollMin: redisLockPollMin, PollMax: redisLockPollMax}), nil
 }
 
 // deleteRedisPrefix removes every key under prefix.

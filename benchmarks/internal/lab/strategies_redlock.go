@@ -206,7 +206,7 @@ func newRedlock(ctx context.Context, h *harness) (cellStrategy, error) {
 		}
 		return errors.Join(errs...)
 	})
-	return lockedDo(h, "lab-redlock:", locks.NewRedlock(rl.clients)), nil
+	return lockedDo(h, "lab-redlock:"+h.NS+"/", locks.NewRedlock(rl.clients)), nil
 }
 
 // moduleVersion returns the version of a module the binary was built

@@ -28,7 +28,7 @@ func newZooKeeperLock(_ context.Context, h *harness) (cellStrategy, error) {
 		return nil, fmt.Errorf("the zookeeper service is not open: %w", errNotApplicable)
 	}
 	// A lock node is ephemeral, tied to the session that created it.
-	return perWorker(h, "/occbench/", func() (locks.Locker, func(), error) {
+	return lockedPerWorker(h, "/occbench/"+h.NS+"/", func() (locks.Locker, func(), error) {
 		z, err := locks.DialZooKeeper(zs.ZooKeeperAddr(), 10*time.Second, false)
 		if err != nil {
 			return nil, nil, fmt.Errorf("zookeeper session: %w", err)

@@ -158,7 +158,7 @@ type harness struct {
 	Values *cas.Typed[int64]
 	// Keys are the cell's keys; the hottest (Zipf rank 0) first.
 	Keys []string
-	// NS is the cell's namespace: prefix lock names with it (LockName)
+	// NS is the cell's namespace: prefix lock names with NS + "/"
 	// so that cells never share a lock.
 	NS string
 
@@ -191,10 +191,6 @@ func (h *harness) cacheOption() []occ.Option {
 	}
 	return []occ.Option{occ.WithCache(h.cache)}
 }
-
-// LockName returns the name to lock for key: the key in the cell's
-// namespace.
-func (h *harness) LockName(key string) string { return h.NS + "/" + key }
 
 // Service returns an open service or backend by name, for strategies
 // that take their lock from a service other than the one holding the
@@ -382,10 +378,10 @@ func sortedKeys(op operation) []string {
 	return ks
 }
 
-// perWorker is lockedDo with a locker per worker, opened with open
+// lockedPerWorker is lockedDo with a locker per worker, opened with open
 // (which also returns how to close it) and closed after the cell: a lock
 // client with a session of its own, as a process would have.
-func perWorker(h *harness, prefix string, open func() (locks.Locker, func(), error)) (cellStrategy, error) {
+func lockedPerWorker(h *harness, prefix string, open func() (locks.Locker, func(), error)) (cellStrategy, error) {
 	lockers := make([]locks.Locker, h.Cell.Workers)
 	for i := range lockers {
 		l, closeFn, err := open()
@@ -398,13 +394,19 @@ func perWorker(h *harness, prefix string, open func() (locks.Locker, func(), err
 	return lockedDo(h, prefix, lockers...), nil
 }
 
-// lockedDo returns the strategy of a lock baseline: in occ.Retry with the
-// harness's options (so that its attempts are counted and an unexpected
-// conflict is retried, never lost), take the lock on each of op's keys in
-// key order (named prefix + LockName(key); worker w takes its locks from
-// lockers[w % len(lockers)]), run the read-apply-write, release in
-// reverse order.
+// lockedDo returns the strategy of a lock baseline: underLocks with the
+// read-apply-write.
 func lockedDo(h *harness, prefix string, lockers ...locks.Locker) strategyFunc {
+	return underLocks(h, prefix, h.ReadApplyWrite, lockers...)
+}
+
+// underLocks returns a strategy that, in occ.Retry with the harness's
+// options (so that its attempts are counted and an unexpected conflict is
+// retried, never lost), takes the lock on each of op's keys in key order
+// (named prefix + key: put the cell's namespace in prefix; worker w takes
+// its locks from lockers[w % len(lockers)]), runs body, and releases the
+// locks in reverse order.
+func underLocks(h *harness, prefix string, body func(ctx context.Context, op operation) error, lockers ...locks.Locker) strategyFunc {
 	return func(ctx context.Context, w int, op operation) error {
 		l := lockers[w%len(lockers)]
 		return occ.Retry(ctx, func(ctx context.Context) error {
@@ -420,13 +422,13 @@ func lockedDo(h *harness, prefix string, lockers ...locks.Locker) strategyFunc {
 				}
 			}()
 			for _, k := range keys {
-				g, err := l.Acquire(ctx, prefix+h.LockName(k))
+				g, err := l.Acquire(ctx, prefix+k)
 				if err != nil {
 					return err
 				}
 				grants = append(grants, g)
 			}
-			return h.ReadApplyWrite(ctx, op)
+			return body(ctx, op)
 		}, h.Options(w)...)
 	}
 }
