@@ -15,7 +15,7 @@ import (
 	"github.com/occkit/occkit/benchmarks/internal/locks"
 )
 
-// The mysql mode: MySQL's named lock as applications take it, GET_LOCK in
+// The mysql mode: MySQL's named lock (locks.MySQL) as applications take it, GET_LOCK in
 // the session of a connection held for the critical section and
 // RELEASE_LOCK at the end; no fencing token. A named lock lasts as long
 // as its session. The client keeps its session alive with a statement
