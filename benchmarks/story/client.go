@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/occkit/occkit/adapters/rediscas"
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
 )
@@ -46,7 +47,7 @@ const maxSaleAttempts = 100
 type client struct {
 	name  string
 	r     *run
-	lock  locker
+	lock  *locker
 	rdb   *redis.Client
 	store *rediscas.Store
 
@@ -88,6 +89,18 @@ func (c *client) close() {
 	c.rdb.Close()
 }
 
+// sleep waits d or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // emit sends an event of this client's lane, timed now.
 func (c *client) emit(e Event) Event {
 	e.At, e.Client = c.r.at(), c.name
@@ -116,7 +129,7 @@ func (c *client) sale(ctx context.Context, h hook) error {
 // holding is a grant the client holds, and the goroutine that reports
 // its renewals and its loss as the client learns them.
 type holding struct {
-	g    grant
+	g    *locks.Grant
 	stop chan struct{}
 	done chan struct{}
 }
@@ -128,11 +141,11 @@ func (c *client) acquire(ctx context.Context) (*holding, error) {
 		return nil, fmt.Errorf("acquiring the lock: %w", err)
 	}
 	detail := ""
-	if g.token() != 0 && c.r.mode.data == plainData {
-		detail = fmt.Sprintf("token %d, which the write will not carry", g.token())
+	if g.Token != 0 && c.r.mode.data == plainData {
+		detail = fmt.Sprintf("token %d, which the write will not carry", g.Token)
 	}
-	e := Event{At: c.r.at(), Client: c.name, Kind: Grant, Token: g.token(), Detail: detail}
-	c.r.sink.granted(e, g.ref())
+	e := Event{At: c.r.at(), Client: c.name, Kind: Grant, Token: g.Token, Detail: detail}
+	c.r.sink.granted(e, g.Ref)
 	h := &holding{g: g, stop: make(chan struct{}), done: make(chan struct{})}
 	go c.watch(h)
 	c.mu.Lock()
@@ -148,14 +161,14 @@ func (c *client) currentRef() string {
 	if c.cur == nil {
 		return ""
 	}
-	return c.cur.g.ref()
+	return c.cur.g.Ref
 }
 
 // watch reports the renewals of h's grant (as the client sees its expiry
 // move) and its loss, until h is released.
 func (c *client) watch(h *holding) {
 	defer close(h.done)
-	last, renews := h.g.expires()
+	last, renews := h.g.Expires()
 	var tick <-chan time.Time
 	if renews {
 		t := time.NewTicker(20 * time.Millisecond)
@@ -166,12 +179,12 @@ func (c *client) watch(h *holding) {
 		select {
 		case <-h.stop:
 			return
-		case <-h.g.lost():
-			c.emit(Event{Kind: Note, Token: h.g.token(), Detail: c.name + " learns its lock is lost: " + h.g.lostCause()})
+		case <-h.g.Lost():
+			c.emit(Event{Kind: Note, Token: h.g.Token, Detail: c.name + " learns its lock is lost: " + h.g.LostCause()})
 			return
 		case <-tick:
-			if e, _ := h.g.expires(); e.After(last.Add(c.r.spec.TTL / 10)) {
-				c.emit(Event{Kind: Renew, Token: h.g.token(), Detail: fmt.Sprintf("lease renewed until +%v", time.Until(e).Round(10*time.Millisecond))})
+			if e, _ := h.g.Expires(); e.After(last.Add(c.r.spec.TTL / 10)) {
+				c.emit(Event{Kind: Renew, Token: h.g.Token, Detail: fmt.Sprintf("lease renewed until +%v", time.Until(e).Round(10*time.Millisecond))})
 				last = e
 			}
 		}
@@ -186,7 +199,7 @@ func (c *client) release(ctx context.Context, h *holding) {
 	c.mu.Lock()
 	c.cur = nil
 	c.mu.Unlock()
-	ref := h.g.ref()
+	ref := h.g.Ref
 	held, herr := c.r.sink.held(ctx, ref)
 	detail := ""
 	if herr == nil && !held {
@@ -194,15 +207,16 @@ func (c *client) release(ctx context.Context, h *holding) {
 	}
 	if err := c.r.sink.releasing(ctx, ref); err != nil {
 		detail = join(detail, "not released: "+err.Error())
-		c.emit(Event{Kind: Release, Token: h.g.token(), Detail: detail})
+		c.emit(Event{Kind: Release, Token: h.g.Token, Detail: detail})
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := h.g.release(rctx); err != nil {
+	// ErrNotHeld: the release deleted nothing, as the detail says.
+	if err := h.g.Release(rctx); err != nil && (held || herr != nil || !errors.Is(err, locks.ErrNotHeld)) {
 		detail = join(detail, "release failed: "+err.Error())
 	}
-	c.emit(Event{Kind: Release, Token: h.g.token(), Detail: detail})
+	c.emit(Event{Kind: Release, Token: h.g.Token, Detail: detail})
 }
 
 func join(a, b string) string {
@@ -215,7 +229,7 @@ func join(a, b string) string {
 // heldNow asks the lock service, directly, whether h still holds the
 // lock: what the write's staleness is judged by.
 func (c *client) heldNow(ctx context.Context, h *holding) bool {
-	held, err := c.r.sink.held(ctx, h.g.ref())
+	held, err := c.r.sink.held(ctx, h.g.Ref)
 	return err == nil && held
 }
 
@@ -233,7 +247,7 @@ func (c *client) salePlain(ctx context.Context, h hook) error {
 		return err
 	}
 	defer c.release(ctx, g)
-	tok := g.g.token()
+	tok := g.g.Token
 	v, err := c.rdb.Get(ctx, c.r.stockKey()).Int64()
 	if err != nil {
 		return fmt.Errorf("reading the stock: %w", err)
@@ -270,7 +284,7 @@ func (c *client) saleFenced(ctx context.Context, h hook) error {
 		if err != nil {
 			return err
 		}
-		tok := g.g.token()
+		tok := g.g.Token
 		v, ver, err := stock.Get(ctx, "stock")
 		if err != nil {
 			c.release(ctx, g)

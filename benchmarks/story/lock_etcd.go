@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/occkit/occkit/adapters/etcdcas"
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 )
 
 // The etcd mode: etcdcas.Locker, whose grants are keys attached to the
@@ -45,7 +46,7 @@ type etcdLockService struct {
 	ttl    time.Duration
 }
 
-func (s *etcdLockService) newLocker(_ context.Context, ep endpoints) (locker, error) {
+func (s *etcdLockService) newLocker(_ context.Context, ep endpoints) (*locker, error) {
 	cli, err := etcdClient(ep.Etcd)
 	if err != nil {
 		return nil, err
@@ -55,7 +56,7 @@ func (s *etcdLockService) newLocker(_ context.Context, ep endpoints) (locker, er
 		cli.Close()
 		return nil, err
 	}
-	return &hybridLocker{l: l, key: etcdLockName, closeFn: func() {
+	return &locker{l: locks.Lease(l), name: etcdLockName, close: func() {
 		_ = l.Close() // revokes the lease; fails harmlessly when it is gone
 		cli.Close()
 	}}, nil

@@ -3,7 +3,6 @@ package story
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -12,9 +11,11 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 )
 
-// The mysql mode: MySQL's named lock as applications take it, GET_LOCK in
+// The mysql mode: MySQL's named lock (locks.MySQL) as applications take it, GET_LOCK in
 // the session of a connection held for the critical section and
 // RELEASE_LOCK at the end; no fencing token. A named lock lasts as long
 // as its session. The client keeps its session alive with a statement
@@ -80,12 +81,13 @@ type mysqlLockService struct {
 	ttl  time.Duration
 }
 
-func (s *mysqlLockService) newLocker(_ context.Context, ep endpoints) (locker, error) {
+func (s *mysqlLockService) newLocker(_ context.Context, ep endpoints) (*locker, error) {
 	db, err := mysqlPool(ep.MySQL, mysqlSession(s.ttl))
 	if err != nil {
 		return nil, err
 	}
-	return &mysqlLocker{db: db, name: s.name, keepAlive: s.ttl / 3}, nil
+	l := &locks.MySQL{DB: db, WaitStep: mysqlWaitStep, KeepAlive: s.ttl / 3}
+	return &locker{l: l, name: s.name, close: func() { _ = db.Close() }}, nil
 }
 
 // held: IS_USED_LOCK names the session that holds the lock; ref is the
@@ -115,102 +117,3 @@ func (s *mysqlLockService) expired() string {
 
 func (s *mysqlLockService) cleanup(context.Context) error { return nil } // locks end with their sessions
 func (s *mysqlLockService) close()                        { _ = s.db.Close() }
-
-// mysqlLocker is one client's pool and its lock.
-type mysqlLocker struct {
-	db        *sql.DB
-	name      string
-	keepAlive time.Duration
-}
-
-func (l *mysqlLocker) close() { _ = l.db.Close() }
-
-func (l *mysqlLocker) acquire(ctx context.Context) (grant, error) {
-	conn, err := l.db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	discard := func() {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		_ = conn.Close()
-	}
-	var id int64
-	if err := conn.QueryRowContext(ctx, `SELECT CONNECTION_ID()`).Scan(&id); err != nil {
-		discard()
-		return nil, err
-	}
-	for {
-		var got sql.NullInt64
-		if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, l.name, mysqlWaitStep.Seconds()).Scan(&got); err != nil {
-			discard() // the session ends, and any lock it got with it
-			return nil, err
-		}
-		if got.Valid && got.Int64 == 1 {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			discard()
-			return nil, err
-		}
-	}
-	g := &mysqlGrant{l: l, conn: conn, id: id, lostCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
-	go g.keep()
-	return g, nil
-}
-
-type mysqlGrant struct {
-	l      *mysqlLocker
-	conn   *sql.Conn
-	id     int64 // the session's connection id
-	lostCh chan struct{}
-	cause  string
-	stop   chan struct{}
-	done   chan struct{}
-}
-
-func (g *mysqlGrant) token() uint64              { return 0 }
-func (g *mysqlGrant) ref() string                { return strconv.FormatInt(g.id, 10) }
-func (g *mysqlGrant) expires() (time.Time, bool) { return time.Time{}, false }
-func (g *mysqlGrant) lost() <-chan struct{}      { return g.lostCh }
-func (g *mysqlGrant) lostCause() string          { return g.cause }
-
-// keep keeps the session alive with a statement every keepAlive, until
-// the grant is released; a statement that fails means the session (and
-// the lock) is gone.
-func (g *mysqlGrant) keep() {
-	defer close(g.done)
-	t := time.NewTicker(g.l.keepAlive)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*g.l.keepAlive)
-		_, err := g.conn.ExecContext(ctx, `DO 1`)
-		cancel()
-		if err != nil {
-			g.cause = "its keepalive statement failed, its session is gone: " + err.Error()
-			close(g.lostCh)
-			return
-		}
-	}
-}
-
-var errNotHeld = errors.New("the session no longer held the lock")
-
-func (g *mysqlGrant) release(ctx context.Context) error {
-	close(g.stop)
-	<-g.done
-	var released sql.NullInt64
-	err := g.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, g.l.name).Scan(&released)
-	if err == nil && released.Int64 != 1 {
-		err = errNotHeld
-	}
-	if err != nil {
-		_ = g.conn.Raw(func(any) error { return driver.ErrBadConn })
-	}
-	_ = g.conn.Close()
-	return err
-}

@@ -1,6 +1,7 @@
 package story
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -120,7 +121,7 @@ func (rec *recorder) stop() ([]Event, []string) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	ev := slices.Clone(rec.events)
-	slices.SortStableFunc(ev, func(a, b Event) int { return compareInt(uint64(a.At), uint64(b.At)) })
+	slices.SortStableFunc(ev, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	clampExpiries(ev)
 	return ev, slices.Clone(rec.lanes)
 }
@@ -151,5 +152,5 @@ func clampExpiries(ev []Event) {
 			}
 		}
 	}
-	slices.SortStableFunc(ev, func(a, b Event) int { return compareInt(uint64(a.At), uint64(b.At)) })
+	slices.SortStableFunc(ev, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 }

@@ -1,10 +1,8 @@
 package lab
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/occkit/occkit/internal/mysqltest"
 )
@@ -40,50 +38,5 @@ func TestMySQLSmoke(t *testing.T) {
 	info := l.Infos()[1]
 	if !strings.Contains(info.Durability, "innodb_flush_log_at_trx_commit=") || !strings.Contains(info.Locker, "GET_LOCK") {
 		t.Errorf("info %+v: want the durability settings and the GET_LOCK locker", info)
-	}
-}
-
-// TestMySQLGetLockExcludes checks the hand-written GET_LOCK lock itself:
-// a second session waits while the first holds the lock, and gets it once
-// the first releases it; the released connection goes back to the pool
-// without the lock.
-func TestMySQLGetLockExcludes(t *testing.T) {
-	mysqltest.Config(t)
-	l := openLab(t, "mysql")
-	svc, _ := l.Service("mysql")
-	db := svc.(MySQLService).MySQLDB()
-	ctx := t.Context()
-	name := "occbench:test:" + l.namespace()
-	unlock, err := mysqlGetLock(ctx, db, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-	_, err = mysqlGetLock(wctx, db, name)
-	cancel()
-	if err == nil {
-		t.Fatal("a second session got the lock while the first held it")
-	}
-	got := make(chan error, 1)
-	go func() {
-		u, err := mysqlGetLock(ctx, db, name)
-		if err == nil {
-			u()
-		}
-		got <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	unlock()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a waiter did not get the released lock within 10 s")
-	}
-	var holder any
-	if err := db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, name).Scan(&holder); err != nil || holder != nil {
-		t.Errorf("after both released, IS_USED_LOCK = %v (%v), want NULL", holder, err)
 	}
 }

@@ -1,12 +1,8 @@
 package lab
 
 import (
-	"context"
-	"errors"
-	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/occkit/occkit/internal/redistest"
 )
@@ -52,65 +48,5 @@ func TestRedisLockOverOtherData(t *testing.T) {
 	}
 	if got := l.Open(); !slices.Equal(got, []string{"memory", "redis"}) {
 		t.Errorf("open services %v, want memory and redis (opened for the lock)", got)
-	}
-}
-
-// TestRedisLockByHand checks the hand-written lock itself: SET NX PX
-// excludes, the TTL is set, and the release deletes only its own token
-// (a holder whose lock expired and went to another must not release the
-// other's).
-func TestRedisLockByHand(t *testing.T) {
-	cli := redistest.Client(t)
-	key := redistest.Prefix(t) + "lock"
-	ctx := redistest.Ctx(t, 30*time.Second)
-	rng := rand.New(rand.NewPCG(1, 2))
-
-	tok, err := redisLock(ctx, cli, key, rng)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ttl := cli.PTTL(ctx, key).Val(); ttl <= 0 || ttl > redisLockTTL {
-		t.Errorf("lock TTL %v, want in (0, %v]", ttl, redisLockTTL)
-	}
-	// Held: another acquirer polls until its context ends.
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
-	_, err = redisLock(wctx, cli, key, rng)
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("second acquire while held: %v, want to wait until its deadline", err)
-	}
-	// Released: the next acquire gets it at once.
-	if err := redisUnlock(ctx, cli, key, tok); err != nil {
-		t.Fatal(err)
-	}
-	tok2, err := redisLock(ctx, cli, key, rng)
-	if err != nil || tok2 == tok {
-		t.Fatalf("acquire after release: %q, %v (first token %q)", tok2, err, tok)
-	}
-	// A stale holder's release (its token, not the lock's) deletes
-	// nothing.
-	if err := redisUnlock(ctx, cli, key, tok); !errors.Is(err, errRedisLockLost) {
-		t.Errorf("release with a stale token: %v, want errRedisLockLost", err)
-	}
-	if got := cli.Get(ctx, key).Val(); got != tok2 {
-		t.Errorf("after a stale release the lock holds %q, want the holder's %q", got, tok2)
-	}
-	// A waiter gets it when the holder releases.
-	done := make(chan error, 1)
-	go func() {
-		_, err := redisLock(ctx, cli, key, rand.New(rand.NewPCG(3, 4)))
-		done <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	if err := redisUnlock(ctx, cli, key, tok2); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a waiter did not get the released lock within 5 s")
 	}
 }

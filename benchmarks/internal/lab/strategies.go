@@ -3,8 +3,8 @@ package lab
 import (
 	"context"
 	"slices"
-	"sync"
 
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/occ"
@@ -95,9 +95,19 @@ var coreStrategies = []strategySpec{
 			if err != nil {
 				return nil, err
 			}
+			// Several keys: leases in key order (named as
+			// hybrid.Update names them), then one optimistic
+			// transaction. The commit checks every version read,
+			// which is what makes the write safe if a lease was lost
+			// (the lease only keeps other writers from wasting
+			// attempts); hybrid.Update's fenced write covers one key
+			// only.
+			leasedTxn := underLocks(h, "", func(ctx context.Context, op operation) error {
+				return occ.Txn(ctx, h.Store, txnBody(h, op), occ.WithMaxAttempts(1))
+			}, locks.Lease(l))
 			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				if len(op.Keys) > 1 {
-					return leasedTxn(ctx, h, l, w, op)
+					return leasedTxn(ctx, w, op)
 				}
 				_, _, err := hybrid.Update(ctx, l, h.Values, op.Keys[0], mutateOne(op), h.Options(w)...)
 				return err
@@ -131,15 +141,7 @@ var coreStrategies = []strategySpec{
 		About:     "a sync.Mutex per key in this process around read, work and write (correct only while one process writes)",
 		SingleKey: true, MultiKey: true,
 		New: func(_ context.Context, h *harness) (cellStrategy, error) {
-			locks := make(map[string]*sync.Mutex, len(h.Keys))
-			for _, k := range h.Keys {
-				locks[h.LockName(k)] = new(sync.Mutex)
-			}
-			return lockedDo(h, func(_ context.Context, _ int, name string) (func(), error) {
-				m := locks[name]
-				m.Lock()
-				return m.Unlock, nil
-			}), nil
+			return lockedDo(h, "", locks.NewLocal(h.Keys)), nil
 		},
 	},
 }
@@ -186,30 +188,4 @@ func txnBody(h *harness, op operation) func(tx *occ.Tx) error {
 		}
 		return nil
 	}
-}
-
-// leasedTxn is hybrid for several keys: leases on every key in key order,
-// then one optimistic transaction. The commit checks every version read,
-// which is what makes the write safe if a lease was lost (the lease only
-// keeps other writers from wasting attempts); hybrid.Update's fenced write
-// covers one key only.
-func leasedTxn(ctx context.Context, h *harness, l hybrid.Locker, w int, op operation) error {
-	return occ.Retry(ctx, func(ctx context.Context) error {
-		keys := sortedKeys(op)
-		leases := make([]hybrid.Lease, 0, len(keys))
-		defer func() {
-			rctx := context.WithoutCancel(ctx)
-			for i := len(leases) - 1; i >= 0; i-- {
-				_ = leases[i].Release(rctx)
-			}
-		}()
-		for _, k := range keys {
-			g, err := l.Acquire(ctx, k)
-			if err != nil {
-				return err
-			}
-			leases = append(leases, g)
-		}
-		return occ.Txn(ctx, h.Store, txnBody(h, op), occ.WithMaxAttempts(1))
-	}, h.Options(w)...)
 }

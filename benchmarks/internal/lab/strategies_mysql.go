@@ -4,15 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/occkit/occkit/adapters/sqlcas"
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
 )
@@ -70,61 +69,20 @@ func newMySQLForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 				if err != nil {
 					return err
 				}
-				cur := map[string]int64{}
-				locked := map[string]bool{}
-				for rows.Next() {
-					var (
-						k string
-						b []byte
-					)
-					if err := rows.Scan(&k, &b); err != nil {
-						rows.Close()
-						return err
-					}
-					locked[k] = true
-					if b == nil {
-						continue // a tombstone: absent, 0
-					}
-					var v int64
-					if err := codec.Unmarshal(b, &v); err != nil {
-						rows.Close()
-						return err
-					}
-					cur[k] = v
-				}
-				rows.Close()
-				if err := rows.Err(); err != nil {
-					return err
-				}
-				vals := make([]int64, len(op.Keys))
-				for i, k := range op.Keys {
-					vals[i] = cur[k]
-				}
-				if err := op.Apply(vals); err != nil {
-					return err
-				}
-				for i, k := range op.Keys {
-					b, err := codec.Marshal(vals[i])
-					if err != nil {
-						return err
-					}
+				return applyLocked(op, codec, rows, func() { _ = rows.Close() }, func(k string, b []byte, found bool) error {
 					var id [16]byte
 					_, _ = rand.Read(id[:])
-					if locked[k] {
-						if _, err := tx.ExecContext(ctx, sqlWrite, b, id[:], k); err != nil {
-							return err
-						}
-						continue
-					}
-					if _, err := tx.ExecContext(ctx, sqlCreate, k, b, id[:]); err != nil {
-						var me *mysql.MySQLError
-						if errors.As(err, &me) && me.Number == mysqlErDupEntry {
-							return &cas.ConflictError{Key: k} // created meanwhile
-						}
+					if found {
+						_, err := tx.ExecContext(ctx, sqlWrite, b, id[:], k)
 						return err
 					}
-				}
-				return nil
+					_, err := tx.ExecContext(ctx, sqlCreate, k, b, id[:])
+					var me *mysql.MySQLError
+					if errors.As(err, &me) && me.Number == mysqlErDupEntry {
+						err = &cas.ConflictError{Key: k} // created meanwhile
+					}
+					return err
+				})
 			})
 		}, h.Options(w)...)
 	}), nil
@@ -144,54 +102,11 @@ func mysqlTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// getLockWait is the longest single GET_LOCK wait: the wait goes on in
-// steps, checking the context between them, so that it never has to be
-// cancelled mid-statement (which closes the connection).
-const getLockWait = time.Second
-
 func newMySQLGetLock(_ context.Context, h *harness) (cellStrategy, error) {
 	svc, _ := h.Service("mysql")
 	ms, ok := svc.(MySQLService)
 	if !ok {
 		return nil, fmt.Errorf("the mysql backend is not open: %w", errNotApplicable)
 	}
-	db := ms.MySQLDB()
-	return lockedDo(h, func(ctx context.Context, _ int, name string) (func(), error) {
-		return mysqlGetLock(ctx, db, "occbench:"+name)
-	}), nil
-}
-
-// mysqlGetLock takes the named lock as applications do: GET_LOCK in the
-// session of a connection taken from the pool, held until RELEASE_LOCK in
-// the same session, after which the connection goes back to the pool.
-// The returned function releases it.
-func mysqlGetLock(ctx context.Context, db *sql.DB, name string) (func(), error) {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		var got sql.NullInt64
-		if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, name, getLockWait.Seconds()).Scan(&got); err != nil {
-			_ = conn.Close() // a broken session released what it held
-			return nil, err
-		}
-		if got.Valid && got.Int64 == 1 {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			_ = conn.Close()
-			return nil, err
-		}
-	}
-	return func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		// A failed release leaves the lock to go with the session: the
-		// connection is discarded, never returned to the pool.
-		if _, err := conn.ExecContext(rctx, `DO RELEASE_LOCK(?)`, name); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-		_ = conn.Close()
-	}, nil
+	return lockedDo(h, "occbench:"+h.NS+"/", &locks.MySQL{DB: ms.MySQLDB()}), nil
 }

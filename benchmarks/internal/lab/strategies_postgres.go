@@ -3,13 +3,12 @@ package lab
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -57,54 +56,17 @@ func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 				if err != nil {
 					return err
 				}
-				cur := map[string]int64{}
-				for rows.Next() {
-					var (
-						k string
-						b []byte
-						v int64
-					)
-					if err := rows.Scan(&k, &b); err != nil {
-						rows.Close()
+				return applyLocked(op, codec, rows, rows.Close, func(k string, b []byte, found bool) error {
+					if found {
+						_, err := tx.Exec(ctx, sqlWrite, k, b)
 						return err
-					}
-					if err := codec.Unmarshal(b, &v); err != nil {
-						rows.Close()
-						return err
-					}
-					cur[k] = v
-				}
-				rows.Close()
-				if err := rows.Err(); err != nil {
-					return err
-				}
-				vals := make([]int64, len(op.Keys))
-				for i, k := range op.Keys {
-					vals[i] = cur[k]
-				}
-				if err := op.Apply(vals); err != nil {
-					return err
-				}
-				for i, k := range op.Keys {
-					b, err := codec.Marshal(vals[i])
-					if err != nil {
-						return err
-					}
-					if _, found := cur[k]; found {
-						if _, err := tx.Exec(ctx, sqlWrite, k, b); err != nil {
-							return err
-						}
-						continue
 					}
 					tag, err := tx.Exec(ctx, sqlCreate, k, b)
-					if err != nil {
-						return err
+					if err == nil && tag.RowsAffected() == 0 {
+						err = &cas.ConflictError{Key: k} // created meanwhile
 					}
-					if tag.RowsAffected() == 0 {
-						return &cas.ConflictError{Key: k} // created meanwhile
-					}
-				}
-				return nil
+					return err
+				})
 			}, occ.WithMaxAttempts(1))
 		}, h.Options(w)...)
 	}), nil
@@ -116,20 +78,5 @@ func newPGAdvisory(_ context.Context, h *harness) (cellStrategy, error) {
 	if !ok {
 		return nil, fmt.Errorf("the postgres backend is not open: %w", errNotApplicable)
 	}
-	locker := ps.AdvisoryLocker()
-	return lockedDo(h, func(ctx context.Context, _ int, name string) (func(), error) {
-		lease, err := locker.Acquire(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		return func() { release(ctx, lease) }, nil
-	}), nil
-}
-
-// release gives a lease back, with a bounded wait of its own. A release
-// that fails leaves the lock to go with its connection.
-func release(ctx context.Context, l hybrid.Lease) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = l.Release(rctx)
+	return lockedDo(h, h.NS+"/", locks.Lease(ps.AdvisoryLocker())), nil
 }

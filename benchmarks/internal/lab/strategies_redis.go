@@ -2,23 +2,19 @@ package lab
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 )
 
-// lock-redis is the Redis lock people write by hand: SET NX PX with a
-// random token, polled while somebody else holds it, released by a script
-// that deletes the key only if it still holds the token. No fencing token,
-// no watchdog: a holder that outlives the TTL (a pause, a slow write) is
-// not told, which is why the lab's lock baselines write with the version
-// they read (a lock that failed to exclude shows as a conflict).
+// lock-redis is locks.Redis without a watchdog: a holder that outlives
+// the TTL (a pause, a slow write) is not told, which is why the lab's lock
+// baselines write with the version they read (a lock that failed to
+// exclude shows as a conflict).
 
 // Settings of lock-redis, as a hand-written lock would have them.
 const (
@@ -31,16 +27,6 @@ const (
 	redisLockPollMin = time.Millisecond
 	redisLockPollMax = 50 * time.Millisecond
 )
-
-// redisUnlockScript deletes the lock only if it still holds the caller's
-// token: a holder whose lock expired and went to someone else must not
-// delete the new holder's lock.
-var redisUnlockScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
 
 var redisStrategies = []strategySpec{
 	{
@@ -84,79 +70,9 @@ func newRedisLock(ctx context.Context, h *harness) (cellStrategy, error) {
 		return nil, err
 	}
 	cli := rs.RedisClient()
-	prefix := "lab-lock:" + h.NS + ":"
-	h.OnClose(func(ctx context.Context) error { return deleteRedisPrefix(ctx, cli, prefix) })
-	rngs := make([]*rand.Rand, h.Cell.Workers)
-	for w := range rngs {
-		rngs[w] = rand.New(rand.NewPCG(h.Cell.Seed, uint64(w)+1000))
-	}
-	return lockedDo(h, func(ctx context.Context, w int, name string) (func(), error) {
-		key := prefix + name
-		token, err := redisLock(ctx, cli, key, rngs[w])
-		if err != nil {
-			return nil, err
-		}
-		return func() {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			// A release that fails leaves the lock to expire.
-			_ = redisUnlock(uctx, cli, key, token)
-		}, nil
-	}), nil
+	h.OnClose(func(ctx context.Context) error { return deleteRedisPrefix(ctx, cli, "lab-lock:"+h.NS+"/") })
+	return lockedDo(h, "lab-lock:"+h.NS+"/", &locks.Redis{Client: cli, TTL: redisLockTTL, PollMin: redisLockPollMin, PollMax: redisLockPollMax}), nil
 }
-
-// redisLock takes the lock at key: SET key token NX PX ttl until it is
-// set, waiting between tries. It returns the token to release it with.
-func redisLock(ctx context.Context, cli redis.UniversalClient, key string, rng *rand.Rand) (string, error) {
-	var b [16]byte
-	_, _ = crand.Read(b[:])
-	token := hex.EncodeToString(b[:])
-	wait := redisLockPollMin
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		err := cli.Do(ctx, "SET", key, token, "NX", "PX", redisLockTTL.Milliseconds()).Err()
-		if err == nil {
-			return token, nil
-		}
-		if !errors.Is(err, redis.Nil) { // redis.Nil: not set, somebody holds it
-			return "", err
-		}
-		d := time.Duration(float64(wait) * (0.5 + rng.Float64()))
-		if timer == nil {
-			timer = time.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-timer.C:
-		}
-		wait = min(2*wait, redisLockPollMax)
-	}
-}
-
-// redisUnlock releases the lock at key if it still holds token, and
-// reports whether it did.
-func redisUnlock(ctx context.Context, cli redis.UniversalClient, key, token string) error {
-	n, err := redisUnlockScript.Run(ctx, cli, []string{key}, token).Int()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return errRedisLockLost
-	}
-	return nil
-}
-
-// errRedisLockLost: the lock no longer held the releaser's token (it
-// expired, and maybe went to someone else); nothing was deleted.
-var errRedisLockLost = errors.New("lock-redis: the lock was no longer ours")
 
 // deleteRedisPrefix removes every key under prefix.
 func deleteRedisPrefix(ctx context.Context, cli redis.UniversalClient, prefix string) error {

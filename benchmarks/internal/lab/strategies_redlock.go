@@ -10,11 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/internal/servers"
 )
 
@@ -49,7 +47,6 @@ type redlockService struct {
 	urls       []string // the servers' own URLs (not the proxies')
 	clients    []*redis.Client
 	started    []*servers.Script
-	rs         *redsync.Redsync
 	server     string
 	durability string
 }
@@ -124,7 +121,6 @@ func openRedlock(ctx context.Context, env *Env) (_ service, err error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var (
-		pools    []redsyncredis.Pool
 		addrs    []string
 		version  string
 		persists []string
@@ -149,9 +145,7 @@ func openRedlock(ctx context.Context, env *Env) (_ service, err error) {
 		save, _ := c.ConfigGet(octx, "save").Result()
 		persists = append(persists, fmt.Sprintf("appendonly=%s save=%q", map[string]string{"0": "no", "1": "yes"}[infoField(info, "aof_enabled")], save["save"]))
 		addrs = append(addrs, opts.Addr)
-		pools = append(pools, goredis.NewPool(c))
 	}
-	s.rs = redsync.New(pools...)
 	where := "(" + EnvRedlockURLs + ")"
 	if len(s.started) > 0 {
 		where = "started by the lab with scripts/servers/redis.sh"
@@ -205,26 +199,14 @@ func newRedlock(ctx context.Context, h *harness) (cellStrategy, error) {
 	if !ok {
 		return nil, fmt.Errorf("the redlock service is not the lab's: %w", errNotApplicable)
 	}
-	prefix := "lab-redlock:" + h.NS + ":"
 	h.OnClose(func(ctx context.Context) error {
 		var errs []error
 		for _, c := range rl.clients {
-			errs = append(errs, deleteRedisPrefix(ctx, c, prefix))
+			errs = append(errs, deleteRedisPrefix(ctx, c, "lab-redlock:"+h.NS+"/"))
 		}
 		return errors.Join(errs...)
 	})
-	return lockedDo(h, func(ctx context.Context, _ int, name string) (func(), error) {
-		m := rl.rs.NewMutex(prefix + name)
-		if err := m.LockContext(ctx); err != nil {
-			return nil, err
-		}
-		return func() {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			// An unlock that fails leaves the lock to expire.
-			_, _ = m.UnlockContext(uctx)
-		}, nil
-	}), nil
+	return lockedDo(h, "lab-redlock:"+h.NS+"/", locks.NewRedlock(rl.clients)), nil
 }
 
 // moduleVersion returns the version of a module the binary was built

@@ -7,7 +7,9 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/occ"
@@ -156,7 +158,7 @@ type harness struct {
 	Values *cas.Typed[int64]
 	// Keys are the cell's keys; the hottest (Zipf rank 0) first.
 	Keys []string
-	// NS is the cell's namespace: prefix lock names with it (LockName)
+	// NS is the cell's namespace: prefix lock names with NS + "/"
 	// so that cells never share a lock.
 	NS string
 
@@ -189,10 +191,6 @@ func (h *harness) cacheOption() []occ.Option {
 	}
 	return []occ.Option{occ.WithCache(h.cache)}
 }
-
-// LockName returns the name to lock for key: the key in the cell's
-// namespace.
-func (h *harness) LockName(key string) string { return h.NS + "/" + key }
 
 // Service returns an open service or backend by name, for strategies
 // that take their lock from a service other than the one holding the
@@ -312,6 +310,63 @@ func (h *harness) ReadApplyWrite(ctx context.Context, op operation) error {
 	return nil
 }
 
+// lockedRows are the rows a SELECT ... FOR UPDATE baseline locked (key,
+// value), as pgx and database/sql return them.
+type lockedRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// applyLocked is the body of a SELECT ... FOR UPDATE baseline once its
+// query ran: it reads the locked rows (a NULL value is a tombstone, 0),
+// closes them with closeRows, applies op, and writes every key with
+// write (found: its row was locked; else write creates it, and a
+// concurrent create is a conflict).
+func applyLocked(op operation, codec cas.Codec[int64], rows lockedRows, closeRows func(), write func(k string, b []byte, found bool) error) error {
+	vals := make([]int64, len(op.Keys))
+	found := make([]bool, len(op.Keys))
+	err := func() error {
+		defer closeRows()
+		for rows.Next() {
+			var (
+				k string
+				b []byte
+			)
+			if err := rows.Scan(&k, &b); err != nil {
+				return err
+			}
+			i := slices.Index(op.Keys, k)
+			if i < 0 {
+				continue
+			}
+			found[i] = true
+			if b != nil {
+				if err := codec.Unmarshal(b, &vals[i]); err != nil {
+					return err
+				}
+			}
+		}
+		return rows.Err()
+	}()
+	if err != nil {
+		return err
+	}
+	if err := op.Apply(vals); err != nil {
+		return err
+	}
+	for i, k := range op.Keys {
+		b, err := codec.Marshal(vals[i])
+		if err != nil {
+			return err
+		}
+		if err := write(k, b, found[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // sortedKeys returns op's keys in lock order (sorted), so that strategies
 // holding several locks never deadlock.
 func sortedKeys(op operation) []string {
@@ -323,31 +378,57 @@ func sortedKeys(op operation) []string {
 	return ks
 }
 
-// Lease-based pessimistic strategies share this shape: acquire each key's
-// lock in order, run the read-apply-write, release in reverse order.
-type lockFunc func(ctx context.Context, w int, name string) (unlock func(), err error)
+// lockedPerWorker is lockedDo with a locker per worker, opened with open
+// (which also returns how to close it) and closed after the cell: a lock
+// client with a session of its own, as a process would have.
+func lockedPerWorker(h *harness, prefix string, open func() (locks.Locker, func(), error)) (cellStrategy, error) {
+	lockers := make([]locks.Locker, h.Cell.Workers)
+	for i := range lockers {
+		l, closeFn, err := open()
+		if err != nil {
+			return nil, err
+		}
+		lockers[i] = l
+		h.OnClose(func(context.Context) error { closeFn(); return nil })
+	}
+	return lockedDo(h, prefix, lockers...), nil
+}
 
-// lockedDo returns a strategyFunc that runs op under lock, in occ.Retry
-// with the harness's options (so that its attempts are counted and an
-// unexpected conflict is retried, never lost).
-func lockedDo(h *harness, lock lockFunc) strategyFunc {
+// lockedDo returns the strategy of a lock baseline: underLocks with the
+// read-apply-write.
+func lockedDo(h *harness, prefix string, lockers ...locks.Locker) strategyFunc {
+	return underLocks(h, prefix, h.ReadApplyWrite, lockers...)
+}
+
+// underLocks returns a strategy that, in occ.Retry with the harness's
+// options (so that its attempts are counted and an unexpected conflict is
+// retried, never lost), takes the lock on each of op's keys in key order
+// (named prefix + key: put the cell's namespace in prefix; worker w takes
+// its locks from lockers[w % len(lockers)]), runs body, and releases the
+// locks in reverse order.
+func underLocks(h *harness, prefix string, body func(ctx context.Context, op operation) error, lockers ...locks.Locker) strategyFunc {
 	return func(ctx context.Context, w int, op operation) error {
+		l := lockers[w%len(lockers)]
 		return occ.Retry(ctx, func(ctx context.Context) error {
 			keys := sortedKeys(op)
-			unlocks := make([]func(), 0, len(keys))
+			grants := make([]*locks.Grant, 0, len(keys))
 			defer func() {
-				for i := len(unlocks) - 1; i >= 0; i-- {
-					unlocks[i]()
+				// A release that fails leaves the lock to expire (or to
+				// go with its session).
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				for i := len(grants) - 1; i >= 0; i-- {
+					_ = grants[i].Release(rctx)
 				}
 			}()
 			for _, k := range keys {
-				u, err := lock(ctx, w, h.LockName(k))
+				g, err := l.Acquire(ctx, prefix+k)
 				if err != nil {
 					return err
 				}
-				unlocks = append(unlocks, u)
+				grants = append(grants, g)
 			}
-			return h.ReadApplyWrite(ctx, op)
+			return body(ctx, op)
 		}, h.Options(w)...)
 	}
 }
