@@ -46,9 +46,9 @@ import (
 // (within 5µs and 100ms): contention clears in a few competitors' attempt
 // times, which are microseconds on an in-process store and milliseconds on
 // a database, so the waits follow the store instead of one fixed schedule.
-// After four waits the call is senior: its waits fall back to one attempt
-// time, so that it stops losing round after round to callers that arrived
-// after it (the tail of a hot key).
+// After four waits the call is senior: its waits fall back to four attempt
+// times instead of growing to 16, so that it stops losing round after round
+// to callers that arrived after it (the tail of a hot key).
 // Until an attempt has been timed (the first one is not, so that an
 // uncontended call costs nothing extra), the wait is DefaultBackOff's.
 //

@@ -785,15 +785,15 @@ func TestDefaultBackOffSchedule(t *testing.T) {
 }
 
 // TestScaledBackOff: the default waits are counted in attempt times:
-// min(2^(n-1), 16) units, ±50%, within [5µs, 100ms], and one unit once the
-// call is senior; before any attempt is timed, DefaultBackOff's.
+// 1, 2, 4, 8 units, then 4 once the call is senior, ±50%, within [5µs,
+// 100ms]; before any attempt is timed, DefaultBackOff's.
 func TestScaledBackOff(t *testing.T) {
 	for _, unit := range []time.Duration{time.Microsecond, 40 * time.Microsecond, 2 * time.Millisecond, 30 * time.Millisecond} {
 		for run := range 10 {
 			c := &config{unit: unit}
 			b := &scaledBackOff{c: c}
-			// 1, 2, 4, 8 attempt times, then senior: one each.
-			for n, units := range []time.Duration{1, 2, 4, 8, 1, 1, 1, 1} {
+			// 1, 2, 4, 8 attempt times, then senior: four each.
+			for n, units := range []time.Duration{1, 2, 4, 8, 4, 4, 4, 4} {
 				n++
 				base := units * unit
 				lo := min(max(base/2, scaledMinWait), scaledMaxWait)

@@ -489,7 +489,7 @@ func backOffBounds(c Cell, t retryTuning) (initial, maxWait time.Duration, ok bo
 // strategies use.
 func describeBackOff(t retryTuning) string {
 	if t.BackOffInitial == 0 && t.BackOffMax == 0 {
-		return "occ default: waits counted in the call's own attempt times (1, 2, 4, 8 of them, ±50% jitter; then senior: one attempt time)"
+		return "occ default: waits counted in the call's own attempt times (1, 2, 4, 8 of them, ±50% jitter; then 4 once senior)"
 	}
 	return fmt.Sprintf("%v doubling to %v, ±50%% jitter (at least the work time first)", t.BackOffInitial, t.BackOffMax)
 }
