@@ -38,7 +38,6 @@ type ClientOptions struct {
 type Client struct {
 	// System is the server's system.
 	System string
-	srv    *Server
 	d      driver
 }
 
@@ -87,11 +86,8 @@ func (s *Server) Connect(ctx context.Context, opts ClientOptions) (*Client, erro
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.System, err)
 	}
-	return &Client{System: s.System, srv: s, d: d}, nil
+	return &Client{System: s.System, d: d}, nil
 }
-
-// Server returns the client's server.
-func (c *Client) Server() *Server { return c.srv }
 
 // Store returns a store over namespace ns (a table, or a key prefix),
 // which CreateStore made (here or in another process).

@@ -88,20 +88,17 @@ func (d *pgDriver) create(ctx context.Context, ns string) error {
 
 func (d *pgDriver) drop(ctx context.Context, ns string) error {
 	_, err := d.pool.Exec(ctx, "DROP TABLE IF EXISTS "+d.ident(ns))
-	_, serr := d.pool.Exec(ctx, "DROP SEQUENCE IF EXISTS "+d.ident(pgSequence(ns)))
+	_, serr := d.pool.Exec(ctx, "DROP SEQUENCE IF EXISTS "+d.ident(PostgresSequence(ns)))
 	return errors.Join(err, serr)
 }
-
-// pgSequence is the token sequence of the locker named name.
-func pgSequence(name string) string { return name + "_lock_token" }
 
 // PostgresSequence returns the token sequence of the PostgreSQL locker
 // named name (LockerConfig.Name): the locks' namespace, which pgcas
 // hashes into each lock's key.
-func PostgresSequence(name string) string { return pgSequence(name) }
+func PostgresSequence(name string) string { return name + "_lock_token" }
 
 func (d *pgDriver) locker(ctx context.Context, cfg LockerConfig) (hybrid.Locker, func() error, error) {
-	l, err := pgcas.NewLocker(d.pool, pgcas.LockerConfig{Sequence: pgSequence(cfg.Name), CheckInterval: cfg.CheckInterval})
+	l, err := pgcas.NewLocker(d.pool, pgcas.LockerConfig{Sequence: PostgresSequence(cfg.Name), CheckInterval: cfg.CheckInterval})
 	if err != nil {
 		return nil, nil, err
 	}

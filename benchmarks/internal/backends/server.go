@@ -32,7 +32,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -370,9 +369,4 @@ func (m *memoryStores) drop(ns string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.m, ns)
-}
-
-// Systems returns the systems in the order reports list them.
-func Systems() []string {
-	return slices.Clone([]string{Memory, Etcd, Postgres, Redis, DynamoDB, ZooKeeper, MySQL, SQLite})
 }

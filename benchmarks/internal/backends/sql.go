@@ -76,9 +76,9 @@ func openMySQL(cfg *mysql.Config) (*sql.DB, error) {
 // sqliteFile is the database file in a SQLite server's directory.
 const sqliteFile = "lab.db"
 
-// SQLiteBusyTimeout is how long a SQLite writer waits for the write lock
+// sqliteBusyTimeout is how long a SQLite writer waits for the write lock
 // before SQLITE_BUSY (retryable).
-const SQLiteBusyTimeout = 5 * time.Second
+const sqliteBusyTimeout = 5 * time.Second
 
 // connectSQLite opens the database file in WAL mode (readers do not block
 // the writer) with synchronous=NORMAL, the usual setting with WAL; every
@@ -87,7 +87,7 @@ const SQLiteBusyTimeout = 5 * time.Second
 // time (SQLite's lock), the others wait in the busy timeout.
 func connectSQLite(s *Server, opts ClientOptions) (*sqlDriver, error) {
 	dsn := fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate",
-		filepath.Join(s.URL, sqliteFile), SQLiteBusyTimeout.Milliseconds())
+		filepath.Join(s.URL, sqliteFile), sqliteBusyTimeout.Milliseconds())
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (d *sqlDriver) describe(ctx context.Context) (string, string, error) {
 		return "", "", err
 	}
 	return "SQLite " + version + " in process (modernc.org/sqlite)", fmt.Sprintf("journal_mode=%s, synchronous=%s (a commit is in the WAL file; fsync at checkpoints), busy_timeout=%v",
-		journal, map[int]string{0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[sync], SQLiteBusyTimeout), nil
+		journal, map[int]string{0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[sync], sqliteBusyTimeout), nil
 }
 
 func (d *sqlDriver) dropScope(ctx context.Context) error {

@@ -9,11 +9,12 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/faultproxy"
@@ -22,15 +23,16 @@ import (
 
 // errUnavailable marks a backend whose server the lab can neither reach
 // nor start here; the lab skips it and says why.
-var errUnavailable = errors.New("benchmarks: backend unavailable")
+var errUnavailable = backends.ErrUnavailable
 
 // service is an open connection to a server the lab reached or started:
 // a Backend that holds data, or a service that only lends its locks to
 // cells on other backends (ZooKeeper). Implementations are safe for
 // concurrent use.
 //
-// Each service is written in a file of its own (backend_<name>.go) and
-// listed in backendSpecs; strategies that need it (a lock) find it with
+// The systems are opened through benchmarks/internal/backends
+// (backend_systems.go) and listed in backendSpecs; strategies that need
+// one (a lock) find it with
 // harness.service and a type assertion on an interface it exports, such as
 // EtcdService.
 type service interface {
@@ -58,6 +60,10 @@ type dataBackend interface {
 	// one cell, used by the hybrid and adaptive strategies on this
 	// backend, and the function that closes it.
 	NewLocker(ctx context.Context, ns string) (hybrid.Locker, func(context.Context) error, error)
+	// localLocks reports that NewLocker's lock works in this process
+	// only (hybrid.NewLocalLocker): hybrid and adaptive do not apply to
+	// the backend with --procs.
+	localLocks() bool
 }
 
 // multiKeyLimiter is implemented by a Backend whose server cannot commit
@@ -161,24 +167,6 @@ func (e *Env) dial(hostport string) (string, error) {
 	return p.Addr(), nil
 }
 
-// dialURL is dial for a URL's host:port (postgres://, redis://, http://).
-func (e *Env) dialURL(u string) (string, error) {
-	if !e.Proxy {
-		return u, nil
-	}
-	p, err := url.Parse(u)
-	if err != nil {
-		return "", err
-	}
-	if p.Port() == "" {
-		return "", fmt.Errorf("no port in %s", p.Redacted())
-	}
-	if p.Host, err = e.dial(p.Host); err != nil {
-		return "", err
-	}
-	return p.String(), nil
-}
-
 // via says, for a server's description, how the lab reaches it.
 func (e *Env) via() string {
 	if !e.Proxy {
@@ -229,20 +217,14 @@ func (e *Env) repoRoot() (string, error) {
 	return servers.RepoRoot(wd)
 }
 
-// reach returns the URL of the server in envVar, or starts one with
-// scripts/servers/<name>.sh when starting servers is allowed (the Script
-// is then not nil, to be stopped with the service); an error wraps
-// errUnavailable.
-func (e *Env) reach(ctx context.Context, name, envVar, binary string) (string, *servers.Script, error) {
+// backendsEnv returns how benchmarks/internal/backends reaches or starts
+// the lab's servers.
+func (e *Env) backendsEnv() backends.Env {
 	log := e.Log
 	if log == nil {
 		log = os.Stderr
 	}
-	u, s, err := servers.Reach(ctx, e.getenv, e.StartServers, e.repoRoot, name, envVar, binary, log)
-	if err != nil {
-		return "", nil, fmt.Errorf("%w: %w", errUnavailable, err)
-	}
-	return u, s, nil
+	return backends.Env{RepoRoot: e.RepoRoot, StartServers: e.StartServers, Log: log, Getenv: e.Getenv}
 }
 
 func (e *Env) getenv(k string) string {
@@ -267,7 +249,11 @@ type backendSpec struct {
 
 // backendSpecs are the lab's backends and lock-only services, in their
 // order: one list, written out, instead of registrations.
-var backendSpecs = slices.Concat(memorySpecs, etcdSpecs, postgresSpecs, redisSpecs, dynamoSpecs, zookeeperSpecs, mysqlSpecs, sqliteSpecs)
+var backendSpecs = []backendSpec{
+	systemSpec(backends.Memory), systemSpec(backends.Etcd), systemSpec(backends.Postgres), systemSpec(backends.Redis), systemSpec(backends.DynamoDB),
+	{Name: backends.ZooKeeper, About: "ZooKeeper, lock service only (lock-zookeeper): OCCKIT_ZK_ADDR, or a standalone server started from Debian's zookeeper package", Open: openZooKeeper},
+	systemSpec(backends.MySQL), systemSpec(backends.SQLite),
+}
 
 // Backends returns the names of the lab's backends in their order.
 func Backends() []string {
@@ -461,13 +447,24 @@ func (l *Lab) namespace() string {
 	return fmt.Sprintf("lab_%s_%d", l.id, l.seq.Add(1))
 }
 
-// The data backends, checked at compile time.
-var (
-	_ dataBackend = memoryBackend{}
-	_ dataBackend = (*etcdBackend)(nil)
-	_ dataBackend = (*pgBackend)(nil)
-	_ dataBackend = (*redisBackend)(nil)
-	_ dataBackend = (*dynamoBackend)(nil)
-	_ dataBackend = (*mysqlBackend)(nil)
-	_ dataBackend = (*sqliteBackend)(nil)
-)
+// redactURL drops a password from a URL for the report.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return p.Redacted()
+}
+
+// infoField returns a field of a Redis INFO reply, or "?".
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+// envRedisURL names the Redis server the lab uses.
+const envRedisURL = backends.EnvRedisURL
