@@ -104,7 +104,8 @@ func (e Env) getenv(k string) string {
 	return os.Getenv(k)
 }
 
-func (e Env) repoRoot() (string, error) {
+// Root returns RepoRoot, or the checkout above the working directory.
+func (e Env) Root() (string, error) {
 	if e.RepoRoot != "" {
 		return e.RepoRoot, nil
 	}
@@ -156,7 +157,7 @@ func (e Env) Reach(ctx context.Context, system string) (*Server, error) {
 func (e Env) reach(ctx context.Context, system string) (*Server, error) {
 	s := &Server{System: system}
 	if sc, ok := scripts[system]; ok {
-		u, script, err := servers.Reach(ctx, e.getenv, e.StartServers, e.repoRoot, sc.script, sc.envVar, sc.binary, e.Log)
+		u, script, err := servers.Reach(ctx, e.getenv, e.StartServers, e.Root, sc.script, sc.envVar, sc.binary, e.Log)
 		if err != nil {
 			return nil, err
 		}
@@ -243,7 +244,7 @@ func (e Env) StartOwn(ctx context.Context, system string) (*Server, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: %w", system, servers.ErrNoRestart)
 	}
-	root, err := e.repoRoot()
+	root, err := e.Root()
 	if err != nil {
 		return nil, fmt.Errorf("the scripts cannot be found: %w", err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/faultproxy"
-	"github.com/occkit/occkit/internal/servers"
 )
 
 // errUnavailable marks a backend whose server the lab can neither reach
@@ -206,16 +205,7 @@ func (e *Env) logf(format string, args ...any) {
 }
 
 // repoRoot returns RepoRoot, or the checkout above the working directory.
-func (e *Env) repoRoot() (string, error) {
-	if e.RepoRoot != "" {
-		return e.RepoRoot, nil
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	return servers.RepoRoot(wd)
-}
+func (e *Env) repoRoot() (string, error) { return e.backendsEnv().Root() }
 
 // backendsEnv returns how benchmarks/internal/backends reaches or starts
 // the lab's servers.
@@ -373,6 +363,22 @@ func (l *Lab) OpenService(ctx context.Context, name string, open func(ctx contex
 	l.open[name] = s
 	l.order = append(l.order, name)
 	return s, nil
+}
+
+// serverOwner is implemented by the services of one server of
+// benchmarks/internal/backends (not by Redlock's five).
+type serverOwner interface{ server() *backends.Server }
+
+// Server returns the server of the open service called name, as it
+// listens (not through the lab's proxy), for clients of their own (the
+// stories').
+func (l *Lab) Server(name string) (*backends.Server, bool) {
+	s, _ := l.Service(name)
+	o, ok := s.(serverOwner)
+	if !ok {
+		return nil, false
+	}
+	return o.server(), true
 }
 
 // Backend returns the open backend with that name: a service that holds

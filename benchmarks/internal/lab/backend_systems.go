@@ -197,6 +197,8 @@ func openData(ctx context.Context, env *Env, name string) (_ service, err error)
 	return d, nil
 }
 
+func (d *dataService) server() *backends.Server { return d.srv }
+
 func (d *dataService) Info() backendInfo {
 	d.lockMu.Lock()
 	defer d.lockMu.Unlock()
@@ -409,6 +411,7 @@ func openZooKeeper(ctx context.Context, env *Env) (service, error) {
 	return s, nil
 }
 
+func (s *zkService) server() *backends.Server        { return s.srv }
 func (s *zkService) ZooKeeperAddr() string           { return s.addr }
 func (s *zkService) Info() backendInfo               { return s.info }
 func (s *zkService) Close(ctx context.Context) error { return s.srv.Close(ctx) }
