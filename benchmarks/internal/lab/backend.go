@@ -31,9 +31,8 @@ var errUnavailable = backends.ErrUnavailable
 //
 // The systems are opened through benchmarks/internal/backends
 // (backend_systems.go) and listed in backendSpecs; strategies that need
-// one (a lock) find it with
-// harness.service and a type assertion on an interface it exports, such as
-// EtcdService.
+// one (a lock) find it with harness.Service and a type assertion on an
+// interface it exports, such as EtcdService.
 type service interface {
 	// Info describes the service for the report.
 	Info() backendInfo
@@ -42,7 +41,7 @@ type service interface {
 	Close(ctx context.Context) error
 }
 
-// Backend is a service that holds a cell's data.
+// dataBackend is a service that holds a cell's data.
 type dataBackend interface {
 	service
 	// tuning returns the retry settings optimistic strategies use on it.
@@ -63,23 +62,11 @@ type dataBackend interface {
 	// only (hybrid.NewLocalLocker): hybrid and adaptive do not apply to
 	// the backend with --procs.
 	localLocks() bool
-}
-
-// multiKeyLimiter is implemented by a Backend whose server cannot commit
-// several keys atomically (dynalite has no TransactWriteItems).
-// MultiKeyUnsupported says why, or returns "" when it can; the lab then
-// marks the cells of multi-key workloads on it not applicable, with that
-// reason, instead of running them.
-type multiKeyLimiter interface {
-	MultiKeyUnsupported() string
-}
-
-// multiKeyUnsupported returns why b cannot run multi-key workloads, or "".
-func multiKeyUnsupported(b dataBackend) string {
-	if m, ok := b.(multiKeyLimiter); ok {
-		return m.MultiKeyUnsupported()
-	}
-	return ""
+	// multiKeyUnsupported says why the server cannot commit several keys
+	// atomically (dynalite has no TransactWriteItems), or returns "": the
+	// lab marks the cells of multi-key workloads on it not applicable,
+	// with that reason, instead of running them.
+	multiKeyUnsupported() string
 }
 
 // backendInfo describes a backend in the report.

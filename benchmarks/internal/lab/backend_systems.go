@@ -216,8 +216,7 @@ func (d *dataService) tuning() retryTuning {
 	return t
 }
 
-// MultiKeyUnsupported implements multiKeyLimiter.
-func (d *dataService) MultiKeyUnsupported() string { return d.srv.MultiKeyUnsupported }
+func (d *dataService) multiKeyUnsupported() string { return d.srv.MultiKeyUnsupported }
 
 // childEnv implements childEnver: the server's variable, and the lab's
 // scope; nil for memory, which no other process can reach.
