@@ -107,8 +107,9 @@ func (d *sqlDriver) quote(name string) string {
 	return `"` + name + `"`
 }
 
-// Table returns the quoted name of namespace ns's table on a MySQL or
-// SQLite client, for statements sqlcas does not offer.
+// Table returns the quoted name of namespace ns's table (in the client's
+// scope) on a PostgreSQL, MySQL or SQLite client, for statements the
+// adapter does not offer; "" on the systems without tables.
 func (c *Client) Table(ns string) string {
 	switch d := c.d.(type) {
 	case *sqlDriver:
