@@ -59,7 +59,19 @@ type env struct {
 	servers  backends.Env
 	workers  int // goroutines in all (both workloads)
 	logf     func(format string, args ...any)
-	cleanups []func()
+	cleanups cleanups
+}
+
+// cleanups are functions run in the reverse order of their adding.
+type cleanups []func()
+
+func (c *cleanups) add(f func()) { *c = append(*c, f) }
+
+func (c *cleanups) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+	*c = nil
 }
 
 func newEnv(workers int, logf func(string, ...any)) *env {
@@ -75,15 +87,10 @@ func newEnv(workers int, logf func(string, ...any)) *env {
 	return &env{servers: backends.Env{StartServers: true, Log: os.Stderr, Getenv: getenv}, workers: workers, logf: logf}
 }
 
-func (e *env) atExit(f func()) { e.cleanups = append(e.cleanups, f) }
+func (e *env) atExit(f func()) { e.cleanups.add(f) }
 
 // close runs the cleanups.
-func (e *env) close() {
-	for i := len(e.cleanups) - 1; i >= 0; i-- {
-		e.cleanups[i]()
-	}
-	e.cleanups = nil
-}
+func (e *env) close() { e.cleanups.run() }
 
 // openBackends reaches (or starts) the servers of the backends want
 // selects, memory always. A backend that cannot be reached is returned as
@@ -138,12 +145,8 @@ func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err err
 	if fault == faultLeaderLoss {
 		return etcdClusterTarget(ctx, ns)
 	}
-	var closers []func()
-	tg := &target{retryable: b.direct.Retryable(), close: func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}}
+	var closers cleanups
+	tg := &target{retryable: b.direct.Retryable(), close: closers.run}
 	defer func() {
 		if err != nil {
 			tg.close()
@@ -154,17 +157,17 @@ func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err err
 		if srv, err = e.servers.StartOwn(ctx, b.name); err != nil {
 			return nil, err
 		}
-		closers = append(closers, func() { e.stop(srv) })
+		closers.add(func() { e.stop(srv) })
 		if direct, err = srv.Connect(ctx, backends.ClientOptions{}); err != nil {
 			return nil, err
 		}
-		closers = append(closers, func() { _ = direct.Close() })
+		closers.add(func() { _ = direct.Close() })
 		tg.disrupt = func(ctx context.Context) error { return srv.Restart(ctx, restartDown) }
 	}
 	if tg.direct, err = direct.CreateStore(ctx, ns); err != nil {
 		return nil, err
 	}
-	closers = append(closers, func() { _ = direct.Drop(context.Background(), ns) })
+	closers.add(func() { _ = direct.Drop(context.Background(), ns) })
 	opts := backends.ClientOptions{Conns: 2 * e.workers, DialTimeout: callTimeout}
 	if slices.Contains(networkFaults, fault) {
 		if tg.proxy, err = srv.Proxy(0); err != nil {
@@ -174,12 +177,12 @@ func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err err
 	}
 	ops, err := srv.Connect(ctx, opts)
 	if err == nil {
-		closers = append(closers, func() { _ = ops.Close() })
+		closers.add(func() { _ = ops.Close() })
 		tg.ops, err = ops.Store(ns)
 	}
 	if tg.proxy != nil {
 		// Closed first: closing a pool waits for the connections in use.
-		closers = append(closers, func() { _ = tg.proxy.Close() })
+		closers.add(func() { _ = tg.proxy.Close() })
 	}
 	return tg, err
 }
@@ -190,24 +193,20 @@ func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err err
 // proxy (the lease faults need no network fault), one for the store and
 // one for the locks (lock waiters pin connections on PostgreSQL).
 func (b backend) lease(ctx context.Context, ns string, workers int) (_ leasefaults.Backend, cleanup func(), err error) {
-	var closers []func()
-	cleanup = func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
+	var closers cleanups
+	cleanup = closers.run
 	defer func() {
 		if err != nil {
 			cleanup()
 		}
 	}()
-	closers = append(closers, func() { _ = b.direct.Drop(context.Background(), ns) })
+	closers.add(func() { _ = b.direct.Drop(context.Background(), ns) })
 	var clients [2]*backends.Client
 	for i := range clients {
 		if clients[i], err = b.srv.Connect(ctx, backends.ClientOptions{Conns: workers + 2}); err != nil {
 			return leasefaults.Backend{}, nil, err
 		}
-		closers = append(closers, func() { _ = clients[i].Close() })
+		closers.add(func() { _ = clients[i].Close() })
 	}
 	lb, err := leasefaults.Open(ctx, clients[0], clients[1], ns, leaseTTL)
 	return lb, cleanup, err
