@@ -39,6 +39,12 @@ type Client struct {
 	// System is the server's system.
 	System string
 	d      driver
+	// The native client, for checks (one of them is set).
+	pg   *pgxpool.Pool
+	rdb  *redis.Client
+	etcd *clientv3.Client
+	dyn  *dynamodb.Client
+	db   *sql.DB
 }
 
 // driver is a system's part of a Client.
@@ -86,7 +92,20 @@ func (s *Server) Connect(ctx context.Context, opts ClientOptions) (*Client, erro
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.System, err)
 	}
-	return &Client{System: s.System, d: d}, nil
+	c := &Client{System: s.System, d: d}
+	switch d := d.(type) {
+	case *pgDriver:
+		c.pg = d.pool
+	case *redisDriver:
+		c.rdb = d.cli
+	case *etcdDriver:
+		c.etcd = d.cli
+	case *dynamoDriver:
+		c.dyn = d.cli
+	case *sqlDriver:
+		c.db = d.db
+	}
+	return c, nil
 }
 
 // Store returns a store over namespace ns (a table, or a key prefix),
@@ -173,48 +192,18 @@ func (c *Client) DropScope(ctx context.Context) error {
 func (c *Client) Close() error { return c.d.close() }
 
 // Postgres returns the client's pool, or nil on another system.
-func (c *Client) Postgres() *pgxpool.Pool {
-	d, _ := c.d.(*pgDriver)
-	if d == nil {
-		return nil
-	}
-	return d.pool
-}
+func (c *Client) Postgres() *pgxpool.Pool { return c.pg }
 
 // Redis returns the client's Redis client, or nil on another system.
-func (c *Client) Redis() *redis.Client {
-	d, _ := c.d.(*redisDriver)
-	if d == nil {
-		return nil
-	}
-	return d.cli
-}
+func (c *Client) Redis() *redis.Client { return c.rdb }
 
 // Etcd returns the client's etcd client, or nil on another system.
-func (c *Client) Etcd() *clientv3.Client {
-	d, _ := c.d.(*etcdDriver)
-	if d == nil {
-		return nil
-	}
-	return d.cli
-}
+func (c *Client) Etcd() *clientv3.Client { return c.etcd }
 
 // DynamoDB returns the client's DynamoDB client, or nil on another
 // system.
-func (c *Client) DynamoDB() *dynamodb.Client {
-	d, _ := c.d.(*dynamoDriver)
-	if d == nil {
-		return nil
-	}
-	return d.cli
-}
+func (c *Client) DynamoDB() *dynamodb.Client { return c.dyn }
 
 // SQL returns the client's *sql.DB (MySQL, SQLite), or nil on another
 // system.
-func (c *Client) SQL() *sql.DB {
-	d, _ := c.d.(*sqlDriver)
-	if d == nil {
-		return nil
-	}
-	return d.db
-}
+func (c *Client) SQL() *sql.DB { return c.db }
