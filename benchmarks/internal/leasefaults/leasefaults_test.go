@@ -18,6 +18,7 @@ import (
 	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
 )
 
 func TestMain(m *testing.M) {
@@ -245,5 +246,59 @@ func TestRunErrors(t *testing.T) {
 	_, err = Run(ctx, Config{Backends: []Backend{m}, Faults: []string{PausedHolder}})
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("a backend whose grants can neither run out nor be ended: %v, want ErrUnsupported", err)
+	}
+}
+
+// sessionLocker hands out leases that do not say when they expire, as
+// PostgreSQL's session locks do: hybrid.NewLocalLocker's leases with
+// their Expires hidden.
+type sessionLocker struct{ hybrid.Locker }
+
+type sessionLease struct{ hybrid.Lease }
+
+func (l sessionLocker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	g, err := l.Locker.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return sessionLease{g}, nil
+}
+
+// TestHolderExpiry: a holder's lease knows its expiry (shifted by the
+// holder's skew) exactly when the inner lease does; one that does not is
+// no hybrid.ExpiringLease (none is invented), and looksValid checks no
+// time on it, as hybrid.Update does not.
+func TestHolderExpiry(t *testing.T) {
+	ctx := t.Context()
+	const skew = time.Hour
+	h := &holder{inner: hybrid.NewLocalLocker(time.Second), skew: skew}
+	g, err := h.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, ok := g.(hybrid.ExpiringLease)
+	if !ok {
+		t.Fatalf("%T over a local lease is no hybrid.ExpiringLease", g)
+	}
+	if left := time.Until(e.Expires()); left < skew || left > skew+time.Second {
+		t.Errorf("a skewed lease has %v left, want the inner lease's second plus the skew", left)
+	}
+	if !looksValid(g, time.Minute) {
+		t.Error("looksValid: a lease with an hour left fails a margin of a minute")
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	h = &holder{inner: sessionLocker{hybrid.NewLocalLocker(time.Second)}, skew: skew}
+	if g, err = h.Acquire(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = g.Release(ctx) }()
+	if _, ok := g.(hybrid.ExpiringLease); ok {
+		t.Fatalf("%T over a lease without an expiry is a hybrid.ExpiringLease: an expiry was invented", g)
+	}
+	if !looksValid(g, 24*time.Hour) {
+		t.Error("looksValid checked the time left of a lease that does not know it")
 	}
 }
