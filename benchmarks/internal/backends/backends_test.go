@@ -5,12 +5,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/servers"
 )
 
 func TestMain(m *testing.M) {
@@ -139,4 +142,58 @@ func connect(t *testing.T, srv *Server, opts ClientOptions) *Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// TestStartAndRestart: with no variable set and StartServers, Reach
+// starts a throwaway Redis with its script and Close stops it; a server
+// of StartOwn's comes back from Restart with its data; a system without a
+// script cannot be restarted.
+func TestStartAndRestart(t *testing.T) {
+	ctx := t.Context()
+	env := Env{StartServers: true, Getenv: func(string) string { return "" }}
+	if _, err := (Env{Getenv: env.Getenv}).Reach(ctx, Redis); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), EnvRedisURL) {
+		t.Fatalf("Reach without the variable nor StartServers: %v, want ErrUnavailable naming %s", err, EnvRedisURL)
+	}
+	srv, err := env.Reach(ctx, Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !srv.Started() {
+		t.Fatal("Reach did not start the server")
+	}
+	addr, err := srv.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		_ = conn.Close()
+		t.Fatal("the server listens after Close")
+	}
+
+	own, err := env.StartOwn(ctx, Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = own.Close(context.Background()) }()
+	c := connect(t, own, ClientOptions{})
+	s, err := c.CreateStore(ctx, "restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.CompareAndSwap(ctx, "k", 0, []byte("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Restart(ctx, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if it, err := s.Get(ctx, "k"); err != nil || string(it.Value) != "kept" || it.Version != v {
+		t.Fatalf("after Restart: %q at %d, %v; want kept at %d", it.Value, it.Version, err, v)
+	}
+	if _, err := env.StartOwn(ctx, Etcd); !errors.Is(err, servers.ErrNoRestart) {
+		t.Errorf("StartOwn(etcd): %v, want servers.ErrNoRestart", err)
+	}
 }

@@ -157,16 +157,22 @@ func (e Env) Reach(ctx context.Context, system string) (*Server, error) {
 func (e Env) reach(ctx context.Context, system string) (*Server, error) {
 	s := &Server{System: system}
 	if sc, ok := scripts[system]; ok {
-		u, script, err := servers.Reach(ctx, e.getenv, e.StartServers, e.Root, sc.script, sc.envVar, sc.binary, e.Log)
+		s.EnvVar = sc.envVar
+		if s.URL = e.getenv(sc.envVar); s.URL != "" {
+			s.Where = "at " + redact(s.URL) + " (" + sc.envVar + ")"
+			return s, nil
+		}
+		if !e.StartServers {
+			return nil, fmt.Errorf("%s is not set, and starting servers is off", sc.envVar)
+		}
+		if e.Log != nil {
+			fmt.Fprintf(e.Log, "%s: %s is not set: starting a throwaway server with scripts/servers/%s.sh\n", sc.script, sc.envVar, sc.script)
+		}
+		started, err := e.start(ctx, system)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s is not set, and %w", sc.envVar, err)
 		}
-		s.URL, s.EnvVar, s.script = u, sc.envVar, script
-		s.Where = "at " + redact(u) + " (" + sc.envVar + ")"
-		if script != nil {
-			s.Where = "at " + redact(u) + ", started with scripts/servers/" + sc.script + ".sh"
-		}
-		return s, nil
+		return started, nil
 	}
 	switch system {
 	case Memory:
@@ -240,25 +246,33 @@ func (e Env) reach(ctx context.Context, system string) (*Server, error) {
 // installed, and with servers.ErrNoRestart for a system that cannot be
 // restarted.
 func (e Env) StartOwn(ctx context.Context, system string) (*Server, error) {
+	s, err := e.start(ctx, system)
+	if err != nil {
+		return nil, err
+	}
+	if !s.script.CanRestart() {
+		_ = s.Close(context.Background())
+		return nil, fmt.Errorf("%s: %w", system, servers.ErrNoRestart)
+	}
+	return s, nil
+}
+
+// start starts a server of system with its script.
+func (e Env) start(ctx context.Context, system string) (*Server, error) {
 	sc, ok := scripts[system]
 	if !ok {
 		return nil, fmt.Errorf("%s: %w", system, servers.ErrNoRestart)
 	}
 	root, err := e.Root()
 	if err != nil {
-		return nil, fmt.Errorf("the scripts cannot be found: %w", err)
+		return nil, fmt.Errorf("scripts/servers/%s.sh cannot be found: %w", sc.script, err)
 	}
 	script, err := servers.StartScript(ctx, root, sc.script, sc.envVar, sc.binary, e.Log)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{System: system, URL: script.URL, EnvVar: sc.envVar, script: script,
-		Where: "at " + redact(script.URL) + ", started with scripts/servers/" + sc.script + ".sh"}
-	if !script.CanRestart() {
-		_ = s.Close(context.Background())
-		return nil, fmt.Errorf("%s: %w", system, servers.ErrNoRestart)
-	}
-	return s, nil
+	return &Server{System: system, URL: script.URL, EnvVar: sc.envVar, script: script,
+		Where: "at " + redact(script.URL) + ", started with scripts/servers/" + sc.script + ".sh"}, nil
 }
 
 // Started reports whether the server was started here (and Close stops
