@@ -177,33 +177,25 @@ func openServers(ctx context.Context, env lab.Env, ms []modeSpec) (*serverSet, e
 	for _, sk := range l.Skipped() {
 		s.missing[sk.Name] = sk.Reason
 	}
-	if svc, ok := l.Service("redis"); ok {
-		rs, _ := svc.(lab.RedisService)
-		var cli *redis.Client
-		if rs != nil {
-			cli, _ = rs.RedisClient().(*redis.Client)
+	for _, name := range names {
+		srv, ok := l.Server(name)
+		if !ok {
+			continue
 		}
-		if cli == nil {
-			s.missing["redis"] = fmt.Sprintf("the lab's Redis service is %T, not a single server", svc)
-		} else {
-			s.ep.Redis = redisAddrOf(cli)
-		}
-	}
-	if svc, ok := l.Service("etcd"); ok {
-		if es, ok := svc.(lab.EtcdService); ok && len(es.EtcdClient().Endpoints()) > 0 {
-			s.ep.Etcd = es.EtcdClient().Endpoints()[0]
-		} else {
-			s.missing["etcd"] = "the lab's etcd service has no endpoint"
-		}
-	}
-	if svc, ok := l.Service("zookeeper"); ok {
-		if zs, ok := svc.(lab.ZooKeeperService); ok {
-			s.ep.ZK = zs.ZooKeeperAddr()
-		}
-	}
-	if svc, ok := l.Service("mysql"); ok {
-		if ms, ok := svc.(lab.MySQLService); ok {
-			s.ep.MySQL = ms.MySQLDSN()
+		switch name {
+		case "redis":
+			o, err := redis.ParseURL(srv.URL)
+			if err != nil {
+				s.missing["redis"] = err.Error()
+				continue
+			}
+			s.ep.Redis = redisAddrOf(o)
+		case "etcd":
+			s.ep.Etcd = srv.URL
+		case "zookeeper":
+			s.ep.ZK = srv.URL
+		case "mysql":
+			s.ep.MySQL = srv.URL
 		}
 	}
 	if needs["redlock"] {
@@ -212,7 +204,7 @@ func openServers(ctx context.Context, env lab.Env, ms []modeSpec) (*serverSet, e
 			s.missing["redlock"] = err.Error()
 		} else {
 			for _, c := range rl.RedlockClients() {
-				s.ep.Redlock = append(s.ep.Redlock, redisAddrOf(c))
+				s.ep.Redlock = append(s.ep.Redlock, redisAddrOf(c.Options()))
 			}
 		}
 	}

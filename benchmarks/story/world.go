@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/occkit/occkit/adapters/rediscas"
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/cas"
 )
 
@@ -22,8 +23,7 @@ type redisAddr struct {
 	DB       int    `json:"db,omitempty"`
 }
 
-func redisAddrOf(c *redis.Client) redisAddr {
-	o := c.Options()
+func redisAddrOf(o *redis.Options) redisAddr {
 	return redisAddr{Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB}
 }
 
@@ -185,27 +185,11 @@ func (r *run) audit(ctx context.Context) ([]auditEntry, error) {
 
 // cleanup removes the run's keys from every server.
 func (r *run) cleanup(ctx context.Context) error {
-	errs := []error{deleteRedisPrefix(ctx, r.rdb, r.redisKey(""))}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	errs := []error{backends.DeleteRedisPrefix(dctx, r.rdb, r.redisKey(""))}
 	if r.lock != nil {
 		errs = append(errs, r.lock.cleanup(ctx))
 	}
 	return errors.Join(errs...)
-}
-
-// deleteRedisPrefix removes every key under prefix.
-func deleteRedisPrefix(ctx context.Context, cli *redis.Client, prefix string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	it := cli.Scan(ctx, 0, prefix+"*", 500).Iterator()
-	var keys []string
-	for it.Next(ctx) {
-		keys = append(keys, it.Val())
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	return cli.Del(ctx, keys...).Err()
 }

@@ -155,33 +155,5 @@ func RepoRoot(dir string) (string, error) {
 	}
 }
 
-// Reach returns the server URL in the environment variable envVar (read
-// with getenv), or, when it is empty and start is set, starts a throwaway
-// server with scripts/servers/<name>.sh (StartScript, from the checkout
-// root returns) and returns its URL and the Script that stops it (nil
-// when the URL came from the environment). log receives the scripts'
-// messages and a line saying that a server is being started. The errors
-// say which variable is missing and why nothing could be started.
-func Reach(ctx context.Context, getenv func(string) string, start bool, root func() (string, error), name, envVar, binary string, log io.Writer) (string, *Script, error) {
-	if u := getenv(envVar); u != "" {
-		return u, nil, nil
-	}
-	if !start {
-		return "", nil, fmt.Errorf("%s is not set, and starting servers is off", envVar)
-	}
-	dir, err := root()
-	if err != nil {
-		return "", nil, fmt.Errorf("%s is not set, and scripts/servers/%s.sh cannot be found: %w", envVar, name, err)
-	}
-	if log != nil {
-		fmt.Fprintf(log, "%s: %s is not set: starting a throwaway server with scripts/servers/%s.sh\n", name, envVar, name)
-	}
-	s, err := StartScript(ctx, dir, name, envVar, binary, log)
-	if err != nil {
-		return "", nil, fmt.Errorf("%s is not set, and %w", envVar, err)
-	}
-	return s.URL, s, nil
-}
-
 // MariaDBBinary is the server binary scripts/servers/mariadb.sh runs.
 const MariaDBBinary = "/usr/sbin/mariadbd"

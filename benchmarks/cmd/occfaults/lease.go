@@ -30,16 +30,11 @@ var leaseFaults = leasefaults.AllFaults()
 
 func isLeaseFault(fault string) bool { return slices.Contains(leaseFaults, fault) }
 
-// leaseOpener returns the lease lock and fenced store of a backend for one
-// lease-fault run of workers workers, on fresh keys (a table or key prefix
-// ns), and a function that removes them.
-type leaseOpener func(ctx context.Context, ns string, workers int) (leasefaults.Backend, func(), error)
-
 // runLease runs one lease fault on b and makes its row: leasefaults.Run's
 // result, with porcupine's verdict on its history, whose failed Check is a
 // problem of the row.
 func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, error) {
-	if b.lease == nil {
+	if !slices.Contains(b.faults, fault) {
 		return nil, fmt.Errorf("%w: %s has no lease lock", errNoFault, b.name)
 	}
 	lb, cleanup, err := b.lease(ctx, namespace(fault), p.workers)
@@ -47,6 +42,11 @@ func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, er
 		return nil, err
 	}
 	defer cleanup()
+	return leaseRow(ctx, p, lb, fault)
+}
+
+// leaseRow runs one lease fault on lb and makes its row.
+func leaseRow(ctx context.Context, p params, lb leasefaults.Backend, fault string) ([]Run, error) {
 	t0 := time.Now()
 	results, err := leasefaults.Run(ctx, leasefaults.Config{
 		Backends: []leasefaults.Backend{lb},
@@ -65,7 +65,7 @@ func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, er
 	}
 	res := results[0]
 	r := Run{
-		Backend: b.name, Fault: fault, Workload: leaseWorkload, Seconds: time.Since(t0).Seconds(),
+		Backend: lb.Name, Fault: fault, Workload: leaseWorkload, Seconds: time.Since(t0).Seconds(),
 		Ops: res.Ops, Succeeded: res.Succeeded, Ambiguous: res.Ambiguous, Failed: res.Failed, Final: res.Final,
 		AmbiguousApplied: min(max(0, res.Final-res.Succeeded), res.Ambiguous),
 		Lost:             res.Lost, Duplicated: res.Duplicated,
@@ -78,7 +78,7 @@ func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, er
 		LeaseExpiry:         res.Expiry,
 		Errors:              res.Errors,
 	}
-	r.LinearizabilityNote += visualize(p, b.name, fault, leaseWorkload, res.VisualizeHistory)
+	r.LinearizabilityNote += visualize(p, lb.Name, fault, leaseWorkload, res.VisualizeHistory)
 	if err := res.Check(); err != nil {
 		r.Problems = append(r.Problems, err.Error())
 	}

@@ -417,6 +417,12 @@ func runOne(ctx context.Context, p params, b backend, fault string) ([]Run, erro
 		return nil, err
 	}
 	defer tg.close()
+	return runTarget(ctx, p, b.name, fault, tg)
+}
+
+// runTarget runs fault on tg, the target of backend, both workloads at
+// once, and checks them.
+func runTarget(ctx context.Context, p params, backend, fault string, tg *target) ([]Run, error) {
 	opts := []occ.Option{occ.WithMaxAttempts(maxAttempts)}
 	if tg.retryable != nil {
 		opts = append(opts, occ.WithRetryable(tg.retryable))
@@ -452,7 +458,7 @@ func runOne(ctx context.Context, p params, b backend, fault string) ([]Run, erro
 	var runs []Run
 	for _, wl := range wls {
 		r := Run{
-			Backend: b.name, Fault: fault, Workload: wl.name, Seconds: elapsed.Seconds(),
+			Backend: backend, Fault: fault, Workload: wl.name, Seconds: elapsed.Seconds(),
 			Succeeded: wl.succeeded, Ambiguous: wl.ambiguous, Failed: wl.failed, Reads: wl.reads,
 			FaultEvents: inj.events, Errors: topErrors(wl.errs, 5),
 		}
@@ -476,7 +482,7 @@ func runOne(ctx context.Context, p params, b backend, fault string) ([]Run, erro
 		lin := linearcheck.Check(wl.events, linearcheck.Options{Timeout: p.checkTimeout})
 		r.Linearizable, r.LinearizabilityNote = lin.OK, lin.Note
 		r.CheckedCalls, r.CheckedKeys, r.CheckSeconds = lin.Checked, lin.Keys, lin.Elapsed.Seconds()
-		r.LinearizabilityNote += visualize(p, b.name, fault, wl.name, lin.Visualize)
+		r.LinearizabilityNote += visualize(p, backend, fault, wl.name, lin.Visualize)
 		runs = append(runs, r)
 	}
 	return runs, nil

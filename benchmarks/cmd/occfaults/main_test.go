@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/leasefaults"
 	"github.com/occkit/occkit/cas"
 )
@@ -171,13 +172,20 @@ func (s unfencedStore) CompareAndSwapFenced(ctx context.Context, key string, exp
 func TestLeaseRunCatchesUnfencedStore(t *testing.T) {
 	p := defaultParams(500 * time.Millisecond)
 	p.out = t.TempDir()
-	b := backend{name: "unfenced", faults: leaseFaults,
-		lease: func(context.Context, string, int) (leasefaults.Backend, func(), error) {
-			lb := leasefaults.Memory(100 * time.Millisecond)
-			lb.Name, lb.Store = "unfenced", unfencedStore{memcas.New()}
-			return lb, func() {}, nil
-		}}
-	runs, err := runOne(context.Background(), p, b, faultClockJump)
+	srv, err := backends.Env{}.Reach(t.Context(), backends.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := srv.Connect(t.Context(), backends.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := leasefaults.Open(t.Context(), c, c, "unfenced", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb.Name, lb.Store = "unfenced", unfencedStore{memcas.New()}
+	runs, err := leaseRow(context.Background(), p, lb, faultClockJump)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,11 +391,8 @@ func TestRunCatchesBuggyStores(t *testing.T) {
 	p.settle = 0
 	for _, tt := range tests {
 		t.Run(tt.bug, func(t *testing.T) {
-			b := backend{name: "buggy", faults: []string{faultNone}, open: func(context.Context, string, string) (*target, error) {
-				s := &buggyStore{Store: memcas.New(), bug: tt.bug, last: map[string]cas.Item{}}
-				return &target{ops: s, direct: s.Store, close: func() {}}, nil
-			}}
-			runs, err := runOne(context.Background(), p, b, faultNone)
+			s := &buggyStore{Store: memcas.New(), bug: tt.bug, last: map[string]cas.Item{}}
+			runs, err := runTarget(context.Background(), p, "buggy", faultNone, &target{ops: s, direct: s.Store, close: func() {}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,30 +9,30 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/faultproxy"
-	"github.com/occkit/occkit/internal/servers"
 )
 
 // errUnavailable marks a backend whose server the lab can neither reach
 // nor start here; the lab skips it and says why.
-var errUnavailable = errors.New("benchmarks: backend unavailable")
+var errUnavailable = backends.ErrUnavailable
 
 // service is an open connection to a server the lab reached or started:
 // a Backend that holds data, or a service that only lends its locks to
 // cells on other backends (ZooKeeper). Implementations are safe for
 // concurrent use.
 //
-// Each service is written in a file of its own (backend_<name>.go) and
-// listed in backendSpecs; strategies that need it (a lock) find it with
-// harness.service and a type assertion on an interface it exports, such as
-// EtcdService.
+// The systems are opened through benchmarks/internal/backends
+// (backend_systems.go) and listed in backendSpecs; strategies that need
+// one (a lock) find it with harness.Service and a type assertion on an
+// interface it exports, such as EtcdService.
 type service interface {
 	// Info describes the service for the report.
 	Info() backendInfo
@@ -41,7 +41,7 @@ type service interface {
 	Close(ctx context.Context) error
 }
 
-// Backend is a service that holds a cell's data.
+// dataBackend is a service that holds a cell's data.
 type dataBackend interface {
 	service
 	// tuning returns the retry settings optimistic strategies use on it.
@@ -58,23 +58,15 @@ type dataBackend interface {
 	// one cell, used by the hybrid and adaptive strategies on this
 	// backend, and the function that closes it.
 	NewLocker(ctx context.Context, ns string) (hybrid.Locker, func(context.Context) error, error)
-}
-
-// multiKeyLimiter is implemented by a Backend whose server cannot commit
-// several keys atomically (dynalite has no TransactWriteItems).
-// MultiKeyUnsupported says why, or returns "" when it can; the lab then
-// marks the cells of multi-key workloads on it not applicable, with that
-// reason, instead of running them.
-type multiKeyLimiter interface {
-	MultiKeyUnsupported() string
-}
-
-// multiKeyUnsupported returns why b cannot run multi-key workloads, or "".
-func multiKeyUnsupported(b dataBackend) string {
-	if m, ok := b.(multiKeyLimiter); ok {
-		return m.MultiKeyUnsupported()
-	}
-	return ""
+	// localLocks reports that NewLocker's lock works in this process
+	// only (hybrid.NewLocalLocker): hybrid and adaptive do not apply to
+	// the backend with --procs.
+	localLocks() bool
+	// multiKeyUnsupported says why the server cannot commit several keys
+	// atomically (dynalite has no TransactWriteItems), or returns "": the
+	// lab marks the cells of multi-key workloads on it not applicable,
+	// with that reason, instead of running them.
+	multiKeyUnsupported() string
 }
 
 // backendInfo describes a backend in the report.
@@ -161,24 +153,6 @@ func (e *Env) dial(hostport string) (string, error) {
 	return p.Addr(), nil
 }
 
-// dialURL is dial for a URL's host:port (postgres://, redis://, http://).
-func (e *Env) dialURL(u string) (string, error) {
-	if !e.Proxy {
-		return u, nil
-	}
-	p, err := url.Parse(u)
-	if err != nil {
-		return "", err
-	}
-	if p.Port() == "" {
-		return "", fmt.Errorf("no port in %s", p.Redacted())
-	}
-	if p.Host, err = e.dial(p.Host); err != nil {
-		return "", err
-	}
-	return p.String(), nil
-}
-
 // via says, for a server's description, how the lab reaches it.
 func (e *Env) via() string {
 	if !e.Proxy {
@@ -218,31 +192,16 @@ func (e *Env) logf(format string, args ...any) {
 }
 
 // repoRoot returns RepoRoot, or the checkout above the working directory.
-func (e *Env) repoRoot() (string, error) {
-	if e.RepoRoot != "" {
-		return e.RepoRoot, nil
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	return servers.RepoRoot(wd)
-}
+func (e *Env) repoRoot() (string, error) { return e.backendsEnv().Root() }
 
-// reach returns the URL of the server in envVar, or starts one with
-// scripts/servers/<name>.sh when starting servers is allowed (the Script
-// is then not nil, to be stopped with the service); an error wraps
-// errUnavailable.
-func (e *Env) reach(ctx context.Context, name, envVar, binary string) (string, *servers.Script, error) {
+// backendsEnv returns how benchmarks/internal/backends reaches or starts
+// the lab's servers.
+func (e *Env) backendsEnv() backends.Env {
 	log := e.Log
 	if log == nil {
 		log = os.Stderr
 	}
-	u, s, err := servers.Reach(ctx, e.getenv, e.StartServers, e.repoRoot, name, envVar, binary, log)
-	if err != nil {
-		return "", nil, fmt.Errorf("%w: %w", errUnavailable, err)
-	}
-	return u, s, nil
+	return backends.Env{RepoRoot: e.RepoRoot, StartServers: e.StartServers, Log: log, Getenv: e.Getenv}
 }
 
 func (e *Env) getenv(k string) string {
@@ -267,7 +226,11 @@ type backendSpec struct {
 
 // backendSpecs are the lab's backends and lock-only services, in their
 // order: one list, written out, instead of registrations.
-var backendSpecs = slices.Concat(memorySpecs, etcdSpecs, postgresSpecs, redisSpecs, dynamoSpecs, zookeeperSpecs, mysqlSpecs, sqliteSpecs)
+var backendSpecs = []backendSpec{
+	systemSpec(backends.Memory), systemSpec(backends.Etcd), systemSpec(backends.Postgres), systemSpec(backends.Redis), systemSpec(backends.DynamoDB),
+	{Name: backends.ZooKeeper, About: "ZooKeeper, lock service only (lock-zookeeper): OCCKIT_ZK_ADDR, or a standalone server started from Debian's zookeeper package", Open: openZooKeeper},
+	systemSpec(backends.MySQL), systemSpec(backends.SQLite),
+}
 
 // Backends returns the names of the lab's backends in their order.
 func Backends() []string {
@@ -389,6 +352,22 @@ func (l *Lab) OpenService(ctx context.Context, name string, open func(ctx contex
 	return s, nil
 }
 
+// serverOwner is implemented by the services of one server of
+// benchmarks/internal/backends (not by Redlock's five).
+type serverOwner interface{ server() *backends.Server }
+
+// Server returns the server of the open service called name, as it
+// listens (not through the lab's proxy), for clients of their own (the
+// stories').
+func (l *Lab) Server(name string) (*backends.Server, bool) {
+	s, _ := l.Service(name)
+	o, ok := s.(serverOwner)
+	if !ok {
+		return nil, false
+	}
+	return o.server(), true
+}
+
 // Backend returns the open backend with that name: a service that holds
 // data.
 func (l *Lab) Backend(name string) (dataBackend, bool) {
@@ -461,13 +440,24 @@ func (l *Lab) namespace() string {
 	return fmt.Sprintf("lab_%s_%d", l.id, l.seq.Add(1))
 }
 
-// The data backends, checked at compile time.
-var (
-	_ dataBackend = memoryBackend{}
-	_ dataBackend = (*etcdBackend)(nil)
-	_ dataBackend = (*pgBackend)(nil)
-	_ dataBackend = (*redisBackend)(nil)
-	_ dataBackend = (*dynamoBackend)(nil)
-	_ dataBackend = (*mysqlBackend)(nil)
-	_ dataBackend = (*sqliteBackend)(nil)
-)
+// redactURL drops a password from a URL for the report.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return p.Redacted()
+}
+
+// infoField returns a field of a Redis INFO reply, or "?".
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+// envRedisURL names the Redis server the lab uses.
+const envRedisURL = backends.EnvRedisURL

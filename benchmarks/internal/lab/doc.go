@@ -6,9 +6,10 @@
 //
 // # Pieces
 //
-//   - Backends (backend_<name>.go, listed in backendSpecs): a Service the
-//     lab reached or started (OpenLab skips, with the reason, one that
-//     cannot run here); a Backend holds data (NewStore, NewLocker, retryTuning);
+//   - Backends (backend_systems.go over benchmarks/internal/backends,
+//     listed in backendSpecs): a service the lab reached or started
+//     (OpenLab skips, with the reason, one that cannot run here); a data
+//     backend holds data (NewStore, NewLocker, retryTuning);
 //     lock-only services (ZooKeeper, Redlock's servers) lend locks to the
 //     others.
 //   - Strategies (strategies*.go, listed in strategySpecs): how one

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/internal/redistest"
 	"github.com/occkit/occkit/internal/servers"
 )
@@ -70,7 +71,7 @@ func TestDynamoDBWithRedis(t *testing.T) {
 // scripts/servers/dynalite.sh when it is installed, and fails saying how
 // to get it otherwise.
 func TestDynamoDBOnDynalite(t *testing.T) {
-	url := os.Getenv(envDynaliteURL)
+	url := os.Getenv(backends.EnvDynaliteURL)
 	if url == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -83,10 +84,10 @@ func TestDynamoDBOnDynalite(t *testing.T) {
 		cli := filepath.Join(root, "internal", "dynamotest", "dynalite", "node_modules", "dynalite", "cli.js")
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
-		p, err := servers.StartScript(ctx, root, "dynalite", envDynaliteURL, cli, testLog{t})
+		p, err := servers.StartScript(ctx, root, "dynalite", backends.EnvDynaliteURL, cli, testLog{t})
 		if err != nil {
 			t.Fatalf("%s is not set and dynalite could not be started (%v): run `make test` (it installs and starts dynalite), "+
-				"or `bash scripts/servers/dynalite.sh` and export the %s it prints", envDynaliteURL, err, envDynaliteURL)
+				"or `bash scripts/servers/dynalite.sh` and export the %s it prints", backends.EnvDynaliteURL, err, backends.EnvDynaliteURL)
 		}
 		t.Cleanup(func() {
 			if err := p.Stop(context.Background()); err != nil {
@@ -96,7 +97,7 @@ func TestDynamoDBOnDynalite(t *testing.T) {
 		url = p.URL
 	}
 	l := openLabWith(t, Env{MaxWorkers: 8, Log: testLog{t}, Getenv: func(k string) string {
-		if k == envDynaliteURL {
+		if k == backends.EnvDynaliteURL {
 			return url
 		}
 		return ""
@@ -136,7 +137,7 @@ func TestDynamoDBOnDynalite(t *testing.T) {
 // by `make test`): the dynamodb backend then runs on minidyn, which has
 // TransactWriteItems.
 func withoutDynalite(k string) string {
-	if k == envDynaliteURL {
+	if k == backends.EnvDynaliteURL {
 		return ""
 	}
 	return os.Getenv(k)

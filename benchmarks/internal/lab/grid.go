@@ -196,7 +196,7 @@ func (g Grid) Plan(l *Lab) ([]Cell, []skip, error) {
 		be, _ := l.Backend(b)
 		for _, wn := range workloadNames {
 			wl, _ := lookupWorkload(wn)
-			if why := multiKeyUnsupported(be); wl.KeysPerOp > 1 && why != "" {
+			if why := be.multiKeyUnsupported(); wl.KeysPerOp > 1 && why != "" {
 				skip(b+"/"+wn, why)
 				continue
 			}

@@ -94,7 +94,7 @@ func (l *Lab) runProcs(ctx context.Context, c Cell, ns string, workers []*worker
 	var services []string
 	for _, name := range l.Open() {
 		svc, _ := l.Service(name)
-		if ce, ok := svc.(childEnver); ok {
+		if ce, ok := svc.(childEnver); ok && ce.childEnv() != nil {
 			env = append(env, ce.childEnv()...)
 			// Services opened on demand (Redlock's servers) are opened
 			// on demand in the child too, from the same environment.

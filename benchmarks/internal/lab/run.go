@@ -173,8 +173,8 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		return Result{}, errors.New("benchmarks: a cell needs a duration or an operation count")
 	case wl.KeysPerOp == 1 && !spec.SingleKey, wl.KeysPerOp > 1 && !spec.MultiKey:
 		return Result{}, fmt.Errorf("%s on %s: %w", c.Strategy, c.Workload, errNotApplicable)
-	case wl.KeysPerOp > 1 && multiKeyUnsupported(be) != "":
-		return Result{}, fmt.Errorf("%s on %s: %s: %w", c.Workload, c.Backend, multiKeyUnsupported(be), errNotApplicable)
+	case wl.KeysPerOp > 1 && be.multiKeyUnsupported() != "":
+		return Result{}, fmt.Errorf("%s on %s: %s: %w", c.Workload, c.Backend, be.multiKeyUnsupported(), errNotApplicable)
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = DefaultMaxAttempts

@@ -34,7 +34,7 @@ func TestSQLiteSmoke(t *testing.T) {
 		t.Errorf("info %+v: want WAL and the local locker", info)
 	}
 	svc, _ := l.Service("sqlite")
-	dir := svc.(*sqliteBackend).dir
+	dir := svc.(*dataService).srv.URL
 	if err := l.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ func (h *harness) Locker(ctx context.Context) (hybrid.Locker, error) {
 	if h.locker != nil {
 		return h.locker, nil
 	}
-	if _, local := h.Backend.(processLocker); local && h.Cell.Procs > 1 {
+	if h.Backend.localLocks() && h.Cell.Procs > 1 {
 		return nil, fmt.Errorf("%s's lease lock is a lock of one process: its leases and fencing tokens mean nothing in another (--procs %d): %w",
 			h.Backend.Info().Name, h.Cell.Procs, errNotApplicable)
 	}
@@ -244,11 +244,6 @@ func (h *harness) close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
-
-// processLocker is implemented by a backend whose own lease lock works
-// in one process only (hybrid.NewLocalLocker, as on sqlite): hybrid and
-// adaptive do not apply to it with --procs.
-type processLocker interface{ processLocalLocker() }
 
 // nsLocker puts lock names in a cell's namespace.
 type nsLocker struct {

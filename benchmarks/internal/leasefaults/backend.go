@@ -2,26 +2,21 @@ package leasefaults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/occkit/occkit/adapters/etcdcas"
-	"github.com/occkit/occkit/adapters/memcas"
-	"github.com/occkit/occkit/adapters/pgcas"
-	"github.com/occkit/occkit/adapters/rediscas"
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 )
 
-// Backend is a lease lock and a fenced store on one system. Memory, Redis,
-// Etcd and Postgres build the four of occkit; any other can be described
-// the same way. A Backend is a plain value; its functions and store must
+// Backend is a lease lock and a fenced store on one system. Open builds
+// it for the systems of benchmarks/internal/backends; any other can be
+// described the same way. A Backend is a plain value; its functions and store must
 // be safe for concurrent use.
 type Backend struct {
 	// Name names the backend in results ("memory", "redis", ...).
@@ -54,20 +49,80 @@ type Backend struct {
 	Retryable func(error) bool
 }
 
-// Memory is the in-process backend: hybrid.NewLocalLocker(ttl), shared by
-// every worker as a lock server would be, and a memcas store. Its grants
-// run out after ttl; nothing can end one early. Its locker also serves a
-// fenced store that has no lock of its own (DynamoDB): copy the Backend
-// and set Name, Store and Retryable.
-func Memory(ttl time.Duration) Backend {
-	l := hybrid.NewLocalLocker(ttl)
-	return Backend{
-		Name:      "memory",
-		Store:     memcas.New(),
-		NewLocker: func(context.Context) (hybrid.Locker, error) { return l, nil },
-		TTL:       ttl,
-		RunsOut:   true,
+// Open returns the Backend of data's system: a store over namespace ns,
+// created here (data.Drop(ns) removes it and the lockers' state), and the
+// system's lease lock from locks, a client of the same server (data
+// itself, or connections of their own so that lock waiters cannot starve
+// the store). ttl is the grants' TTL where the system lets it be chosen
+// (Redis, at least rediscas.MinLockTTL; the in-process locker of memory
+// and DynamoDB, which have no lock service); etcd's is 1 s, its least,
+// and a PostgreSQL session lock has none.
+//
+// Where the system's grants run out by themselves (memory, Redis) a
+// paused holder loses its grant on time; Expire ends a grant early as its
+// expiry would: Redis deletes the lock key if it still holds the grant;
+// etcd revokes the holder's session lease (kept alive by the client in
+// the background, which a pause inside one goroutine does not stop);
+// PostgreSQL terminates the holder's backend, which frees its session
+// lock, as the server does to a client paused long enough for a TCP
+// keepalive or idle timeout to drop its connection.
+func Open(ctx context.Context, data, locks *backends.Client, ns string, ttl time.Duration) (Backend, error) {
+	s, err := data.CreateStore(ctx, ns)
+	if err != nil {
+		return Backend{}, err
 	}
+	fs, ok := s.(cas.FencedStore)
+	if !ok {
+		return Backend{}, fmt.Errorf("leasefaults: the %s store (%T) checks no fencing token", data.System, s)
+	}
+	b := Backend{Name: data.System, Store: fs, TTL: ttl, RunsOut: true, Retryable: data.Retryable()}
+	cfg := backends.LockerConfig{Name: ns, TTL: ttl}
+	perWorker := false // a Locker per worker, standing for a process of its own
+	switch data.System {
+	case backends.Redis:
+		perWorker = true
+		cli, key := locks.Redis(), backends.RedisLockPrefix(ns)
+		b.Expire = func(ctx context.Context, k string, lease hybrid.Lease) error {
+			return redisExpireScript.Run(ctx, cli, []string{key + "{" + k + "}"}, lease.Token()).Err()
+		}
+		b.ExpireNote = "the lock key was deleted on the server, as its expiry would"
+	case backends.Etcd:
+		perWorker = true
+		cfg.TTL = time.Second
+		b.TTL, b.RunsOut = cfg.TTL, false
+		b.Expire = etcdExpire(locks.Etcd(), backends.EtcdLockPrefix(ns))
+		b.ExpireNote = "the holder's etcd session lease was revoked, as its expiry would"
+	case backends.Postgres:
+		cfg.CheckInterval = 50 * time.Millisecond
+		b.TTL, b.RunsOut = 0, false
+		pool, seq := data.Postgres(), pgx.Identifier{backends.PostgresSequence(ns)}.Sanitize()
+		b.Expire = func(ctx context.Context, key string, _ hybrid.Lease) error {
+			if _, err := pool.Exec(ctx, pgTerminate, key, seq); err != nil {
+				return fmt.Errorf("leasefaults: terminating the holder of %q: %w", key, err)
+			}
+			return nil
+		}
+		b.ExpireNote = "the holder's backend was terminated (pg_terminate_backend), which frees its session lock"
+	}
+	// One now: it checks the configuration and creates what the locks
+	// need (a token sequence).
+	shared, closeShared, err := locks.NewLocker(ctx, cfg)
+	if err != nil {
+		return Backend{}, err
+	}
+	if perWorker {
+		if err := closeShared(); err != nil {
+			return Backend{}, err
+		}
+	}
+	b.NewLocker = func(ctx context.Context) (hybrid.Locker, error) {
+		if !perWorker {
+			return shared, nil
+		}
+		l, _, err := locks.NewLocker(ctx, cfg)
+		return l, err
+	}
+	return b, nil
 }
 
 // redisExpireScript deletes the lock key KEYS[1] if it holds the grant
@@ -80,77 +135,25 @@ end
 return 0
 `)
 
-// Redis is the Redis backend: a rediscas store under prefix and
-// rediscas.Lockers with lock keys under prefix+"lock:" and the given TTL
-// (at least rediscas.MinLockTTL). A grant runs out after ttl once its
-// watchdog stops; Expire deletes the lock key if it still holds the grant,
-// as the server would on expiring it early.
-func Redis(cli redis.UniversalClient, prefix string, ttl time.Duration) (Backend, error) {
-	s, err := rediscas.New(cli, rediscas.Config{Prefix: prefix})
-	if err != nil {
-		return Backend{}, err
-	}
-	lcfg := rediscas.LockerConfig{Prefix: prefix + "lock:", TTL: ttl}
-	// Check the configuration now; the lock key's layout is documented
-	// (rediscas.Locker): Prefix + "{" + key + "}".
-	if _, err := rediscas.NewLocker(cli, lcfg); err != nil {
-		return Backend{}, err
-	}
-	return Backend{
-		Name:  "redis",
-		Store: s,
-		NewLocker: func(context.Context) (hybrid.Locker, error) {
-			return rediscas.NewLocker(cli, lcfg)
-		},
-		TTL:     ttl,
-		RunsOut: true,
-		Expire: func(ctx context.Context, key string, lease hybrid.Lease) error {
-			return redisExpireScript.Run(ctx, cli, []string{lcfg.Prefix + "{" + key + "}"}, lease.Token()).Err()
-		},
-		ExpireNote: "the lock key was deleted on the server, as its expiry would",
-		Retryable:  rediscas.Retryable,
-	}, nil
-}
-
-// Etcd is the etcd backend: an etcdcas store under prefix, and an
-// etcdcas.Locker per worker (its own session lease, TTL 1 s: etcd's least)
-// with lock keys under prefix+"lock/". A session lease is kept alive by
-// the client in the background, which a pause inside one goroutine does
-// not stop: Expire revokes the session lease of the holder's grant, as
-// its expiry would once the holder's keepalives stopped.
-func Etcd(cli *clientv3.Client, prefix string) (Backend, error) {
-	s, err := etcdcas.New(cli, etcdcas.Config{Prefix: prefix})
-	if err != nil {
-		return Backend{}, err
-	}
-	lcfg := etcdcas.LockerConfig{Prefix: prefix + "lock/", TTL: time.Second}
-	return Backend{
-		Name:  "etcd",
-		Store: s,
-		NewLocker: func(context.Context) (hybrid.Locker, error) {
-			return etcdcas.NewLocker(cli, lcfg)
-		},
-		TTL: lcfg.TTL,
-		Expire: func(ctx context.Context, key string, lease hybrid.Lease) error {
-			// The grant is the key prefix/<key>\x00... created at the
-			// revision that is its token, attached to the session lease.
-			resp, err := cli.Get(ctx, lcfg.Prefix+key+"\x00", clientv3.WithPrefix())
-			if err != nil {
-				return fmt.Errorf("leasefaults: finding the grant of %q: %w", key, err)
-			}
-			for _, kv := range resp.Kvs {
-				if uint64(kv.CreateRevision) == lease.Token() {
-					if _, err := cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
-						return fmt.Errorf("leasefaults: revoking the session of %q: %w", key, err)
-					}
-					return nil
+// etcdExpire revokes the session lease of a grant: the key
+// prefix/<key>\x00... created at the revision that is its token, attached
+// to the session lease.
+func etcdExpire(cli *clientv3.Client, prefix string) func(ctx context.Context, key string, lease hybrid.Lease) error {
+	return func(ctx context.Context, key string, lease hybrid.Lease) error {
+		resp, err := cli.Get(ctx, prefix+key+"\x00", clientv3.WithPrefix())
+		if err != nil {
+			return fmt.Errorf("leasefaults: finding the grant of %q: %w", key, err)
+		}
+		for _, kv := range resp.Kvs {
+			if uint64(kv.CreateRevision) == lease.Token() {
+				if _, err := cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+					return fmt.Errorf("leasefaults: revoking the session of %q: %w", key, err)
 				}
+				return nil
 			}
-			return nil // the grant is gone already
-		},
-		ExpireNote: "the holder's etcd session lease was revoked, as its expiry would",
-		Retryable:  etcdcas.Retryable,
-	}, nil
+		}
+		return nil // the grant is gone already
+	}
 }
 
 // pgTerminate ends the backend holding the session advisory lock of $1
@@ -159,49 +162,3 @@ func Etcd(cli *clientv3.Client, prefix string) (Backend, error) {
 const pgTerminate = `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND objsubid = 1
   AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, $2::regclass::oid::bigint)`
-
-// Postgres is the PostgreSQL backend: a pgcas store on table (created if
-// missing) using pool, and a pgcas.Locker (session locks, tokens
-// from pgcas.DefaultTokenSequence, created if missing, checked every 50 ms)
-// on lockPool. Every waiting or holding lease pins a connection of
-// lockPool: give it one per worker. Both pools must resolve the sequence
-// the same way (same database and search_path), and pool's role must be
-// allowed to terminate lockPool's backends.
-//
-// A session advisory lock has no TTL: it lasts as long as its session.
-// Expire terminates the backend holding the grant (pg_terminate_backend),
-// which frees it: what the server does to a client paused long enough
-// for a TCP keepalive or idle timeout to drop its connection.
-func Postgres(ctx context.Context, pool, lockPool *pgxpool.Pool, table string) (Backend, error) {
-	if pool == nil || lockPool == nil {
-		return Backend{}, errors.New("leasefaults: Postgres: nil pool")
-	}
-	s, err := pgcas.New(pool, pgcas.Config{Table: table})
-	if err != nil {
-		return Backend{}, err
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		return Backend{}, err
-	}
-	l, err := pgcas.NewLocker(lockPool, pgcas.LockerConfig{CheckInterval: 50 * time.Millisecond})
-	if err != nil {
-		return Backend{}, err
-	}
-	if err := l.CreateSequence(ctx); err != nil {
-		return Backend{}, err
-	}
-	seq := pgx.Identifier{pgcas.DefaultTokenSequence}.Sanitize()
-	return Backend{
-		Name:      "postgres",
-		Store:     s,
-		NewLocker: func(context.Context) (hybrid.Locker, error) { return l, nil },
-		Expire: func(ctx context.Context, key string, _ hybrid.Lease) error {
-			if _, err := pool.Exec(ctx, pgTerminate, key, seq); err != nil {
-				return fmt.Errorf("leasefaults: terminating the holder of %q: %w", key, err)
-			}
-			return nil
-		},
-		ExpireNote: "the holder's backend was terminated (pg_terminate_backend), which frees its session lock",
-		Retryable:  pgcas.Retryable,
-	}, nil
-}

@@ -4,8 +4,11 @@
 // stale write in: the fencing token checked by the write, not the lease,
 // is what keeps it out.
 //
+//	srv, _ := backends.Env{}.Reach(ctx, backends.Memory)
+//	c, _ := srv.Connect(ctx, backends.ClientOptions{})
+//	b, _ := leasefaults.Open(ctx, c, c, "counters", 300*time.Millisecond)
 //	results, err := leasefaults.Run(ctx, leasefaults.Config{
-//		Backends: []leasefaults.Backend{leasefaults.Memory(300 * time.Millisecond)},
+//		Backends: []leasefaults.Backend{b},
 //		Duration: 2 * time.Second,
 //	})
 //	for _, r := range results {

@@ -35,10 +35,16 @@ func (h *holder) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 		l.ctx, l.cancel = context.WithCancel(context.Background())
 	}
 	h.cur = l
+	if _, ok := g.(hybrid.ExpiringLease); ok {
+		return expiringHeldLease{l}, nil
+	}
 	return l, nil
 }
 
-// heldLease is a lease of a holder.
+// heldLease is a lease of a holder. It is a hybrid.ExpiringLease
+// (expiringHeldLease) exactly when the inner lease is: a lease that does
+// not say when it expires (a PostgreSQL session lock) gets no expiry, and
+// hybrid.Update checks no time left on it, as on the inner lease.
 type heldLease struct {
 	inner        hybrid.Lease
 	stopRenewals context.CancelFunc // ends the context given to Acquire
@@ -47,20 +53,19 @@ type heldLease struct {
 	cancel       context.CancelFunc // skewed leases: ends ctx
 }
 
+// expiringHeldLease is a heldLease over a hybrid.ExpiringLease.
+type expiringHeldLease struct{ *heldLease }
+
+// Expires is the inner lease's expiry plus the skew.
+func (l expiringHeldLease) Expires() time.Time {
+	return l.inner.(hybrid.ExpiringLease).Expires().Add(l.skew)
+}
+
 func (l *heldLease) Token() uint64 { return l.inner.Token() }
 
 // Context is the inner lease's, or for a skewed lease one that only
 // Release ends: the holder's wrong clock says the lease still runs.
 func (l *heldLease) Context() context.Context { return l.ctx }
-
-// Expires is the inner lease's expiry plus the skew. A lease that does
-// not say when it expires (a PostgreSQL session lock) never expires.
-func (l *heldLease) Expires() time.Time {
-	if e, ok := l.inner.(interface{ Expires() time.Time }); ok {
-		return e.Expires().Add(l.skew)
-	}
-	return time.Now().Add(time.Hour + l.skew)
-}
 
 func (l *heldLease) Release(ctx context.Context) error {
 	err := l.inner.Release(ctx)
@@ -72,12 +77,13 @@ func (l *heldLease) Release(ctx context.Context) error {
 }
 
 // looksValid is the check hybrid.Update makes before its write: the lease
-// is not known lost and at least margin of it remains.
+// is not known lost and, if it is a hybrid.ExpiringLease, at least margin
+// of it remains.
 func looksValid(g hybrid.Lease, margin time.Duration) bool {
 	if g.Context().Err() != nil {
 		return false
 	}
-	e, ok := g.(interface{ Expires() time.Time })
+	e, ok := g.(hybrid.ExpiringLease)
 	return !ok || time.Until(e.Expires()) >= margin
 }
 

@@ -2,6 +2,8 @@ package leasefaults
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -13,11 +15,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/internal/etcdtest"
-	"github.com/occkit/occkit/internal/pgtest"
-	"github.com/occkit/occkit/internal/redistest"
+	"github.com/occkit/occkit/hybrid"
 )
 
 func TestMain(m *testing.M) {
@@ -30,51 +31,53 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// testBackends are the four backends on the test servers. Redis and
-// PostgreSQL come from OCCKIT_REDIS_URL and OCCKIT_PG_URL (set by `make
-// test`); a missing one fails the test, naming the variable.
-var testBackends = []struct {
-	name  string
-	setup func(t *testing.T) Backend
-}{
-	{"memory", func(*testing.T) Backend { return Memory(300 * time.Millisecond) }},
-	{"redis", func(t *testing.T) Backend {
-		b, err := Redis(redistest.Client(t), redistest.Prefix(t), 300*time.Millisecond)
-		if err != nil {
+// open returns the Backend of system on the test servers, on a fresh
+// namespace removed when the test ends. Redis and PostgreSQL come from
+// OCCKIT_REDIS_URL and OCCKIT_PG_URL (set by `make test`); a missing one
+// fails the test, naming the variable. etcd runs in process.
+func open(t *testing.T, system string, ttl time.Duration) Backend {
+	t.Helper()
+	ctx := context.Background()
+	srv, err := backends.Env{}.Reach(ctx, system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close(ctx) })
+	// Lock waiters pin a connection each on PostgreSQL: a pool of their
+	// own, so that they cannot starve the store.
+	var clients [2]*backends.Client
+	for i := range clients {
+		if clients[i], err = srv.Connect(ctx, backends.ClientOptions{Conns: 16}); err != nil {
 			t.Fatal(err)
 		}
-		return b
-	}},
-	{"etcd", func(t *testing.T) Backend {
-		b, err := Etcd(etcdtest.Start(t, etcdtest.Options{}).Client(), "leasefaults/")
-		if err != nil {
-			t.Fatal(err)
+		t.Cleanup(func() { _ = clients[i].Close() })
+	}
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	ns := "leasefaults_" + hex.EncodeToString(r[:])
+	b, err := Open(ctx, clients[0], clients[1], ns, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := clients[0].Drop(ctx, ns); err != nil {
+			t.Errorf("dropping %s: %v", ns, err)
 		}
-		return b
-	}},
-	{"postgres", func(t *testing.T) Backend {
-		pool := pgtest.Pool(t)
-		// Lock waiters pin a connection each: a pool of their own, so
-		// that they cannot starve the store.
-		lcfg := pool.Config()
-		lcfg.MaxConns = 16
-		lockPool := pgtest.Open(t, lcfg)
-		b, err := Postgres(context.Background(), pool, lockPool, "counters")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}},
+	})
+	return b
 }
+
+// testBackends are the four systems with a lease lock on the test servers.
+var testBackends = []string{backends.Memory, backends.Redis, backends.Etcd, backends.Postgres}
 
 // TestFaults runs both faults on every backend and checks that stale
 // writes were sent and every one was refused, and that no increment was
 // lost or applied twice. Then it runs the mutant, whose rogue holders
 // write without the fence, and checks that the same run catches it.
 func TestFaults(t *testing.T) {
-	for _, tb := range testBackends {
-		t.Run(tb.name, func(t *testing.T) {
-			b := tb.setup(t)
+	for _, system := range testBackends {
+		t.Run(system, func(t *testing.T) {
+			b := open(t, system, 300*time.Millisecond)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 
@@ -206,7 +209,7 @@ func TestHistoryCatchesBuggyStores(t *testing.T) {
 		t.Run(bug, func(t *testing.T) {
 			t.Parallel() // mostly waiting
 			inner := memcas.New()
-			b := Memory(100 * time.Millisecond)
+			b := open(t, backends.Memory, 100*time.Millisecond)
 			b.Name, b.Store, b.Direct = "buggy", &buggyStore{Store: inner, bug: bug, last: map[string]cas.Item{}}, inner
 			results, err := Run(context.Background(), Config{Backends: []Backend{b}, Faults: []string{ClockJump}, Duration: 500 * time.Millisecond})
 			if err != nil {
@@ -233,7 +236,7 @@ func TestRunErrors(t *testing.T) {
 	if _, err := Run(ctx, Config{}); err == nil {
 		t.Error("Run without backends: nil error")
 	}
-	m := Memory(100 * time.Millisecond)
+	m := open(t, backends.Memory, 100*time.Millisecond)
 	_, err := Run(ctx, Config{Backends: []Backend{m}, Faults: []string{"meteor"}})
 	var re *RunError
 	if !errors.As(err, &re) || re.Backend != "memory" || re.Fault != "meteor" {
@@ -243,5 +246,59 @@ func TestRunErrors(t *testing.T) {
 	_, err = Run(ctx, Config{Backends: []Backend{m}, Faults: []string{PausedHolder}})
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("a backend whose grants can neither run out nor be ended: %v, want ErrUnsupported", err)
+	}
+}
+
+// sessionLocker hands out leases that do not say when they expire, as
+// PostgreSQL's session locks do: hybrid.NewLocalLocker's leases with
+// their Expires hidden.
+type sessionLocker struct{ hybrid.Locker }
+
+type sessionLease struct{ hybrid.Lease }
+
+func (l sessionLocker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	g, err := l.Locker.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return sessionLease{g}, nil
+}
+
+// TestHolderExpiry: a holder's lease knows its expiry (shifted by the
+// holder's skew) exactly when the inner lease does; one that does not is
+// no hybrid.ExpiringLease (none is invented), and looksValid checks no
+// time on it, as hybrid.Update does not.
+func TestHolderExpiry(t *testing.T) {
+	ctx := t.Context()
+	const skew = time.Hour
+	h := &holder{inner: hybrid.NewLocalLocker(time.Second), skew: skew}
+	g, err := h.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, ok := g.(hybrid.ExpiringLease)
+	if !ok {
+		t.Fatalf("%T over a local lease is no hybrid.ExpiringLease", g)
+	}
+	if left := time.Until(e.Expires()); left < skew || left > skew+time.Second {
+		t.Errorf("a skewed lease has %v left, want the inner lease's second plus the skew", left)
+	}
+	if !looksValid(g, time.Minute) {
+		t.Error("looksValid: a lease with an hour left fails a margin of a minute")
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	h = &holder{inner: sessionLocker{hybrid.NewLocalLocker(time.Second)}, skew: skew}
+	if g, err = h.Acquire(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = g.Release(ctx) }()
+	if _, ok := g.(hybrid.ExpiringLease); ok {
+		t.Fatalf("%T over a lease without an expiry is a hybrid.ExpiringLease: an expiry was invented", g)
+	}
+	if !looksValid(g, 24*time.Hour) {
+		t.Error("looksValid checked the time left of a lease that does not know it")
 	}
 }

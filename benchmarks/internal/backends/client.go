@@ -1,0 +1,209 @@
+package backends
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
+)
+
+// ClientOptions configure a client. The zero value connects to the server
+// itself with the driver's default pool.
+type ClientOptions struct {
+	// Via is the host:port to dial instead of the server's own (a proxy
+	// in front of it, Server.Proxy); empty: the server itself.
+	Via string
+	// Conns is the most connections the client keeps open (0: the
+	// driver's default).
+	Conns int
+	// DialTimeout bounds dialing (0: the driver's default).
+	DialTimeout time.Duration
+	// Scope is the PostgreSQL schema or MySQL database the client works
+	// in (empty: the server's default); other systems ignore it.
+	Scope string
+	// CreateScope creates Scope first (DropScope removes it).
+	CreateScope bool
+}
+
+// Client is a connection pool to one server. Its stores, lockers and
+// native client stay valid until Close.
+type Client struct {
+	// System is the server's system.
+	System string
+	d      driver
+	// The native client, for checks (one of them is set).
+	pg   *pgxpool.Pool
+	rdb  *redis.Client
+	etcd *clientv3.Client
+	dyn  *dynamodb.Client
+	db   *sql.DB
+}
+
+// driver is a system's part of a Client.
+type driver interface {
+	// store returns a store over namespace ns.
+	store(ns string) (cas.Store, error)
+	// create makes what a store over ns needs (a table).
+	create(ctx context.Context, ns string) error
+	// drop removes ns's data and its locker's state (table, keys,
+	// token sequence).
+	drop(ctx context.Context, ns string) error
+	// locker returns the system's lease lock, named cfg.Name, and what
+	// closes it.
+	locker(ctx context.Context, cfg LockerConfig) (hybrid.Locker, func() error, error)
+	// describe returns the server's version and durability settings.
+	describe(ctx context.Context) (version, durability string, err error)
+	dropScope(ctx context.Context) error
+	close() error
+}
+
+// Connect opens a client of the server. It connects when first used
+// (except to create ClientOptions.Scope): Describe checks that the server
+// answers.
+func (s *Server) Connect(ctx context.Context, opts ClientOptions) (*Client, error) {
+	var d driver
+	var err error
+	switch s.System {
+	case Memory:
+		d = memoryDriver{s.memory}
+	case Postgres:
+		d, err = connectPostgres(ctx, s, opts)
+	case Redis:
+		d, err = connectRedis(s, opts)
+	case Etcd:
+		d, err = connectEtcd(s, opts)
+	case DynamoDB:
+		d, err = connectDynamo(s, opts)
+	case MySQL:
+		d, err = connectMySQL(ctx, s, opts)
+	case SQLite:
+		d, err = connectSQLite(s, opts)
+	default:
+		err = fmt.Errorf("%s has no cas store", s.System)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.System, err)
+	}
+	c := &Client{System: s.System, d: d}
+	switch d := d.(type) {
+	case *pgDriver:
+		c.pg = d.pool
+	case *redisDriver:
+		c.rdb = d.cli
+	case *etcdDriver:
+		c.etcd = d.cli
+	case *dynamoDriver:
+		c.dyn = d.cli
+	case *sqlDriver:
+		c.db = d.db
+	}
+	return c, nil
+}
+
+// Store returns a store over namespace ns (a table, or a key prefix),
+// which CreateStore made (here or in another process).
+func (c *Client) Store(ns string) (cas.Store, error) { return c.d.store(ns) }
+
+// CreateStore makes a fresh store over namespace ns (lower-case letters,
+// digits and '_'), creating its table where the system has tables. Drop
+// removes it.
+func (c *Client) CreateStore(ctx context.Context, ns string) (cas.Store, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.d.create(cctx, ns); err != nil {
+		return nil, err
+	}
+	return c.d.store(ns)
+}
+
+// Drop removes the data of namespace ns, and the state of the locker
+// named ns (30 s at most).
+func (c *Client) Drop(ctx context.Context, ns string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return c.d.drop(ctx, ns)
+}
+
+// LockerConfig configures a locker.
+type LockerConfig struct {
+	// Name is the locker's namespace (lower-case letters, digits and
+	// '_'): its lock keys, token sequence or token table. Drop(Name)
+	// removes them.
+	Name string
+	// TTL is how long a grant lasts unless renewed, where the system's
+	// lock has one (memory, Redis, etcd; etcd's least is 1 s).
+	TTL time.Duration
+	// CheckInterval is how often a PostgreSQL lease checks its session
+	// (0: pgcas's default).
+	CheckInterval time.Duration
+}
+
+// NewLocker returns the system's lease lock (hybrid.Locker) and the
+// function that closes it: pgcas's advisory locks, rediscas's and
+// etcdcas's leases, sqlcas's GET_LOCK on MySQL; on the systems without a
+// lock service (memory, DynamoDB, SQLite) hybrid.NewLocalLocker, which
+// serves this process only. It creates the token sequence or table it
+// needs.
+func (c *Client) NewLocker(ctx context.Context, cfg LockerConfig) (hybrid.Locker, func() error, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return c.d.locker(cctx, cfg)
+}
+
+// HasLockService reports whether NewLocker's lock is a server's, which
+// other processes share; false: hybrid.NewLocalLocker, in this process.
+func (c *Client) HasLockService() bool {
+	switch c.System {
+	case Postgres, Redis, Etcd, MySQL:
+		return true
+	}
+	return false
+}
+
+// Retryable reports the transient errors of the system's adapter that are
+// safe to retry (its own classifier), or is nil (memory).
+func (c *Client) Retryable() func(error) bool { return retryable[c.System] }
+
+// Describe asks the server its version and durability settings, for
+// reports.
+func (c *Client) Describe(ctx context.Context) (version, durability string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return c.d.describe(ctx)
+}
+
+// DropScope removes the client's ClientOptions.Scope and everything in
+// it.
+func (c *Client) DropScope(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return c.d.dropScope(ctx)
+}
+
+// Close closes the client's connections.
+func (c *Client) Close() error { return c.d.close() }
+
+// Postgres returns the client's pool, or nil on another system.
+func (c *Client) Postgres() *pgxpool.Pool { return c.pg }
+
+// Redis returns the client's Redis client, or nil on another system.
+func (c *Client) Redis() *redis.Client { return c.rdb }
+
+// Etcd returns the client's etcd client, or nil on another system.
+func (c *Client) Etcd() *clientv3.Client { return c.etcd }
+
+// DynamoDB returns the client's DynamoDB client, or nil on another
+// system.
+func (c *Client) DynamoDB() *dynamodb.Client { return c.dyn }
+
+// SQL returns the client's *sql.DB (MySQL, SQLite), or nil on another
+// system.
+func (c *Client) SQL() *sql.DB { return c.db }

@@ -1,0 +1,61 @@
+package backends
+
+import (
+	"context"
+	"time"
+
+	"github.com/occkit/occkit/adapters/dynamocas"
+	"github.com/occkit/occkit/adapters/etcdcas"
+	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/adapters/rediscas"
+	"github.com/occkit/occkit/adapters/sqlcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
+)
+
+// retryable is each system's adapter classifier of transient errors.
+var retryable = map[string]func(error) bool{
+	Postgres: pgcas.Retryable,
+	Redis:    rediscas.Retryable,
+	Etcd:     etcdcas.Retryable,
+	DynamoDB: dynamocas.Retryable,
+	MySQL:    sqlcas.Retryable,
+	SQLite:   sqlcas.Retryable,
+}
+
+// memoryDriver serves memcas stores, shared by the clients of one memory
+// Server.
+type memoryDriver struct{ stores *memoryStores }
+
+func (d memoryDriver) store(ns string) (cas.Store, error) { return d.stores.get(ns), nil }
+
+func (d memoryDriver) create(_ context.Context, ns string) error {
+	d.stores.drop(ns) // a fresh store
+	return nil
+}
+
+func (d memoryDriver) drop(_ context.Context, ns string) error {
+	d.stores.drop(ns)
+	return nil
+}
+
+func (memoryDriver) locker(_ context.Context, cfg LockerConfig) (hybrid.Locker, func() error, error) {
+	return localLocker(cfg)
+}
+
+func (memoryDriver) describe(context.Context) (string, string, error) {
+	return "", "none (process memory)", nil
+}
+
+func (memoryDriver) dropScope(context.Context) error { return nil }
+func (memoryDriver) close() error                    { return nil }
+
+// localLocker is the lease lock of the systems without a lock service:
+// hybrid.NewLocalLocker, in this process.
+func localLocker(cfg LockerConfig) (hybrid.Locker, func() error, error) {
+	ttl := cfg.TTL
+	if ttl <= 0 {
+		ttl = 10 * time.Second
+	}
+	return hybrid.NewLocalLocker(ttl), func() error { return nil }, nil
+}

@@ -1,0 +1,387 @@
+// Package backends is the one place the benchmark programs (occbench's
+// lab and stories, occfaults, the lease faults) open the systems they run
+// on: memory, PostgreSQL, Redis, etcd, DynamoDB, MySQL/MariaDB, SQLite,
+// and ZooKeeper for its lock.
+//
+// # Servers and clients
+//
+// [Env.Reach] finds a system's server, through the environment variable
+// that names it ([EnvVar]) or by starting a throwaway one (a
+// scripts/servers/<name>.sh script, or in process for etcd, DynamoDB and
+// SQLite; internal/servers does the starting). [Env.StartOwn] starts a
+// server of the caller's own, which [Server.Restart] can restart.
+// [Server.Proxy] puts a fault proxy (internal/faultproxy, which can also
+// add a delay each way) in front of it.
+//
+// [Server.Connect] opens a [Client]: a pool of connections to the server
+// (optionally through a proxy), which opens cas stores in namespaces
+// ([Client.CreateStore], [Client.Store], [Client.Drop]), hands out the
+// system's lease lock ([Client.NewLocker]), says which errors are
+// transient ([Client.Retryable]) and what the server is ([Client.Describe]),
+// and gives its native client for checks ([Client.Postgres],
+// [Client.Redis], ...).
+//
+// Servers and clients are safe for concurrent use.
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/internal/faultproxy"
+	"github.com/occkit/occkit/internal/servers"
+)
+
+// The systems.
+const (
+	Memory    = "memory"
+	Postgres  = "postgres"
+	Redis     = "redis"
+	Etcd      = "etcd"
+	DynamoDB  = "dynamodb"
+	MySQL     = "mysql"
+	SQLite    = "sqlite"
+	ZooKeeper = "zookeeper"
+)
+
+// ErrUnavailable marks a system whose server can neither be reached nor
+// started here; the error says why.
+var ErrUnavailable = errors.New("backends: unavailable")
+
+// The environment variables that name servers. The in-process ones
+// (etcd, minidyn, SQLite's directory) are set for child processes that
+// must reach their parent's server.
+const (
+	EnvPostgresURL   = "OCCKIT_PG_URL"
+	EnvRedisURL      = "OCCKIT_REDIS_URL"
+	EnvMySQLDSN      = "OCCKIT_MYSQL_DSN"
+	EnvZooKeeperAddr = "OCCKIT_ZK_ADDR"
+	EnvDynaliteURL   = servers.EnvDynaliteURL
+	EnvEtcdURL       = "OCCKIT_LAB_ETCD_URL"
+	EnvMinidynURL    = "OCCKIT_LAB_MINIDYN_URL"
+	EnvSQLiteDir     = "OCCKIT_LAB_SQLITE_DIR"
+)
+
+// scripts are the systems started by scripts/servers/<script>.sh.
+var scripts = map[string]struct{ script, envVar, binary string }{
+	Postgres: {"postgres", EnvPostgresURL, servers.PostgresBinary},
+	Redis:    {"redis", EnvRedisURL, servers.RedisBinary},
+	MySQL:    {"mariadb", EnvMySQLDSN, servers.MariaDBBinary},
+}
+
+// Env says how servers are reached or started. The zero value reaches
+// servers through os.Getenv only.
+type Env struct {
+	// RepoRoot is the occkit checkout, for scripts/servers/*.sh. Empty:
+	// found from the working directory.
+	RepoRoot string
+	// StartServers allows starting throwaway servers from installed
+	// binaries (never installing anything). Servers in process (etcd,
+	// minidyn, SQLite) are started whatever it says.
+	StartServers bool
+	// Log receives the scripts' messages and a line per server started
+	// (nothing if nil).
+	Log io.Writer
+	// Getenv reads the environment (os.Getenv if nil).
+	Getenv func(string) string
+}
+
+func (e Env) getenv(k string) string {
+	if e.Getenv != nil {
+		return e.Getenv(k)
+	}
+	return os.Getenv(k)
+}
+
+// Root returns RepoRoot, or the checkout above the working directory.
+func (e Env) Root() (string, error) {
+	if e.RepoRoot != "" {
+		return e.RepoRoot, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return servers.RepoRoot(wd)
+}
+
+// Server is a system's server, reached or started.
+type Server struct {
+	// System is the system's name (Postgres, ...).
+	System string
+	// URL is how clients reach the server itself: a postgres:// or
+	// redis:// URL, a go-sql-driver/mysql DSN, etcd's or the DynamoDB
+	// server's http:// URL, ZooKeeper's host:port, SQLite's directory;
+	// empty for memory.
+	URL string
+	// EnvVar is the environment variable that names this server to
+	// Env.Reach (in a child process, say); empty for memory.
+	EnvVar string
+	// Where says what the server is and who started it, for reports.
+	Where string
+	// Version is the server's version where it is known without asking
+	// it (in-process servers); Client.Describe asks the others.
+	Version string
+	// MultiKeyUnsupported says why the server cannot commit several keys
+	// atomically (dynalite has no TransactWriteItems), or is "".
+	MultiKeyUnsupported string
+
+	script  *servers.Script // restartable when the script says so
+	stop    func()          // an in-process server's
+	memory  *memoryStores
+	closeMu sync.Mutex
+}
+
+// Reach returns the server of system named by its environment variable,
+// or starts one (Server.Close stops it): with its script when
+// StartServers is set, or in process. An error wraps ErrUnavailable.
+func (e Env) Reach(ctx context.Context, system string) (*Server, error) {
+	s, err := e.reach(ctx, system)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return s, nil
+}
+
+func (e Env) reach(ctx context.Context, system string) (*Server, error) {
+	s := &Server{System: system}
+	if sc, ok := scripts[system]; ok {
+		s.EnvVar = sc.envVar
+		if s.URL = e.getenv(sc.envVar); s.URL != "" {
+			s.Where = "at " + redact(s.URL) + " (" + sc.envVar + ")"
+			return s, nil
+		}
+		if !e.StartServers {
+			return nil, fmt.Errorf("%s is not set, and starting servers is off", sc.envVar)
+		}
+		if e.Log != nil {
+			fmt.Fprintf(e.Log, "%s: %s is not set: starting a throwaway server with scripts/servers/%s.sh\n", sc.script, sc.envVar, sc.script)
+		}
+		started, err := e.start(ctx, system)
+		if err != nil {
+			return nil, fmt.Errorf("%s is not set, and %w", sc.envVar, err)
+		}
+		return started, nil
+	}
+	switch system {
+	case Memory:
+		s.Where, s.memory = "in process (adapters/memcas)", &memoryStores{m: map[string]*memcas.Store{}}
+	case Etcd:
+		s.EnvVar = EnvEtcdURL
+		if s.URL = e.getenv(EnvEtcdURL); s.URL != "" {
+			s.Where = "etcd at " + s.URL + ", the parent process's member"
+			break
+		}
+		srv, err := servers.StartEtcd(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.URL, s.Version, s.stop = srv.Endpoint, srv.Version, srv.Close
+		s.Where = fmt.Sprintf("etcd %s, one member in process (go.etcd.io/etcd/server/v3/embed) at %s", srv.Version, srv.Endpoint)
+	case DynamoDB:
+		if s.URL = e.getenv(EnvMinidynURL); s.URL != "" {
+			s.EnvVar, s.Where = EnvMinidynURL, "minidyn at "+s.URL+", the parent process's"
+		} else if s.URL = e.getenv(EnvDynaliteURL); s.URL != "" {
+			s.EnvVar, s.Where = EnvDynaliteURL, "dynalite at "+redact(s.URL)+" ("+EnvDynaliteURL+")"
+			s.MultiKeyUnsupported = "dynalite has no TransactWriteItems, so no atomic multi-key commit (run without " + EnvDynaliteURL + " for minidyn, which has it)"
+		} else {
+			srv := servers.StartMinidyn()
+			s.URL, s.EnvVar, s.stop = srv.URL, EnvMinidynURL, srv.Close
+			s.Where = "minidyn's DynamoDB HTTP server in process at " + srv.URL
+		}
+	case SQLite:
+		s.EnvVar = EnvSQLiteDir
+		if s.URL = e.getenv(EnvSQLiteDir); s.URL != "" {
+			s.Where = "the parent process's file in " + s.URL
+			break
+		}
+		dir, err := os.MkdirTemp("", "occbench-sqlite-")
+		if err != nil {
+			return nil, err
+		}
+		s.URL, s.stop = dir, func() { _ = os.RemoveAll(dir) }
+		s.Where = "file " + filepath.Join(dir, sqliteFile) + " in a temporary directory"
+	case ZooKeeper:
+		s.EnvVar = EnvZooKeeperAddr
+		if s.URL = e.getenv(EnvZooKeeperAddr); s.URL != "" {
+			s.Where = "at " + s.URL + " (" + EnvZooKeeperAddr + ")"
+			break
+		}
+		if !e.StartServers {
+			return nil, fmt.Errorf("%s is not set, and starting servers is off", EnvZooKeeperAddr)
+		}
+		srv, err := servers.StartZooKeeper(ctx)
+		if errors.Is(err, servers.ErrZooKeeperNotInstalled) {
+			return nil, fmt.Errorf("%s is not set, and ZooKeeper is not installed (apt-get install zookeeper; servers are never installed here)", EnvZooKeeperAddr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.URL, s.Version, s.stop = srv.Addr, srv.Version, srv.Stop
+		s.Where = fmt.Sprintf("standalone at %s (Debian's package), admin server off, four-letter words off", srv.Addr)
+	default:
+		return nil, fmt.Errorf("unknown system %q", system)
+	}
+	if s.stop != nil && e.Log != nil {
+		fmt.Fprintf(e.Log, "%s: started %s\n", system, s.Where)
+	}
+	return s, nil
+}
+
+// StartOwn starts a server of system for the caller alone, with its
+// script, whatever the environment names: one that Restart can restart
+// (the environment's server may be shared, and is never restarted). It
+// fails, matching servers.ErrNotInstalled, when the server is not
+// installed, and with servers.ErrNoRestart for a system that cannot be
+// restarted.
+func (e Env) StartOwn(ctx context.Context, system string) (*Server, error) {
+	s, err := e.start(ctx, system)
+	if err != nil {
+		return nil, err
+	}
+	if !s.script.CanRestart() {
+		_ = s.Close(context.Background())
+		return nil, fmt.Errorf("%s: %w", system, servers.ErrNoRestart)
+	}
+	return s, nil
+}
+
+// start starts a server of system with its script.
+func (e Env) start(ctx context.Context, system string) (*Server, error) {
+	sc, ok := scripts[system]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", system, servers.ErrNoRestart)
+	}
+	root, err := e.Root()
+	if err != nil {
+		return nil, fmt.Errorf("scripts/servers/%s.sh cannot be found: %w", sc.script, err)
+	}
+	script, err := servers.StartScript(ctx, root, sc.script, sc.envVar, sc.binary, e.Log)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{System: system, URL: script.URL, EnvVar: sc.envVar, script: script,
+		Where: "at " + redact(script.URL) + ", started with scripts/servers/" + sc.script + ".sh"}, nil
+}
+
+// Started reports whether the server was started here (and Close stops
+// it), rather than named by the environment.
+func (s *Server) Started() bool { return s.script != nil || s.stop != nil }
+
+// Restart stops the server, keeps it down for down, and starts it again
+// with its data (servers.Script.Restart); only a server of StartOwn's can.
+func (s *Server) Restart(ctx context.Context, down time.Duration) error {
+	if s.script == nil {
+		return servers.ErrNoRestart
+	}
+	return s.script.Restart(ctx, down)
+}
+
+// Addr returns the host:port the server listens on, for a proxy.
+func (s *Server) Addr() (string, error) {
+	switch s.System {
+	case Memory, SQLite:
+		return "", fmt.Errorf("%s runs in process: no address", s.System)
+	case ZooKeeper:
+		return s.URL, nil
+	case MySQL:
+		cfg, err := mysql.ParseDSN(s.URL)
+		if err != nil {
+			return "", err
+		}
+		return cfg.Addr, nil
+	}
+	p, err := url.Parse(s.URL)
+	if err != nil {
+		return "", err
+	}
+	if p.Port() == "" {
+		return "", fmt.Errorf("no port in %s", p.Redacted())
+	}
+	return p.Host, nil
+}
+
+// Proxy returns a new fault proxy in front of the server, holding every
+// byte for delay in each direction (faultproxy.Proxy.SetDelay). Clients
+// reach the server through it with ClientOptions.Via = its Addr(); the
+// caller closes it.
+func (s *Server) Proxy(delay time.Duration) (*faultproxy.Proxy, error) {
+	addr, err := s.Addr()
+	if err != nil {
+		return nil, err
+	}
+	p, err := faultproxy.New(addr)
+	if err != nil {
+		return nil, fmt.Errorf("proxy for %s: %w", addr, err)
+	}
+	p.SetDelay(delay)
+	return p, nil
+}
+
+// Close stops the server if it was started here; it does nothing to a
+// server named by the environment. Close its clients first.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+	if s.script != nil {
+		err := s.script.Stop(ctx)
+		s.script = nil
+		return err
+	}
+	return nil
+}
+
+// redact drops a password from a URL for reports; a DSN (no scheme) is
+// shown without its user and password.
+func redact(u string) string {
+	if !strings.Contains(u, "://") {
+		if at := strings.LastIndex(u, "@"); at >= 0 {
+			return u[at+1:]
+		}
+		return u
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return p.Redacted()
+}
+
+// memoryStores are the stores of the memory "server": the clients of one
+// memory Server share them, as clients of one database server would.
+type memoryStores struct {
+	mu sync.Mutex
+	m  map[string]*memcas.Store
+}
+
+func (m *memoryStores) get(ns string) *memcas.Store {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.m[ns]
+	if !ok {
+		s = memcas.New()
+		m.m[ns] = s
+	}
+	return s
+}
+
+func (m *memoryStores) drop(ns string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, ns)
+}
