@@ -8,23 +8,15 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/occkit/occkit/adapters/etcdcas"
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/locks"
 )
 
 // The etcd mode: etcdcas.Locker, whose grants are keys attached to the
 // client's lease; the token (the key's creation revision) is shown but
 // the data is written without it.
-
-func etcdClient(endpoint string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
-		Endpoints:   []string{endpoint},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
-}
 
 // etcdLockName is the lock's name under the run's prefix.
 const etcdLockName = "stock"
@@ -33,7 +25,7 @@ func openEtcdLock(_ context.Context, r *run) (lockService, error) {
 	if r.spec.Endpoints.Etcd == "" {
 		return nil, errors.New("no etcd server")
 	}
-	cli, err := etcdClient(r.spec.Endpoints.Etcd)
+	cli, err := backends.EtcdClient(5*time.Second, r.spec.Endpoints.Etcd)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +39,7 @@ type etcdLockService struct {
 }
 
 func (s *etcdLockService) newLocker(_ context.Context, ep endpoints) (*locker, error) {
-	cli, err := etcdClient(ep.Etcd)
+	cli, err := backends.EtcdClient(5*time.Second, ep.Etcd)
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/locks"
 )
 
@@ -70,28 +70,6 @@ func newRedisLock(ctx context.Context, h *harness) (cellStrategy, error) {
 		return nil, err
 	}
 	cli := rs.RedisClient()
-	h.OnClose(func(ctx context.Context) error { return deleteRedisPrefix(ctx, cli, "lab-lock:"+h.NS+"/") })
+	h.OnClose(func(ctx context.Context) error { return backends.DeleteRedisPrefix(ctx, cli, "lab-lock:"+h.NS+"/") })
 	return lockedDo(h, "lab-lock:"+h.NS+"/", &locks.Redis{Client: cli, TTL: redisLockTTL, PollMin: redisLockPollMin, PollMax: redisLockPollMax}), nil
-}
-
-// deleteRedisPrefix removes every key under prefix.
-func deleteRedisPrefix(ctx context.Context, cli redis.UniversalClient, prefix string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	it := cli.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for it.Next(ctx) {
-		keys = append(keys, it.Val())
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		if err := cli.Del(ctx, keys[:n]...).Err(); err != nil {
-			return err
-		}
-		keys = keys[n:]
-	}
-	return nil
 }

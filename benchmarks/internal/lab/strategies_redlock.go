@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/internal/servers"
 )
@@ -202,7 +203,7 @@ func newRedlock(ctx context.Context, h *harness) (cellStrategy, error) {
 	h.OnClose(func(ctx context.Context) error {
 		var errs []error
 		for _, c := range rl.clients {
-			errs = append(errs, deleteRedisPrefix(ctx, c, "lab-redlock:"+h.NS+"/"))
+			errs = append(errs, backends.DeleteRedisPrefix(ctx, c, "lab-redlock:"+h.NS+"/"))
 		}
 		return errors.Join(errs...)
 	})
