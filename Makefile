@@ -22,7 +22,7 @@ lint: tools
 # loudly and say which environment variable they miss).
 unit:
 	go test -race ./...
-	for d in $$(bash scripts/modules.sh); do (cd $$d && go test -race ./...) || exit 1; done
+	for d in $$(bash scripts/modules.sh); do (cd $$d && GOWORK=off GOFLAGS=-mod=mod go test -race ./...) || exit 1; done
 
 # bench runs the occ micro-benchmarks; see docs/benchmarks.md.
 bench:

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-
 	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/locks"
 )
