@@ -189,9 +189,10 @@ func (c *config) noteAttemptTime(d time.Duration) {
 // a millisecond or so on a database, tens of milliseconds on a far
 // service) instead of a fixed schedule that is too long for one and too
 // short for another. Before any attempt is timed it waits as
-// DefaultBackOff does.
+// DefaultBackOff does. It is a value in the retry loop, not a
+// backoff.BackOff: as an interface it would move the call's config to the
+// heap (one allocation per call, retried or not).
 type scaledBackOff struct {
-	c     *config
 	n     int
 	fixed backoff.BackOff
 }
@@ -212,11 +213,10 @@ var seniorAfter = 4
 // seniorUnits is a senior call's wait, in attempt times.
 const seniorUnits = 4
 
-func (b *scaledBackOff) Reset() { b.n = 0; b.fixed = nil }
-
-func (b *scaledBackOff) NextBackOff() time.Duration {
+// next returns the wait after the call's next conflict; unit is the
+// call's attempt time (0: not timed yet).
+func (b *scaledBackOff) next(unit time.Duration) time.Duration {
 	b.n++
-	unit := b.c.unit
 	if unit <= 0 {
 		if b.fixed == nil {
 			b.fixed = DefaultBackOff()
@@ -232,16 +232,20 @@ func (b *scaledBackOff) NextBackOff() time.Duration {
 	return min(max(d, scaledMinWait), scaledMaxWait)
 }
 
-func (c *config) backOffForCall() backoff.BackOff {
+// nextWait returns the wait before the next attempt: from the caller's
+// BackOff (made, and Reset, on the call's first wait) if it gave one, else
+// from the default schedule.
+func (c *config) nextWait(b *backoff.BackOff, scaled *scaledBackOff) time.Duration {
 	switch {
-	case c.backOff != nil:
-		c.backOff.Reset()
-		return c.backOff
-	case c.newBackOff != nil:
-		b := c.newBackOff()
-		b.Reset()
-		return b
+	case c.backOff == nil && c.newBackOff == nil:
+		return scaled.next(c.unit)
+	case *b == nil && c.backOff != nil:
+		*b = c.backOff
+	case *b == nil:
+		*b = c.newBackOff()
 	default:
-		return &scaledBackOff{c: c}
+		return (*b).NextBackOff()
 	}
+	(*b).Reset()
+	return (*b).NextBackOff()
 }

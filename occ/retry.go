@@ -76,7 +76,10 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 	if err := ctx.Err(); err != nil {
 		return c.finish(ctx, start, 0, OutcomeGaveUp, &GiveUpError{Reason: err})
 	}
-	var b backoff.BackOff
+	var (
+		b      backoff.BackOff // the caller's, made on the first wait
+		scaled scaledBackOff   // the default's state
+	)
 	for attempt := 1; ; attempt++ {
 		var t0 time.Time
 		if c.observer != nil || attempt > 1 {
@@ -124,10 +127,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			continue
 		}
 		c.retryNow = false
-		if b == nil {
-			b = c.backOffForCall()
-		}
-		d := b.NextBackOff()
+		d := c.nextWait(&b, &scaled)
 		if d == backoff.Stop {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBackOffStopped, Attempts: attempt, Last: err})
 		}

@@ -790,22 +790,21 @@ func TestDefaultBackOffSchedule(t *testing.T) {
 func TestScaledBackOff(t *testing.T) {
 	for _, unit := range []time.Duration{time.Microsecond, 40 * time.Microsecond, 2 * time.Millisecond, 30 * time.Millisecond} {
 		for run := range 10 {
-			c := &config{unit: unit}
-			b := &scaledBackOff{c: c}
+			b := &scaledBackOff{}
 			// 1, 2, 4, 8 attempt times, then senior: four each.
 			for n, units := range []time.Duration{1, 2, 4, 8, 4, 4, 4, 4} {
 				n++
 				base := units * unit
 				lo := min(max(base/2, scaledMinWait), scaledMaxWait)
 				hi := min(max(base*3/2+1, scaledMinWait), scaledMaxWait)
-				if w := b.NextBackOff(); w < lo || w > hi {
+				if w := b.next(unit); w < lo || w > hi {
 					t.Fatalf("unit %v run %d: wait %d = %v, want within [%v, %v]", unit, run, n, w, lo, hi)
 				}
 			}
 		}
 	}
-	b := &scaledBackOff{c: &config{}}
-	if w := b.NextBackOff(); w < 500*time.Microsecond || w > 1500*time.Microsecond+1 {
+	b := &scaledBackOff{}
+	if w := b.next(0); w < 500*time.Microsecond || w > 1500*time.Microsecond+1 {
 		t.Fatalf("untimed first wait %v, want DefaultBackOff's first (1ms ± 50%%)", w)
 	}
 }
