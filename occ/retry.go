@@ -95,6 +95,9 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if attempt == 1 && c.budget != nil {
 			c.budget.deposit()
 		}
+		if err == nil && c.observer == nil {
+			return nil // success, with nobody to tell: the common case, kept short
+		}
 		outcome := c.classify(err)
 		if outcome == OutcomeFailed {
 			err, _ = unmarkPermanent(err)

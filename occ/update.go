@@ -34,7 +34,11 @@ import (
 //	})
 func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error), opts ...Option) (T, cas.Version, error) {
 	var c config
-	c.apply(opts)
+	if len(opts) > 0 {
+		c.apply(opts)
+	} else {
+		c.maxAttempts = DefaultMaxAttempts
+	}
 	c.op, c.key = "update", key
 	if c.combiner != nil && ctx != nil && combinable(s.Store()) {
 		return combineUpdate(ctx, &c, c.combiner, s, key, mutate)
