@@ -208,7 +208,7 @@ type scaledBackOff struct {
 // from each conflict's state cut throughput there by more than half, and
 // waits of one attempt time raised attempts per update from 3.3 to 6.7;
 // four attempt times, 4.7.
-var seniorAfter = 4
+const seniorAfter = 4
 
 // seniorUnits is a senior call's wait, in attempt times.
 const seniorUnits = 4
