@@ -113,39 +113,12 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 		return nil, fmt.Errorf("pgcas: NewTable: %v is not a struct", rt)
 	}
 	t := &Table[T]{pool: pool, name: name, key: -1, version: -1, fence: -1}
-	if err := t.addFields(rt); err != nil {
+	cols, err := t.addFields(rt)
+	if err == nil {
+		t.key, t.version, t.fence, err = rowupdate.Roles(rt, cols, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("pgcas: NewTable[%v]: %w", rt, err)
-	}
-	find := func(col, def, what string) (int, error) {
-		if col == "" {
-			col = def
-		}
-		for i, c := range t.cols {
-			if c.name == col {
-				return i, nil
-			}
-		}
-		return -1, fmt.Errorf("pgcas: NewTable[%v]: no field for the %s column %q", rt, what, col)
-	}
-	if t.key, err = find(cfg.KeyColumn, "id", "key"); err != nil {
-		return nil, err
-	}
-	if t.version, err = find(cfg.VersionColumn, "version", "version"); err != nil {
-		return nil, err
-	}
-	if !isInteger(rt.FieldByIndex(t.cols[t.version].index).Type) {
-		return nil, fmt.Errorf("pgcas: NewTable[%v]: the version field is not an integer", rt)
-	}
-	if cfg.FenceColumn != "" {
-		if t.fence, err = find(cfg.FenceColumn, "", "fence"); err != nil {
-			return nil, err
-		}
-		if !isInteger(rt.FieldByIndex(t.cols[t.fence].index).Type) {
-			return nil, fmt.Errorf("pgcas: NewTable[%v]: the fence field is not an integer", rt)
-		}
-	}
-	if t.key == t.version || t.key == t.fence || (t.fence >= 0 && t.fence == t.version) {
-		return nil, fmt.Errorf("pgcas: NewTable[%v]: key, version and fence must be distinct columns", rt)
 	}
 	seq := cfg.VersionSequence
 	if seq == "" {
@@ -160,8 +133,9 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	return t, nil
 }
 
-// addFields collects the columns of struct type rt.
-func (t *Table[T]) addFields(rt reflect.Type) error {
+// addFields collects the columns of struct type rt, and returns them as
+// rowupdate found them.
+func (t *Table[T]) addFields(rt reflect.Type) ([]rowupdate.Column, error) {
 	cols, err := rowupdate.Columns(rt, func(tag string) (string, error) {
 		if err := checkIdentifier(tag); err != nil {
 			return "", err
@@ -171,10 +145,8 @@ func (t *Table[T]) addFields(rt reflect.Type) error {
 	for _, c := range cols {
 		t.cols = append(t.cols, column{name: c.Name, quoted: c.Quoted, index: c.Index})
 	}
-	return err
+	return cols, err
 }
-
-func isInteger(rt reflect.Type) bool { return rowupdate.IsIntegerKind(rt.Kind()) }
 
 // The statements. Update and Delete are one statement each that tells a
 // stale version from a missing row: when the write matches no row, the

@@ -2,6 +2,7 @@ package rowupdate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -140,4 +141,45 @@ func Columns(rt reflect.Type, quote func(name string) (string, error)) ([]Column
 		return nil
 	}
 	return cols, walk(rt, nil)
+}
+
+// Roles finds the key, version and fence columns among cols (the columns
+// of struct type rt): keyCol and versionCol default to "id" and
+// "version"; fenceCol empty means no fence column (fence -1). The version
+// and fence fields must be integers, and the three columns distinct.
+func Roles(rt reflect.Type, cols []Column, keyCol, versionCol, fenceCol string) (key, version, fence int, err error) {
+	find := func(col, def, what string) (int, error) {
+		if col == "" {
+			col = def
+		}
+		for i, c := range cols {
+			if c.Name == col {
+				return i, nil
+			}
+		}
+		return -1, fmt.Errorf("no field for the %s column %q", what, col)
+	}
+	integer := func(i int) bool { return IsIntegerKind(rt.FieldByIndex(cols[i].Index).Type.Kind()) }
+	fence = -1
+	if key, err = find(keyCol, "id", "key"); err != nil {
+		return -1, -1, -1, err
+	}
+	if version, err = find(versionCol, "version", "version"); err != nil {
+		return -1, -1, -1, err
+	}
+	if !integer(version) {
+		return -1, -1, -1, errors.New("the version field is not an integer")
+	}
+	if fenceCol != "" {
+		if fence, err = find(fenceCol, "", "fence"); err != nil {
+			return -1, -1, -1, err
+		}
+		if !integer(fence) {
+			return -1, -1, -1, errors.New("the fence field is not an integer")
+		}
+	}
+	if key == version || key == fence || (fence >= 0 && fence == version) {
+		return -1, -1, -1, errors.New("key, version and fence must be distinct columns")
+	}
+	return key, version, fence, nil
 }
