@@ -164,8 +164,13 @@ func (g Grid) Plan(l *Lab) ([]Cell, []skip, error) {
 		return nil, nil, errors.New("benchmarks: negative duration or warm-up")
 	case g.Ops > 0 && dur == 0:
 		warm = 0 // a count of operations, all measured
-	case dur == 0:
-		dur = defaultDuration
+	default:
+		// Timed cells always warm up unless told how long: the first
+		// operations of a cell open connections and prepare statements,
+		// and measured, they would be its tail.
+		if dur == 0 {
+			dur = defaultDuration
+		}
 		if warm == 0 {
 			warm = defaultWarmup
 		}

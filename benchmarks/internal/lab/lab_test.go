@@ -538,3 +538,29 @@ func TestPickRoundReportsABadRound(t *testing.T) {
 		t.Errorf("picked throughput %v, want the median 4", o.Result.Throughput)
 	}
 }
+
+// TestPlanWarmUp: timed cells warm up for 200 ms unless told otherwise,
+// also when the duration is given (the first operations of a cell open
+// connections; measured, they were the tail of every cell run with
+// --duration); counted cells measure every operation.
+func TestPlanWarmUp(t *testing.T) {
+	l := openIsolatedLab(t, "memory")
+	for _, tc := range []struct {
+		g         Grid
+		dur, warm time.Duration
+	}{
+		{Grid{}, time.Second, 200 * time.Millisecond},
+		{Grid{Duration: 2 * time.Second}, 2 * time.Second, 200 * time.Millisecond},
+		{Grid{Duration: 2 * time.Second, Warmup: 50 * time.Millisecond}, 2 * time.Second, 50 * time.Millisecond},
+		{Grid{Ops: 100}, 0, 0},
+	} {
+		tc.g.Keys, tc.g.Workers, tc.g.Workloads, tc.g.Strategies = []int{1}, []int{2}, []string{"counter"}, []string{"occ"}
+		cells, _, err := tc.g.Plan(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cells) == 0 || cells[0].Duration != tc.dur || cells[0].Warmup != tc.warm {
+			t.Errorf("%+v: planned %d cells, first %v after %v of warm-up; want %v after %v", tc.g, len(cells), cells[0].Duration, cells[0].Warmup, tc.dur, tc.warm)
+		}
+	}
+}
