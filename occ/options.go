@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/occkit/occkit/cas"
 )
 
 // DefaultMaxAttempts is the attempt limit when WithMaxAttempts is not given.
@@ -60,6 +61,12 @@ type config struct {
 	unit        time.Duration // the call's attempt time, the default backoff's unit (0: not timed yet)
 	op          string
 	key         string
+
+	// Lines (turn.go): store is set by Update for the calls that take
+	// part (those with the default backoff).
+	store  cas.Store // the store of the call's key
+	line   *line     // the line whose turn the call holds, if any
+	handed *ticket   // the ticket that gave the call its turn, with the state it carried
 
 	// Loop state shared by run and the Update/Txn attempt functions.
 	retryNow   bool // set by an attempt whose conflict carried the current state

@@ -48,7 +48,8 @@ import (
 // a database, so the waits follow the store instead of one fixed schedule.
 // After four waits the call is senior: its waits fall back to four attempt
 // times instead of growing to 16, so that it stops losing round after round
-// to callers that arrived after it (the tail of a hot key).
+// to callers that arrived after it (the tail of a hot key); Update also
+// makes the senior calls of a process take turns (see there).
 // Until an attempt has been timed (the first one is not, so that an
 // uncontended call costs nothing extra), the wait is DefaultBackOff's.
 //
@@ -81,6 +82,16 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		scaled scaledBackOff   // the default's state
 	)
 	for attempt := 1; ; attempt++ {
+		if c.store != nil && c.line == nil && linesOpen.Load() != 0 {
+			held, err := c.awaitLine(ctx)
+			if err != nil {
+				return c.finish(ctx, start, attempt-1, OutcomeGaveUp, &GiveUpError{Reason: err, Attempts: attempt - 1})
+			}
+			if held {
+				// What the call knew before the wait is stale now.
+				c.waited = true
+			}
+		}
 		var t0 time.Time
 		if c.observer != nil || attempt > 1 {
 			// Retries are timed (the first attempt is not: it must cost
@@ -88,7 +99,12 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			// attempt times.
 			t0 = time.Now()
 		}
-		err := fn(ctx)
+		var err error
+		if c.line == nil {
+			err = fn(ctx)
+		} else {
+			err = c.attemptHolding(ctx, fn)
+		}
 		if attempt > 1 {
 			c.noteAttemptTime(time.Since(t0))
 		}
@@ -96,6 +112,9 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			c.budget.deposit()
 		}
 		if err == nil && c.observer == nil {
+			if c.line != nil {
+				c.leaveLine()
+			}
 			return nil // success, with nobody to tell: the common case, kept short
 		}
 		outcome := c.classify(err)
@@ -120,9 +139,25 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if attempt >= c.maxAttempts {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
-		if c.retryNow && !c.retriedNow {
+		if c.store != nil && c.line == nil && scaled.n >= seniorAfter {
+			queued, err := c.joinLine(ctx)
+			if err != nil {
+				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: err, Attempts: attempt})
+			}
+			if queued {
+				// The call waited in line, for its turn or until the
+				// line's bound: what the conflict said is stale, read.
+				c.retryNow, c.waited = false, true
+				if c.budget != nil && !c.budget.withdraw() {
+					return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
+				}
+				continue
+			}
+		}
+		if c.retryNow && (!c.retriedNow || c.line != nil) {
 			// The attempt learned the current state from its conflict:
-			// retry from it at once, once per call, before it goes stale.
+			// retry from it at once, before it goes stale: once per call,
+			// or every time for the holder of the key's turn.
 			c.retryNow, c.retriedNow, c.waited = false, true, false
 			if c.budget != nil && !c.budget.withdraw() {
 				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
@@ -130,7 +165,12 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			continue
 		}
 		c.retryNow = false
-		d := c.nextWait(&b, &scaled)
+		var d time.Duration
+		if c.line != nil {
+			d = holderWait(c.unit)
+		} else {
+			d = c.nextWait(&b, &scaled)
+		}
 		if d == backoff.Stop {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBackOffStopped, Attempts: attempt, Last: err})
 		}
@@ -160,6 +200,9 @@ func (c *config) classify(err error) Outcome {
 }
 
 func (c *config) finish(ctx context.Context, start time.Time, attempts int, outcome Outcome, err error) error {
+	if c.line != nil {
+		c.leaveLine()
+	}
 	if c.observer != nil {
 		c.observer.ObserveCall(ctx, Call{Op: c.op, Key: c.key, Attempts: attempts, Outcome: outcome, Err: err, Latency: time.Since(start)})
 	}
