@@ -80,12 +80,13 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 	var (
 		b      backoff.BackOff // the caller's, made on the first wait
 		scaled scaledBackOff   // the default's state
+		last   error           // the latest attempt's error
 	)
 	for attempt := 1; ; attempt++ {
 		if c.store != nil && c.line == nil && linesOpen.Load() != 0 {
-			held, err := c.awaitLine(ctx)
-			if err != nil {
-				return c.finish(ctx, start, attempt-1, OutcomeGaveUp, &GiveUpError{Reason: err, Attempts: attempt - 1})
+			held, werr := c.awaitLine(ctx)
+			if werr != nil {
+				return c.finish(ctx, start, attempt-1, OutcomeGaveUp, &GiveUpError{Reason: werr, Attempts: attempt - 1, Last: last})
 			}
 			if held {
 				// What the call knew before the wait is stale now.
@@ -99,12 +100,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			// attempt times.
 			t0 = time.Now()
 		}
-		var err error
-		if c.line == nil {
-			err = fn(ctx)
-		} else {
-			err = c.attemptHolding(ctx, fn)
-		}
+		err := fn(ctx)
 		if attempt > 1 {
 			c.noteAttemptTime(time.Since(t0))
 		}
@@ -139,10 +135,11 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if attempt >= c.maxAttempts {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
-		if c.store != nil && c.line == nil && scaled.n >= seniorAfter {
-			queued, err := c.joinLine(ctx)
-			if err != nil {
-				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: err, Attempts: attempt})
+		last = err
+		if c.store != nil && c.line == nil && scaled.n >= seniorAfter && outcome == OutcomeConflict {
+			queued, jerr := c.joinLine(ctx)
+			if jerr != nil {
+				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: jerr, Attempts: attempt, Last: err})
 			}
 			if queued {
 				// The call waited in line, for its turn or until the

@@ -53,7 +53,8 @@ const turnSlots = 64
 const holdUnits = 8
 
 // queueWait bounds a senior call's wait for its turn in a line; past it
-// the call leaves the line and retries as the backoff says.
+// the call leaves the line and tries again at once, from a fresh read (on
+// its next conflict it joins the line again, at the back).
 const queueWait = scaledMaxWait
 
 // A line is the queue of the senior calls of Update on one key of one
@@ -87,8 +88,10 @@ type ticket struct {
 
 var (
 	// linesOpen counts the lines of the process; zero lets every call
-	// skip the table.
+	// skip the table. It has a cache line of its own: every attempt of
+	// every Update reads it.
 	linesOpen atomic.Int32
+	_         [60]byte
 	lineTable [turnSlots]struct {
 		l atomic.Pointer[line]
 		_ [56]byte // one cache line per slot
@@ -172,8 +175,11 @@ func (c *config) joinLine(ctx context.Context) (waited bool, err error) {
 	// on at once if the call is done.
 	<-tk.ready
 	c.line = l
+	l.unit.Store(int64(c.unit))
 	c.handed = tk
 	if err != nil {
+		// Pass on what the previous holder wrote with the turn.
+		l.wrote, l.wroteOK = tk.state, tk.known
 		c.leaveLine()
 	}
 	return true, err
@@ -226,21 +232,6 @@ func (c *config) awaitLine(ctx context.Context) (bool, error) {
 		return true, ctx.Err()
 	}
 	return true, nil
-}
-
-// attemptHolding runs an attempt of the turn's holder: if it panics, the
-// turn passes on as the panic leaves the call (a line left held would
-// hold the key's other calls for ever).
-func (c *config) attemptHolding(ctx context.Context, fn func(ctx context.Context) error) error {
-	done := false
-	defer func() {
-		if !done {
-			c.leaveLine()
-		}
-	}()
-	err := fn(ctx)
-	done = true
-	return err
 }
 
 // holderWait is the wait of a turn's holder after a conflict that carried

@@ -18,11 +18,56 @@ func senior(store cas.Store, key string) *config {
 	return &config{store: store, key: key, unit: time.Millisecond}
 }
 
-// unboundedHolds makes the waits for a line to end last until it ends.
+// unboundedHolds makes the waits for a line to end, and for a turn in
+// it, last until they come; at the end of the test the table of lines
+// must be empty, and is emptied so that one failure does not spill into
+// later tests.
 func unboundedHolds(t *testing.T) {
 	t.Helper()
 	holdLimit = time.Hour
-	t.Cleanup(func() { holdLimit = 0 })
+	t.Cleanup(func() {
+		holdLimit = 0
+		open := linesOpen.Load()
+		for i := range lineTable {
+			if lineTable[i].l.Swap(nil) != nil {
+				t.Errorf("a line was left in slot %d", i)
+			}
+		}
+		linesOpen.Store(0)
+		if open != 0 {
+			t.Errorf("%d lines counted open at the end", open)
+		}
+	})
+}
+
+// bumpingStore makes the next n writes conflict, as writers elsewhere
+// would: before each it writes the key itself. It records how many lines
+// were open at each write.
+type bumpingStore struct {
+	cas.Store
+	mu        sync.Mutex
+	n         int
+	openAtCAS []int32
+}
+
+func (s *bumpingStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	s.mu.Lock()
+	bump := s.n > 0
+	if bump {
+		s.n--
+	}
+	s.openAtCAS = append(s.openAtCAS, linesOpen.Load())
+	s.mu.Unlock()
+	if bump {
+		it, err := s.Store.Get(ctx, key)
+		if err != nil && !errors.Is(err, cas.ErrNotFound) {
+			return 0, err
+		}
+		if _, err := s.Store.CompareAndSwap(ctx, key, it.Version, []byte("100")); err != nil {
+			return 0, err
+		}
+	}
+	return s.Store.CompareAndSwap(ctx, key, expected, value)
 }
 
 func waitInLine(t *testing.T, l *line, n int) {
@@ -86,6 +131,7 @@ func TestLineHoldsTheKeysOtherCalls(t *testing.T) {
 // TestLineHandsTheTurnInOrder: senior calls get the turn in the order they
 // joined, each with the state the previous holder wrote.
 func TestLineHandsTheTurnInOrder(t *testing.T) {
+	unboundedHolds(t)
 	store := memcas.New()
 	ctx := context.Background()
 	first := senior(store, "k")
@@ -137,6 +183,7 @@ func TestLineHandsTheTurnInOrder(t *testing.T) {
 // TestLineWaiterCancelled: a senior call whose context ends while it
 // queues leaves the line with the context's error, and the turn skips it.
 func TestLineWaiterCancelled(t *testing.T) {
+	unboundedHolds(t)
 	store := memcas.New()
 	holder := senior(store, "k")
 	if _, err := holder.joinLine(context.Background()); err != nil || holder.line == nil {
@@ -178,6 +225,7 @@ func TestHotKeyAttemptsBounded(t *testing.T) {
 	defer cancel()
 	var (
 		most, total atomic.Int64
+		commits     [workers]atomic.Int64
 		wg          sync.WaitGroup
 	)
 	obs := ObserverFuncs{Call: func(_ context.Context, c Call) {
@@ -188,23 +236,112 @@ func TestHotKeyAttemptsBounded(t *testing.T) {
 		for n := most.Load(); int64(c.Attempts) > n && !most.CompareAndSwap(n, int64(c.Attempts)); n = most.Load() {
 		}
 	}}
-	for range workers {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				Update(ctx, counter, "hot", incrInt, WithMaxAttempts(1000), WithObserver(obs))
+				// Half the workers without an observer: their successes
+				// leave the loop by its short path.
+				opts := []Option{WithMaxAttempts(1000)}
+				if w%2 == 0 {
+					opts = append(opts, WithObserver(obs))
+				}
+				if _, _, err := Update(ctx, counter, "hot", incrInt, opts...); err == nil {
+					commits[w].Add(1)
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	for w := range workers {
+		if commits[w].Load() == 0 {
+			t.Errorf("worker %d never committed", w)
+		}
+	}
+	var all int64
+	for w := range workers {
+		all += commits[w].Load()
+	}
 	got, _, _ := counter.Get(context.Background(), "hot")
-	if int64(got) != total.Load() {
-		t.Fatalf("counter %d, commits %d", got, total.Load())
+	if int64(got) != all {
+		t.Fatalf("counter %d, commits %d", got, all)
 	}
 	bound := int64(seniorAfter + 2 + workers)
 	t.Logf("%d commits, at most %d attempts per call (bound %d)", total.Load(), most.Load(), bound)
 	if most.Load() > bound {
 		t.Fatalf("a call took %d attempts, more than %d", most.Load(), bound)
 	}
+}
+
+// TestLineHolderLeaves: a call that becomes senior on its own (its writes
+// conflict, as writers in other processes make them) opens its key's
+// line, writes holding it, and leaves it as it returns: by the short path
+// of a success without an observer, or by a panic in mutate.
+func TestLineHolderLeaves(t *testing.T) {
+	unboundedHolds(t)
+	ctx := context.Background()
+	store := &bumpingStore{Store: memcas.New(), n: seniorAfter + 2}
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	n, _, err := Update(ctx, counter, "k", incrInt)
+	if err != nil || n != 101 {
+		t.Fatalf("Update: %d, %v; want 101", n, err)
+	}
+	if last := store.openAtCAS[len(store.openAtCAS)-1]; last != 1 {
+		t.Fatalf("lines open at the last write: %d, want the call's own", last)
+	}
+	if linesOpen.Load() != 0 || lineSlot("k").Load() != nil {
+		t.Fatal("the call returned holding its line")
+	}
+
+	store.n = seniorAfter + 2
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want mutate's panic", r)
+			}
+		}()
+		Update(ctx, counter, "k", func(n int, _ bool) (int, error) {
+			if linesOpen.Load() != 0 {
+				panic("boom")
+			}
+			return n + 1, nil
+		})
+		t.Fatal("mutate did not panic while the call held its line")
+	}()
+	if linesOpen.Load() != 0 || lineSlot("k").Load() != nil {
+		t.Fatal("a panic in mutate left the line held")
+	}
+}
+
+// TestLineHandedStateIsWritten: a call handed the turn with the state its
+// predecessor wrote writes from it without reading the key, and keeps
+// what it wrote for the next in line.
+func TestLineHandedStateIsWritten(t *testing.T) {
+	unboundedHolds(t)
+	ctx := context.Background()
+	store := newCountingStore(memcas.New())
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	v1 := put(t, store.Store, "k", "41")
+	c := senior(store, "k")
+	if _, err := c.joinLine(ctx); err != nil || c.line == nil {
+		t.Fatal("no turn")
+	}
+	l := c.line
+	next := &ticket{ready: make(chan struct{})}
+	l.queue = append(l.queue, next) // the next in line
+	c.handed = &ticket{state: cas.Item{Key: "k", Value: []byte("41"), Version: v1}, known: true}
+	c.maxAttempts = 1
+	n, v2, err := updateDirect(ctx, c, counter, "k", incrInt)
+	if err != nil || n != 42 {
+		t.Fatalf("updateDirect: %d, %v; want 42", n, err)
+	}
+	if got := store.getsOf("k"); got != 0 {
+		t.Fatalf("%d reads of the key, want none: the turn came with its state", got)
+	}
+	<-next.ready // the call passed the turn on as it returned
+	if !next.known || next.state.Version != v2 || string(next.state.Value) != "42" {
+		t.Fatalf("the next in line was handed %+v (%v), want what the holder wrote (version %d)", next.state, next.known, v2)
+	}
+	(&config{line: l}).leaveLine()
 }

@@ -58,6 +58,11 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 	if c.backOff == nil && c.newBackOff == nil {
 		// Default waits: the call takes part in the process's lines (turn.go).
 		c.store = s.Store()
+		// The loop hands a held turn on as the call ends; this is for a
+		// panic (in mutate, an observer, a retryable check) that leaves
+		// the call on the way: a line left held would hold the key's
+		// other calls for ever.
+		defer c.leaveLine()
 	}
 	return updateDirect(ctx, &c, s, key, mutate)
 }
@@ -106,8 +111,10 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			}
 		}
 		if c.handed != nil {
-			// The turn came with the state its previous holder wrote.
-			if c.handed.known {
+			// The turn came with the state its previous holder wrote
+			// (newer than any this call has seen, unless a writer
+			// elsewhere got in between: then a read is as good).
+			if c.handed.known && c.handed.state.Version > seen {
 				hint, haveHint = c.handed.state, true
 			}
 			c.handed = nil
