@@ -64,9 +64,10 @@ type config struct {
 
 	// Lines (turn.go): store is set by Update for the calls that take
 	// part (those with the default backoff).
-	store  cas.Store // the store of the call's key
-	line   *line     // the line whose turn the call holds, if any
-	handed *ticket   // the ticket that gave the call its turn, with the state it carried
+	store   cas.Store // the store of the call's key
+	line    *line     // the line whose turn the call holds, if any
+	handed  *ticket   // the ticket that gave the call its turn, with the state it carried
+	lastErr error     // the latest attempt's error, for a wait for a line that ends in a give-up
 
 	// Loop state shared by run and the Update/Txn attempt functions.
 	retryNow   bool // set by an attempt whose conflict carried the current state

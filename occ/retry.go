@@ -80,13 +80,12 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 	var (
 		b      backoff.BackOff // the caller's, made on the first wait
 		scaled scaledBackOff   // the default's state
-		last   error           // the latest attempt's error
 	)
 	for attempt := 1; ; attempt++ {
 		if c.store != nil && c.line == nil && linesOpen.Load() != 0 {
 			held, werr := c.awaitLine(ctx)
 			if werr != nil {
-				return c.finish(ctx, start, attempt-1, OutcomeGaveUp, &GiveUpError{Reason: werr, Attempts: attempt - 1, Last: last})
+				return c.finish(ctx, start, attempt-1, OutcomeGaveUp, &GiveUpError{Reason: werr, Attempts: attempt - 1, Last: c.lastErr})
 			}
 			if held {
 				// What the call knew before the wait is stale now.
@@ -100,7 +99,12 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			// attempt times.
 			t0 = time.Now()
 		}
-		err := fn(ctx)
+		var err error
+		if c.line == nil {
+			err = fn(ctx)
+		} else {
+			err = c.attemptHolding(ctx, fn)
+		}
 		if attempt > 1 {
 			c.noteAttemptTime(time.Since(t0))
 		}
@@ -113,12 +117,22 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			}
 			return nil // success, with nobody to tell: the common case, kept short
 		}
-		outcome := c.classify(err)
+		var outcome Outcome
+		if c.line == nil {
+			outcome = c.classify(err)
+		} else {
+			outcome = c.classifyHolding(err)
+		}
 		if outcome == OutcomeFailed {
 			err, _ = unmarkPermanent(err)
 		}
 		if c.observer != nil {
-			c.observer.ObserveAttempt(ctx, Attempt{Op: c.op, Key: c.key, Number: attempt, Outcome: outcome, Err: err, Latency: time.Since(t0)})
+			a := Attempt{Op: c.op, Key: c.key, Number: attempt, Outcome: outcome, Err: err, Latency: time.Since(t0)}
+			if c.line == nil {
+				c.observer.ObserveAttempt(ctx, a)
+			} else {
+				c.observeHolding(ctx, a)
+			}
 		}
 		switch outcome {
 		case OutcomeSuccess:
@@ -135,7 +149,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if attempt >= c.maxAttempts {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
-		last = err
+		c.lastErr = err
 		if c.store != nil && c.line == nil && scaled.n >= seniorAfter && outcome == OutcomeConflict {
 			queued, jerr := c.joinLine(ctx)
 			if jerr != nil {

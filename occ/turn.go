@@ -91,7 +91,6 @@ var (
 	// skip the table. It has a cache line of its own: every attempt of
 	// every Update reads it.
 	linesOpen atomic.Int32
-	_         [60]byte
 	lineTable [turnSlots]struct {
 		l atomic.Pointer[line]
 		_ [56]byte // one cache line per slot
@@ -232,6 +231,44 @@ func (c *config) awaitLine(ctx context.Context) (bool, error) {
 		return true, ctx.Err()
 	}
 	return true, nil
+}
+
+// attemptHolding, classifyHolding and observeHolding run the caller's
+// code (an attempt, a retryable check, an observer) for the holder of a
+// turn: if it panics, the turn passes on as the panic leaves the call; a
+// line left held would hold the key's other calls for ever. (A deferred
+// release in Update would do the same for every call, and costs an
+// uncontended Update 7%; so would closures here, by moving the loop's
+// variables to memory.)
+func (c *config) attemptHolding(ctx context.Context, fn func(ctx context.Context) error) error {
+	done := false
+	defer c.leaveUnless(&done)
+	err := fn(ctx)
+	done = true
+	return err
+}
+
+func (c *config) classifyHolding(err error) Outcome {
+	done := false
+	defer c.leaveUnless(&done)
+	o := c.classify(err)
+	done = true
+	return o
+}
+
+func (c *config) observeHolding(ctx context.Context, a Attempt) {
+	done := false
+	defer c.leaveUnless(&done)
+	c.observer.ObserveAttempt(ctx, a)
+	done = true
+}
+
+// leaveUnless leaves the line unless *done: the caller's code did not
+// return (it panicked, or its goroutine exited).
+func (c *config) leaveUnless(done *bool) {
+	if !*done {
+		c.leaveLine()
+	}
 }
 
 // holderWait is the wait of a turn's holder after a conflict that carried

@@ -312,6 +312,24 @@ func TestLineHolderLeaves(t *testing.T) {
 	if linesOpen.Load() != 0 || lineSlot("k").Load() != nil {
 		t.Fatal("a panic in mutate left the line held")
 	}
+
+	store.n = seniorAfter + 2
+	func() {
+		defer func() {
+			if r := recover(); r != "observer" {
+				t.Fatalf("recovered %v, want the observer's panic", r)
+			}
+		}()
+		Update(ctx, counter, "k", incrInt, WithObserver(ObserverFuncs{Attempt: func(context.Context, Attempt) {
+			if linesOpen.Load() != 0 {
+				panic("observer")
+			}
+		}}))
+		t.Fatal("the observer did not panic while the call held its line")
+	}()
+	if linesOpen.Load() != 0 || lineSlot("k").Load() != nil {
+		t.Fatal("a panic in an observer left the line held")
+	}
 }
 
 // TestLineHandedStateIsWritten: a call handed the turn with the state its

@@ -58,11 +58,6 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 	if c.backOff == nil && c.newBackOff == nil {
 		// Default waits: the call takes part in the process's lines (turn.go).
 		c.store = s.Store()
-		// The loop hands a held turn on as the call ends; this is for a
-		// panic (in mutate, an observer, a retryable check) that leaves
-		// the call on the way: a line left held would hold the key's
-		// other calls for ever.
-		defer c.leaveLine()
 	}
 	return updateDirect(ctx, &c, s, key, mutate)
 }
