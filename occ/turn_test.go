@@ -107,6 +107,7 @@ func TestLineHoldsTheKeysOtherCalls(t *testing.T) {
 	if _, _, err := Update(ctx, counter, "cold", incrInt); err != nil {
 		t.Fatal(err)
 	}
+
 	time.Sleep(20 * time.Millisecond)
 	select {
 	case err := <-done:
@@ -118,6 +119,13 @@ func TestLineHoldsTheKeysOtherCalls(t *testing.T) {
 	store.mu.Unlock()
 	if gets+cass != 0 {
 		t.Fatalf("%d reads and %d writes of the held key while its line existed", gets, cass)
+	}
+	// A call that opts out does not wait (it would until the deadline:
+	// the holds are unbounded here).
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, _, err := Update(dctx, counter, "hot", incrInt, WithTurns(false)); err != nil {
+		t.Fatalf("Update with WithTurns(false): %v", err)
 	}
 	holder.leaveLine()
 	if err := <-done; err != nil {

@@ -22,15 +22,15 @@ import (
 // writer that kept retrying from stale states would starve).
 //
 // Calls of one process take turns at a hot key (with the default backoff;
-// WithBackOff and WithBackOffFunc opt out): a senior call, one that has
+// WithTurns(false), WithBackOff and WithBackOffFunc opt out): a senior call, one that has
 // waited four times, that conflicts again joins its key's line. While a
 // line exists, the process's other calls on that key wait for it to end
 // (at most eight of the holder's attempt times before each attempt), and
 // the calls in it take turns in order, each starting from the state its
 // predecessor wrote. No caller then loses round after round to callers
-// that arrived after it: on PostgreSQL at 8 workers on one key this cut
-// the p99.9 from 6× an advisory lock's to 3×, for 10–15% of throughput
-// (docs/benchmarks.md). Writers in other processes are not held; between
+// that arrived after it: on PostgreSQL at 8 workers on one key this
+// halved the p99.9 (from 4.6–6.8× an advisory lock's to 2.9–4.5×), for
+// 10–35% of the throughput (docs/benchmarks.md). Writers in other processes are not held; between
 // processes the backoff's seniority is what bounds the tail.
 //
 // mutate may run several times and must depend only on its arguments; an
@@ -55,7 +55,7 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func
 	if c.combiner != nil && ctx != nil && combinable(s.Store()) {
 		return combineUpdate(ctx, &c, c.combiner, s, key, mutate)
 	}
-	if c.backOff == nil && c.newBackOff == nil {
+	if c.backOff == nil && c.newBackOff == nil && !c.noTurns {
 		// Default waits: the call takes part in the process's lines (turn.go).
 		c.store = s.Store()
 	}
