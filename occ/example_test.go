@@ -206,3 +206,33 @@ func ExampleCombiner() {
 	fmt.Println("sold:", sold, "sold out:", short, "left:", left)
 	// Output: sold: 80 sold out: 20 left: 0
 }
+
+// A batch job that only cares about how many updates per second it gets
+// through a hot key, not about any one update's latency, opts out of the
+// process's turns: its calls neither wait for a starving caller's turn
+// nor take one.
+func ExampleWithTurns() {
+	ctx := context.Background()
+	counters := cas.NewTyped(memcas.New(), cas.JSON[int]())
+
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				_, _, err := occ.Update(ctx, counters, "processed", func(n int, _ bool) (int, error) {
+					return n + 1, nil
+				}, occ.WithTurns(false), occ.WithMaxAttempts(1000))
+				if err != nil {
+					panic(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	n, _, _ := counters.Get(ctx, "processed")
+	fmt.Println("processed:", n)
+	// Output: processed: 200
+}
