@@ -30,6 +30,23 @@ var coreStrategies = []strategySpec{
 		},
 	},
 	{
+		Name:      "occ-no-turns",
+		Kind:      kindOptimistic,
+		About:     "occ.Update with occ.WithTurns(false): the calls of a process do not take turns at a hot key (more throughput, a longer tail); only when asked for",
+		SingleKey: true,
+		DefaultOn: func(string, bool) bool { return false },
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			perWorker := make([][]occ.Option, h.Cell.Workers)
+			for w := range perWorker {
+				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithTurns(false))
+			}
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
+				return err
+			}), nil
+		},
+	},
+	{
 		Name:      "occ-cached",
 		Kind:      kindOptimistic,
 		About:     "occ.Update (occ.Txn for several keys) with a shared occ.Cache: a warm update is one conditional write",

@@ -99,7 +99,7 @@ var strategySpecs = slices.Concat(coreStrategies, postgresStrategies, etcdStrate
 // strategyOrder is the order of the strategies in tables and
 // charts; others follow by name.
 var strategyOrder = []string{
-	"occ", "occ-cached", "occ-combine", "occ-txn", "hybrid", "adaptive",
+	"occ", "occ-no-turns", "occ-cached", "occ-combine", "occ-txn", "hybrid", "adaptive",
 	"lock-local", "lock-pg-for-update", "lock-pg-advisory", "lock-etcd-mutex",
 	"lock-redis", "lock-redlock", "lock-zookeeper", "lock-mysql-for-update", "lock-mysql-get-lock",
 }
