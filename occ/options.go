@@ -150,8 +150,9 @@ func WithObserver(o Observer) Option { return Option{kind: optObserver, observer
 // WithTurns(false) keeps an Update call out of its process's turns at a
 // hot key (see Update): it neither waits for the key's line nor joins it,
 // and keeps backing off as a senior instead. At one hot key that trades a
-// longer tail for more throughput (on PostgreSQL at 8 workers, about twice
-// the p99.9 for 1.1–1.5× the updates per second; docs/benchmarks.md). Calls
+// longer tail for more throughput (on PostgreSQL at 8 workers, 2.3× the
+// p99.9 for 1.25× the updates per second; at 64, a longer tail and fewer
+// updates; docs/benchmarks.md). Calls
 // with WithBackOff or WithBackOffFunc take no turns either. WithTurns(true)
 // is the default.
 func WithTurns(enabled bool) Option { return Option{kind: optTurns, off: !enabled} }

@@ -150,7 +150,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
 		c.lastErr = err
-		if c.store != nil && c.line == nil && scaled.n >= seniorAfter && outcome == OutcomeConflict {
+		if c.store != nil && c.line == nil && scaled.n >= lineAfter && outcome == OutcomeConflict {
 			queued, jerr := c.joinLine(ctx)
 			if jerr != nil {
 				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: jerr, Attempts: attempt, Last: err})
