@@ -113,6 +113,20 @@ func (c *Cache) put(it cas.Item) {
 	sh.items[it.Key] = sh.lru.PushFront(&v)
 }
 
+// Remember records items as the current state of their keys, as reads
+// through the cache would, except where the cache already knows a newer
+// version of a key. It is for state this process learned by other means
+// (a bulk load, a batch read, the writes that created the keys), so that
+// the first update of each key skips its read. Items must be keys of the
+// cache's store, as the store returned them (Version 0: the key is
+// absent); their values must not be modified afterwards. A wrong or stale
+// item costs one refused write, never a lost update.
+func (c *Cache) Remember(items ...cas.Item) {
+	for _, it := range items {
+		c.put(it)
+	}
+}
+
 // forget drops key's entry.
 func (c *Cache) forget(key string) {
 	sh := c.shard(key)

@@ -216,3 +216,36 @@ func TestCacheDecodeDoesNotAlias(t *testing.T) {
 		t.Fatalf("got %q, %v; want abcd", got, err)
 	}
 }
+
+// TestCacheRemember: a remembered item spares the first update its read;
+// a stale one costs a refused write, and the update is still right; an
+// item older than the cache's entry is ignored.
+func TestCacheRemember(t *testing.T) {
+	ctx := context.Background()
+	cs := newCountingStore(memcas.New())
+	counters := cas.NewTyped[int](cs, cas.JSON[int]())
+	v1 := put(t, cs.Store, "a", "41")
+	v2 := put(t, cs.Store, "b", "7")
+	cache := NewCache(cs, 100)
+	cache.Remember(cas.Item{Key: "a", Value: []byte("41"), Version: v1}, cas.Item{Key: "b", Value: []byte("6"), Version: v2 - 1})
+
+	n, _, err := Update(ctx, counters, "a", incrInt, WithCache(cache))
+	if err != nil || n != 42 {
+		t.Fatalf("Update(a): %d, %v; want 42", n, err)
+	}
+	if g, w := cs.getsOf("a"), cs.casOf("a"); g != 0 || w != 1 {
+		t.Fatalf("remembered key: %d reads, %d writes; want 0 and 1", g, w)
+	}
+	n, _, err = Update(ctx, counters, "b", incrInt, WithCache(cache))
+	if err != nil || n != 8 {
+		t.Fatalf("Update(b) from a stale item: %d, %v; want 8", n, err)
+	}
+	if g, w := cs.getsOf("b"), cs.casOf("b"); g != 0 || w != 2 {
+		t.Fatalf("stale item: %d reads, %d writes; want 0 and 2 (one refused)", g, w)
+	}
+	it, ok := cache.get("a")
+	cache.Remember(cas.Item{Key: "a", Value: []byte("0"), Version: v1})
+	if again, _ := cache.get("a"); !ok || again.Version != it.Version || string(again.Value) != "42" {
+		t.Fatalf("an older item replaced the entry: %+v", again)
+	}
+}

@@ -236,3 +236,30 @@ func ExampleWithTurns() {
 	fmt.Println("processed:", n)
 	// Output: processed: 200
 }
+
+// A service that loads its rows in one batch at start remembers them in
+// its version cache, so that the first update of each row is one
+// conditional write instead of a read and a write.
+func ExampleCache_Remember() {
+	ctx := context.Background()
+	store := memcas.New()
+	stock := cas.NewTyped(store, cas.JSON[int]())
+	cache := occ.NewCache(store, 1000)
+
+	// The batch load (here: the writes that created the rows).
+	for _, sku := range []string{"sku-1", "sku-2"} {
+		v, err := stock.CompareAndSwap(ctx, sku, 0, 10)
+		if err != nil {
+			panic(err)
+		}
+		b, _ := stock.Encode(sku, 10)
+		cache.Remember(cas.Item{Key: sku, Value: b, Version: v})
+	}
+
+	n, _, err := occ.Update(ctx, stock, "sku-1", func(n int, _ bool) (int, error) { return n - 1, nil }, occ.WithCache(cache))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("sku-1:", n, "cache hits:", cache.Stats().Hits)
+	// Output: sku-1: 9 cache hits: 1
+}
