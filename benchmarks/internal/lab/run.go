@@ -201,9 +201,20 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 	for i := range h.Keys {
 		h.Keys[i] = "k" + strconv.Itoa(i)
 	}
+	var seededMu sync.Mutex
 	if err := parallel(ctx, h.Keys, func(ctx context.Context, k string) error {
-		_, err := h.Values.CompareAndSwap(ctx, k, 0, c.Initial)
-		return err
+		v, err := h.Values.CompareAndSwap(ctx, k, 0, c.Initial)
+		if err != nil {
+			return err
+		}
+		b, err := h.Values.Encode(k, c.Initial)
+		if err != nil {
+			return err
+		}
+		seededMu.Lock()
+		h.seeded = append(h.seeded, cas.Item{Key: k, Value: b, Version: v})
+		seededMu.Unlock()
+		return nil
 	}); err != nil {
 		return Result{}, fmt.Errorf("benchmarks: seeding %d keys: %w", c.Keys, err)
 	}

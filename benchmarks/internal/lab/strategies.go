@@ -52,7 +52,7 @@ var coreStrategies = []strategySpec{
 		About:     "occ.Update (occ.Txn for several keys) with a shared occ.Cache: a warm update is one conditional write",
 		SingleKey: true, MultiKey: true,
 		New: func(_ context.Context, h *harness) (cellStrategy, error) {
-			cache := occ.NewCache(h.Store, 2*len(h.Keys)+16)
+			cache := h.newCache()
 			perWorker := make([][]occ.Option, h.Cell.Workers)
 			for w := range perWorker {
 				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCache(cache))
