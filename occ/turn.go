@@ -37,7 +37,7 @@ import (
 // through the store's versions, and the backoff's seniority is what bounds
 // the tail between them.
 //
-// The cost without contention is one atomic load per call (linesOpen):
+// The cost without contention is one atomic load per attempt (linesOpen):
 // the table is looked at only while some line exists in the process.
 
 // lineAfter is how many waits make a call join its key's line at its
@@ -55,9 +55,10 @@ const lineAfter = 3
 const turnSlots = 64
 
 // holdUnits bounds a wait for a line to end, in the holder's attempt
-// times. Side by side on PostgreSQL and Redis at 8 and 64 workers on one
-// key, 8 kept throughput where it was without lines; 16 and 32 cut the
-// tail a little more for 5–20% less throughput.
+// times. 2, 4, 8, 16 and 32 were tried on PostgreSQL at 8 workers on one
+// key; their differences stayed within the noise between runs, and 8 is
+// in the middle: long enough for a holder's few attempts, short enough
+// that a stuck holder costs the others little.
 const holdUnits = 8
 
 // queueWait bounds a senior call's wait for its turn in a line; past it
