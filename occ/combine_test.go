@@ -233,23 +233,14 @@ func holdLeader(t *testing.T, counter *cas.Typed[int], store *gatedStore, cb *Co
 func waitQueued(t *testing.T, cb *Combiner, store cas.Store, key string, n int) {
 	t.Helper()
 	sh := cb.shard(key)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitCount(t, "callers queued", n, func() int {
 		sh.mu.Lock()
-		q := sh.queues[combineKey{store: store, key: key}]
-		got := 0
-		if q != nil {
-			got = len(q.pending)
+		defer sh.mu.Unlock()
+		if q := sh.queues[combineKey{store: store, key: key}]; q != nil {
+			return len(q.pending)
 		}
-		sh.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d callers queued, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return 0
+	})
 }
 
 // TestCombinerCancelledWaiterIsNotApplied: a caller whose context ends

@@ -72,15 +72,23 @@ func (s *bumpingStore) CompareAndSwap(ctx context.Context, key string, expected 
 
 func waitInLine(t *testing.T, l *line, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	waitCount(t, "calls queued in the line", n, func() int {
 		l.mu.Lock()
-		got := len(l.queue)
-		l.mu.Unlock()
-		if got == n {
+		defer l.mu.Unlock()
+		return len(l.queue)
+	})
+}
+
+// waitCount polls count until it returns want (for up to 10 s).
+func waitCount(t *testing.T, what string, want int, count func() int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got := count()
+		if got == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued, want %d", got, n)
+			t.Fatalf("%d %s, want %d", got, what, want)
 		}
 		time.Sleep(time.Millisecond)
 	}
