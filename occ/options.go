@@ -55,6 +55,7 @@ type config struct {
 	newBackOff  func() backoff.BackOff
 	retryable   func(error) bool
 	observer    Observer
+	observer2   Observer // told after observer; set only if observer is
 	budget      *Budget
 	sleep       func(ctx context.Context, d time.Duration) error // test hook
 	cache       *Cache
@@ -102,8 +103,13 @@ func (c *config) apply(opts []Option) {
 			case o.observer == nil:
 			case c.observer == nil:
 				c.observer = o.observer
+			case c.observer2 == nil:
+				// A second observer (hybrid.Adaptive's, after the
+				// caller's) goes in its own field: an observers value
+				// would be one allocation per call.
+				c.observer2 = o.observer
 			default:
-				c.observer = observers{c.observer, o.observer}
+				c.observer2 = observers{c.observer2, o.observer}
 			}
 		case optBudget:
 			c.budget = o.budget

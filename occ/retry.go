@@ -129,7 +129,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if c.observer != nil {
 			a := Attempt{Op: c.op, Key: c.key, Number: attempt, Outcome: outcome, Err: err, Latency: time.Since(t0)}
 			if c.line == nil {
-				c.observer.ObserveAttempt(ctx, a)
+				c.observeAttempt(ctx, a)
 			} else {
 				c.observeHolding(ctx, a)
 			}
@@ -215,9 +215,21 @@ func (c *config) finish(ctx context.Context, start time.Time, attempts int, outc
 		c.leaveLine()
 	}
 	if c.observer != nil {
-		c.observer.ObserveCall(ctx, Call{Op: c.op, Key: c.key, Attempts: attempts, Outcome: outcome, Err: err, Latency: time.Since(start)})
+		call := Call{Op: c.op, Key: c.key, Attempts: attempts, Outcome: outcome, Err: err, Latency: time.Since(start)}
+		c.observer.ObserveCall(ctx, call)
+		if c.observer2 != nil {
+			c.observer2.ObserveCall(ctx, call)
+		}
 	}
 	return err
+}
+
+// observeAttempt tells the call's observers about a.
+func (c *config) observeAttempt(ctx context.Context, a Attempt) {
+	c.observer.ObserveAttempt(ctx, a)
+	if c.observer2 != nil {
+		c.observer2.ObserveAttempt(ctx, a)
+	}
 }
 
 // wait sleeps for d or until ctx ends, returning ctx.Err() in that case.

@@ -268,7 +268,7 @@ func (c *config) classifyHolding(err error) Outcome {
 func (c *config) observeHolding(ctx context.Context, a Attempt) {
 	done := false
 	defer c.leaveUnless(&done)
-	c.observer.ObserveAttempt(ctx, a)
+	c.observeAttempt(ctx, a)
 	done = true
 }
 
