@@ -141,10 +141,15 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			c.writes.Add(1)
 		}
 		switch {
-		case c.line != nil:
-			nv, err = writeHolding(ctx, c, s, cache, key, ver, next)
-		case cache != nil:
-			nv, err = writeThrough(ctx, s, cache, key, ver, next)
+		case cache != nil || c.line != nil:
+			// The holder of a turn keeps what it wrote, to hand it over
+			// with the turn.
+			var it cas.Item
+			it, err = writeThrough(ctx, s, cache, key, ver, next)
+			nv = it.Version
+			if err == nil && c.line != nil {
+				c.line.wrote, c.line.wroteOK = it, true
+			}
 		default:
 			nv, err = s.CompareAndSwap(ctx, key, ver, next)
 		}
@@ -164,31 +169,6 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 		return zero, 0, err
 	}
 	return written, version, nil
-}
-
-// writeHolding is the write of a turn's holder: it keeps what it wrote,
-// to hand over with the turn.
-func writeHolding[T any](ctx context.Context, c *config, s *cas.Typed[T], cache *Cache, key string, expected cas.Version, next T) (cas.Version, error) {
-	b, err := s.Encode(key, next)
-	if err != nil {
-		return 0, err
-	}
-	nv, err := s.Store().CompareAndSwap(ctx, key, expected, b)
-	if err == nil {
-		c.line.wrote, c.line.wroteOK = cas.Item{Key: key, Value: b, Version: nv}, true
-	}
-	if cache != nil {
-		var ce *cas.ConflictError
-		switch {
-		case err == nil:
-			cache.put(c.line.wrote)
-		case errors.As(err, &ce) && ce.HasCurrent && ce.Key == key:
-			cache.put(ce.Current)
-		default:
-			cache.forget(key)
-		}
-	}
-	return nv, err
 }
 
 // decodeHint decodes the current item a conflict carried.
@@ -216,25 +196,29 @@ func readThrough[T any](ctx context.Context, s *cas.Typed[T], c *Cache, key stri
 	return decodeHint(s, key, it)
 }
 
-// writeThrough writes next and caches the result: the new state on
-// success, the current one a conflict carried, or nothing when the
-// conflict did not say.
-func writeThrough[T any](ctx context.Context, s *cas.Typed[T], c *Cache, key string, expected cas.Version, next T) (cas.Version, error) {
+// writeThrough writes next and returns what it wrote, and caches the
+// result when c is not nil: the new state on success, the current one a
+// conflict carried, or nothing when the conflict did not say.
+func writeThrough[T any](ctx context.Context, s *cas.Typed[T], c *Cache, key string, expected cas.Version, next T) (cas.Item, error) {
 	b, err := s.Encode(key, next)
 	if err != nil {
-		return 0, err
+		return cas.Item{}, err
 	}
 	nv, err := s.Store().CompareAndSwap(ctx, key, expected, b)
 	if err == nil {
-		c.put(cas.Item{Key: key, Value: b, Version: nv})
-		return nv, nil
+		it := cas.Item{Key: key, Value: b, Version: nv}
+		if c != nil {
+			c.put(it)
+		}
+		return it, nil
 	}
 	var ce *cas.ConflictError
 	switch {
+	case c == nil:
 	case errors.As(err, &ce) && ce.HasCurrent && ce.Key == key:
 		c.put(ce.Current)
 	default:
 		c.forget(key)
 	}
-	return 0, err
+	return cas.Item{}, err
 }
