@@ -68,10 +68,11 @@ type config struct {
 
 	// Lines (turn.go): store is set by Update for the calls that take
 	// part (those with the default backoff).
-	store   cas.Store // the store of the call's key
-	line    *line     // the line whose turn the call holds, if any
-	handed  *ticket   // the ticket that gave the call its turn, with the state it carried
-	lastErr error     // the latest attempt's error, for a wait for a line that ends in a give-up
+	store    cas.Store // the store of the call's key
+	line     *line     // the line whose turn the call holds, if any
+	handed   *ticket   // the ticket that gave the call its turn, with the state it carried
+	lastErr  error     // the latest attempt's error, for a wait for a line that ends in a give-up
+	leftLine bool      // the call left a line that did not move: its next attempt does not queue
 
 	// Loop state shared by run and the Update/Txn attempt functions.
 	retryNow   bool // set by an attempt whose conflict carried the current state
@@ -154,13 +155,13 @@ func WithRetryable(f func(err error) bool) Option { return Option{kind: optRetry
 func WithObserver(o Observer) Option { return Option{kind: optObserver, observer: o} }
 
 // WithTurns(false) keeps an Update call out of its process's turns at a
-// hot key (see Update): it neither waits for the key's line nor joins it,
-// and keeps backing off as a senior instead. At one hot key that trades a
-// longer tail for more throughput (on PostgreSQL at 8 workers, 2.3× the
-// p99.9 for 1.25× the updates per second; at 64, a longer tail and fewer
-// updates; docs/benchmarks.md). Calls
-// with WithBackOff or WithBackOffFunc take no turns either. WithTurns(true)
-// is the default.
+// hot key (see Update): it neither queues in the key's line nor opens one,
+// and backs off between attempts instead. Calls that opt out compete with
+// the line's holder for each version, so at a hot key they waste attempts
+// and see a longer tail; use it for a call that must not wait behind the
+// process's other calls of the key (for example one with a short
+// deadline). Calls with WithBackOff or WithBackOffFunc take no turns
+// either. WithTurns(true) is the default.
 func WithTurns(enabled bool) Option { return Option{kind: optTurns, off: !enabled} }
 
 // WithBudget makes retries draw from a budget shared with other calls.

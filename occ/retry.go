@@ -49,7 +49,8 @@ import (
 // After four waits the call is senior: its waits fall back to four attempt
 // times instead of growing to 16, so that it stops losing round after round
 // to callers that arrived after it (the tail of a hot key); Update also
-// makes the senior calls of a process take turns (see there).
+// makes the calls of a process take turns at a key that conflicts (see
+// there).
 // Until an attempt has been timed (the first one is not, so that an
 // uncontended call costs nothing extra), the wait is DefaultBackOff's.
 //
@@ -82,15 +83,21 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		scaled scaledBackOff   // the default's state
 	)
 	for attempt := 1; ; attempt++ {
-		if c.store != nil && c.line == nil && linesOpen.Load() != 0 {
-			held, werr := c.awaitLine(ctx)
-			if werr != nil {
-				return c.finish(ctx, start, attempt-1, OutcomeGaveUp, &GiveUpError{Reason: werr, Attempts: attempt - 1, Last: c.lastErr})
+		if c.store != nil && c.line == nil && linesOpen.Load() != 0 && !c.leftLine {
+			// The key is hot in this process: queue for its turn instead
+			// of barging in ahead of the calls that have waited longer.
+			queued, jerr := c.joinLine(ctx, false)
+			if jerr != nil {
+				return c.finish(ctx, start, attempt-1, OutcomeGaveUp, &GiveUpError{Reason: jerr, Attempts: attempt - 1, Last: c.lastErr})
 			}
-			if held {
+			if queued {
 				// What the call knew before the wait is stale now.
-				c.waited = true
+				c.waited, c.retryNow = true, false
+				// A call that left a stuck line tries once on its own.
+				c.leftLine = c.line == nil
 			}
+		} else {
+			c.leftLine = false
 		}
 		var t0 time.Time
 		if c.observer != nil || attempt > 1 {
@@ -150,8 +157,8 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
 		c.lastErr = err
-		if c.store != nil && c.line == nil && scaled.n >= lineAfter && outcome == OutcomeConflict {
-			queued, jerr := c.joinLine(ctx)
+		if c.store != nil && c.line == nil && outcome == OutcomeConflict {
+			queued, jerr := c.joinLine(ctx, true)
 			if jerr != nil {
 				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: jerr, Attempts: attempt, Last: err})
 			}

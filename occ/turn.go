@@ -22,48 +22,43 @@ import (
 // starvation mode: a waiter that has waited too long is served next, in
 // order, and arrivals stop barging in.
 //
-// So: a call of Update that has waited lineAfter times and conflicts
-// again joins its key's line, one per key in the process. The first call
-// in the line holds the turn; the others queue behind it in order and are
-// handed the turn one by one as each holder's call ends. While the line
-// exists, every other call of this process on that key waits before each
-// attempt until the line is gone (at most holdUnits of the holder's
-// attempt times, so that a holder stuck in mutate or on a dead connection
-// delays the others a little, not for ever). The holder no longer backs
-// off: it retries at once from the state each conflict carries, or after
-// one attempt time when a conflict carries none. Within the process the
-// holder's next write therefore meets only the attempts already in flight
-// when it took the turn; writers in other processes still coordinate only
-// through the store's versions, and the backoff's seniority is what bounds
-// the tail between them.
+// So: a call of Update whose write conflicts opens its key's line, one
+// per key in the process, and holds its turn (or queues in the line, if
+// another call opened it first). From then on every call of this process on that key queues in the
+// line before its attempt, arrivals included: the calls get the turn in
+// order, one by one as each holder's call ends, each with the state its
+// predecessor wrote, so that it writes without reading. The line ends when
+// a holder leaves it empty. This is sync.Mutex's starvation mode on a
+// key: while the key is hot the process's calls on it run one at a time
+// (no attempt of this process is wasted on a conflict with another), and
+// the round trip of a read is saved on every turn. A call that waited
+// queueWait in a line that did not move (a holder stuck in mutate or on a
+// dead connection) leaves it and tries once on its own. The holder does
+// not back off: it retries at once from the state each conflict carries,
+// or after one attempt time when a conflict carries none. Writers in other
+// processes still coordinate only through the store's versions: a
+// process's holder meets the other processes' holders, and the calls that
+// take no turns (or whose key found no free slot) keep the backoff's
+// seniority.
+//
+// Opening the line at the first conflict, after one, two or three waits
+// was measured side by side with calls that take no turns (PostgreSQL,
+// 8 workers, 1 to 1000 keys): at the first conflict was best or level
+// everywhere (2.2× the throughput at one key, 1.5× at four, level from 16
+// on, with the lowest p99.9 at every point).
 //
 // The cost without contention is one atomic load per attempt (linesOpen):
 // the table is looked at only while some line exists in the process.
 
-// lineAfter is how many waits make a call join its key's line at its
-// next conflict. Side by side with calls that take no turns (occbench
-// --strategies occ,occ-no-turns, PostgreSQL and Redis, 8 and 64 workers on
-// one key), joining after three waits cut the p99.9 at 8 workers on
-// PostgreSQL to 0.44× (33.5 against 76.8 ms) for 0.80× the throughput;
-// after four, to 0.57× for 0.86×; after two, to 0.31× for 0.70×.
-const lineAfter = 3
-
-// turnSlots is the size of the process's table of lines. Keys that share
-// a slot share nothing but the slot: a second hot key in the same slot
-// cannot open a line while the first has one (its calls keep the
+// turnSlots is the size of the process's table of lines. A key's line
+// takes one of turnProbes slots from the key's hash; a hot key whose
+// slots all hold other keys' lines opens none (its calls keep the
 // backoff's seniority).
 const turnSlots = 64
 
-// holdUnits bounds a wait for a line to end, in the holder's attempt
-// times. 2, 4, 8, 16 and 32 were tried on PostgreSQL at 8 workers on one
-// key; their differences stayed within the noise between runs, and 8 is
-// in the middle: long enough for a holder's few attempts, short enough
-// that a stuck holder costs the others little.
-const holdUnits = 8
-
-// queueWait bounds a senior call's wait for its turn in a line; past it
-// the call leaves the line and tries again at once, from a fresh read (on
-// its next conflict it joins the line again, at the back).
+// queueWait bounds a call's wait in a line that does not move (no turn
+// ends): past it the call leaves the line and tries once on its own, from
+// a fresh read (it queues again, at the back, before its next attempt).
 const queueWait = scaledMaxWait
 
 // A line is the queue of the senior calls of Update on one key of one
@@ -71,8 +66,8 @@ const queueWait = scaledMaxWait
 type line struct {
 	store cas.Store
 	key   string
-	unit  atomic.Int64  // the holder's attempt time when it got the turn
-	done  chan struct{} // closed when the line ends
+	turns atomic.Uint64 // how many turns have ended
+	slot  *atomic.Pointer[line]
 
 	// What the holder wrote, to hand over with the turn (the holder's
 	// goroutine alone uses them).
@@ -106,13 +101,54 @@ var (
 	}
 	lineSeed = maphash.MakeSeed()
 
-	// holdLimit, when set (tests), replaces the bounds of the waits for
-	// a line to end and for a turn in it.
+	// holdLimit, when set (tests), replaces queueWait.
 	holdLimit time.Duration
 )
 
-func lineSlot(key string) *atomic.Pointer[line] {
-	return &lineTable[maphash.String(lineSeed, key)%turnSlots].l
+// turnProbes is how many slots from its hash a key's line may take: keys
+// whose hashes meet open their lines side by side.
+const turnProbes = 4
+
+// lineFor returns the line of key of store, if it has one.
+func lineFor(store cas.Store, key string) *line {
+	h := maphash.String(lineSeed, key)
+	for i := range uint64(turnProbes) {
+		if l := lineTable[(h+i)%turnSlots].l.Load(); l != nil && l.is(store, key) {
+			return l
+		}
+	}
+	return nil
+}
+
+// openLine makes the line of key of store, in the first free slot of its
+// probes, and returns it, or the line that another call opened meanwhile
+// (opened false), or nil when the probed slots hold other keys' lines.
+func openLine(store cas.Store, key string) (l *line, opened bool) {
+	h := maphash.String(lineSeed, key)
+	for range turnProbes {
+		if l := lineFor(store, key); l != nil {
+			return l, false
+		}
+		nl := &line{store: store, key: key}
+		free := false
+		for i := range uint64(turnProbes) {
+			slot := &lineTable[(h+i)%turnSlots].l
+			if slot.Load() != nil {
+				continue
+			}
+			free = true
+			if slot.CompareAndSwap(nil, nl) {
+				nl.slot = slot
+				linesOpen.Add(1)
+				return nl, true
+			}
+			break // taken as we looked: look again
+		}
+		if !free {
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 func (l *line) is(store cas.Store, key string) bool {
@@ -121,29 +157,28 @@ func (l *line) is(store cas.Store, key string) bool {
 
 // joinLine puts the call in its key's line and returns once it holds the
 // turn (c.line set), or when it could not get it: the slot belongs to
-// another key, the line ended as it joined, or queueWait passed. The
-// error is ctx's, if it ended meanwhile. waited reports whether the call
-// queued (what it knew before is then stale).
-func (c *config) joinLine(ctx context.Context) (waited bool, err error) {
+// another key, the line ended as it joined, or the line made no progress
+// for queueWait (its holder is stuck). With open, a call that finds no
+// line opens one and holds its turn; without, it joins only a line that
+// exists. The error is ctx's, if it ended meanwhile. queued reports
+// whether the call waited in a line (what it knew before is then stale).
+func (c *config) joinLine(ctx context.Context, open bool) (queued bool, err error) {
 	if !combinable(c.store) {
 		return false, nil
 	}
-	slot := lineSlot(c.key)
-	l := slot.Load()
+	l := lineFor(c.store, c.key)
 	if l == nil {
-		l = &line{store: c.store, key: c.key, done: make(chan struct{})}
-		l.unit.Store(int64(c.unit))
-		if slot.CompareAndSwap(nil, l) {
-			linesOpen.Add(1)
+		if !open {
+			return false, nil
+		}
+		var opened bool
+		if l, opened = openLine(c.store, c.key); opened {
 			c.line = l
 			return false, nil
 		}
-		if l = slot.Load(); l == nil {
+		if l == nil {
 			return false, nil
 		}
-	}
-	if !l.is(c.store, c.key) {
-		return false, nil
 	}
 	tk := &ticket{ready: make(chan struct{})}
 	l.mu.Lock()
@@ -160,15 +195,26 @@ func (c *config) joinLine(ctx context.Context) (waited bool, err error) {
 	}
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
-	select {
-	case <-tk.ready:
-		c.line = l
-		l.unit.Store(int64(c.unit))
-		c.handed = tk
-		return true, nil
-	case <-timer.C:
-	case <-ctx.Done():
-		err = ctx.Err()
+	turns := l.turns.Load()
+wait:
+	for {
+		select {
+		case <-tk.ready:
+			c.line = l
+			c.handed = tk
+			return true, nil
+		case <-timer.C:
+			if n := l.turns.Load(); n != turns {
+				// The line moves: keep the place in it.
+				turns = n
+				timer.Reset(limit)
+				continue
+			}
+			break wait
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		}
 	}
 	l.mu.Lock()
 	for i, t := range l.queue {
@@ -183,7 +229,6 @@ func (c *config) joinLine(ctx context.Context) (waited bool, err error) {
 	// on at once if the call is done.
 	<-tk.ready
 	c.line = l
-	l.unit.Store(int64(c.unit))
 	c.handed = tk
 	if err != nil {
 		// Pass on what the previous holder wrote with the turn.
@@ -203,6 +248,7 @@ func (c *config) leaveLine() {
 	c.line = nil
 	state, known := l.wrote, l.wroteOK
 	l.wrote, l.wroteOK = cas.Item{}, false
+	l.turns.Add(1)
 	l.mu.Lock()
 	if len(l.queue) > 0 {
 		next := l.queue[0]
@@ -214,32 +260,8 @@ func (c *config) leaveLine() {
 	}
 	l.closed = true
 	l.mu.Unlock()
-	lineSlot(l.key).CompareAndSwap(l, nil)
+	l.slot.CompareAndSwap(l, nil)
 	linesOpen.Add(-1)
-	close(l.done)
-}
-
-// awaitLine waits, before an attempt, while a line of other calls of this
-// process exists on the call's key: until it ends, the bound has passed
-// or ctx ends (ctx.Err() is returned). It reports whether it waited.
-func (c *config) awaitLine(ctx context.Context) (bool, error) {
-	l := lineSlot(c.key).Load()
-	if l == nil || !l.is(c.store, c.key) {
-		return false, nil
-	}
-	limit := holdLimit
-	if limit == 0 {
-		limit = min(max(holdUnits*time.Duration(l.unit.Load()), time.Millisecond), scaledMaxWait)
-	}
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	select {
-	case <-l.done:
-	case <-timer.C:
-	case <-ctx.Done():
-		return true, ctx.Err()
-	}
-	return true, nil
 }
 
 // attemptHolding, classifyHolding and observeHolding run the caller's
