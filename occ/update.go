@@ -32,7 +32,7 @@ import (
 // conflict with another, and no caller loses round after round to callers
 // that arrived after it. At 8 workers on one key, side by side with calls
 // that take no turns, this gave PostgreSQL 2.3× the updates per second at
-// a p99.9 of 4.2 ms, a third of an advisory lock's (docs/benchmarks.md).
+// a p99.9 of 6.1 ms, half an advisory lock's (docs/benchmarks.md).
 // Writers in other processes are not held: the holders of the processes'
 // lines meet through the store's versions, and retry at once from the
 // state each conflict carries.
