@@ -100,10 +100,10 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			c.leftLine = false
 		}
 		var t0 time.Time
-		if c.observer != nil || attempt > 1 {
+		if c.observer != nil || attempt > 1 || c.line != nil {
 			// Retries are timed (the first attempt is not: it must cost
 			// nothing extra): the default backoff counts its waits in
-			// attempt times.
+			// attempt times. So are a turn's: see line.fast.
 			t0 = time.Now()
 		}
 		var err error
@@ -112,8 +112,11 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		} else {
 			err = c.attemptHolding(ctx, fn)
 		}
-		if attempt > 1 {
+		if attempt > 1 || c.line != nil {
 			c.noteAttemptTime(time.Since(t0))
+			if c.line != nil {
+				c.line.fast.Store(c.unit < lineMinUnit)
+			}
 		}
 		if attempt == 1 && c.budget != nil {
 			c.budget.deposit()
@@ -157,7 +160,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
 		c.lastErr = err
-		if c.store != nil && c.line == nil && outcome == OutcomeConflict {
+		if c.store != nil && c.line == nil && outcome == OutcomeConflict && c.unit >= lineMinUnit {
 			queued, jerr := c.joinLine(ctx, true)
 			if jerr != nil {
 				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: jerr, Attempts: attempt, Last: err})
@@ -172,7 +175,8 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 				continue
 			}
 		}
-		if c.retryNow && (!c.retriedNow || c.line != nil) {
+		queueing := c.line != nil && !c.line.fast.Load() // a holder of a line others may queue in
+		if c.retryNow && (!c.retriedNow || queueing) {
 			// The attempt learned the current state from its conflict:
 			// retry from it at once, before it goes stale: once per call,
 			// or every time for the holder of the key's turn.
@@ -184,7 +188,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		}
 		c.retryNow = false
 		var d time.Duration
-		if c.line != nil {
+		if queueing {
 			d = holderWait(c.unit)
 		} else {
 			d = c.nextWait(&b, &scaled)

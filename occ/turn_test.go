@@ -20,15 +20,18 @@ func senior(store cas.Store, key string) *config {
 	return &config{store: store, key: key, unit: time.Millisecond}
 }
 
-// unboundedHolds makes the waits for a line to end, and for a turn in
-// it, last until they come; at the end of the test the table of lines
-// must be empty, and is emptied so that one failure does not spill into
-// later tests.
+// unboundedHolds makes the waits for a turn in a line last until they
+// come, and lets calls on memcas open lines; at the end of the test the
+// table of lines must be empty, and is emptied so that one failure does
+// not spill into later tests.
 func unboundedHolds(t *testing.T) {
 	t.Helper()
 	holdLimit = time.Hour
+	minUnit := lineMinUnit
+	lineMinUnit = 0 // lines on memcas too
 	t.Cleanup(func() {
 		holdLimit = 0
+		lineMinUnit = minUnit
 		open := linesOpen.Load()
 		for i := range lineTable {
 			if lineTable[i].l.Swap(nil) != nil {
@@ -47,12 +50,14 @@ func unboundedHolds(t *testing.T) {
 // were open at each write.
 type bumpingStore struct {
 	cas.Store
+	delay     time.Duration // added to every write
 	mu        sync.Mutex
 	n         int
 	openAtCAS []int32
 }
 
 func (s *bumpingStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	time.Sleep(s.delay)
 	s.mu.Lock()
 	bump := s.n > 0
 	if bump {
@@ -532,4 +537,60 @@ func TestLineSlotsShared(t *testing.T) {
 	if linesOpen.Load() != 0 || lineFor(store, "k") != nil || lineFor(store, other) != nil {
 		t.Fatal("lines left after their holders left")
 	}
+}
+
+// TestLineOnlyWhereAttemptsAreSlow: a conflict opens a line only on a
+// store whose attempts take at least lineMinUnit (a queue's hand-offs
+// cost more than retries on an in-process store).
+func TestLineOnlyWhereAttemptsAreSlow(t *testing.T) {
+	minUnit := lineMinUnit
+	lineMinUnit = 5 * time.Millisecond
+	defer func() { lineMinUnit = minUnit }()
+	ctx := context.Background()
+
+	fast := &bumpingStore{Store: memcas.New(), n: 3}
+	if _, _, err := Update(ctx, cas.NewTyped[int](fast, cas.JSON[int]()), "k", incrInt); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range fast.openAtCAS {
+		if n != 0 {
+			t.Fatalf("write %d of a fast store saw %d lines open, want none", i, n)
+		}
+	}
+
+	slow := &bumpingStore{Store: memcas.New(), n: 3, delay: 2 * lineMinUnit}
+	if _, _, err := Update(ctx, cas.NewTyped[int](slow, cas.JSON[int]()), "k", incrInt); err != nil {
+		t.Fatal(err)
+	}
+	if last := slow.openAtCAS[len(slow.openAtCAS)-1]; last != 1 {
+		t.Fatalf("the last write of a slow store saw %d lines open, want the call's own (all: %v)", last, slow.openAtCAS)
+	}
+	if linesOpen.Load() != 0 {
+		t.Fatal("a line outlived its call")
+	}
+}
+
+// TestFastLineIsNotJoined: once the holder's attempts take less than
+// lineMinUnit (an in-process store whose line opened on one slow,
+// descheduled attempt), the line takes no one: an arrival runs at once.
+func TestFastLineIsNotJoined(t *testing.T) {
+	unboundedHolds(t)
+	store := newCountingStore(memcas.New())
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	ctx := context.Background()
+
+	holder := senior(store, "hot")
+	if _, err := holder.joinLine(ctx, true); err != nil || holder.line == nil {
+		t.Fatalf("no turn: %v", err)
+	}
+	holder.line.fast.Store(true) // as run does after a fast attempt
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, _, err := Update(dctx, counter, "hot", incrInt); err != nil {
+		t.Fatalf("an arrival at a fast line: %v", err)
+	}
+	if c := senior(store, "hot"); func() bool { q, _ := c.joinLine(ctx, true); return q || c.line != nil }() {
+		t.Fatal("a conflicting call queued in a fast line")
+	}
+	holder.leaveLine()
 }

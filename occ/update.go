@@ -23,9 +23,10 @@ import (
 //
 // Calls of one process take turns at a hot key (with the default
 // backoff; WithTurns(false), WithBackOff and WithBackOffFunc opt out): a
-// call whose write conflicts opens its key's line, and while the line
-// exists every call of the process on that key queues in it before its
-// attempt. The calls in the line write one at a time, in the order they
+// call whose write conflicts opens its key's line (on a store whose
+// attempts take 20 µs or more: in memory a retry is cheaper than a
+// queue), and while the line exists every call of the process on that
+// key queues in it before its attempt. The calls in the line write one at a time, in the order they
 // came, each from the state its predecessor wrote (one round trip, no
 // read), as under sync.Mutex in its starvation mode; the line ends when
 // nobody waits in it. In the process no attempt is then wasted on a
