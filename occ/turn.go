@@ -24,28 +24,31 @@ import (
 //
 // So: a call of Update whose write conflicts opens its key's line, one
 // per key in the process, and holds its turn (or queues in the line, if
-// another call opened it first). From then on every call of this process on that key queues in the
-// line before its attempt, arrivals included: the calls get the turn in
-// order, one by one as each holder's call ends, each with the state its
-// predecessor wrote, so that it writes without reading. The line ends when
-// a holder leaves it empty. This is sync.Mutex's starvation mode on a
-// key: while the key is hot the process's calls on it run one at a time
-// (no attempt of this process is wasted on a conflict with another), and
-// the round trip of a read is saved on every turn. A call that waited
-// queueWait in a line that did not move (a holder stuck in mutate or on a
-// dead connection) leaves it and tries once on its own. The holder does
-// not back off: it retries at once from the state each conflict carries,
-// or after one attempt time when a conflict carries none. Writers in other
-// processes still coordinate only through the store's versions: a
-// process's holder meets the other processes' holders, and the calls that
-// take no turns (or whose key found no free slot) keep the backoff's
-// seniority.
+// another call opened it first). From then on every call of this process
+// on that key queues in the line before its attempt, arrivals included:
+// the calls get the turn in order, one by one as each holder's call ends,
+// each with the state its predecessor wrote, so that it writes without
+// reading. The line ends when a holder leaves it empty. This is
+// sync.Mutex's starvation mode on a key: while the key is hot the
+// process's calls on it run one at a time (no attempt of this process is
+// wasted on a conflict with another), and the round trip of a read is
+// saved on every turn. A call that waited queueWait in a line that did not
+// move (a holder stuck in mutate or on a dead connection) leaves it and
+// tries once on its own. The holder does not back off: it retries at once
+// from the state each conflict carries, or after one attempt time when a
+// conflict carries none. Writers in other processes still coordinate only
+// through the store's versions: a process's holder meets the other
+// processes' holders, and the calls that take no turns (or whose key found
+// no free slot) keep the backoff's seniority.
 //
-// Opening the line at the first conflict, after one, two or three waits
-// was measured side by side with calls that take no turns (PostgreSQL,
-// 8 workers, 1 to 1000 keys): at the first conflict was best or level
-// everywhere (2.2× the throughput at one key, 1.5× at four, level from 16
-// on, with the lowest p99.9 at every point).
+// Opening the line at the first conflict, or after one, two or three
+// waits, was measured side by side with calls that take no turns
+// (PostgreSQL, 8 workers, 1 to 1000 keys): the first conflict was best or
+// level everywhere (2.2× the throughput at one key, 1.5× at four, level
+// from 16 on, with the lowest p99.9 at every point). Since lineMinUnit, a
+// call's first conflict opens no line (its attempt was not timed): the
+// second does, and it follows the first without a wait when the first
+// carried the key's state.
 //
 // Lines are for stores with round trips: a conflict opens one only when
 // the call's attempts take at least lineMinUnit, and a line whose holder's
@@ -61,10 +64,6 @@ import (
 // queue: 8 goroutines on one memcas key took 2.4–2.9 µs an update with
 // lines against 0.9–1.1 µs without (BenchmarkContended), and 1.0–1.4 µs
 // with this bound. A database round trip on loopback takes 50–300 µs.
-// The first attempt of a call is not timed (an uncontended call must cost
-// nothing extra), so a line opens at the earliest at a call's second
-// conflict, which comes without a wait when the first carried the key's
-// state.
 var lineMinUnit = 20 * time.Microsecond
 
 // turnSlots is the size of the process's table of lines. A key's line
@@ -78,8 +77,8 @@ const turnSlots = 64
 // a fresh read (it queues again, at the back, before its next attempt).
 const queueWait = scaledMaxWait
 
-// A line is the queue of the senior calls of Update on one key of one
-// store in this process.
+// A line is the queue of the calls of Update on one key of one store in
+// this process, while the key is hot.
 type line struct {
 	store cas.Store
 	key   string
@@ -148,11 +147,11 @@ func lineFor(store cas.Store, key string) *line {
 // (opened false), or nil when the probed slots hold other keys' lines.
 func openLine(store cas.Store, key string) (l *line, opened bool) {
 	h := maphash.String(lineSeed, key)
+	nl := &line{store: store, key: key}
 	for range turnProbes {
 		if l := lineFor(store, key); l != nil {
 			return l, false
 		}
-		nl := &line{store: store, key: key}
 		free := false
 		for i := range uint64(turnProbes) {
 			slot := &lineTable[(h+i)%turnSlots].l
