@@ -32,11 +32,11 @@ import (
 // nobody waits in it. In the process no attempt is then wasted on a
 // conflict with another, and no caller loses round after round to callers
 // that arrived after it. At 8 workers on one key, side by side with calls
-// that take no turns, this gave PostgreSQL 2.3× the updates per second at
-// a p99.9 of 6.1 ms, half an advisory lock's (docs/benchmarks.md).
-// Writers in other processes are not held: the holders of the processes'
-// lines meet through the store's versions, and retry at once from the
-// state each conflict carries.
+// that take no turns, this gave PostgreSQL 2.4× the updates per second at
+// a p99.9 of 4.4 ms, a fifth of the best queueing lock's
+// (docs/benchmarks.md). Writers in other processes are not held: the
+// holders of the processes' lines meet through the store's versions, and
+// retry at once from the state each conflict carries.
 //
 // mutate may run several times and must depend only on its arguments; an
 // error from it ends the loop and is returned as is (unless WithRetryable
