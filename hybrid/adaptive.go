@@ -56,8 +56,10 @@ type AdaptiveConfig struct {
 // processes, other Adaptives): a batch's conditional write that meets a
 // newer version is wasted and runs again. With p the fraction of the
 // key's optimistic attempts that conflict and d the time an attempt takes
-// (read, mutates, write), the optimistic path wastes p/(1-p)·d per update
-// on average. The lease path wastes no attempt but costs the lock's round
+// (read, mutates, write), the optimistic path wastes p/(1-p)·d per
+// attempt on average, shared by the b updates the attempt carries (b, the
+// batch, estimated as the updates begun between two successful writes of
+// the key): p/(1-p)·d/b per update. The lease path wastes no attempt but costs the lock's round
 // trips, acquire and release, on every update: h, estimated from the
 // fastest recent acquisitions of the key (the waits in the lock's queue
 // are the contention itself, which both paths pay). A key takes the lease
@@ -100,13 +102,16 @@ type adaptiveShard struct {
 // estimates change under the shard's mutex, once per optimistic attempt
 // (with combining, once per batch) or lease acquisition.
 type keyStat struct {
-	inflight atomic.Int32
-	locked   atomic.Bool
-	probe    atomic.Uint32 // locked updates, counted to pick the probes
+	inflight   atomic.Int32
+	locked     atomic.Bool
+	probe      atomic.Uint32 // locked updates, counted to pick the probes
+	optimistic atomic.Int64  // updates that took the optimistic path
 
 	attempts int     // optimistic attempts observed
 	p        float64 // EWMA: fraction of optimistic attempts that conflicted
 	d        float64 // EWMA: seconds per optimistic attempt
+	b        float64 // EWMA: updates per successful optimistic attempt, the batch (0: unknown)
+	lastOpt  int64   // optimistic at the last successful attempt
 	h        float64 // estimate of the lease path's overhead, seconds (0: unknown)
 }
 
@@ -185,6 +190,7 @@ func (a *Adaptive) begin(key string) (int, *keyStat) {
 		sh.mu.Unlock()
 	}
 	if !st.locked.Load() {
+		st.optimistic.Add(1)
 		return pathOptimistic, st
 	}
 	if st.probe.Add(1)%uint32(a.cfg.ProbeEvery) == 0 {
@@ -204,7 +210,9 @@ func (a *Adaptive) judge(st *keyStat) (bool, float64) {
 		return false, 0
 	}
 	p := min(st.p, 0.95)
-	waste := p / (1 - p) * st.d
+	// An attempt carries a batch of b combined updates: a conflict wastes
+	// it once for all of them.
+	waste := p / (1 - p) * st.d / max(st.b, 1)
 	h := st.h
 	if h == 0 {
 		// Not measured yet: a lock costs at least an acquire and a
@@ -258,6 +266,20 @@ func (a *Adaptive) observeAttempt(key string, conflict bool, latency time.Durati
 		st.d = alpha*latency.Seconds() + (1-alpha)*st.d
 	}
 	st.attempts++
+	if !conflict && !st.locked.Load() {
+		// The updates begun since the key's last successful write are
+		// about what this one carried. (While the key is locked the
+		// successes are probes, one update each: the estimate keeps the
+		// batch the optimistic path had.)
+		n := st.optimistic.Load()
+		x := float64(n - st.lastOpt)
+		st.lastOpt = n
+		if st.b == 0 {
+			st.b = x
+		} else {
+			st.b = alpha*x + (1-alpha)*st.b
+		}
+	}
 	sw, ratio := a.judge(st)
 	locked := st.locked.Load()
 	sh.mu.Unlock()
