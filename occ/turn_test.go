@@ -20,6 +20,16 @@ func senior(store cas.Store, key string) *config {
 	return &config{store: store, key: key, unit: time.Millisecond}
 }
 
+// holdTurn returns such a call holding the turn of key's new line.
+func holdTurn(t *testing.T, store cas.Store, key string) *config {
+	t.Helper()
+	c := senior(store, key)
+	if _, err := c.joinLine(context.Background(), true); err != nil || c.line == nil {
+		t.Fatalf("the first call on %s did not get the turn: %v", key, err)
+	}
+	return c
+}
+
 // unboundedHolds makes the waits for a turn in a line last until they
 // come, and lets calls on memcas open lines; at the end of the test the
 // table of lines must be empty, and is emptied so that one failure does
@@ -110,10 +120,7 @@ func TestLineHoldsTheKeysOtherCalls(t *testing.T) {
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
 	ctx := context.Background()
 
-	holder := senior(store, "hot")
-	if _, err := holder.joinLine(ctx, true); err != nil || holder.line == nil {
-		t.Fatalf("the first senior call did not get the turn: %v", err)
-	}
+	holder := holdTurn(t, store, "hot")
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := Update(ctx, counter, "hot", incrInt)
@@ -165,10 +172,7 @@ func TestLineArrivalsQueueInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	holder := senior(store, "hot")
-	if _, err := holder.joinLine(ctx, true); err != nil || holder.line == nil {
-		t.Fatalf("the first senior call did not get the turn: %v", err)
-	}
+	holder := holdTurn(t, store, "hot")
 	l := holder.line
 	const n = 5
 	got := make([]chan int, n)
@@ -219,10 +223,7 @@ func TestLineWaitFollowsProgress(t *testing.T) {
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
 	ctx := context.Background()
 
-	holder := senior(store, "hot")
-	if _, err := holder.joinLine(ctx, true); err != nil || holder.line == nil {
-		t.Fatalf("the first senior call did not get the turn: %v", err)
-	}
+	holder := holdTurn(t, store, "hot")
 	l := holder.line
 	// Four slow holders ahead, 20 ms each: the last call waits 80 ms,
 	// more than twice the bound, in a line that moves.
@@ -259,10 +260,7 @@ func TestLineWaitFollowsProgress(t *testing.T) {
 
 	// A holder that never leaves: the queued call gives up its place
 	// after the bound and writes on its own.
-	stuck := senior(store, "hot")
-	if _, err := stuck.joinLine(ctx, true); err != nil || stuck.line == nil {
-		t.Fatalf("no turn for the stuck call: %v", err)
-	}
+	stuck := holdTurn(t, store, "hot")
 	if _, _, err := Update(ctx, counter, "hot", incrInt); err != nil {
 		t.Fatalf("behind a stuck holder: %v", err)
 	}
@@ -278,10 +276,7 @@ func TestLineHandsTheTurnInOrder(t *testing.T) {
 	unboundedHolds(t)
 	store := memcas.New()
 	ctx := context.Background()
-	first := senior(store, "k")
-	if _, err := first.joinLine(ctx, true); err != nil || first.line == nil {
-		t.Fatalf("no turn for the first call: %v", err)
-	}
+	first := holdTurn(t, store, "k")
 	l := first.line
 	const n = 4
 	var (
@@ -329,10 +324,7 @@ func TestLineHandsTheTurnInOrder(t *testing.T) {
 func TestLineWaiterCancelled(t *testing.T) {
 	unboundedHolds(t)
 	store := memcas.New()
-	holder := senior(store, "k")
-	if _, err := holder.joinLine(context.Background(), true); err != nil || holder.line == nil {
-		t.Fatal("no turn for the first call")
-	}
+	holder := holdTurn(t, store, "k")
 	ctx, cancel := context.WithCancel(context.Background())
 	waiter := senior(store, "k")
 	errc := make(chan error, 1)
@@ -486,10 +478,7 @@ func TestLineHandedStateIsWritten(t *testing.T) {
 	store := newCountingStore(memcas.New())
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
 	v1 := put(t, store.Store, "k", "41")
-	c := senior(store, "k")
-	if _, err := c.joinLine(ctx, true); err != nil || c.line == nil {
-		t.Fatal("no turn")
-	}
+	c := holdTurn(t, store, "k")
 	l := c.line
 	next := &ticket{ready: make(chan struct{})}
 	l.queue = append(l.queue, next) // the next in line
@@ -579,10 +568,7 @@ func TestFastLineIsNotJoined(t *testing.T) {
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
 	ctx := context.Background()
 
-	holder := senior(store, "hot")
-	if _, err := holder.joinLine(ctx, true); err != nil || holder.line == nil {
-		t.Fatalf("no turn: %v", err)
-	}
+	holder := holdTurn(t, store, "hot")
 	holder.line.fast.Store(true) // as run does after a fast attempt
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
