@@ -59,17 +59,17 @@ type AdaptiveConfig struct {
 // (read, mutates, write), the optimistic path wastes p/(1-p)·d per
 // attempt on average, shared by the b updates the attempt carries (b, the
 // batch, estimated as the updates begun between two successful writes of
-// the key): p/(1-p)·d/b per update. The lease path wastes no attempt but costs the lock's round
-// trips, acquire and release, on every update: h, estimated from the
-// fastest recent acquisitions of the key (the waits in the lock's queue
-// are the contention itself, which both paths pay). A key takes the lease
-// path when the waste exceeds LockAbove·h and goes back when it falls
-// below h/LockAbove; on the lease path, one update in ProbeEvery first
-// tries one optimistic attempt (a probe) so that p stays current, and
-// takes the lease path if it conflicts. An optimistic update that runs out
-// of attempts on conflicts (writers elsewhere keep winning) is finished on
-// the lease path too, so a key on its way to being locked does not fail
-// its callers.
+// the key): p/(1-p)·d/b per update. The lease path wastes no attempt but
+// costs the lock's round trips, acquire and release, on every update: h,
+// estimated from the fastest recent acquisitions of the key (the waits in
+// the lock's queue are the contention itself, which both paths pay). A key
+// takes the lease path when the waste exceeds LockAbove·h and goes back
+// when it falls below h/LockAbove; on the lease path, one update in
+// ProbeEvery first tries one optimistic attempt (a probe) so that p stays
+// current, and takes the lease path if it conflicts. An optimistic update
+// that runs out of attempts on conflicts (writers elsewhere keep winning)
+// is finished on the lease path too, so a key on its way to being locked
+// does not fail its callers.
 //
 // A key nobody else writes never conflicts, so it never takes the lease
 // path: nothing beats one read and one conditional write (or one write,
