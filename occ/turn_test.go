@@ -431,42 +431,38 @@ func TestLineHolderLeaves(t *testing.T) {
 		t.Fatal("the call returned holding its line")
 	}
 
-	store.n = 2
-	func() {
-		defer func() {
-			if r := recover(); r != "boom" {
-				t.Fatalf("recovered %v, want mutate's panic", r)
-			}
+	// A panic in the caller's code while the call holds its line.
+	panicsLeavingLine := func(want, where string, update func()) {
+		t.Helper()
+		store.n = 2
+		func() {
+			defer func() {
+				if r := recover(); r != want {
+					t.Fatalf("recovered %v, want the %s's panic", r, where)
+				}
+			}()
+			update()
+			t.Fatalf("the %s did not panic while the call held its line", where)
 		}()
+		if linesOpen.Load() != 0 || lineFor(store, "k") != nil {
+			t.Fatalf("a panic in the %s left the line held", where)
+		}
+	}
+	panicsLeavingLine("boom", "mutate", func() {
 		Update(ctx, counter, "k", func(n int, _ bool) (int, error) {
 			if linesOpen.Load() != 0 {
 				panic("boom")
 			}
 			return n + 1, nil
 		})
-		t.Fatal("mutate did not panic while the call held its line")
-	}()
-	if linesOpen.Load() != 0 || lineFor(store, "k") != nil {
-		t.Fatal("a panic in mutate left the line held")
-	}
-
-	store.n = 2
-	func() {
-		defer func() {
-			if r := recover(); r != "observer" {
-				t.Fatalf("recovered %v, want the observer's panic", r)
-			}
-		}()
+	})
+	panicsLeavingLine("observer", "observer", func() {
 		Update(ctx, counter, "k", incrInt, WithObserver(ObserverFuncs{Attempt: func(context.Context, Attempt) {
 			if linesOpen.Load() != 0 {
 				panic("observer")
 			}
 		}}))
-		t.Fatal("the observer did not panic while the call held its line")
-	}()
-	if linesOpen.Load() != 0 || lineFor(store, "k") != nil {
-		t.Fatal("a panic in an observer left the line held")
-	}
+	})
 }
 
 // TestLineHandedStateIsWritten: a call handed the turn with the state its
