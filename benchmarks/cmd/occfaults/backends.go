@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"os"
@@ -184,7 +185,36 @@ func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err err
 		// Closed first: closing a pool waits for the connections in use.
 		closers.add(func() { _ = tg.proxy.Close() })
 	}
+	if err == nil {
+		err = awaitAnswer(ctx, tg.ops, readyWithin)
+	}
 	return tg, err
+}
+
+// readyWithin bounds the wait for a target's first answer.
+const readyWithin = 60 * time.Second
+
+// awaitAnswer returns once a read through s gets an answer (a value or
+// ErrNotFound), so that a run starts from a server that serves: after a
+// run of reconnects under faults, a CPU-starved PostgreSQL can take
+// seconds to work off the connection attempts queued for it, and a run
+// started meanwhile measures that backlog, not its own fault.
+func awaitAnswer(ctx context.Context, s cas.Store, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
+		_, err := s.Get(cctx, "ready-probe")
+		ccancel()
+		if err == nil || errors.Is(err, cas.ErrNotFound) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the target did not answer a read within %v: %w", within, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // lease opens the lease lock and fenced store of b for one lease-fault run

@@ -11,7 +11,7 @@ import (
 // The faults.
 const (
 	faultNone       = "none"        // no fault (the memory baseline)
-	faultDrop       = "drop"        // every live connection reset every dropEvery
+	faultDrop       = "drop"        // every live connection reset every period (dropEvery by default)
 	faultLatency    = "latency"     // addedLatency on every forwarded chunk
 	faultCut        = "cut"         // answers cut after a few bytes, every cutEvery
 	faultRestart    = "restart"     // the server stopped, restartDown down, started again
@@ -47,7 +47,11 @@ type injection struct {
 
 // inject runs fault on tg for d from start (a one-shot fault strikes at a
 // quarter of d, and the run lasts until at least recovery after it ends).
-func inject(ctx context.Context, fault string, tg *target, start time.Time, d, recovery time.Duration) (injection, error) {
+// period is how often the drop fault strikes (dropEvery when 0).
+func inject(ctx context.Context, fault string, tg *target, start time.Time, d, recovery, period time.Duration) (injection, error) {
+	if period <= 0 {
+		period = dropEvery
+	}
 	var inj injection
 	end := start.Add(d)
 	wait := func(until time.Time) bool {
@@ -73,7 +77,7 @@ func inject(ctx context.Context, fault string, tg *target, start time.Time, d, r
 		if err := needProxy(); err != nil {
 			return inj, err
 		}
-		for next := start.Add(dropEvery); next.Before(end) && wait(next); next = next.Add(dropEvery) {
+		for next := start.Add(period); next.Before(end) && wait(next); next = next.Add(period) {
 			inj.events += tg.proxy.DropAll()
 		}
 		wait(end)

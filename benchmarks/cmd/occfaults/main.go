@@ -213,7 +213,10 @@ type params struct {
 	window       int64         // calls recorded per workload and run
 	checkTimeout time.Duration // porcupine's time per workload and run
 	settle       time.Duration // wait before the final reads
-	out          string        // where visualizations of failures go
+	// dropEvery is how often the drop fault resets every connection (the
+	// package's dropEvery when 0).
+	dropEvery time.Duration
+	out       string // where visualizations of failures go
 }
 
 func defaultParams(d time.Duration) params {
@@ -438,7 +441,7 @@ func runTarget(ctx context.Context, p params, backend, fault string, tg *target)
 		wls = append(wls, transfer)
 		waits = append(waits, transfer.start(ctx, stop, p.workers, p.workers, transferCallFunc(transfer, tg.ops, opts)))
 	}
-	inj, ierr := inject(ctx, fault, tg, t0, p.duration, p.recovery)
+	inj, ierr := inject(ctx, fault, tg, t0, p.duration, p.recovery, p.dropEvery)
 	close(stop)
 	for _, wait := range waits {
 		wait()

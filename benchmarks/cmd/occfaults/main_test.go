@@ -89,7 +89,12 @@ func TestFaultsShort(t *testing.T) {
 				// A one-second run on a loaded machine can end before any
 				// call got through the fault (every call timed out while
 				// the server was starved). Safety is checked on every
-				// run; progress gets up to two longer runs.
+				// run; progress gets up to two longer runs. Those drop
+				// the connections four times a run instead of every 200
+				// ms: on a starved machine PostgreSQL can take longer
+				// than that to open a connection (a fork and a startup
+				// per connection), and then no query gets through any
+				// connection however long the run.
 				for _, d := range []time.Duration{4 * time.Second, 8 * time.Second} {
 					if madeProgress(runs) {
 						break
@@ -99,7 +104,7 @@ func TestFaultsShort(t *testing.T) {
 					}
 					t.Logf("no progress under %s; running again for %v", fault, d)
 					longer := p
-					longer.duration = d
+					longer.duration, longer.dropEvery = d, d/4
 					if runs, err = runOne(ctx, longer, b, fault); err != nil {
 						t.Fatal(err)
 					}

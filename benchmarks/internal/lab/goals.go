@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -133,8 +134,9 @@ func checkGoals(results []Result) []goalCheck {
 			case !hasLock || bestLock.Throughput <= 0:
 				missing(c, "lock-*")
 			default:
-				judge(c, occR.Throughput/bestLock.Throughput, 2,
-					fmt.Sprintf("%s %s/s vs %s %s/s%s", occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), cross(occR)))
+				ratio, how := pairedRatio(occR, bestLock)
+				judge(c, ratio, 2,
+					fmt.Sprintf("%s %s/s vs %s %s/s%s%s", occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), how, cross(occR)))
 			}
 		}
 		if p.High() {
@@ -151,8 +153,9 @@ func checkGoals(results []Result) []goalCheck {
 				if !okH || (okA && ad.Throughput > hy.Throughput) {
 					pick = ad
 				}
-				judge(c, pick.Throughput/bestLock.Throughput, 0.9,
-					fmt.Sprintf("%s %s/s vs %s %s/s%s", pick.Strategy, rate(pick.Throughput), bestLock.Strategy, rate(bestLock.Throughput), cross(pick)))
+				ratio, how := pairedRatio(pick, bestLock)
+				judge(c, ratio, 0.9,
+					fmt.Sprintf("%s %s/s vs %s %s/s%s%s", pick.Strategy, rate(pick.Throughput), bestLock.Strategy, rate(bestLock.Throughput), how, cross(pick)))
 			}
 			c = check(goalHighOCC)
 			switch {
@@ -161,9 +164,10 @@ func checkGoals(results []Result) []goalCheck {
 			case !hasLock || bestLock.Throughput <= 0:
 				missing(c, "lock-*")
 			default:
-				judge(c, occR.Throughput/bestLock.Throughput, 0.5,
-					fmt.Sprintf("%s %s/s vs %s %s/s, %d of %d workers committed, %.2f attempts/op, %d failed, %d stalled through the window%s",
-						occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput),
+				ratio, how := pairedRatio(occR, bestLock)
+				judge(c, ratio, 0.5,
+					fmt.Sprintf("%s %s/s vs %s %s/s%s, %d of %d workers committed, %.2f attempts/op, %d failed, %d stalled through the window%s",
+						occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), how,
 						occR.WorkersCommitted, occR.Workers, occR.AttemptsPerOp, occR.FailedOps, occR.StalledOps, cross(occR)))
 				if occR.WorkersCommitted < occR.Workers {
 					c.Status = goalNotMet
@@ -182,9 +186,10 @@ func checkGoals(results []Result) []goalCheck {
 				missing(c, "cross-process lock-*")
 				return
 			}
-			judge(c, r.Throughput/bestCross.Throughput, need,
-				fmt.Sprintf("%s %s/s (p99.9 %.3g ms, %d/%d committed) vs %s %s/s (p99.9 %.3g ms)", name, rate(r.Throughput), r.P999Ms, r.WorkersCommitted, r.Workers,
-					bestCross.Strategy, rate(bestCross.Throughput), bestCross.P999Ms))
+			ratio, how := pairedRatio(r, bestCross)
+			judge(c, ratio, need,
+				fmt.Sprintf("%s %s/s (p99.9 %.3g ms, %d/%d committed) vs %s %s/s (p99.9 %.3g ms)%s", name, rate(r.Throughput), r.P999Ms, r.WorkersCommitted, r.Workers,
+					bestCross.Strategy, rate(bestCross.Throughput), bestCross.P999Ms, how))
 			if extra != nil {
 				extra(r, c)
 			}
@@ -206,7 +211,8 @@ func checkGoals(results []Result) []goalCheck {
 				if !hasOCC || occR.Throughput <= 0 {
 					missing(c, "occ")
 				} else {
-					judge(c, cb.Throughput/occR.Throughput, 0.95, fmt.Sprintf("occ-combine %s/s vs %s %s/s", rate(cb.Throughput), occName, rate(occR.Throughput)))
+					ratio, how := pairedRatio(cb, occR)
+					judge(c, ratio, 0.95, fmt.Sprintf("occ-combine %s/s vs %s %s/s%s", rate(cb.Throughput), occName, rate(occR.Throughput), how))
 				}
 			}
 		}
@@ -261,11 +267,42 @@ func checkGoals(results []Result) []goalCheck {
 				missing(c, "non-zero reference")
 				break
 			}
-			judge(c, ad.Throughput/ref.Throughput, 0.95,
-				fmt.Sprintf("adaptive %s/s vs %s %s/s", rate(ad.Throughput), ref.Strategy, rate(ref.Throughput)))
+			ratio, how := pairedRatio(ad, ref)
+			judge(c, ratio, 0.95,
+				fmt.Sprintf("adaptive %s/s vs %s %s/s%s", rate(ad.Throughput), ref.Strategy, rate(ref.Throughput), how))
 		}
 	}
 	return out
+}
+
+// pairedRatio is a's throughput over b's, both results of one grid point.
+// When the point ran in rounds (--repeat), it is the median over rounds of
+// the ratio within each round: the strategies of a round run back to back,
+// so a slow stretch of the machine lowers both sides of a round's ratio
+// instead of one side of a ratio of medians. how says so, with the ratio
+// of the medians beside it ("" for a single round).
+func pairedRatio(a, b Result) (ratio float64, how string) {
+	if b.Throughput <= 0 {
+		return 0, ""
+	}
+	medians := a.Throughput / b.Throughput
+	n := len(a.Runs)
+	if n < 2 || len(b.Runs) != n {
+		return medians, ""
+	}
+	ratios := make([]float64, 0, n)
+	for i := range n {
+		if b.Runs[i] <= 0 {
+			return medians, ""
+		}
+		ratios = append(ratios, a.Runs[i]/b.Runs[i])
+	}
+	slices.Sort(ratios)
+	m := ratios[n/2]
+	if n%2 == 0 {
+		m = (ratios[n/2-1] + ratios[n/2]) / 2
+	}
+	return m, fmt.Sprintf("; %.2f× in the median of %d paired rounds (%.2f–%.2f), %.2f× between the median rounds", m, n, ratios[0], ratios[n-1], medians)
 }
 
 // setup describes how cells ran: processes and added delay ("" for

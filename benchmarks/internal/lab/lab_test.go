@@ -483,6 +483,51 @@ func TestCombineGoalChecks(t *testing.T) {
 	}
 }
 
+// TestGoalChecksPairRounds: a point run in rounds is judged on the median
+// of its rounds' ratios, not the ratio of its median rounds. Here a slow
+// first round pulls adaptive's median round down (0.74× between the
+// median rounds) while adaptive ran at 0.96–0.97× the reference in the
+// two other rounds: the check reads 0.96× and is met, and its detail
+// gives both. Without rounds, the ratio is that of the two results.
+func TestGoalChecksPairRounds(t *testing.T) {
+	cell := func(strategy string, ops float64, runs ...float64) Result {
+		return Result{Backend: "redis", Workload: "counter", Strategy: strategy, Workers: 8, Keys: 4,
+			Throughput: ops, InvariantOK: true, WorkersCommitted: 8, Runs: runs}
+	}
+	for _, tc := range []struct {
+		name    string
+		results []Result
+		status  string
+		ratio   float64
+		detail  string
+	}{
+		{"paired", []Result{cell("adaptive", 100, 70, 100, 130), cell("occ-combine", 135, 72, 140, 135), cell("occ", 90, 80, 90, 95)},
+			goalMet, 130.0 / 135, "0.96× in the median of 3 paired rounds (0.71–0.97), 0.74× between the median rounds"},
+		{"single round", []Result{cell("adaptive", 100), cell("occ-combine", 135), cell("occ", 90)},
+			goalNotMet, 100.0 / 135, "adaptive 100/s vs occ-combine 135/s"},
+		{"rounds missing on one side", []Result{cell("adaptive", 100, 70, 100, 130), cell("occ-combine", 135), cell("occ", 90)},
+			goalNotMet, 100.0 / 135, "adaptive 100/s vs occ-combine 135/s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c *goalCheck
+			for _, g := range checkGoals(tc.results) {
+				if g.Goal == goalAdaptiveAll {
+					c = &g
+				}
+			}
+			if c == nil {
+				t.Fatal("no adaptive check")
+			}
+			if c.Status != tc.status || c.Ratio < tc.ratio-1e-9 || c.Ratio > tc.ratio+1e-9 || !strings.Contains(c.Detail, tc.detail) {
+				t.Errorf("%s %.4f× (%s), want %s %.4f× with %q", c.Status, c.Ratio, c.Detail, tc.status, tc.ratio, tc.detail)
+			}
+			if tc.name != "paired" && strings.Contains(c.Detail, "paired") {
+				t.Errorf("detail %q speaks of paired rounds", c.Detail)
+			}
+		})
+	}
+}
+
 // TestRunGridRepeat: with repeat 3, each point's strategies run three
 // rounds in rotated order, and each cell reports its median round with
 // every round's throughput.
