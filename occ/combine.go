@@ -220,6 +220,14 @@ func combineUpdate[T any](ctx context.Context, c *config, cb *Combiner, s *cas.T
 	sh.mu.Lock()
 	q := sh.queues[k]
 	if q == nil {
+		if len(sh.queues) >= maxIdleQueues {
+			// Keys come and go: drop the queues of idle ones.
+			for key, iq := range sh.queues {
+				if iq.state.Load() == queueIdle && len(iq.pending) == 0 {
+					delete(sh.queues, key)
+				}
+			}
+		}
 		q = &combineQueue{}
 		sh.queues[k] = q
 	}
@@ -372,9 +380,9 @@ func (cb *Combiner) leaveSolo(sh *combineShard, k combineKey, q *combineQueue) {
 	sh.mu.Unlock()
 }
 
-// maxIdleQueues is how many queues of idle keys a shard keeps for reuse
-// before it drops them all.
-const maxIdleQueues = 256
+// maxIdleQueues is how many queues a shard keeps for reuse before a new
+// one drops those of idle keys (a var for the tests).
+var maxIdleQueues = 256
 
 // handOff passes the lead of q to the first waiting caller, or marks the
 // queue idle when nobody waits (it stays for the key's next update: no
@@ -382,13 +390,6 @@ const maxIdleQueues = 256
 func (cb *Combiner) handOff(sh *combineShard, k combineKey, q *combineQueue) {
 	if len(q.pending) == 0 {
 		q.state.Store(queueIdle)
-		if len(sh.queues) > maxIdleQueues {
-			for key, iq := range sh.queues {
-				if iq.state.Load() == queueIdle && len(iq.pending) == 0 {
-					delete(sh.queues, key)
-				}
-			}
-		}
 		return
 	}
 	next := q.pending[0]

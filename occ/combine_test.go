@@ -3,6 +3,7 @@ package occ
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -472,5 +473,72 @@ func TestCombinerLeaderContextEnds(t *testing.T) {
 	n, _, _ := counter.Get(context.Background(), "k")
 	if n != 3 {
 		t.Fatalf("counter = %d, want 3: the second batch's write went through", n)
+	}
+}
+
+// TestCombinerQueuesComeAndGo: with a shard dropping its idle queues
+// once it holds two, 16 goroutines update 2,000 keys (a few of them hot,
+// so that batches form and hand off) while queues are dropped and made
+// again. Every key ends exact, the counters count every update and every
+// write that reached the store, and the queues kept stay within the
+// shards' bound: keys updated once each, with nothing to combine, do not
+// pile up.
+func TestCombinerQueuesComeAndGo(t *testing.T) {
+	defer func(n int) { maxIdleQueues = n }(maxIdleQueues)
+	maxIdleQueues = 2
+	store := newGatedStore(0, nil)
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner()
+	const (
+		workers = 16
+		each    = 1500
+		keys    = 2000
+	)
+	var want [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				k := (w*7919 + i*104729) % keys
+				if i%4 == 0 {
+					k = i % 3 // hot keys: batches and hand-offs
+				}
+				if _, _, err := Update(context.Background(), counter, fmt.Sprint("k", k), incr, WithCombiner(cb)); err != nil {
+					t.Error(err)
+					return
+				}
+				want[k].Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range keys {
+		n, _, err := counter.Get(context.Background(), fmt.Sprint("k", k))
+		if errors.Is(err, cas.ErrNotFound) {
+			n, err = 0, nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(n) != want[k].Load() {
+			t.Fatalf("key k%d = %d, want %d", k, n, want[k].Load())
+		}
+	}
+	st := cb.Stats()
+	live := 0
+	for i := range cb.shards {
+		cb.shards[i].mu.Lock()
+		live += len(cb.shards[i].queues)
+		cb.shards[i].mu.Unlock()
+	}
+	t.Logf("%d of %d keys' queues kept", live, keys)
+	t.Logf("%+v; store saw %d writes", st, store.writes.Load())
+	if st.Updates != workers*each || st.Writes != store.writes.Load() || st.Batches > st.Updates {
+		t.Fatalf("stats %+v, want %d updates and the store's %d writes", st, workers*each, store.writes.Load())
+	}
+	if live > combineShards*maxIdleQueues {
+		t.Fatalf("%d queues kept, bound %d×%d", live, combineShards, maxIdleQueues)
 	}
 }
