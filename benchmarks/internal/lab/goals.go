@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -28,6 +29,9 @@ type goalCheck struct {
 	Status string  `json:"status"`
 	Ratio  float64 `json:"ratio"`
 	Detail string  `json:"detail"`
+	// Rounds are the ratios within each round when the point ran in
+	// rounds (--repeat), in round order; Ratio is their median.
+	Rounds []float64 `json:"rounds,omitempty"`
 }
 
 // The goals, as printed.
@@ -134,7 +138,8 @@ func checkGoals(results []Result) []goalCheck {
 			case !hasLock || bestLock.Throughput <= 0:
 				missing(c, "lock-*")
 			default:
-				ratio, how := pairedRatio(occR, bestLock)
+				ratio, how, rounds := pairedRatio(occR, bestLock)
+				c.Rounds = rounds
 				judge(c, ratio, 2,
 					fmt.Sprintf("%s %s/s vs %s %s/s%s%s", occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), how, cross(occR)))
 			}
@@ -153,7 +158,8 @@ func checkGoals(results []Result) []goalCheck {
 				if !okH || (okA && ad.Throughput > hy.Throughput) {
 					pick = ad
 				}
-				ratio, how := pairedRatio(pick, bestLock)
+				ratio, how, rounds := pairedRatio(pick, bestLock)
+				c.Rounds = rounds
 				judge(c, ratio, 0.9,
 					fmt.Sprintf("%s %s/s vs %s %s/s%s%s", pick.Strategy, rate(pick.Throughput), bestLock.Strategy, rate(bestLock.Throughput), how, cross(pick)))
 			}
@@ -164,7 +170,8 @@ func checkGoals(results []Result) []goalCheck {
 			case !hasLock || bestLock.Throughput <= 0:
 				missing(c, "lock-*")
 			default:
-				ratio, how := pairedRatio(occR, bestLock)
+				ratio, how, rounds := pairedRatio(occR, bestLock)
+				c.Rounds = rounds
 				judge(c, ratio, 0.5,
 					fmt.Sprintf("%s %s/s vs %s %s/s%s, %d of %d workers committed, %.2f attempts/op, %d failed, %d stalled through the window%s",
 						occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), how,
@@ -186,7 +193,8 @@ func checkGoals(results []Result) []goalCheck {
 				missing(c, "cross-process lock-*")
 				return
 			}
-			ratio, how := pairedRatio(r, bestCross)
+			ratio, how, rounds := pairedRatio(r, bestCross)
+			c.Rounds = rounds
 			judge(c, ratio, need,
 				fmt.Sprintf("%s %s/s (p99.9 %.3g ms, %d/%d committed) vs %s %s/s (p99.9 %.3g ms)%s", name, rate(r.Throughput), r.P999Ms, r.WorkersCommitted, r.Workers,
 					bestCross.Strategy, rate(bestCross.Throughput), bestCross.P999Ms, how))
@@ -211,7 +219,8 @@ func checkGoals(results []Result) []goalCheck {
 				if !hasOCC || occR.Throughput <= 0 {
 					missing(c, "occ")
 				} else {
-					ratio, how := pairedRatio(cb, occR)
+					ratio, how, rounds := pairedRatio(cb, occR)
+					c.Rounds = rounds
 					judge(c, ratio, 0.95, fmt.Sprintf("occ-combine %s/s vs %s %s/s%s", rate(cb.Throughput), occName, rate(occR.Throughput), how))
 				}
 			}
@@ -267,7 +276,8 @@ func checkGoals(results []Result) []goalCheck {
 				missing(c, "non-zero reference")
 				break
 			}
-			ratio, how := pairedRatio(ad, ref)
+			ratio, how, rounds := pairedRatio(ad, ref)
+			c.Rounds = rounds
 			judge(c, ratio, 0.95,
 				fmt.Sprintf("adaptive %s/s vs %s %s/s%s", rate(ad.Throughput), ref.Strategy, rate(ref.Throughput), how))
 		}
@@ -281,28 +291,109 @@ func checkGoals(results []Result) []goalCheck {
 // so a slow stretch of the machine lowers both sides of a round's ratio
 // instead of one side of a ratio of medians. how says so, with the ratio
 // of the medians beside it ("" for a single round).
-func pairedRatio(a, b Result) (ratio float64, how string) {
+func pairedRatio(a, b Result) (ratio float64, how string, rounds []float64) {
 	if b.Throughput <= 0 {
-		return 0, ""
+		return 0, "", nil
 	}
 	medians := a.Throughput / b.Throughput
 	n := len(a.Runs)
 	if n < 2 || len(b.Runs) != n {
-		return medians, ""
+		return medians, "", nil
 	}
-	ratios := make([]float64, 0, n)
+	rounds = make([]float64, 0, n)
 	for i := range n {
 		if b.Runs[i] <= 0 {
-			return medians, ""
+			return medians, "", nil
 		}
-		ratios = append(ratios, a.Runs[i]/b.Runs[i])
+		rounds = append(rounds, a.Runs[i]/b.Runs[i])
 	}
-	slices.Sort(ratios)
-	m := ratios[n/2]
+	sorted := slices.Sorted(slices.Values(rounds))
+	m := sorted[n/2]
 	if n%2 == 0 {
-		m = (ratios[n/2-1] + ratios[n/2]) / 2
+		m = (sorted[n/2-1] + sorted[n/2]) / 2
 	}
-	return m, fmt.Sprintf("; %.2f× in the median of %d paired rounds (%.2f–%.2f), %.2f× between the median rounds", m, n, ratios[0], ratios[n-1], medians)
+	return m, fmt.Sprintf("; %.2f× in the median of %d paired rounds (%.2f–%.2f), %.2f× between the median rounds", m, n, sorted[0], sorted[n-1], medians), rounds
+}
+
+// pooled summarises, for each goal checked at several points in rounds,
+// every round's ratio of every such point: their geometric mean and the
+// spread of one round's ratio. A strategy that costs a few percent
+// everywhere shows in the mean even where single points read above or
+// below their threshold by the noise of a few rounds.
+type pooled struct {
+	Goal    string  `json:"goal"`
+	Backend string  `json:"backend"`
+	Points  int     `json:"points"`
+	Rounds  int     `json:"rounds"`
+	GeoMean float64 `json:"geomean"`
+	// SD is the standard deviation of ln(ratio) over the rounds: about
+	// the relative spread of one round's ratio.
+	SD float64 `json:"sd"`
+}
+
+// poolRounds pools the paired rounds of the goal checks, per goal and
+// backend and over all backends ("all"), for goals with rounds at two or
+// more points.
+func poolRounds(checks []goalCheck) []pooled {
+	type acc struct {
+		points   int
+		logs     []float64
+		backends map[string]bool
+	}
+	accs := map[[2]string]*acc{}
+	var order [][2]string
+	add := func(k [2]string, backend string, rounds []float64) {
+		a := accs[k]
+		if a == nil {
+			a = &acc{backends: map[string]bool{}}
+			accs[k] = a
+			order = append(order, k)
+		}
+		a.points++
+		a.backends[backend] = true
+		for _, r := range rounds {
+			a.logs = append(a.logs, math.Log(r))
+		}
+	}
+	for _, c := range checks {
+		if len(c.Rounds) == 0 || c.Status == goalNA {
+			continue
+		}
+		add([2]string{c.Goal, c.Backend}, c.Backend, c.Rounds)
+		add([2]string{c.Goal, "all"}, c.Backend, c.Rounds)
+	}
+	var out []pooled
+	for _, k := range order {
+		a := accs[k]
+		if a.points < 2 || (k[1] == "all" && len(a.backends) < 2) {
+			continue // nothing pooled, or the one backend's line again
+		}
+		var sum, sq float64
+		for _, l := range a.logs {
+			sum += l
+		}
+		mean := sum / float64(len(a.logs))
+		for _, l := range a.logs {
+			sq += (l - mean) * (l - mean)
+		}
+		out = append(out, pooled{Goal: k[0], Backend: k[1], Points: a.points, Rounds: len(a.logs),
+			GeoMean: math.Exp(mean), SD: math.Sqrt(sq / float64(len(a.logs)))})
+	}
+	// "all" last within each goal.
+	slices.SortStableFunc(out, func(x, y pooled) int {
+		if x.Goal != y.Goal {
+			return strings.Compare(x.Goal, y.Goal)
+		}
+		return boolRank(x.Backend == "all") - boolRank(y.Backend == "all")
+	})
+	return out
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // setup describes how cells ran: processes and added delay ("" for

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -525,6 +526,31 @@ func TestGoalChecksPairRounds(t *testing.T) {
 				t.Errorf("detail %q speaks of paired rounds", c.Detail)
 			}
 		})
+	}
+}
+
+// TestPoolRounds: the paired rounds of the adaptive check are pooled per
+// backend and over all backends: the geometric mean of 0.9, 1.0, 1.1 and
+// 0.8, 1.0, 1.25 is 0.997 on redis (six rounds, two points); one round on
+// etcd's single point pools nothing for etcd alone, but counts in "all".
+// Points without rounds are left out.
+func TestPoolRounds(t *testing.T) {
+	checks := []goalCheck{
+		{Goal: goalAdaptiveAll, Backend: "redis", Status: goalMet, Rounds: []float64{0.9, 1.0, 1.1}},
+		{Goal: goalAdaptiveAll, Backend: "redis", Status: goalNotMet, Rounds: []float64{0.8, 1.0, 1.25}},
+		{Goal: goalAdaptiveAll, Backend: "etcd", Status: goalMet, Rounds: []float64{2, 2}},
+		{Goal: goalAdaptiveAll, Backend: "etcd", Status: goalMet},
+	}
+	got := poolRounds(checks)
+	if len(got) != 2 || got[0].Backend != "redis" || got[1].Backend != "all" {
+		t.Fatalf("pooled %+v, want redis then all", got)
+	}
+	want := math.Pow(0.9*1.0*1.1*0.8*1.0*1.25, 1.0/6)
+	if r := got[0]; r.Rounds != 6 || r.Points != 2 || math.Abs(r.GeoMean-want) > 1e-9 || r.SD <= 0 {
+		t.Errorf("redis %+v, want 6 rounds at 2 points, geometric mean %.4f", r, want)
+	}
+	if a := got[1]; a.Rounds != 8 || a.Points != 3 || math.Abs(a.GeoMean-math.Pow(want*want*want*want*want*want*4, 1.0/8)) > 1e-9 {
+		t.Errorf("all %+v", a)
 	}
 }
 

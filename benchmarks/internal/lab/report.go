@@ -47,6 +47,9 @@ type Meta struct {
 	Skipped []skip      `json:"skipped"`
 	Failed  []skip      `json:"failed"`
 	Goals   []goalCheck `json:"goals"`
+	// Pooled pools the paired rounds of goals checked at several points
+	// (runs with --repeat).
+	Pooled []pooled `json:"pooled,omitempty"`
 	// InvariantViolations counts cells whose invariant did not hold.
 	InvariantViolations int `json:"invariant_violations"`
 }
@@ -123,6 +126,7 @@ func NewReport(l *Lab, g Grid, outcomes []outcome, planSkips []skip, started tim
 	}
 	r.Meta.Durability = strings.Join(dur, "; ")
 	r.Meta.Goals = checkGoals(r.Cells)
+	r.Meta.Pooled = poolRounds(r.Meta.Goals)
 	return r
 }
 
@@ -171,6 +175,13 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			pt += " (" + g.Setup + ")"
 		}
 		ew.printf("- [%s]%s %s, %s, %s: %s — %s\n", g.Status, ratio, g.Backend, g.Workload, pt, g.Goal, g.Detail)
+	}
+	if len(r.Meta.Pooled) > 0 {
+		ew.printf("\n### Rounds pooled over points (geometric mean of every paired round's ratio)\n\n")
+		for _, p := range r.Meta.Pooled {
+			ew.printf("- %s, %s: %.3f× over %d rounds at %d points (one round's ratio spreads ±%.1f%%)\n",
+				p.Backend, p.Goal, p.GeoMean, p.Rounds, p.Points, 100*p.SD)
+		}
 	}
 	if len(r.Meta.Skipped) > 0 {
 		ew.printf("\n### Skipped\n\n")
@@ -271,7 +282,8 @@ func (r *Report) writeCSV(path string) error {
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 	"rate": rate, "ms": msStr,
-	"f2": func(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) },
+	"f2":  func(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) },
+	"pct": func(x float64) float64 { return 100 * x },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>occkit contention lab</title>
 <style>
@@ -298,6 +310,9 @@ seed {{.Meta.Seed}}; at most {{.Meta.MaxAttempts}} attempts per operation.</p>
 <p>Ratios of throughputs measured side by side in this run.</p>
 <ul>{{range .Meta.Goals}}<li><span class="{{if eq .Status "met"}}met{{else if eq .Status "n/a"}}na{{else}}NOT{{end}}">[{{.Status}}]{{if ne .Status "n/a"}} {{f2 .Ratio}}×{{end}}</span> {{.Backend}}, {{.Workload}}, {{.Point}}: {{.Goal}} — {{.Detail}}</li>
 {{end}}</ul>
+{{if .Meta.Pooled}}<p>Rounds pooled over points (geometric mean of every paired round's ratio):</p>
+<ul>{{range .Meta.Pooled}}<li>{{.Backend}}, {{.Goal}}: {{printf "%.3f" .GeoMean}}× over {{.Rounds}} rounds at {{.Points}} points (one round's ratio spreads ±{{printf "%.1f" (pct .SD)}}%)</li>
+{{end}}</ul>{{end}}
 <h2>Charts</h2>
 {{range .Charts}}<h3>{{.Title}}</h3><img src="{{.Path}}" alt="{{.Title}}">
 {{end}}
