@@ -17,14 +17,14 @@ type AdaptiveConfig struct {
 	// Alpha is the weight of the newest sample in the per-key estimates,
 	// exponentially weighted moving averages (default 0.1).
 	Alpha float64
-	// LockAbove is how much larger the optimistic path's expected waste
-	// must be than the lease path's overhead before a key takes the lease
-	// path (default 1.25); a locked key goes back when the waste falls
-	// under LockAbove⁻¹ of the overhead. The gap is the hysteresis that
-	// keeps a key from flapping.
+	// LockAbove is how many times faster the lease path must carry a
+	// key's updates than the optimistic path, by the model's estimates,
+	// before the key takes the lease path (default 1.25); a locked key
+	// goes back when the lease path's advantage falls under LockAbove⁻¹.
+	// The gap is the hysteresis that keeps a key from flapping.
 	LockAbove float64
 	// ProbeEvery makes one update in ProbeEvery of a locked key try one
-	// optimistic attempt first, to keep measuring its conflict rate
+	// optimistic attempt first, to keep measuring the optimistic path
 	// (default 16); a probe that conflicts takes the lease path.
 	ProbeEvery int
 	// MaxKeys bounds the number of keys with statistics (default 10000;
@@ -36,8 +36,8 @@ type AdaptiveConfig struct {
 	MaxBatch int
 	// OnSwitch, if set, is called (on the updating goroutine) each time a
 	// key changes path: locked true when it takes the lease path. ratio
-	// is the optimistic path's expected waste per update divided by the
-	// lease path's overhead, as estimated when the key switched.
+	// is the lease path's estimated rate of updates of the key divided by
+	// the optimistic path's, as estimated when the key switched.
 	OnSwitch func(key string, locked bool, ratio float64)
 }
 
@@ -53,23 +53,35 @@ type AdaptiveConfig struct {
 // Within one process, contention costs the optimistic path almost
 // nothing: the Combiner queues concurrent updates of a key behind one
 // write. What remains is contention with writers elsewhere (other
-// processes, other Adaptives): a batch's conditional write that meets a
-// newer version is wasted and runs again. With p the fraction of the
-// key's optimistic attempts that conflict and d the time an attempt takes
-// (read, mutates, write), the optimistic path wastes p/(1-p)·d per
-// attempt on average, shared by the b updates the attempt carries (b, the
-// batch, estimated as the updates begun between two successful writes of
-// the key): p/(1-p)·d/b per update. The lease path wastes no attempt but
-// costs the lock's round trips, acquire and release, on every update: h,
-// estimated from the fastest recent acquisitions of the key (the waits in
-// the lock's queue are the contention itself, which both paths pay). A key
-// takes the lease path when the waste exceeds LockAbove·h and goes back
-// when it falls below h/LockAbove; on the lease path, one update in
-// ProbeEvery first tries one optimistic attempt (a probe) so that p stays
-// current, and takes the lease path if it conflicts. An optimistic update
-// that runs out of attempts on conflicts (writers elsewhere keep winning)
-// is finished on the lease path too, so a key on its way to being locked
-// does not fail its callers.
+// processes, other Adaptives), and there the two paths carry a key's
+// updates differently:
+//
+//   - Optimistic: the writers' attempts overlap; of those that read the
+//     same version, one wins and the others conflict and go again at
+//     once from the state the conflict returned. Each attempt time d
+//     (read, mutates, write) lets at least one batch through, and a batch
+//     carries b updates (b estimated as the updates begun between two
+//     successful writes of the key in this process).
+//   - Lease: one update at a time holds the key, for the lock's round
+//     trips h (acquire and release, estimated from the fastest recent
+//     grants) and its own attempt under the lease, dℓ (measured on the
+//     lease path); the others wait in the lock's queue.
+//
+// With K writers sharing the key both paths give each about 1/K of what
+// they carry, so the lease path wins only if b/d < 1/(h+dℓ): only when
+// contention has made the optimistic attempts themselves slow (a server
+// that spends itself on conflicting writes), never merely because they
+// conflict. A key takes the lease path when the lease path's rate over
+// the optimistic path's, d/(b·(h+dℓ)), exceeds LockAbove while at least
+// half of its optimistic attempts conflict (p, a moving average, so that
+// a server slow for everyone is not taken for contention); it goes back
+// when the ratio falls below 1/LockAbove or p below a quarter. The lease
+// path is measured where it is needed: an optimistic update that runs
+// out of attempts on conflicts (writers elsewhere keep winning) is
+// finished on the lease path, which gives dℓ; until then a key does not
+// lock. On the lease path, one update in ProbeEvery first tries one
+// optimistic attempt (a probe) so that d and p stay current, and takes
+// the lease path if it conflicts.
 //
 // A key nobody else writes never conflicts, so it never takes the lease
 // path: nothing beats one read and one conditional write (or one write,
@@ -86,7 +98,6 @@ type Adaptive struct {
 	shards   [32]adaptiveShard
 	switches atomic.Int64
 	obs      adaptiveObserver
-	timed    timedLocker
 
 	optimistic, probing []occ.Option // the paths' options, without the caller's
 	optsPool            sync.Pool    // of *[]occ.Option: the caller's and a path's
@@ -112,7 +123,8 @@ type keyStat struct {
 	d        float64 // EWMA: seconds per optimistic attempt
 	b        float64 // EWMA: updates per successful optimistic attempt, the batch (0: unknown)
 	lastOpt  int64   // optimistic at the last successful attempt
-	h        float64 // estimate of the lease path's overhead, seconds (0: unknown)
+	h        float64 // estimate of the lock's round trips per update, seconds (0: unknown)
+	dl       float64 // EWMA: seconds an update holds the lease (0: the lease path not measured)
 }
 
 // NewAdaptive returns an Adaptive that locks keys with l when the model
@@ -135,7 +147,7 @@ func NewAdaptive(l Locker, cfg AdaptiveConfig) *Adaptive {
 		copts = append(copts, occ.WithMaxBatch(cfg.MaxBatch))
 	}
 	a := &Adaptive{locker: l, cfg: cfg, combiner: occ.NewCombiner(copts...)}
-	a.obs.a, a.timed.a = a, a
+	a.obs.a = a
 	a.optimistic = []occ.Option{occ.WithObserver(a.obs), occ.WithCombiner(a.combiner)}
 	a.probing = []occ.Option{occ.WithObserver(a.obs), occ.WithMaxAttempts(1)}
 	a.optsPool.New = func() any { return new([]occ.Option) }
@@ -204,32 +216,32 @@ func (a *Adaptive) begin(key string) (int, *keyStat) {
 const minSamples = 8
 
 // judge applies the model to st (its shard's mutex held): it reports
-// whether the key switched path, and the ratio of waste to overhead.
+// whether the key switched path, and the lease path's estimated rate of
+// updates over the optimistic path's.
 func (a *Adaptive) judge(st *keyStat) (bool, float64) {
-	if st.attempts < minSamples {
+	if st.attempts < minSamples || st.dl == 0 {
 		return false, 0
 	}
-	p := min(st.p, 0.95)
-	// An attempt carries a batch of b combined updates: a conflict wastes
-	// it once for all of them.
-	waste := p / (1 - p) * st.d / max(st.b, 1)
 	h := st.h
 	if h == 0 {
 		// Not measured yet: a lock costs at least an acquire and a
 		// release, each a round trip like the attempt's two.
 		h = st.d
 	}
-	if h <= 0 {
+	lease := h + st.dl // one update
+	if lease <= 0 {
 		return false, 0
 	}
-	ratio := waste / h
+	// An optimistic attempt time lets one batch through; a lease one
+	// update per lease.
+	ratio := st.d / (max(st.b, 1) * lease)
 	locked := st.locked.Load()
 	switch {
-	case !locked && ratio > a.cfg.LockAbove:
+	case !locked && ratio > a.cfg.LockAbove && st.p >= 0.5:
 		st.probe.Store(0)
 		st.locked.Store(true)
 		return true, ratio
-	case locked && ratio < 1/a.cfg.LockAbove:
+	case locked && (ratio < 1/a.cfg.LockAbove || st.p < 0.25):
 		st.locked.Store(false)
 		return true, ratio
 	}
@@ -288,6 +300,31 @@ func (a *Adaptive) observeAttempt(key string, conflict bool, latency time.Durati
 	}
 }
 
+// observeLeased folds the time one update held key's lease (its read,
+// mutate and fenced write, and the release) into the lease path's
+// estimate, and judges the key's path.
+func (a *Adaptive) observeLeased(key string, held time.Duration) {
+	sh := a.shard(key)
+	sh.mu.Lock()
+	st := sh.keys[key]
+	if st == nil {
+		sh.mu.Unlock()
+		return
+	}
+	x := held.Seconds()
+	if st.dl == 0 {
+		st.dl = x
+	} else {
+		st.dl = a.cfg.Alpha*x + (1-a.cfg.Alpha)*st.dl
+	}
+	sw, ratio := a.judge(st)
+	locked := st.locked.Load()
+	sh.mu.Unlock()
+	if sw {
+		a.switched(key, locked, ratio)
+	}
+}
+
 // observeLock folds the latency of one acquire and release of key's lease
 // (twice the acquire's: the lease itself is not wrapped, so that it keeps
 // every capability it has) into the overhead estimate, and judges the
@@ -337,17 +374,36 @@ func (o adaptiveObserver) ObserveAttempt(_ context.Context, at occ.Attempt) {
 
 func (adaptiveObserver) ObserveCall(context.Context, occ.Call) {}
 
-// timedLocker measures the Adaptive's lease acquisitions and releases.
-type timedLocker struct{ a *Adaptive }
+// timedLocker measures the Adaptive's lease acquisitions and releases,
+// and adds the time its acquisitions took to acquiring.
+type timedLocker struct {
+	a         *Adaptive
+	acquiring *time.Duration
+}
 
 func (l timedLocker) Acquire(ctx context.Context, key string) (Lease, error) {
 	t0 := time.Now()
 	lease, err := l.a.locker.Acquire(ctx, key)
+	took := time.Since(t0)
+	*l.acquiring += took
 	if err == nil {
 		// The release costs about what an uncontended acquire does.
-		l.a.observeLock(key, 2*time.Since(t0))
+		l.a.observeLock(key, 2*took)
 	}
 	return lease, err
+}
+
+// leased is an update on the lease path (Update), timed: the time it
+// held leases, its whole time but the acquisitions, measures the lease
+// path.
+func leased[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, cas.Version, error) {
+	var acquiring time.Duration
+	t0 := time.Now()
+	v, ver, err := Update(ctx, timedLocker{a: a, acquiring: &acquiring}, s, key, mutate, opts...)
+	if err == nil {
+		a.observeLeased(key, time.Since(t0)-acquiring)
+	}
+	return v, ver, err
 }
 
 // AdaptiveStats describes an Adaptive's state.
@@ -393,7 +449,7 @@ func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], ke
 	path, st := a.begin(key)
 	defer st.inflight.Add(-1) // also if mutate panics
 	if path == pathLocked {
-		return Update(ctx, a.timed, s, key, mutate, opts...)
+		return leased(ctx, a, s, key, mutate, opts...)
 	}
 	own := a.optimistic
 	if path == pathProbe {
@@ -416,7 +472,7 @@ func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], ke
 	if err != nil && errors.Is(err, occ.ErrAttemptsExhausted) && errors.Is(err, cas.ErrConflict) && ctx.Err() == nil {
 		// The optimistic path ran out of attempts against writers
 		// elsewhere: the lease path serialises with them.
-		return Update(ctx, a.timed, s, key, mutate, opts...)
+		return leased(ctx, a, s, key, mutate, opts...)
 	}
 	return v, ver, err
 }

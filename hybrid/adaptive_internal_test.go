@@ -6,9 +6,12 @@ import (
 )
 
 // TestAdaptiveModel checks the decision on hand-made estimates: a key
-// locks only when the optimistic path's expected waste, p/(1-p)·d/b, exceeds
-// LockAbove times the lease overhead, goes back only under its inverse,
-// and keeps its path in between.
+// locks only when the lease path would carry its updates faster, one per
+// h+dℓ (the lock's round trips and the time an update holds the lease),
+// than the optimistic path carries them, a batch of b per attempt time d,
+// by LockAbove, and only while half of its attempts conflict; it goes
+// back under LockAbove⁻¹ or when conflicts fall under a quarter, and
+// keeps its path in between.
 func TestAdaptiveModel(t *testing.T) {
 	a := NewAdaptive(NewLocalLocker(time.Second), AdaptiveConfig{})
 	ms := func(x float64) float64 { return x / 1000 }
@@ -16,37 +19,51 @@ func TestAdaptiveModel(t *testing.T) {
 		name       string
 		locked     bool
 		p, d, h    float64
+		dl         float64 // seconds an update holds the lease; 0: not measured
 		attempts   int
 		batch      float64 // st.b; 0: unknown (one update per attempt)
 		wantLocked bool
 		wantSwitch bool
 	}{
-		{"nobody else writes", false, 0, ms(1), ms(0.5), 100, 0, false, false},
-		{"too few samples", false, 0.9, ms(1), ms(0.5), minSamples - 1, 0, false, false},
-		{"rare conflicts, cheap lock", false, 0.1, ms(1), ms(0.5), 100, 0, false, false},
-		// 0.5/(1-0.5)·1ms = 1ms waste vs 0.5ms overhead: ratio 2 > 1.25.
-		{"frequent conflicts", false, 0.5, ms(1), ms(0.5), 100, 0, true, true},
-		// Same waste against a 2ms lock: ratio 0.5, stays optimistic.
-		{"frequent conflicts, dear lock", false, 0.5, ms(1), ms(2), 100, 0, false, false},
-		// Ratio 1 sits inside the hysteresis band: no change either way.
-		{"band keeps optimistic", false, 0.5, ms(1), ms(1), 100, 0, false, false},
-		{"band keeps locked", true, 0.5, ms(1), ms(1), 100, 0, true, false},
-		// A probe that saw the conflicts stop brings the key back.
-		{"conflicts stopped", true, 0.05, ms(1), ms(1), 100, 0, false, true},
-		// Unknown overhead: taken as one attempt's time.
-		{"unknown overhead", false, 0.75, ms(1), 0, 100, 0, true, true},
-		// The frequent conflicts above, but each attempt carries a
-		// batch of 4 combined updates: 0.25ms waste per update against
-		// 0.5ms overhead, ratio 0.5: stays optimistic.
-		{"frequent conflicts, batches of 4", false, 0.5, ms(1), ms(0.5), 100, 4, false, false},
+		{"nobody else writes", false, 0, ms(4), ms(0.5), ms(0.5), 100, 0, false, false},
+		{"too few samples", false, 0.9, ms(4), ms(0.5), ms(0.5), minSamples - 1, 0, false, false},
+		// Attempts slowed to 4ms by contention, against a lease path of
+		// 0.5+0.5ms an update: ratio 4 > 1.25.
+		{"slow contended attempts", false, 0.9, ms(4), ms(0.5), ms(0.5), 100, 0, true, true},
+		// The same, but the lease path was never measured: no lock.
+		{"lease path not measured", false, 0.9, ms(4), ms(0.5), 0, 100, 0, false, false},
+		// Nine attempts in ten conflict, but each lets a batch through
+		// in 1ms, against the lease's 0.5+1ms an update: ratio 0.67,
+		// stays optimistic. (Against the lock's round trips alone, a
+		// model of waste would have locked.)
+		{"frequent conflicts, fast attempts", false, 0.9, ms(1), ms(0.5), ms(1), 100, 0, false, false},
+		// Slow attempts, but few conflict: the server is slow for
+		// everyone, not contended.
+		{"slow server, few conflicts", false, 0.3, ms(4), ms(0.5), ms(0.5), 100, 0, false, false},
+		// The slow attempts against a 5ms lock: 4ms against 5.5ms.
+		{"slow attempts, dear lock", false, 0.9, ms(4), ms(5), ms(0.5), 100, 0, false, false},
+		// Ratio 1 (2ms against 1.5+0.5ms) sits inside the hysteresis
+		// band: no change either way.
+		{"band keeps optimistic", false, 0.9, ms(2), ms(1.5), ms(0.5), 100, 0, false, false},
+		{"band keeps locked", true, 0.9, ms(2), ms(1.5), ms(0.5), 100, 0, true, false},
+		// Probes that saw the attempts speed up bring the key back.
+		{"attempts fast again", true, 0.9, ms(0.5), ms(0.5), ms(0.5), 100, 0, false, true},
+		// Probes that saw the conflicts stop bring it back too.
+		{"conflicts stopped", true, 0.1, ms(4), ms(0.5), ms(0.5), 100, 0, false, true},
+		// Unknown overhead: taken as one attempt's time (4ms against
+		// 4+0.5ms), stays optimistic.
+		{"unknown overhead", false, 0.9, ms(4), 0, ms(0.5), 100, 0, false, false},
+		// The slow attempts, each carrying a batch of 4 combined
+		// updates: 1ms an update against 1ms, stays optimistic.
+		{"slow attempts, batches of 4", false, 0.9, ms(4), ms(0.5), ms(0.5), 100, 4, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := &keyStat{p: tt.p, d: tt.d, h: tt.h, attempts: tt.attempts, b: tt.batch}
+			st := &keyStat{p: tt.p, d: tt.d, h: tt.h, dl: tt.dl, attempts: tt.attempts, b: tt.batch}
 			st.locked.Store(tt.locked)
-			switched, _ := a.judge(st)
+			switched, ratio := a.judge(st)
 			if st.locked.Load() != tt.wantLocked || switched != tt.wantSwitch {
-				t.Fatalf("locked %v switched %v, want locked %v switched %v", st.locked.Load(), switched, tt.wantLocked, tt.wantSwitch)
+				t.Fatalf("locked %v switched %v (ratio %.2f), want locked %v switched %v", st.locked.Load(), switched, ratio, tt.wantLocked, tt.wantSwitch)
 			}
 		})
 	}
@@ -93,5 +110,33 @@ func TestAdaptiveBatchEstimate(t *testing.T) {
 	a.observeAttempt("k", false, time.Millisecond) // a probe's success
 	if want := 0.1*4 + 0.9*8; st.b < want-1e-9 || st.b > want+1e-9 {
 		t.Fatalf("a probe moved the batch to %v", st.b)
+	}
+}
+
+// TestAdaptiveLocksOnceTheLeaseMeasuresFaster: slow attempts that
+// conflict do not lock a key while the lease path is unmeasured; once an
+// update on the lease path (an optimistic one that ran out of attempts)
+// measures it at 0.2+0.5ms an update against 4ms an attempt, the key
+// locks; probes that see fast attempts without conflicts bring it back.
+func TestAdaptiveLocksOnceTheLeaseMeasuresFaster(t *testing.T) {
+	a := NewAdaptive(NewLocalLocker(time.Second), AdaptiveConfig{})
+	a.begin("k")
+	for range 20 {
+		a.observeAttempt("k", true, 4*time.Millisecond)
+	}
+	st := a.shard("k").keys["k"]
+	if st.locked.Load() {
+		t.Fatal("locked before the lease path was measured")
+	}
+	a.observeLock("k", 200*time.Microsecond)
+	a.observeLeased("k", 500*time.Microsecond)
+	if !st.locked.Load() {
+		t.Fatalf("not locked: attempts %.2fms, lease %.2f+%.2fms an update", st.d*1e3, st.h*1e3, st.dl*1e3)
+	}
+	for range 40 {
+		a.observeAttempt("k", false, 300*time.Microsecond)
+	}
+	if st.locked.Load() {
+		t.Fatalf("still locked after fast probes without conflicts (p %.2f, d %.2fms)", st.p, st.d*1e3)
 	}
 }

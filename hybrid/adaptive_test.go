@@ -125,11 +125,16 @@ func TestAdaptiveOneProcessStaysOptimistic(t *testing.T) {
 	}
 }
 
-// TestAdaptiveLocksAKeyContendedAcrossProcesses: two Adaptives stand for
-// two processes sharing a store and a lock service; their updates of one
-// key spend time in mutate, so their optimistic writes keep conflicting.
-// The model must take the lease path, and nothing may be lost.
-func TestAdaptiveLocksAKeyContendedAcrossProcesses(t *testing.T) {
+// TestAdaptiveContendedAcrossProcessesStaysOptimistic: two Adaptives
+// stand for two processes sharing a store and a lock service; their
+// updates of one key spend time in mutate, so their optimistic writes
+// keep conflicting. But each attempt still lets a batch through in about
+// the time a lease would hold the key for one update, so the lease path
+// cannot carry more: the key stays optimistic, and nothing is lost. (The
+// model before 2026-12-02 weighed the conflicts' waste against the lock's
+// round trips alone, locked this key, and across processes in the lab
+// ran at 0.69–0.90× occ-combine.)
+func TestAdaptiveContendedAcrossProcessesStaysOptimistic(t *testing.T) {
 	ctx := context.Background()
 	store := newAdaptiveStore(50 * time.Microsecond)
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
@@ -142,15 +147,37 @@ func TestAdaptiveLocksAKeyContendedAcrossProcesses(t *testing.T) {
 		time.Sleep(500 * time.Microsecond) // work inside the critical section
 		return n + 1, nil
 	}
+	n, stats := runProcesses(t, ctx, procs, 2, 100, counter, slow)
+	if n != 400 {
+		t.Fatalf("counter %d, want 400", n)
+	}
+	var conflicts int64
+	for i, st := range stats {
+		t.Logf("process %d: %+v", i, st)
+		if st.Switches != 0 {
+			t.Errorf("process %d switched path %d times", i, st.Switches)
+		}
+		conflicts += st.Combiner.Writes - st.Combiner.Batches
+	}
+	if conflicts == 0 {
+		t.Fatal("no write conflicted: the test did not contend across processes")
+	}
+}
+
+// runProcesses runs each Adaptive of procs with workers goroutines of
+// each updates of "hot", and returns the final counter (checked against
+// the updates that succeeded) and each Adaptive's stats.
+func runProcesses(t *testing.T, ctx context.Context, procs []*hybrid.Adaptive, workers, each int, counter *cas.Typed[int], mutate func(int, bool) (int, error)) (int, []hybrid.AdaptiveStats) {
+	t.Helper()
 	var ok atomic.Int64
 	var wg sync.WaitGroup
 	for _, a := range procs {
-		for range 2 {
+		for range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for range 100 {
-					if _, _, err := hybrid.UpdateAdaptive(ctx, a, counter, "hot", slow); err != nil {
+				for range each {
+					if _, _, err := hybrid.UpdateAdaptive(ctx, a, counter, "hot", mutate); err != nil {
 						t.Error(err)
 						return
 					}
@@ -160,19 +187,18 @@ func TestAdaptiveLocksAKeyContendedAcrossProcesses(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	n, _, _ := counter.Get(ctx, "hot")
-	if int64(n) != ok.Load() || n != 400 {
-		t.Fatalf("counter %d, %d updates succeeded, want 400", n, ok.Load())
+	n, _, err := counter.Get(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
 	}
-	var switches int64
-	for i, a := range procs {
-		st := a.Stats()
-		t.Logf("process %d: %+v", i, st)
-		switches += st.Switches
+	if int64(n) != ok.Load() {
+		t.Fatalf("counter %d, %d updates succeeded", n, ok.Load())
 	}
-	if switches == 0 {
-		t.Fatal("the key never took the lease path although writes from two processes kept conflicting")
+	var stats []hybrid.AdaptiveStats
+	for _, a := range procs {
+		stats = append(stats, a.Stats())
 	}
+	return n, stats
 }
 
 func TestAdaptiveBoundedMemory(t *testing.T) {

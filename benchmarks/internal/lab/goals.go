@@ -316,8 +316,8 @@ func pairedRatio(a, b Result) (ratio float64, how string, rounds []float64) {
 }
 
 // pooled summarises, for each goal checked at several points in rounds,
-// every round's ratio of every such point: their geometric mean and the
-// spread of one round's ratio. A strategy that costs a few percent
+// every round's ratio of every such point: their geometric mean and their
+// spread around it. A strategy that costs a few percent
 // everywhere shows in the mean even where single points read above or
 // below their threshold by the noise of a few rounds.
 type pooled struct {
@@ -327,7 +327,8 @@ type pooled struct {
 	Rounds  int     `json:"rounds"`
 	GeoMean float64 `json:"geomean"`
 	// SD is the standard deviation of ln(ratio) over the rounds: about
-	// the relative spread of one round's ratio.
+	// their relative spread around the mean (the noise of one round, and
+	// the points' differences).
 	SD float64 `json:"sd"`
 }
 

@@ -179,7 +179,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if len(r.Meta.Pooled) > 0 {
 		ew.printf("\n### Rounds pooled over points (geometric mean of every paired round's ratio)\n\n")
 		for _, p := range r.Meta.Pooled {
-			ew.printf("- %s, %s: %.3f× over %d rounds at %d points (one round's ratio spreads ±%.1f%%)\n",
+			ew.printf("- %s, %s: %.3f× over %d rounds at %d points (the rounds' ratios spread ±%.1f%% around it)\n",
 				p.Backend, p.Goal, p.GeoMean, p.Rounds, p.Points, 100*p.SD)
 		}
 	}
@@ -311,7 +311,7 @@ seed {{.Meta.Seed}}; at most {{.Meta.MaxAttempts}} attempts per operation.</p>
 <ul>{{range .Meta.Goals}}<li><span class="{{if eq .Status "met"}}met{{else if eq .Status "n/a"}}na{{else}}NOT{{end}}">[{{.Status}}]{{if ne .Status "n/a"}} {{f2 .Ratio}}×{{end}}</span> {{.Backend}}, {{.Workload}}, {{.Point}}: {{.Goal}} — {{.Detail}}</li>
 {{end}}</ul>
 {{if .Meta.Pooled}}<p>Rounds pooled over points (geometric mean of every paired round's ratio):</p>
-<ul>{{range .Meta.Pooled}}<li>{{.Backend}}, {{.Goal}}: {{printf "%.3f" .GeoMean}}× over {{.Rounds}} rounds at {{.Points}} points (one round's ratio spreads ±{{printf "%.1f" (pct .SD)}}%)</li>
+<ul>{{range .Meta.Pooled}}<li>{{.Backend}}, {{.Goal}}: {{printf "%.3f" .GeoMean}}× over {{.Rounds}} rounds at {{.Points}} points (the rounds' ratios spread ±{{printf "%.1f" (pct .SD)}}% around it)</li>
 {{end}}</ul>{{end}}
 <h2>Charts</h2>
 {{range .Charts}}<h3>{{.Title}}</h3><img src="{{.Path}}" alt="{{.Title}}">
