@@ -68,11 +68,12 @@ type AdaptiveConfig struct {
 //     lease path); the others wait in the lock's queue.
 //
 // With K writers sharing the key both paths give each about 1/K of what
-// they carry, so the lease path wins only if b/d < 1/(h+dℓ): only when
+// they carry, so the lease path wins only if b/d < 1/(h/2+dℓ) (h/2 the
+// acquire; dℓ holds the release): only when
 // contention has made the optimistic attempts themselves slow (a server
 // that spends itself on conflicting writes), never merely because they
 // conflict. A key takes the lease path when the lease path's rate over
-// the optimistic path's, d/(b·(h+dℓ)), exceeds LockAbove while at least
+// the optimistic path's, d/(b·(h/2+dℓ)), exceeds LockAbove while at least
 // half of its optimistic attempts conflict (p, a moving average, so that
 // a server slow for everyone is not taken for contention); it goes back
 // when the ratio falls below 1/LockAbove or p below a quarter. The lease
@@ -228,7 +229,9 @@ func (a *Adaptive) judge(st *keyStat) (bool, float64) {
 		// release, each a round trip like the attempt's two.
 		h = st.d
 	}
-	lease := h + st.dl // one update
+	// One update on the lease path: its acquire (h counts a release too,
+	// which dℓ holds) and the time it holds the lease.
+	lease := h/2 + st.dl
 	if lease <= 0 {
 		return false, 0
 	}

@@ -28,34 +28,35 @@ func TestAdaptiveModel(t *testing.T) {
 		{"nobody else writes", false, 0, ms(4), ms(0.5), ms(0.5), 100, 0, false, false},
 		{"too few samples", false, 0.9, ms(4), ms(0.5), ms(0.5), minSamples - 1, 0, false, false},
 		// Attempts slowed to 4ms by contention, against a lease path of
-		// 0.5+0.5ms an update: ratio 4 > 1.25.
+		// 0.25+0.5ms an update (h counts an acquire and a release; the
+		// held time dℓ holds the release): ratio 5.3 > 1.25.
 		{"slow contended attempts", false, 0.9, ms(4), ms(0.5), ms(0.5), 100, 0, true, true},
 		// The same, but the lease path was never measured: no lock.
 		{"lease path not measured", false, 0.9, ms(4), ms(0.5), 0, 100, 0, false, false},
 		// Nine attempts in ten conflict, but each lets a batch through
-		// in 1ms, against the lease's 0.5+1ms an update: ratio 0.67,
+		// in 1ms, against the lease's 0.25+1ms an update: ratio 0.8,
 		// stays optimistic. (Against the lock's round trips alone, a
 		// model of waste would have locked.)
 		{"frequent conflicts, fast attempts", false, 0.9, ms(1), ms(0.5), ms(1), 100, 0, false, false},
 		// Slow attempts, but few conflict: the server is slow for
 		// everyone, not contended.
 		{"slow server, few conflicts", false, 0.3, ms(4), ms(0.5), ms(0.5), 100, 0, false, false},
-		// The slow attempts against a 5ms lock: 4ms against 5.5ms.
-		{"slow attempts, dear lock", false, 0.9, ms(4), ms(5), ms(0.5), 100, 0, false, false},
+		// The slow attempts against a 6ms lock: 4ms against 3+0.5ms.
+		{"slow attempts, dear lock", false, 0.9, ms(4), ms(6), ms(0.5), 100, 0, false, false},
 		// Ratio 1 (2ms against 1.5+0.5ms) sits inside the hysteresis
 		// band: no change either way.
-		{"band keeps optimistic", false, 0.9, ms(2), ms(1.5), ms(0.5), 100, 0, false, false},
-		{"band keeps locked", true, 0.9, ms(2), ms(1.5), ms(0.5), 100, 0, true, false},
+		{"band keeps optimistic", false, 0.9, ms(2), ms(3), ms(0.5), 100, 0, false, false},
+		{"band keeps locked", true, 0.9, ms(2), ms(3), ms(0.5), 100, 0, true, false},
 		// Probes that saw the attempts speed up bring the key back.
 		{"attempts fast again", true, 0.9, ms(0.5), ms(0.5), ms(0.5), 100, 0, false, true},
 		// Probes that saw the conflicts stop bring it back too.
 		{"conflicts stopped", true, 0.1, ms(4), ms(0.5), ms(0.5), 100, 0, false, true},
-		// Unknown overhead: taken as one attempt's time (4ms against
-		// 4+0.5ms), stays optimistic.
-		{"unknown overhead", false, 0.9, ms(4), 0, ms(0.5), 100, 0, false, false},
-		// The slow attempts, each carrying a batch of 4 combined
-		// updates: 1ms an update against 1ms, stays optimistic.
-		{"slow attempts, batches of 4", false, 0.9, ms(4), ms(0.5), ms(0.5), 100, 4, false, false},
+		// Unknown overhead: an acquire and a release taken as one
+		// attempt's time (4ms against 2+0.5ms): ratio 1.6, locks.
+		{"unknown overhead", false, 0.9, ms(4), 0, ms(0.5), 100, 0, true, true},
+		// The slow attempts, each carrying a batch of 5 combined
+		// updates: 0.8ms an update against 0.75ms, stays optimistic.
+		{"slow attempts, batches of 5", false, 0.9, ms(4), ms(0.5), ms(0.5), 100, 5, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +117,7 @@ func TestAdaptiveBatchEstimate(t *testing.T) {
 // TestAdaptiveLocksOnceTheLeaseMeasuresFaster: slow attempts that
 // conflict do not lock a key while the lease path is unmeasured; once an
 // update on the lease path (an optimistic one that ran out of attempts)
-// measures it at 0.2+0.5ms an update against 4ms an attempt, the key
+// measures it at 0.1+0.5ms an update against 4ms an attempt, the key
 // locks; probes that see fast attempts without conflicts bring it back.
 func TestAdaptiveLocksOnceTheLeaseMeasuresFaster(t *testing.T) {
 	a := NewAdaptive(NewLocalLocker(time.Second), AdaptiveConfig{})

@@ -126,11 +126,12 @@ func TestAdaptiveOneProcessStaysOptimistic(t *testing.T) {
 }
 
 // TestAdaptiveContendedAcrossProcessesStaysOptimistic: two Adaptives
-// stand for two processes sharing a store and a lock service; their
-// updates of one key spend time in mutate, so their optimistic writes
-// keep conflicting. But each attempt still lets a batch through in about
-// the time a lease would hold the key for one update, so the lease path
-// cannot carry more: the key stays optimistic, and nothing is lost. (The
+// stand for two processes sharing a store and a lock service a round trip
+// away; their updates of one key spend time in mutate, so their
+// optimistic writes keep conflicting. But each attempt still lets a batch
+// through in about the time a lease would hold the key for one update,
+// so the lease path cannot carry more: the key stays optimistic, and
+// nothing is lost. (The
 // model before 2026-12-02 weighed the conflicts' waste against the lock's
 // round trips alone, locked this key, and across processes in the lab
 // ran at 0.69–0.90× occ-combine.)
@@ -138,7 +139,8 @@ func TestAdaptiveContendedAcrossProcessesStaysOptimistic(t *testing.T) {
 	ctx := context.Background()
 	store := newAdaptiveStore(50 * time.Microsecond)
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	locker := hybrid.NewLocalLocker(time.Second)
+	// A lock service a round trip away, as across processes.
+	locker := remoteLocker{hybrid.NewLocalLocker(time.Second), 300 * time.Microsecond}
 	procs := []*hybrid.Adaptive{
 		hybrid.NewAdaptive(locker, hybrid.AdaptiveConfig{}),
 		hybrid.NewAdaptive(locker, hybrid.AdaptiveConfig{}),
@@ -162,6 +164,17 @@ func TestAdaptiveContendedAcrossProcessesStaysOptimistic(t *testing.T) {
 	if conflicts == 0 {
 		t.Fatal("no write conflicted: the test did not contend across processes")
 	}
+}
+
+// remoteLocker is a Locker whose acquisitions take a round trip.
+type remoteLocker struct {
+	hybrid.Locker
+	rtt time.Duration
+}
+
+func (l remoteLocker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	time.Sleep(l.rtt)
+	return l.Locker.Acquire(ctx, key)
 }
 
 // runProcesses runs each Adaptive of procs with workers goroutines of
