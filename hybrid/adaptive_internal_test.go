@@ -7,7 +7,7 @@ import (
 
 // TestAdaptiveModel checks the decision on hand-made estimates: a key
 // locks only when the lease path would carry its updates faster, one per
-// h+dℓ (the lock's round trips and the time an update holds the lease),
+// h/2+dℓ (the acquire and the time an update holds the lease),
 // than the optimistic path carries them, a batch of b per attempt time d,
 // by LockAbove, and only while half of its attempts conflict; it goes
 // back under LockAbove⁻¹ or when conflicts fall under a quarter, and
