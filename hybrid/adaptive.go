@@ -262,6 +262,15 @@ func (a *Adaptive) switched(key string, locked bool, ratio float64) {
 // observeAttempt folds one optimistic attempt of key into its estimates
 // and judges the key's path.
 func (a *Adaptive) observeAttempt(key string, conflict bool, latency time.Duration) {
+	a.observe(key, func(st *keyStat) {
+		a.foldAttempt(st, conflict, latency)
+	})
+}
+
+// observe folds a sample into key's estimates with fold (the shard's
+// mutex held), judges the key's path and reports a switch. A key without
+// statistics (evicted) is left alone.
+func (a *Adaptive) observe(key string, fold func(st *keyStat)) {
 	sh := a.shard(key)
 	sh.mu.Lock()
 	st := sh.keys[key]
@@ -269,6 +278,17 @@ func (a *Adaptive) observeAttempt(key string, conflict bool, latency time.Durati
 		sh.mu.Unlock()
 		return
 	}
+	fold(st)
+	sw, ratio := a.judge(st)
+	locked := st.locked.Load()
+	sh.mu.Unlock()
+	if sw {
+		a.switched(key, locked, ratio)
+	}
+}
+
+// foldAttempt folds one optimistic attempt into st.
+func (a *Adaptive) foldAttempt(st *keyStat, conflict bool, latency time.Duration) {
 	x := 0.0
 	if conflict {
 		x = 1
@@ -295,37 +315,20 @@ func (a *Adaptive) observeAttempt(key string, conflict bool, latency time.Durati
 			st.b = alpha*x + (1-alpha)*st.b
 		}
 	}
-	sw, ratio := a.judge(st)
-	locked := st.locked.Load()
-	sh.mu.Unlock()
-	if sw {
-		a.switched(key, locked, ratio)
-	}
 }
 
 // observeLeased folds the time one update held key's lease (its read,
 // mutate and fenced write, and the release) into the lease path's
 // estimate, and judges the key's path.
 func (a *Adaptive) observeLeased(key string, held time.Duration) {
-	sh := a.shard(key)
-	sh.mu.Lock()
-	st := sh.keys[key]
-	if st == nil {
-		sh.mu.Unlock()
-		return
-	}
-	x := held.Seconds()
-	if st.dl == 0 {
-		st.dl = x
-	} else {
-		st.dl = a.cfg.Alpha*x + (1-a.cfg.Alpha)*st.dl
-	}
-	sw, ratio := a.judge(st)
-	locked := st.locked.Load()
-	sh.mu.Unlock()
-	if sw {
-		a.switched(key, locked, ratio)
-	}
+	a.observe(key, func(st *keyStat) {
+		x := held.Seconds()
+		if st.dl == 0 {
+			st.dl = x
+		} else {
+			st.dl = a.cfg.Alpha*x + (1-a.cfg.Alpha)*st.dl
+		}
+	})
 }
 
 // observeLock folds the latency of one acquire and release of key's lease
@@ -335,28 +338,17 @@ func (a *Adaptive) observeLeased(key string, held time.Duration) {
 // paths, not overhead: the estimate follows the fastest grants (a sample
 // above twice the estimate moves it only slowly).
 func (a *Adaptive) observeLock(key string, latency time.Duration) {
-	sh := a.shard(key)
-	sh.mu.Lock()
-	st := sh.keys[key]
-	if st == nil {
-		sh.mu.Unlock()
-		return
-	}
-	x := latency.Seconds()
-	switch {
-	case st.h == 0 || x < st.h:
-		st.h = x
-	case x < 2*st.h:
-		st.h = a.cfg.Alpha*x + (1-a.cfg.Alpha)*st.h
-	default:
-		st.h *= 1.01
-	}
-	sw, ratio := a.judge(st)
-	locked := st.locked.Load()
-	sh.mu.Unlock()
-	if sw {
-		a.switched(key, locked, ratio)
-	}
+	a.observe(key, func(st *keyStat) {
+		x := latency.Seconds()
+		switch {
+		case st.h == 0 || x < st.h:
+			st.h = x
+		case x < 2*st.h:
+			st.h = a.cfg.Alpha*x + (1-a.cfg.Alpha)*st.h
+		default:
+			st.h *= 1.01
+		}
+	})
 }
 
 // adaptiveObserver feeds the optimistic attempts of updates into the
