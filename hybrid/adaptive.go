@@ -19,9 +19,11 @@ type AdaptiveConfig struct {
 	Alpha float64
 	// LockAbove is how many times faster the lease path must carry a
 	// key's updates than the optimistic path, by the model's estimates,
-	// before the key takes the lease path (default 1.25); a locked key
-	// goes back when the lease path's advantage falls under LockAbove⁻¹.
-	// The gap is the hysteresis that keeps a key from flapping.
+	// before the key takes the lease path (default 1.25; and at least
+	// half of the key's optimistic attempts must conflict); a locked key
+	// goes back when the lease path's advantage falls under LockAbove⁻¹
+	// (or fewer than a quarter of its probes conflict). The gap is the
+	// hysteresis that keeps a key from flapping.
 	LockAbove float64
 	// ProbeEvery makes one update in ProbeEvery of a locked key try one
 	// optimistic attempt first, to keep measuring the optimistic path
@@ -80,9 +82,12 @@ type AdaptiveConfig struct {
 // path is measured where it is needed: an optimistic update that runs
 // out of attempts on conflicts (writers elsewhere keep winning) is
 // finished on the lease path, which gives dℓ; until then a key does not
-// lock. On the lease path, one update in ProbeEvery first tries one
+// lock, and a key that goes back is measured there again before it locks
+// again. On the lease path, one update in ProbeEvery first tries one
 // optimistic attempt (a probe) so that d and p stay current, and takes
-// the lease path if it conflicts.
+// the lease path if it conflicts. Under a lasting storm a key can cycle
+// between the paths: the probes of a locked key see a server the lease
+// has calmed.
 //
 // A key nobody else writes never conflicts, so it never takes the lease
 // path: nothing beats one read and one conditional write (or one write,
@@ -98,6 +103,7 @@ type Adaptive struct {
 	combiner *occ.Combiner
 	shards   [32]adaptiveShard
 	switches atomic.Int64
+	leased   atomic.Int64 // updates that succeeded on the lease path
 	obs      adaptiveObserver
 
 	optimistic, probing []occ.Option // the paths' options, without the caller's
@@ -112,7 +118,8 @@ type adaptiveShard struct {
 // keyStat is what an Adaptive knows of one key. An update's path is
 // chosen and closed without a lock (inflight, locked, probe); the
 // estimates change under the shard's mutex, once per optimistic attempt
-// (with combining, once per batch) or lease acquisition.
+// (with combining, once per batch), lease acquisition or update on the
+// lease path.
 type keyStat struct {
 	inflight   atomic.Int32
 	locked     atomic.Bool
@@ -246,6 +253,9 @@ func (a *Adaptive) judge(st *keyStat) (bool, float64) {
 		return true, ratio
 	case locked && (ratio < 1/a.cfg.LockAbove || st.p < 0.25):
 		st.locked.Store(false)
+		// Measure the lease path again before locking again: the
+		// conditions that made it faster may be gone.
+		st.dl = 0
 		return true, ratio
 	}
 	return false, ratio
@@ -370,33 +380,34 @@ func (o adaptiveObserver) ObserveAttempt(_ context.Context, at occ.Attempt) {
 func (adaptiveObserver) ObserveCall(context.Context, occ.Call) {}
 
 // timedLocker measures the Adaptive's lease acquisitions and releases,
-// and adds the time its acquisitions took to acquiring.
+// and notes when its last acquisition was granted.
 type timedLocker struct {
-	a         *Adaptive
-	acquiring *time.Duration
+	a       *Adaptive
+	granted *time.Time
 }
 
 func (l timedLocker) Acquire(ctx context.Context, key string) (Lease, error) {
 	t0 := time.Now()
 	lease, err := l.a.locker.Acquire(ctx, key)
-	took := time.Since(t0)
-	*l.acquiring += took
 	if err == nil {
+		*l.granted = time.Now()
 		// The release costs about what an uncontended acquire does.
-		l.a.observeLock(key, 2*took)
+		l.a.observeLock(key, 2*l.granted.Sub(t0))
 	}
 	return lease, err
 }
 
-// leased is an update on the lease path (Update), timed: the time it
-// held leases, its whole time but the acquisitions, measures the lease
-// path.
+// leased is an update on the lease path (Update), timed: the time from
+// the grant of the lease its successful attempt ran under to its return
+// (read, mutate, fenced write, release) measures the lease path. Earlier
+// attempts that were fenced off or conflicted, and the waits between
+// them, are not the path's cost per update.
 func leased[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, cas.Version, error) {
-	var acquiring time.Duration
-	t0 := time.Now()
-	v, ver, err := Update(ctx, timedLocker{a: a, acquiring: &acquiring}, s, key, mutate, opts...)
-	if err == nil {
-		a.observeLeased(key, time.Since(t0)-acquiring)
+	var granted time.Time
+	v, ver, err := Update(ctx, timedLocker{a: a, granted: &granted}, s, key, mutate, opts...)
+	if err == nil && !granted.IsZero() {
+		a.leased.Add(1)
+		a.observeLeased(key, max(time.Since(granted), time.Nanosecond))
 	}
 	return v, ver, err
 }
@@ -408,6 +419,9 @@ type AdaptiveStats struct {
 	Keys, Locked int
 	// Switches counts path changes since the Adaptive was made.
 	Switches int64
+	// Leased counts the updates that succeeded on the lease path: those
+	// of locked keys, and optimistic ones that ran out of attempts.
+	Leased int64
 	// Combiner is the optimistic path's combiner's counters.
 	Combiner occ.CombinerStats
 }
@@ -427,6 +441,7 @@ func (a *Adaptive) Stats() AdaptiveStats {
 		sh.mu.Unlock()
 	}
 	st.Switches = a.switches.Load()
+	st.Leased = a.leased.Load()
 	st.Combiner = a.combiner.Stats()
 	return st
 }

@@ -88,7 +88,7 @@ func TestAdaptiveLockOverheadFollowsFastGrants(t *testing.T) {
 
 // TestAdaptiveBatchEstimate: the updates begun on the optimistic path
 // between two successful writes of a key are the batch the model divides
-// an attempt's waste by; conflicts and a locked key's probes leave it.
+// an attempt's time by; conflicts and a locked key's probes leave it.
 func TestAdaptiveBatchEstimate(t *testing.T) {
 	a := NewAdaptive(NewLocalLocker(time.Second), AdaptiveConfig{})
 	for range 8 {
@@ -139,5 +139,8 @@ func TestAdaptiveLocksOnceTheLeaseMeasuresFaster(t *testing.T) {
 	}
 	if st.locked.Load() {
 		t.Fatalf("still locked after fast probes without conflicts (p %.2f, d %.2fms)", st.p, st.d*1e3)
+	}
+	if st.dl != 0 {
+		t.Fatalf("the lease estimate %.2fms outlived the lock: the key must measure the lease again before locking again", st.dl*1e3)
 	}
 }

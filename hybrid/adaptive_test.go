@@ -131,7 +131,10 @@ func TestAdaptiveOneProcessStaysOptimistic(t *testing.T) {
 // optimistic writes keep conflicting. But each attempt still lets a batch
 // through in about the time a lease would hold the key for one update,
 // so the lease path cannot carry more: the key stays optimistic, and
-// nothing is lost. (The
+// nothing is lost. (Whether an update ran out of attempts and measured
+// the lease path here varies from run to run; Leased says. The decision
+// with the lease path measured is TestAdaptiveModel's "frequent
+// conflicts, fast attempts".) (The
 // model before 2026-12-02 weighed the conflicts' waste against the lock's
 // round trips alone, locked this key, and across processes in the lab
 // ran at 0.69–0.90× occ-combine.)

@@ -37,10 +37,11 @@
 //
 // [Adaptive] and [UpdateAdaptive] send each key through occ.Update
 // (combining the concurrent updates of a key in this process) or through
-// [Update], whichever a cost model of the two paths says is cheaper: the
-// lease path only when conflicts with writers elsewhere waste more time
-// than the lock's round trips cost, with hysteresis and bounded per-key
-// statistics.
+// [Update], whichever a model of the two paths says carries the key's
+// updates faster: the lease path only when contention with writers
+// elsewhere has slowed the optimistic attempts so far that one update per
+// lease carries more than one batch per attempt, with hysteresis and
+// bounded per-key statistics.
 //
 // See docs/hybrid.md for when to use which.
 package hybrid

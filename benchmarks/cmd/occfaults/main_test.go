@@ -90,8 +90,8 @@ func TestFaultsShort(t *testing.T) {
 				// call got through the fault (every call timed out while
 				// the server was starved). Safety is checked on every
 				// run; progress gets up to two longer runs. Those drop
-				// the connections four times a run instead of every 200
-				// ms: on a starved machine PostgreSQL can take longer
+				// the connections at each quarter of the run (three
+				// drops) instead of every 200 ms: on a starved machine PostgreSQL can take longer
 				// than that to open a connection (a fork and a startup
 				// per connection), and then no query gets through any
 				// connection however long the run.

@@ -302,7 +302,9 @@ func pairedRatio(a, b Result) (ratio float64, how string, rounds []float64) {
 	}
 	rounds = make([]float64, 0, n)
 	for i := range n {
-		if b.Runs[i] <= 0 {
+		if a.Runs[i] <= 0 || b.Runs[i] <= 0 {
+			// A round without operations has no ratio to take the
+			// logarithm of when pooled: read the medians instead.
 			return medians, "", nil
 		}
 		rounds = append(rounds, a.Runs[i]/b.Runs[i])

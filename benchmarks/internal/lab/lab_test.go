@@ -508,6 +508,10 @@ func TestGoalChecksPairRounds(t *testing.T) {
 			goalNotMet, 100.0 / 135, "adaptive 100/s vs occ-combine 135/s"},
 		{"rounds missing on one side", []Result{cell("adaptive", 100, 70, 100, 130), cell("occ-combine", 135), cell("occ", 90)},
 			goalNotMet, 100.0 / 135, "adaptive 100/s vs occ-combine 135/s"},
+		// A round without an operation has no ratio to pool (its
+		// logarithm): the medians are read.
+		{"a round without operations", []Result{cell("adaptive", 100, 0, 100, 130), cell("occ-combine", 135, 72, 140, 135), cell("occ", 90)},
+			goalNotMet, 100.0 / 135, "adaptive 100/s vs occ-combine 135/s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c *goalCheck
@@ -531,8 +535,9 @@ func TestGoalChecksPairRounds(t *testing.T) {
 
 // TestPoolRounds: the paired rounds of the adaptive check are pooled per
 // backend and over all backends: the geometric mean of 0.9, 1.0, 1.1 and
-// 0.8, 1.0, 1.25 is 0.997 on redis (six rounds, two points); one round on
-// etcd's single point pools nothing for etcd alone, but counts in "all".
+// 0.8, 1.0, 1.25 is 0.997 on redis (six rounds, two points); the two
+// rounds of etcd's single point pool nothing for etcd alone, but count in
+// "all".
 // Points without rounds are left out.
 func TestPoolRounds(t *testing.T) {
 	checks := []goalCheck{
