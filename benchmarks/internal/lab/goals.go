@@ -129,6 +129,13 @@ func checkGoals(results []Result) []goalCheck {
 				c.Status = goalMet
 			}
 		}
+		// judgeThroughput judges a's throughput over b's (pairedRatio),
+		// keeping the rounds and saying how the ratio was read.
+		judgeThroughput := func(c *goalCheck, a, b Result, need float64, detail string) {
+			ratio, how, rounds := pairedRatio(a, b)
+			c.Rounds = rounds
+			judge(c, ratio, need, detail+how)
+		}
 		p := g.point
 		if p.Low() {
 			c := check(goalLowOCC)
@@ -138,10 +145,8 @@ func checkGoals(results []Result) []goalCheck {
 			case !hasLock || bestLock.Throughput <= 0:
 				missing(c, "lock-*")
 			default:
-				ratio, how, rounds := pairedRatio(occR, bestLock)
-				c.Rounds = rounds
-				judge(c, ratio, 2,
-					fmt.Sprintf("%s %s/s vs %s %s/s%s%s", occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), how, cross(occR)))
+				judgeThroughput(c, occR, bestLock, 2,
+					fmt.Sprintf("%s %s/s vs %s %s/s%s", occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), cross(occR)))
 			}
 		}
 		if p.High() {
@@ -158,10 +163,8 @@ func checkGoals(results []Result) []goalCheck {
 				if !okH || (okA && ad.Throughput > hy.Throughput) {
 					pick = ad
 				}
-				ratio, how, rounds := pairedRatio(pick, bestLock)
-				c.Rounds = rounds
-				judge(c, ratio, 0.9,
-					fmt.Sprintf("%s %s/s vs %s %s/s%s%s", pick.Strategy, rate(pick.Throughput), bestLock.Strategy, rate(bestLock.Throughput), how, cross(pick)))
+				judgeThroughput(c, pick, bestLock, 0.9,
+					fmt.Sprintf("%s %s/s vs %s %s/s%s", pick.Strategy, rate(pick.Throughput), bestLock.Strategy, rate(bestLock.Throughput), cross(pick)))
 			}
 			c = check(goalHighOCC)
 			switch {
@@ -170,11 +173,9 @@ func checkGoals(results []Result) []goalCheck {
 			case !hasLock || bestLock.Throughput <= 0:
 				missing(c, "lock-*")
 			default:
-				ratio, how, rounds := pairedRatio(occR, bestLock)
-				c.Rounds = rounds
-				judge(c, ratio, 0.5,
-					fmt.Sprintf("%s %s/s vs %s %s/s%s, %d of %d workers committed, %.2f attempts/op, %d failed, %d stalled through the window%s",
-						occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput), how,
+				judgeThroughput(c, occR, bestLock, 0.5,
+					fmt.Sprintf("%s %s/s vs %s %s/s, %d of %d workers committed, %.2f attempts/op, %d failed, %d stalled through the window%s",
+						occName, rate(occR.Throughput), bestLock.Strategy, rate(bestLock.Throughput),
 						occR.WorkersCommitted, occR.Workers, occR.AttemptsPerOp, occR.FailedOps, occR.StalledOps, cross(occR)))
 				if occR.WorkersCommitted < occR.Workers {
 					c.Status = goalNotMet
@@ -193,11 +194,9 @@ func checkGoals(results []Result) []goalCheck {
 				missing(c, "cross-process lock-*")
 				return
 			}
-			ratio, how, rounds := pairedRatio(r, bestCross)
-			c.Rounds = rounds
-			judge(c, ratio, need,
-				fmt.Sprintf("%s %s/s (p99.9 %.3g ms, %d/%d committed) vs %s %s/s (p99.9 %.3g ms)%s", name, rate(r.Throughput), r.P999Ms, r.WorkersCommitted, r.Workers,
-					bestCross.Strategy, rate(bestCross.Throughput), bestCross.P999Ms, how))
+			judgeThroughput(c, r, bestCross, need,
+				fmt.Sprintf("%s %s/s (p99.9 %.3g ms, %d/%d committed) vs %s %s/s (p99.9 %.3g ms)", name, rate(r.Throughput), r.P999Ms, r.WorkersCommitted, r.Workers,
+					bestCross.Strategy, rate(bestCross.Throughput), bestCross.P999Ms))
 			if extra != nil {
 				extra(r, c)
 			}
@@ -219,9 +218,7 @@ func checkGoals(results []Result) []goalCheck {
 				if !hasOCC || occR.Throughput <= 0 {
 					missing(c, "occ")
 				} else {
-					ratio, how, rounds := pairedRatio(cb, occR)
-					c.Rounds = rounds
-					judge(c, ratio, 0.95, fmt.Sprintf("occ-combine %s/s vs %s %s/s%s", rate(cb.Throughput), occName, rate(occR.Throughput), how))
+					judgeThroughput(c, cb, occR, 0.95, fmt.Sprintf("occ-combine %s/s vs %s %s/s", rate(cb.Throughput), occName, rate(occR.Throughput)))
 				}
 			}
 		}
@@ -276,10 +273,8 @@ func checkGoals(results []Result) []goalCheck {
 				missing(c, "non-zero reference")
 				break
 			}
-			ratio, how, rounds := pairedRatio(ad, ref)
-			c.Rounds = rounds
-			judge(c, ratio, 0.95,
-				fmt.Sprintf("adaptive %s/s vs %s %s/s%s", rate(ad.Throughput), ref.Strategy, rate(ref.Throughput), how))
+			judgeThroughput(c, ad, ref, 0.95,
+				fmt.Sprintf("adaptive %s/s vs %s %s/s", rate(ad.Throughput), ref.Strategy, rate(ref.Throughput)))
 		}
 	}
 	return out
