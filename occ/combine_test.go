@@ -233,7 +233,7 @@ func holdLeader(t *testing.T, counter *cas.Typed[int], store *gatedStore, cb *Co
 // waitQueued waits until n callers wait in key k's queue.
 func waitQueued(t *testing.T, cb *Combiner, store cas.Store, key string, n int) {
 	t.Helper()
-	sh := cb.shard(key)
+	sh := cb.shard(keyHash(key))
 	waitCount(t, "callers queued", n, func() int {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
@@ -250,7 +250,7 @@ func waitQueued(t *testing.T, cb *Combiner, store cas.Store, key string, n int) 
 func TestCombinerCancelledWaiterIsNotApplied(t *testing.T) {
 	store := newGatedStore(0, newGate())
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner()
+	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
 	var wg sync.WaitGroup
 	holdLeader(t, counter, store, cb, &wg)
 
@@ -294,7 +294,7 @@ func TestCombinerCancelledWaiterIsNotApplied(t *testing.T) {
 func TestCombinerMutateErrorLeavesOthersIntact(t *testing.T) {
 	store := newGatedStore(0, newGate())
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner()
+	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
 	var wg sync.WaitGroup
 	holdLeader(t, counter, store, cb, &wg) // writes 1
 
@@ -346,7 +346,7 @@ func TestCombinerMutateErrorLeavesOthersIntact(t *testing.T) {
 func TestCombinerPanicReachesItsCaller(t *testing.T) {
 	store := newGatedStore(0, newGate())
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner()
+	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
 	var wg sync.WaitGroup
 	holdLeader(t, counter, store, cb, &wg)
 	panicked := make(chan any, 1)
@@ -382,7 +382,7 @@ func TestCombinerConflictFromAnotherProcess(t *testing.T) {
 	store := newGatedStore(0, newGate())
 	inner := store.Store
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner()
+	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
 	var wg sync.WaitGroup
 	holdLeader(t, counter, store, cb, &wg) // read version 0, holds its write
 	for range 3 {
@@ -438,7 +438,7 @@ func TestCombinerWithCache(t *testing.T) {
 func TestCombinerLeaderContextEnds(t *testing.T) {
 	store := newGatedStore(0, newGate())
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner()
+	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
 	// First batch: a leader that holds its write; queue a second caller
 	// with a cancellable context, who will lead the second batch.
 	var wg sync.WaitGroup
@@ -540,5 +540,153 @@ func TestCombinerQueuesComeAndGo(t *testing.T) {
 	}
 	if live > combineShards*maxIdleQueues {
 		t.Fatalf("%d queues kept, bound %d×%d", live, combineShards, maxIdleQueues)
+	}
+}
+
+// hotKeys returns how many keys cb counts as hot, and whether key of
+// store is one of them.
+func hotKeys(cb *Combiner, store cas.Store, key string) (int, bool) {
+	n := 0
+	for i := range cb.hot {
+		n += int(cb.hot[i].Load())
+	}
+	sh := cb.shard(keyHash(key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	q := sh.queues[combineKey{store: store, key: key}]
+	return n, q != nil && q.hot
+}
+
+// TestCombinerHeatsAndCools: by default a key's calls run as plain
+// Updates (two calls whose writes are held at once both reach the store)
+// until one conflicts; from then on the key is hot and calls queue behind
+// a write in progress; after coolAfter batches of one caller in a row it
+// is cold again. The call that conflicted goes on through the combiner
+// without losing count of its attempts, and the counters match the
+// store's writes at every step.
+func TestCombinerHeatsAndCools(t *testing.T) {
+	ctx := context.Background()
+	store := newGatedStore(0, nil)
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner()
+	calls := 0
+	checkStats := func(step string) {
+		t.Helper()
+		st := cb.Stats()
+		if st.Updates != int64(calls) || st.Writes != store.writes.Load() || st.Batches > st.Updates {
+			t.Fatalf("%s: stats %+v after %d calls, store saw %d writes", step, st, calls, store.writes.Load())
+		}
+	}
+	awaitArrivals := func(g *gate, n int) {
+		t.Helper()
+		for range n {
+			select {
+			case <-g.arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("a write never reached the store")
+			}
+		}
+	}
+	type seen struct {
+		attempts []Attempt
+		call     Call
+	}
+	var mu sync.Mutex
+	observed := map[int]*seen{}
+	observer := func(id int) Option {
+		mu.Lock()
+		observed[id] = &seen{}
+		mu.Unlock()
+		return WithObserver(ObserverFuncs{
+			Attempt: func(_ context.Context, a Attempt) {
+				mu.Lock()
+				observed[id].attempts = append(observed[id].attempts, a)
+				mu.Unlock()
+			},
+			Call: func(_ context.Context, c Call) {
+				mu.Lock()
+				observed[id].call = c
+				mu.Unlock()
+			},
+		})
+	}
+	var wg sync.WaitGroup
+	update := func(id int) {
+		calls++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, err := Update(ctx, counter, "k", incrInt, WithCombiner(cb), observer(id)); err != nil {
+				t.Errorf("update %d: %v", id, err)
+			}
+		}()
+	}
+
+	// Cold: two calls whose writes are held both reach the store.
+	update(0)
+	wg.Wait()
+	if n, hot := hotKeys(cb, store, "k"); n != 0 || hot {
+		t.Fatalf("after one update: %d hot keys (k hot: %v), want none", n, hot)
+	}
+	g := newGate()
+	store.gate.Store(g)
+	update(1)
+	update(2)
+	awaitArrivals(g, 2) // neither queued behind the other
+	g.release()
+	wg.Wait()
+	if n, hot := hotKeys(cb, store, "k"); n != 1 || !hot {
+		t.Fatalf("after a conflict: %d hot keys (k hot: %v), want k", n, hot)
+	}
+	checkStats("heated")
+	// One of the two conflicted and went on through the combiner: its
+	// observer saw attempts 1 (the conflict) and 2, and one call of 2.
+	escalated := 0
+	for id := 1; id <= 2; id++ {
+		o := observed[id]
+		switch {
+		case o.call.Attempts == 1 && len(o.attempts) == 1 && o.attempts[0].Outcome == OutcomeSuccess:
+		case o.call.Attempts == 2 && len(o.attempts) == 2 && o.attempts[0].Outcome == OutcomeConflict &&
+			o.attempts[1].Number == 2 && o.attempts[1].Outcome == OutcomeSuccess && o.call.Outcome == OutcomeSuccess:
+			escalated++
+		default:
+			t.Fatalf("call %d observed %+v", id, *o)
+		}
+	}
+	if escalated != 1 {
+		t.Fatalf("%d calls went on after a conflict, want 1", escalated)
+	}
+
+	// Hot: a call behind a held write queues.
+	g = newGate()
+	store.gate.Store(g)
+	update(3)
+	awaitArrivals(g, 1)
+	update(4)
+	waitQueued(t, cb, store, "k", 1)
+	g.release()
+	wg.Wait()
+	checkStats("queued")
+
+	// Lonely batches cool it.
+	store.gate.Store(nil)
+	for i := range coolAfter {
+		update(5 + i)
+		wg.Wait()
+	}
+	if n, hot := hotKeys(cb, store, "k"); n != 0 || hot {
+		t.Fatalf("after %d lone updates: %d hot keys (k hot: %v), want none", coolAfter, n, hot)
+	}
+	checkStats("cooled")
+	g = newGate()
+	store.gate.Store(g)
+	update(100)
+	update(101)
+	awaitArrivals(g, 2)
+	g.release()
+	wg.Wait()
+	checkStats("cold again")
+	if n, _, _ := counter.Get(ctx, "k"); n != calls {
+		t.Fatalf("counter = %d after %d updates", n, calls)
 	}
 }

@@ -62,6 +62,13 @@ type config struct {
 	combiner    *Combiner
 	noTurns     bool
 	writes      *atomic.Int64 // counts Update's conditional writes (a combiner's solo path)
+	// A combiner's call on a cold key: escalate makes run stop at the
+	// first conflict with errEscalate (the key heats and the call goes
+	// on through the combiner); resumeAt and resumeStart carry the
+	// attempts made and the call's start into the loop that goes on.
+	escalate    bool
+	resumeAt    int
+	resumeStart time.Time
 	unit        time.Duration // the call's attempt time, the default backoff's unit (0: not timed yet)
 	op          string
 	key         string

@@ -69,20 +69,25 @@ func Retry(ctx context.Context, fn func(ctx context.Context) error, opts ...Opti
 // run is the retry loop shared by Retry, Update and Txn.
 func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) error {
 	var start time.Time
-	if c.observer != nil {
+	first := 1
+	switch {
+	case c.resumeAt > 0:
+		// The call's first attempts ran in an earlier loop (escalate).
+		start, first, c.resumeAt = c.resumeStart, c.resumeAt+1, 0
+	case c.observer != nil:
 		start = time.Now()
 	}
 	if ctx == nil {
 		return fmt.Errorf("occ: %s: %w", c.op, cas.ErrNilContext)
 	}
 	if err := ctx.Err(); err != nil {
-		return c.finish(ctx, start, 0, OutcomeGaveUp, &GiveUpError{Reason: err})
+		return c.finish(ctx, start, first-1, OutcomeGaveUp, &GiveUpError{Reason: err, Attempts: first - 1, Last: c.lastErr})
 	}
 	var (
 		b      backoff.BackOff // the caller's, made on the first wait
 		scaled scaledBackOff   // the default's state
 	)
-	for attempt := 1; ; attempt++ {
+	for attempt := first; ; attempt++ {
 		if c.store != nil && c.line == nil && linesOpen.Load() != 0 && !c.leftLine {
 			// The key is hot in this process: queue for its turn instead
 			// of barging in ahead of the calls that have waited longer.
@@ -160,6 +165,16 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
 		c.lastErr = err
+		if c.escalate && outcome == OutcomeConflict {
+			// A combiner's cold key conflicted: the call goes on through
+			// the combiner, from the state the conflict carried.
+			if c.budget != nil && !c.budget.withdraw() {
+				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
+			}
+			c.resumeAt, c.resumeStart = attempt, start
+			c.retryNow, c.retriedNow = false, true
+			return errEscalate
+		}
 		if c.store != nil && c.line == nil && outcome == OutcomeConflict && c.unit >= lineMinUnit {
 			queued, jerr := c.joinLine(ctx, true)
 			if jerr != nil {

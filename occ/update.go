@@ -161,6 +161,10 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
 				hint, haveHint, c.retryNow = ce.Current, true, true
 				seen = max(seen, ce.Current.Version)
+				if c.escalate {
+					// The combiner goes on from this state (combineCold).
+					c.handed = &ticket{state: ce.Current, known: true}
+				}
 			}
 			return err
 		}
