@@ -30,8 +30,9 @@ type AdaptiveConfig struct {
 	// (default 16); a probe that conflicts takes the lease path.
 	ProbeEvery int
 	// MaxKeys bounds the number of keys with statistics (default 10000;
-	// keys with an update in flight are never evicted, so the bound can be
-	// exceeded by their number); each costs about 150 bytes plus the key.
+	// keys with an update in flight are not evicted, so the bound can be
+	// exceeded by their number); each costs about 200 bytes plus the key.
+	// Only keys whose updates conflict have statistics (see Adaptive).
 	MaxKeys int
 	// MaxBatch caps the updates the optimistic path combines into one
 	// write (occ.WithMaxBatch; default occ.DefaultMaxBatch).
@@ -91,7 +92,10 @@ type AdaptiveConfig struct {
 //
 // A key nobody else writes never conflicts, so it never takes the lease
 // path: nothing beats one read and one conditional write (or one write,
-// with a version cache). Where all writers share one process, combining
+// with a version cache). Such keys cost the model nothing: a key has
+// statistics only from its first conflict on, until its conflicts die
+// down (p under untrackBelow) while it is optimistic; until then its
+// updates are combined occ.Updates plus one lookup that writes nothing. Where all writers share one process, combining
 // makes conflicts vanish and the key stays optimistic, which is the
 // faster path there.
 //
@@ -101,7 +105,8 @@ type Adaptive struct {
 	locker   Locker
 	cfg      AdaptiveConfig
 	combiner *occ.Combiner
-	shards   [32]adaptiveShard
+	keys     sync.Map     // key → *keyStat: the keys whose updates conflict
+	nkeys    atomic.Int64 // entries in keys
 	switches atomic.Int64
 	leased   atomic.Int64 // updates that succeeded on the lease path
 	obs      adaptiveObserver
@@ -110,17 +115,13 @@ type Adaptive struct {
 	optsPool            sync.Pool    // of *[]occ.Option: the caller's and a path's
 }
 
-type adaptiveShard struct {
-	mu   sync.RWMutex
-	keys map[string]*keyStat
-}
-
 // keyStat is what an Adaptive knows of one key. An update's path is
 // chosen and closed without a lock (inflight, locked, probe); the
-// estimates change under the shard's mutex, once per optimistic attempt
-// (with combining, once per batch), lease acquisition or update on the
-// lease path.
+// estimates change under mu, once per optimistic attempt (with
+// combining, once per batch), lease acquisition or update on the lease
+// path.
 type keyStat struct {
+	mu         sync.Mutex
 	inflight   atomic.Int32
 	locked     atomic.Bool
 	probe      atomic.Uint32 // locked updates, counted to pick the probes
@@ -159,20 +160,46 @@ func NewAdaptive(l Locker, cfg AdaptiveConfig) *Adaptive {
 	a.optimistic = []occ.Option{occ.WithObserver(a.obs), occ.WithCombiner(a.combiner)}
 	a.probing = []occ.Option{occ.WithObserver(a.obs), occ.WithMaxAttempts(1)}
 	a.optsPool.New = func() any { return new([]occ.Option) }
-	for i := range a.shards {
-		a.shards[i].keys = map[string]*keyStat{}
-	}
 	return a
 }
 
-func (a *Adaptive) shard(key string) *adaptiveShard {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h ^= uint32(key[i])
-		h *= 16777619
+// stat returns key's statistics, if it has any.
+func (a *Adaptive) stat(key string) *keyStat {
+	if v, ok := a.keys.Load(key); ok {
+		return v.(*keyStat)
 	}
-	return &a.shards[h%uint32(len(a.shards))]
+	return nil
 }
+
+// track returns key's statistics, made on its first conflict. At MaxKeys
+// it first evicts a key with no update in flight.
+func (a *Adaptive) track(key string) *keyStat {
+	if st := a.stat(key); st != nil {
+		return st
+	}
+	if a.nkeys.Load() >= int64(a.cfg.MaxKeys) {
+		a.keys.Range(func(k, v any) bool {
+			if v.(*keyStat).inflight.Load() != 0 {
+				return true
+			}
+			if a.keys.CompareAndDelete(k, v) {
+				a.nkeys.Add(-1)
+				return false
+			}
+			return true // someone else removed it: look further
+		})
+	}
+	v, loaded := a.keys.LoadOrStore(key, &keyStat{})
+	if !loaded {
+		a.nkeys.Add(1)
+	}
+	return v.(*keyStat)
+}
+
+// untrackBelow is the conflict rate under which an optimistic key's
+// statistics are dropped: its updates then cost the model nothing until
+// it conflicts again.
+const untrackBelow = 0.01
 
 // Paths of an update.
 const (
@@ -182,33 +209,15 @@ const (
 )
 
 // begin records an update's start and returns its path and the key's
-// statistics, whose inflight count the caller must decrement when done.
-// A known key costs a read lock of its shard and atomic operations.
+// statistics (nil for a key without: it is optimistic), whose inflight
+// count the caller must decrement when done. A key without statistics
+// costs one lookup that writes nothing; a known key, atomic operations.
 func (a *Adaptive) begin(key string) (int, *keyStat) {
-	sh := a.shard(key)
-	sh.mu.RLock()
-	st := sh.keys[key]
-	if st != nil {
-		st.inflight.Add(1) // under the read lock: eviction cannot run
-	}
-	sh.mu.RUnlock()
+	st := a.stat(key)
 	if st == nil {
-		sh.mu.Lock()
-		if st = sh.keys[key]; st == nil {
-			if len(sh.keys) >= a.cfg.MaxKeys/len(a.shards)+1 {
-				for k, s := range sh.keys { // evict an idle key, any
-					if s.inflight.Load() == 0 {
-						delete(sh.keys, k)
-						break
-					}
-				}
-			}
-			st = &keyStat{}
-			sh.keys[key] = st
-		}
-		st.inflight.Add(1)
-		sh.mu.Unlock()
+		return pathOptimistic, nil
 	}
+	st.inflight.Add(1) // (an eviction that raced with it costs this update's samples)
 	if !st.locked.Load() {
 		st.optimistic.Add(1)
 		return pathOptimistic, st
@@ -223,7 +232,7 @@ func (a *Adaptive) begin(key string) (int, *keyStat) {
 // before it may lock the key.
 const minSamples = 8
 
-// judge applies the model to st (its shard's mutex held): it reports
+// judge applies the model to st (its mutex held): it reports
 // whether the key switched path, and the lease path's estimated rate of
 // updates over the optimistic path's.
 func (a *Adaptive) judge(st *keyStat) (bool, float64) {
@@ -272,26 +281,40 @@ func (a *Adaptive) switched(key string, locked bool, ratio float64) {
 // observeAttempt folds one optimistic attempt of key into its estimates
 // and judges the key's path.
 func (a *Adaptive) observeAttempt(key string, conflict bool, latency time.Duration) {
-	a.observe(key, func(st *keyStat) {
+	st := a.stat(key)
+	switch {
+	case st != nil:
+	case !conflict:
+		return // a key without conflicts: nothing to model
+	default:
+		st = a.track(key)
+	}
+	quiet := false
+	a.fold(key, st, func(st *keyStat) {
 		a.foldAttempt(st, conflict, latency)
+		quiet = !conflict && st.attempts >= minSamples && st.p < untrackBelow && !st.locked.Load()
 	})
+	if quiet && a.keys.CompareAndDelete(key, st) {
+		a.nkeys.Add(-1)
+	}
 }
 
-// observe folds a sample into key's estimates with fold (the shard's
-// mutex held), judges the key's path and reports a switch. A key without
-// statistics (evicted) is left alone.
+// observe folds a sample into key's estimates with fold. A key without
+// statistics (evicted, or it never conflicted) is left alone.
 func (a *Adaptive) observe(key string, fold func(st *keyStat)) {
-	sh := a.shard(key)
-	sh.mu.Lock()
-	st := sh.keys[key]
-	if st == nil {
-		sh.mu.Unlock()
-		return
+	if st := a.stat(key); st != nil {
+		a.fold(key, st, fold)
 	}
+}
+
+// fold folds a sample into st with fold (under st's mutex), judges the
+// key's path and reports a switch.
+func (a *Adaptive) fold(key string, st *keyStat, fold func(st *keyStat)) {
+	st.mu.Lock()
 	fold(st)
 	sw, ratio := a.judge(st)
 	locked := st.locked.Load()
-	sh.mu.Unlock()
+	st.mu.Unlock()
 	if sw {
 		a.switched(key, locked, ratio)
 	}
@@ -414,8 +437,8 @@ func leased[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], key string
 
 // AdaptiveStats describes an Adaptive's state.
 type AdaptiveStats struct {
-	// Keys is the number of keys with statistics, Locked how many of them
-	// take the lease path.
+	// Keys is the number of keys with statistics (those whose updates
+	// conflicted lately), Locked how many of them take the lease path.
 	Keys, Locked int
 	// Switches counts path changes since the Adaptive was made.
 	Switches int64
@@ -429,17 +452,13 @@ type AdaptiveStats struct {
 // Stats returns the Adaptive's counters.
 func (a *Adaptive) Stats() AdaptiveStats {
 	var st AdaptiveStats
-	for i := range a.shards {
-		sh := &a.shards[i]
-		sh.mu.Lock()
-		st.Keys += len(sh.keys)
-		for _, k := range sh.keys {
-			if k.locked.Load() {
-				st.Locked++
-			}
+	a.keys.Range(func(_, v any) bool {
+		if v.(*keyStat).locked.Load() {
+			st.Locked++
 		}
-		sh.mu.Unlock()
-	}
+		return true
+	})
+	st.Keys = int(a.nkeys.Load())
 	st.Switches = a.switches.Load()
 	st.Leased = a.leased.Load()
 	st.Combiner = a.combiner.Stats()
@@ -457,7 +476,9 @@ func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], ke
 		return zero, 0, fmt.Errorf("hybrid: %T: %w", s.Store(), ErrNotFenced)
 	}
 	path, st := a.begin(key)
-	defer st.inflight.Add(-1) // also if mutate panics
+	if st != nil {
+		defer st.inflight.Add(-1) // also if mutate panics
+	}
 	if path == pathLocked {
 		return leased(ctx, a, s, key, mutate, opts...)
 	}

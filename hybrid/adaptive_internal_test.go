@@ -74,13 +74,13 @@ func TestAdaptiveModel(t *testing.T) {
 // are not counted as its overhead.
 func TestAdaptiveLockOverheadFollowsFastGrants(t *testing.T) {
 	a := NewAdaptive(NewLocalLocker(time.Second), AdaptiveConfig{})
-	_, _ = a.begin("k")
+	a.track("k")
 	a.observeLock("k", time.Millisecond)
 	for range 50 {
 		a.observeLock("k", 40*time.Millisecond) // queued behind others
 	}
 	a.observeLock("k", 900*time.Microsecond)
-	st := a.shard("k").keys["k"]
+	st := a.stat("k")
 	if st.h > 0.0012 {
 		t.Fatalf("overhead estimate %.4fs after fast grants of ~1ms and queued ones of 40ms", st.h)
 	}
@@ -91,12 +91,13 @@ func TestAdaptiveLockOverheadFollowsFastGrants(t *testing.T) {
 // an attempt's time by; conflicts and a locked key's probes leave it.
 func TestAdaptiveBatchEstimate(t *testing.T) {
 	a := NewAdaptive(NewLocalLocker(time.Second), AdaptiveConfig{})
+	a.track("k")
 	for range 8 {
 		a.begin("k")
 	}
 	a.observeAttempt("k", true, time.Millisecond) // a conflict: no batch sample
 	a.observeAttempt("k", false, time.Millisecond)
-	st := a.shard("k").keys["k"]
+	st := a.stat("k")
 	if st.b != 8 {
 		t.Fatalf("batch %v after 8 updates and one write, want 8", st.b)
 	}
@@ -121,11 +122,10 @@ func TestAdaptiveBatchEstimate(t *testing.T) {
 // locks; probes that see fast attempts without conflicts bring it back.
 func TestAdaptiveLocksOnceTheLeaseMeasuresFaster(t *testing.T) {
 	a := NewAdaptive(NewLocalLocker(time.Second), AdaptiveConfig{})
-	a.begin("k")
 	for range 20 {
 		a.observeAttempt("k", true, 4*time.Millisecond)
 	}
-	st := a.shard("k").keys["k"]
+	st := a.stat("k")
 	if st.locked.Load() {
 		t.Fatal("locked before the lease path was measured")
 	}

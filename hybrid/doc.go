@@ -41,7 +41,7 @@
 // updates faster: the lease path only when contention with writers
 // elsewhere has slowed the optimistic attempts so far that one update per
 // lease carries more than one batch per attempt, with hysteresis and
-// bounded per-key statistics.
+// bounded statistics, kept only for the keys whose updates conflict.
 //
 // See docs/hybrid.md for when to use which.
 package hybrid
