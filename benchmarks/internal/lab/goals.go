@@ -50,6 +50,10 @@ const (
 	goalCombineProcs = "--procs 4, 1 key: occ-combine ≥ 1.5× the best cross-process lock"
 	goalCachedRTT    = "--rtt 1ms, 1000 keys: occ-cached ≥ 2.5× the best cross-process lock"
 	goalOCCTail      = "1 key, 8 workers, no work: occ (no combining) p99.9 ≤ 3× the best queueing lock's, 8/8 workers commit"
+
+	// The lab's own resolution: two identical occ-combine cells (the A/A
+	// control, run only when asked for) should read alike.
+	goalControl = "A/A control: occ-combine-control within 5% of occ-combine (what the lab resolves at this point)"
 )
 
 // queueing names the locks whose waiters queue in order on the server
@@ -273,8 +277,27 @@ func checkGoals(results []Result) []goalCheck {
 				missing(c, "non-zero reference")
 				break
 			}
-			judgeThroughput(c, ad, ref, 0.95,
-				fmt.Sprintf("adaptive %s/s vs %s %s/s", rate(ad.Throughput), ref.Strategy, rate(ref.Throughput)))
+			detail := fmt.Sprintf("adaptive %s/s vs %s %s/s", rate(ad.Throughput), ref.Strategy, rate(ref.Throughput))
+			if ctl, ok := g.byName[controlName]; ok && ref.Strategy == "occ-combine" {
+				r, _, _ := pairedRatio(ctl, ref)
+				detail += fmt.Sprintf(" (the A/A control, %s, read %.2f× occ-combine at this point)", controlName, r)
+			}
+			judgeThroughput(c, ad, ref, 0.95, detail)
+		}
+
+		if ctl, ok := g.byName[controlName]; ok {
+			c := check(goalControl)
+			oc, ok := g.byName["occ-combine"]
+			if !ok || oc.Throughput <= 0 {
+				missing(c, "occ-combine")
+				continue
+			}
+			ratio, how, rounds := pairedRatio(ctl, oc)
+			c.Rounds = rounds
+			// Within 5% either way.
+			judge(c, min(ratio, 1/max(ratio, 1e-9)), 0.95,
+				fmt.Sprintf("%s %s/s vs occ-combine %s/s", controlName, rate(ctl.Throughput), rate(oc.Throughput))+how)
+			c.Ratio = ratio
 		}
 	}
 	return out

@@ -533,6 +533,62 @@ func TestGoalChecksPairRounds(t *testing.T) {
 	}
 }
 
+// TestGoalControl: the A/A control's check reads occ-combine-control
+// against occ-combine in paired rounds and is met within 5% either way;
+// the adaptive check names what the control read; without the control
+// there is no such check.
+func TestGoalControl(t *testing.T) {
+	cell := func(strategy string, ops float64, runs ...float64) Result {
+		return Result{Backend: "postgres", Workload: "counter", Strategy: strategy, Workers: 8, Keys: 16,
+			Throughput: ops, InvariantOK: true, WorkersCommitted: 8, Runs: runs}
+	}
+	find := func(checks []goalCheck, goal string) *goalCheck {
+		for i := range checks {
+			if checks[i].Goal == goal {
+				return &checks[i]
+			}
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		name    string
+		control []float64
+		status  string
+		ratio   float64
+	}{
+		{"alike", []float64{100, 98, 103}, goalMet, 1.0},
+		{"faster by a tenth", []float64{110, 110, 110}, goalNotMet, 1.1},
+		{"slower by a tenth", []float64{90, 90, 90}, goalNotMet, 0.9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checks := checkGoals([]Result{
+				cell("occ-combine", 100, 100, 100, 100),
+				cell(controlName, tc.control[1], tc.control...),
+				cell("adaptive", 96, 96, 97, 95),
+				cell("occ", 50, 50, 50, 50),
+			})
+			c := find(checks, goalControl)
+			if c == nil {
+				t.Fatal("no control check")
+			}
+			if c.Status != tc.status || c.Ratio < tc.ratio-1e-9 || c.Ratio > tc.ratio+1e-9 || len(c.Rounds) != 3 {
+				t.Errorf("%s %.4f× rounds %v (%s), want %s %.4f×", c.Status, c.Ratio, c.Rounds, c.Detail, tc.status, tc.ratio)
+			}
+			ad := find(checks, goalAdaptiveAll)
+			if ad == nil || !strings.Contains(ad.Detail, "the A/A control") || ad.Status != goalMet {
+				t.Errorf("adaptive check %+v does not name the control", ad)
+			}
+		})
+	}
+	checks := checkGoals([]Result{cell("occ-combine", 100, 100), cell("adaptive", 96, 96)})
+	if c := find(checks, goalControl); c != nil {
+		t.Errorf("a control check without the control: %+v", *c)
+	}
+	if ad := find(checks, goalAdaptiveAll); ad == nil || strings.Contains(ad.Detail, "control") {
+		t.Errorf("adaptive check %+v speaks of a control that did not run", ad)
+	}
+}
+
 // TestPoolRounds: the paired rounds of the adaptive check are pooled per
 // backend and over all backends: the geometric mean of 0.9, 1.0, 1.1 and
 // 0.8, 1.0, 1.25 is 0.997 on redis (six rounds, two points); the two

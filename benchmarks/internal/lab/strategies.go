@@ -72,20 +72,15 @@ var coreStrategies = []strategySpec{
 		Kind:      kindOptimistic,
 		About:     "occ.Update with occ.WithCombiner (one occ.NewCombiner per process per cell) and, on networked backends, the version cache: concurrent updates of one key in a process queue behind one leader, which applies them in order and writes once",
 		SingleKey: true,
-		New: func(_ context.Context, h *harness) (cellStrategy, error) {
-			// One combiner and one cache per process, shared by its
-			// workers, as a service would hold them.
-			c := occ.NewCombiner()
-			perWorker := make([][]occ.Option, h.Cell.Workers)
-			for w := range perWorker {
-				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c))
-				perWorker[w] = append(perWorker[w], h.cacheOption()...)
-			}
-			return strategyFunc(func(ctx context.Context, w int, op operation) error {
-				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
-				return err
-			}), nil
-		},
+		New:       occCombine,
+	},
+	{
+		Name:      controlName,
+		Kind:      kindOptimistic,
+		About:     "the A/A control: occ-combine again, as a second strategy of the point; its ratio to occ-combine shows what differences the lab resolves on this machine (only when asked for)",
+		SingleKey: true,
+		DefaultOn: func(string, bool) bool { return false },
+		New:       occCombine,
 	},
 	{
 		Name:      "occ-txn",
@@ -205,4 +200,24 @@ func txnBody(h *harness, op operation) func(tx *occ.Tx) error {
 		}
 		return nil
 	}
+}
+
+// controlName is the A/A control's strategy: occ-combine under a second
+// name.
+const controlName = "occ-combine-control"
+
+// occCombine makes an occ-combine cell.
+func occCombine(_ context.Context, h *harness) (cellStrategy, error) {
+	// One combiner and one cache per process, shared by its
+	// workers, as a service would hold them.
+	c := occ.NewCombiner()
+	perWorker := make([][]occ.Option, h.Cell.Workers)
+	for w := range perWorker {
+		perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c))
+		perWorker[w] = append(perWorker[w], h.cacheOption()...)
+	}
+	return strategyFunc(func(ctx context.Context, w int, op operation) error {
+		_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
+		return err
+	}), nil
 }
