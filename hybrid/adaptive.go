@@ -30,8 +30,9 @@ type AdaptiveConfig struct {
 	// (default 16); a probe that conflicts takes the lease path.
 	ProbeEvery int
 	// MaxKeys bounds the number of keys with statistics (default 10000;
-	// keys with an update in flight are not evicted, so the bound can be
-	// exceeded by their number); each costs about 200 bytes plus the key.
+	// keys with an update in flight that began after they got statistics
+	// are not evicted, so the bound can be exceeded by their number);
+	// each costs about 200 bytes plus the key.
 	// Only keys whose updates conflict have statistics (see Adaptive).
 	MaxKeys int
 	// MaxBatch caps the updates the optimistic path combines into one
@@ -54,8 +55,8 @@ type AdaptiveConfig struct {
 // # The model
 //
 // Within one process, contention costs the optimistic path almost
-// nothing: the Combiner queues concurrent updates of a key behind one
-// write. What remains is contention with writers elsewhere (other
+// nothing: once a key has conflicted, the Combiner queues its concurrent
+// updates behind one write. What remains is contention with writers elsewhere (other
 // processes, other Adaptives), and there the two paths carry a key's
 // updates differently:
 //
@@ -94,8 +95,8 @@ type AdaptiveConfig struct {
 // path: nothing beats one read and one conditional write (or one write,
 // with a version cache). Such keys cost the model nothing: a key has
 // statistics only from its first conflict on, until its conflicts die
-// down (p under untrackBelow) while it is optimistic; until then its
-// updates are combined occ.Updates plus one lookup that writes nothing. Where all writers share one process, combining
+// down (p under 1%) while it is optimistic; until then its updates are
+// combined occ.Updates plus one lookup that writes nothing. Where all writers share one process, combining
 // makes conflicts vanish and the key stays optimistic, which is the
 // faster path there.
 //
@@ -502,7 +503,10 @@ func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], ke
 	v, ver, err := occ.Update(ctx, s, key, mutate, oopts...)
 	if err != nil && errors.Is(err, occ.ErrAttemptsExhausted) && errors.Is(err, cas.ErrConflict) && ctx.Err() == nil {
 		// The optimistic path ran out of attempts against writers
-		// elsewhere: the lease path serialises with them.
+		// elsewhere: the lease path serialises with them, and measures
+		// itself for the key's statistics (made if an eviction took
+		// them meanwhile).
+		a.track(key)
 		return leased(ctx, a, s, key, mutate, opts...)
 	}
 	return v, ver, err

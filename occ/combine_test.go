@@ -668,14 +668,18 @@ func TestCombinerHeatsAndCools(t *testing.T) {
 	wg.Wait()
 	checkStats("queued")
 
-	// Lonely batches cool it.
+	// Lone batches cool it: the queued call's batch was the first (nobody
+	// waited behind it), so coolAfter-1 more updates, one at a time.
 	store.gate.Store(nil)
-	for i := range coolAfter {
+	for i := range coolAfter - 1 {
+		if _, hot := hotKeys(cb, store, "k"); !hot {
+			t.Fatalf("cold after %d lone batches, want %d", i+1, coolAfter)
+		}
 		update(5 + i)
 		wg.Wait()
 	}
 	if n, hot := hotKeys(cb, store, "k"); n != 0 || hot {
-		t.Fatalf("after %d lone updates: %d hot keys (k hot: %v), want none", coolAfter, n, hot)
+		t.Fatalf("after %d lone batches: %d hot keys (k hot: %v), want none", coolAfter, n, hot)
 	}
 	checkStats("cooled")
 	g = newGate()
@@ -688,5 +692,65 @@ func TestCombinerHeatsAndCools(t *testing.T) {
 	checkStats("cold again")
 	if n, _, _ := counter.Get(ctx, "k"); n != calls {
 		t.Fatalf("counter = %d after %d updates", n, calls)
+	}
+}
+
+// TestCombinerIdleHotKeyCools: a key that heated and is not updated again
+// does not keep its bucket hot: a call of another key of the bucket, which
+// would otherwise take the shard's mutex for good, cools it once it has
+// been idle for idleCool. The call that heated the key reports its whole
+// call, both attempts, to its observer.
+func TestCombinerIdleHotKeyCools(t *testing.T) {
+	ctx := context.Background()
+	store := newGatedStore(0, nil)
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	cb := NewCombiner()
+	// A key of the same bucket as "k".
+	sibling := ""
+	for i := 0; sibling == ""; i++ {
+		if k := fmt.Sprint("s", i); k != "k" && keyHash(k)%hotBuckets == keyHash("k")%hotBuckets {
+			sibling = k
+		}
+	}
+	// "Another process" writes k under the call's first attempt.
+	var calls Call
+	first := true
+	_, _, err := Update(ctx, counter, "k", func(n int, _ bool) (int, error) {
+		if first {
+			first = false
+			if _, err := store.Store.CompareAndSwap(ctx, "k", 0, []byte("100")); err != nil {
+				return 0, err
+			}
+		}
+		return n + 1, nil
+	}, WithCombiner(cb), WithObserver(ObserverFuncs{Call: func(_ context.Context, c Call) { calls = c }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, hot := hotKeys(cb, store, "k"); n != 1 || !hot {
+		t.Fatalf("after a conflict: %d hot keys (k hot: %v)", n, hot)
+	}
+	if calls.Attempts != 2 || calls.Outcome != OutcomeSuccess {
+		t.Fatalf("observed call %+v, want 2 attempts and success", calls)
+	}
+	if _, _, err := Update(ctx, counter, sibling, incrInt, WithCombiner(cb)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := hotKeys(cb, store, "k"); n != 1 {
+		t.Fatalf("k cooled before it was idle for %v", idleCool)
+	}
+	time.Sleep(idleCool + idleCool/2)
+	if _, _, err := Update(ctx, counter, sibling, incrInt, WithCombiner(cb)); err != nil {
+		t.Fatal(err)
+	}
+	if n, hot := hotKeys(cb, store, "k"); n != 0 || hot {
+		t.Fatalf("after %v idle and a call of its bucket: %d hot keys (k hot: %v)", idleCool, n, hot)
+	}
+	if n, _, _ := counter.Get(ctx, "k"); n != 101 {
+		t.Fatalf("k = %d, want 101", n)
+	}
+	st := cb.Stats()
+	if st.Updates != 3 || st.Writes != store.writes.Load() || st.Batches != 3 {
+		t.Fatalf("stats %+v, store saw %d writes", st, store.writes.Load())
 	}
 }
