@@ -55,8 +55,8 @@ type AdaptiveConfig struct {
 // # The model
 //
 // Within one process, contention costs the optimistic path almost
-// nothing: once a key has conflicted, the Combiner queues its concurrent
-// updates behind one write. What remains is contention with writers elsewhere (other
+// nothing: the Combiner (occ.WithQueueFromStart) queues its concurrent
+// updates of a key behind one write. What remains is contention with writers elsewhere (other
 // processes, other Adaptives), and there the two paths carry a key's
 // updates differently:
 //
@@ -152,7 +152,11 @@ func NewAdaptive(l Locker, cfg AdaptiveConfig) *Adaptive {
 	if cfg.MaxKeys <= 0 {
 		cfg.MaxKeys = 10000
 	}
-	var copts []occ.CombinerOption
+	// The model takes contention within the process as free: the
+	// process's updates of a key queue from the first, not from the key's
+	// first conflict (which would leave conflicts between them for the
+	// model to see, and after each cooling).
+	copts := []occ.CombinerOption{occ.WithQueueFromStart()}
 	if cfg.MaxBatch > 0 {
 		copts = append(copts, occ.WithMaxBatch(cfg.MaxBatch))
 	}
