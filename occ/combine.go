@@ -344,8 +344,7 @@ func (cb *Combiner) newQueue(sh *combineShard, k combineKey) *combineQueue {
 		for key, iq := range sh.queues {
 			if iq.state.Load() == queueIdle && len(iq.pending) == 0 {
 				if iq.hot {
-					iq.hot = false
-					cb.hot[keyHash(key.key)%hotBuckets].Add(-1)
+					cb.cool(keyHash(key.key), iq)
 				}
 				delete(sh.queues, key)
 			}
@@ -612,8 +611,7 @@ func (cb *Combiner) sweepIdle(sh *combineShard) {
 	sh.swept = now
 	for k, q := range sh.queues {
 		if q.hot && q.state.Load() == queueIdle && len(q.pending) == 0 && now-q.lastUse.Load() >= int64(idleCool) {
-			q.hot = false
-			cb.hot[keyHash(k.key)%hotBuckets].Add(-1)
+			cb.cool(keyHash(k.key), q)
 		}
 	}
 }
@@ -623,9 +621,15 @@ func (cb *Combiner) sweepIdle(sh *combineShard) {
 // then run as plain Updates until a conflict heats it again.
 func (cb *Combiner) coolLocked(h uint32, q *combineQueue) {
 	if q.hot && q.lonely.Load() >= coolAfter && q.state.Load() == queueIdle && len(q.pending) == 0 {
-		q.hot = false
-		cb.hot[h%hotBuckets].Add(-1)
+		cb.cool(h, q)
 	}
+}
+
+// cool makes hot q, of a key with hash h, cold (the shard's mutex is
+// held).
+func (cb *Combiner) cool(h uint32, q *combineQueue) {
+	q.hot = false
+	cb.hot[h%hotBuckets].Add(-1)
 }
 
 func signal(w *combineWaiter) {
