@@ -2,6 +2,7 @@ package occ
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -752,5 +753,144 @@ func TestCombinerIdleHotKeyCools(t *testing.T) {
 	st := cb.Stats()
 	if st.Updates != 3 || st.Writes != store.writes.Load() || st.Batches != 3 {
 		t.Fatalf("stats %+v, store saw %d writes", st, store.writes.Load())
+	}
+}
+
+// holdStore holds the first compare-and-swap of each hold whose value
+// matches: the test then decides when it reaches the store.
+type holdStore struct {
+	cas.Store
+	mu    sync.Mutex
+	holds []*hold
+}
+
+type hold struct {
+	match   func(n int) bool
+	used    bool
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (s *holdStore) holdFirst(match func(n int) bool) *hold {
+	h := &hold{match: match, arrived: make(chan struct{}), release: make(chan struct{})}
+	s.mu.Lock()
+	s.holds = append(s.holds, h)
+	s.mu.Unlock()
+	return h
+}
+
+func (s *holdStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	var n int
+	if err := json.Unmarshal(value, &n); err == nil {
+		s.mu.Lock()
+		var h *hold
+		for _, x := range s.holds {
+			if !x.used && x.match(n) {
+				x.used, h = true, x
+				break
+			}
+		}
+		s.mu.Unlock()
+		if h != nil {
+			close(h.arrived)
+			<-h.release
+		}
+	}
+	return s.Store.CompareAndSwap(ctx, key, expected, value)
+}
+
+// TestCombinerEscalatedCallCarried: a call of a cold key whose write
+// conflicts, and which then queues behind a caller that leads the next
+// batch, is carried in that batch: its result is its own mutate's on the
+// batch's running value, and its observer is told of its call (one
+// attempt of its own, a success) exactly once. Before endEscalated, such
+// a call's observer heard of no call at all.
+func TestCombinerEscalatedCallCarried(t *testing.T) {
+	ctx := context.Background()
+	store := &holdStore{Store: memcas.New()}
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	if _, err := counter.CompareAndSwap(ctx, "k", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	cb := NewCombiner()
+	add := func(d int) func(int, bool) (int, error) {
+		return func(n int, _ bool) (int, error) { return n + d, nil }
+	}
+	var mu sync.Mutex
+	var attempts []Attempt
+	var calls []Call
+	obs := WithObserver(ObserverFuncs{
+		Attempt: func(_ context.Context, a Attempt) { mu.Lock(); attempts = append(attempts, a); mu.Unlock() },
+		Call:    func(_ context.Context, c Call) { mu.Lock(); calls = append(calls, c); mu.Unlock() },
+	})
+	type result struct {
+		v   int
+		err error
+	}
+	run := func(d int, opts ...Option) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			v, _, err := Update(ctx, counter, "k", add(d), append([]Option{WithCombiner(cb)}, opts...)...)
+			ch <- result{v, err}
+		}()
+		return ch
+	}
+	wait := func(c chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never reached the store", what)
+		}
+	}
+
+	// E's first write (0+100) is held while a writer elsewhere moves the
+	// key on: E will conflict.
+	holdE := store.holdFirst(func(n int) bool { return n == 100 })
+	e := run(100, obs)
+	wait(holdE.arrived, "E's write")
+	it, err := store.Store.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Store.CompareAndSwap(ctx, "k", it.Version, []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	// The key heats (as a conflict of another call would heat it), and L
+	// runs alone with its write (1+1000) held; W queues behind L.
+	h := keyHash("k")
+	sh := cb.shard(h)
+	sh.mu.Lock()
+	q := cb.newQueue(sh, combineKey{store: store, key: "k"})
+	q.hot = true
+	cb.hot[h%hotBuckets].Add(1)
+	sh.mu.Unlock()
+	holdL := store.holdFirst(func(n int) bool { return n == 1001 })
+	l := run(1000)
+	wait(holdL.arrived, "L's write")
+	w := run(1)
+	waitQueued(t, cb, store, "k", 1)
+	// E's write now conflicts: E goes on through the combiner, behind W.
+	close(holdE.release)
+	waitQueued(t, cb, store, "k", 2)
+	close(holdL.release)
+
+	for _, c := range []struct {
+		name string
+		ch   chan result
+		want int
+	}{{"L", l, 1001}, {"W", w, 1002}, {"E", e, 1102}} {
+		r := <-c.ch
+		if r.err != nil || r.v != c.want {
+			t.Fatalf("%s: %d, %v; want %d", c.name, r.v, r.err, c.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 1 || attempts[0].Number != 1 || attempts[0].Outcome != OutcomeConflict {
+		t.Fatalf("E's observer saw attempts %+v, want its one conflict", attempts)
+	}
+	if len(calls) != 1 || calls[0].Attempts != 1 || calls[0].Outcome != OutcomeSuccess || calls[0].Err != nil || calls[0].Latency <= 0 {
+		t.Fatalf("E's observer saw calls %+v, want one success of one attempt", calls)
 	}
 }
