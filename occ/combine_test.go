@@ -771,12 +771,22 @@ type hold struct {
 	release chan struct{}
 }
 
-func (s *holdStore) holdFirst(match func(n int) bool) *hold {
+func (s *holdStore) holdFirst(t *testing.T, match func(n int) bool) *hold {
 	h := &hold{match: match, arrived: make(chan struct{}), release: make(chan struct{})}
 	s.mu.Lock()
 	s.holds = append(s.holds, h)
 	s.mu.Unlock()
+	t.Cleanup(h.free) // a test that fails early leaves no writer held
 	return h
+}
+
+// free lets the held write through (once).
+func (h *hold) free() {
+	select {
+	case <-h.release:
+	default:
+		close(h.release)
+	}
 }
 
 func (s *holdStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
@@ -846,7 +856,7 @@ func TestCombinerEscalatedCallCarried(t *testing.T) {
 
 	// E's first write (0+100) is held while a writer elsewhere moves the
 	// key on: E will conflict.
-	holdE := store.holdFirst(func(n int) bool { return n == 100 })
+	holdE := store.holdFirst(t, func(n int) bool { return n == 100 })
 	e := run(100, obs)
 	wait(holdE.arrived, "E's write")
 	it, err := store.Store.Get(ctx, "k")
@@ -865,22 +875,27 @@ func TestCombinerEscalatedCallCarried(t *testing.T) {
 	q.hot = true
 	cb.hot[h%hotBuckets].Add(1)
 	sh.mu.Unlock()
-	holdL := store.holdFirst(func(n int) bool { return n == 1001 })
+	holdL := store.holdFirst(t, func(n int) bool { return n == 1001 })
 	l := run(1000)
 	wait(holdL.arrived, "L's write")
 	w := run(1)
 	waitQueued(t, cb, store, "k", 1)
 	// E's write now conflicts: E goes on through the combiner, behind W.
-	close(holdE.release)
+	holdE.free()
 	waitQueued(t, cb, store, "k", 2)
-	close(holdL.release)
+	holdL.free()
 
 	for _, c := range []struct {
 		name string
 		ch   chan result
 		want int
 	}{{"L", l, 1001}, {"W", w, 1002}, {"E", e, 1102}} {
-		r := <-c.ch
+		var r result
+		select {
+		case r = <-c.ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never returned", c.name)
+		}
 		if r.err != nil || r.v != c.want {
 			t.Fatalf("%s: %d, %v; want %d", c.name, r.v, r.err, c.want)
 		}

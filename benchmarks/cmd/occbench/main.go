@@ -98,11 +98,11 @@ func run(args []string, stdout io.Writer) int {
 		seedF       = fs.Uint64("seed", 1, "seed for key choice and amounts")
 		maxAttF     = fs.Int("max-attempts", 0, fmt.Sprintf("attempt limit per operation (default %d)", lab.DefaultMaxAttempts))
 		outF        = fs.String("out", "", "directory for results.json, results.csv, charts/ and report.html")
-		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): a smoke run, not a measurement")
+		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): one round of them is a smoke run, not a measurement")
 		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's, ZooKeeper and MariaDB only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR, OCCKIT_MYSQL_DSN")
 		procsF      = fs.Int("procs", 1, "run each cell's workers in this many OS processes (this binary, run again), each with its own connections, combiner and cache; lock-local and memory are left out above 1")
 		rttF        = fs.String("rtt", "", "add this one-way delay (e.g. 0.25ms, 1ms, 5ms) in each direction to every connection to every server, through a TCP proxy per server (internal/faultproxy); 0 measures the proxy's own hop")
-		repeatF     = fs.Int("repeat", 1, "run the strategies of each point this many rounds in turn (order rotated each round) and report each cell's median round by throughput, to read ratios on a noisy machine (rounds, not their length, narrow a ratio: e.g. --duration 300ms --warmup 100ms --repeat 15)")
+		repeatF     = fs.Int("repeat", 1, "run the strategies of each point this many rounds in turn (order rotated each round) and report each cell's median round by throughput, to read ratios on a noisy machine (more rounds narrow a ratio more cheaply than longer cells: e.g. --duration 300ms --warmup 100ms --repeat 15)")
 		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")
 	)
 	if err := fs.Parse(args); err != nil {
