@@ -373,10 +373,7 @@ func combineCold[T any](ctx context.Context, c *config, cb *Combiner, sh *combin
 	if q == nil {
 		q = cb.newQueue(sh, k)
 	}
-	if !q.hot {
-		q.hot = true
-		cb.hot[h%hotBuckets].Add(1)
-	}
+	cb.heat(h, q)
 	q.lonely.Store(0)
 	q.lastUse.Store(time.Now().UnixNano())
 	return combineHot(ctx, c, cb, sh, h, k, q, s, key, mutate)
@@ -622,6 +619,15 @@ func (cb *Combiner) sweepIdle(sh *combineShard) {
 func (cb *Combiner) coolLocked(h uint32, q *combineQueue) {
 	if q.hot && q.lonely.Load() >= coolAfter && q.state.Load() == queueIdle && len(q.pending) == 0 {
 		cb.cool(h, q)
+	}
+}
+
+// heat makes q, of a key with hash h, hot if it is not (the shard's
+// mutex is held).
+func (cb *Combiner) heat(h uint32, q *combineQueue) {
+	if !q.hot {
+		q.hot = true
+		cb.hot[h%hotBuckets].Add(1)
 	}
 }
 

@@ -53,11 +53,14 @@ func (g *gate) pass() {
 	}
 }
 
+// release opens the gate (once; releasing an open gate does nothing).
 func (g *gate) release() {
 	g.mu.Lock()
-	g.closed = false
-	g.mu.Unlock()
-	close(g.open)
+	defer g.mu.Unlock()
+	if g.closed {
+		g.closed = false
+		close(g.open)
+	}
 }
 
 func (s *gatedStore) Get(ctx context.Context, key string) (cas.Item, error) {
@@ -764,29 +767,20 @@ type holdStore struct {
 	holds []*hold
 }
 
+// hold is a gate for the first write whose value matches.
 type hold struct {
-	match   func(n int) bool
-	used    bool
-	arrived chan struct{}
-	release chan struct{}
+	match func(n int) bool
+	used  bool
+	*gate
 }
 
 func (s *holdStore) holdFirst(t *testing.T, match func(n int) bool) *hold {
-	h := &hold{match: match, arrived: make(chan struct{}), release: make(chan struct{})}
+	h := &hold{match: match, gate: newGate()}
 	s.mu.Lock()
 	s.holds = append(s.holds, h)
 	s.mu.Unlock()
-	t.Cleanup(h.free) // a test that fails early leaves no writer held
+	t.Cleanup(h.release) // a test that fails early leaves no writer held
 	return h
-}
-
-// free lets the held write through (once).
-func (h *hold) free() {
-	select {
-	case <-h.release:
-	default:
-		close(h.release)
-	}
 }
 
 func (s *holdStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
@@ -802,8 +796,7 @@ func (s *holdStore) CompareAndSwap(ctx context.Context, key string, expected cas
 		}
 		s.mu.Unlock()
 		if h != nil {
-			close(h.arrived)
-			<-h.release
+			h.pass()
 		}
 	}
 	return s.Store.CompareAndSwap(ctx, key, expected, value)
@@ -871,9 +864,7 @@ func TestCombinerEscalatedCallCarried(t *testing.T) {
 	h := keyHash("k")
 	sh := cb.shard(h)
 	sh.mu.Lock()
-	q := cb.newQueue(sh, combineKey{store: store, key: "k"})
-	q.hot = true
-	cb.hot[h%hotBuckets].Add(1)
+	cb.heat(h, cb.newQueue(sh, combineKey{store: store, key: "k"}))
 	sh.mu.Unlock()
 	holdL := store.holdFirst(t, func(n int) bool { return n == 1001 })
 	l := run(1000)
@@ -881,9 +872,9 @@ func TestCombinerEscalatedCallCarried(t *testing.T) {
 	w := run(1)
 	waitQueued(t, cb, store, "k", 1)
 	// E's write now conflicts: E goes on through the combiner, behind W.
-	holdE.free()
+	holdE.release()
 	waitQueued(t, cb, store, "k", 2)
-	holdL.free()
+	holdL.release()
 
 	for _, c := range []struct {
 		name string
