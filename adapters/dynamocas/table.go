@@ -77,6 +77,7 @@ type Table[T any] struct {
 	cfg     TableConfig
 	encOpts []func(*attributevalue.EncoderOptions)
 	decOpts []func(*attributevalue.DecoderOptions)
+	rows    *rowupdate.Rows[T] // Modify's bridge onto occ (turns, combiner, cache)
 }
 
 // NewTable returns a Table over cfg's table. It does not talk to the
@@ -113,6 +114,7 @@ func NewTable[T any](cli *dynamodb.Client, cfg TableConfig) (*Table[T], error) {
 	if n, ok := av[cfg.VersionAttribute].(*types.AttributeValueMemberN); !ok || n.Value != "0" {
 		return nil, fmt.Errorf("dynamocas: NewTable[%T]: no integer field for the version attribute %q (tag it `dynamodbav:\"%s\"`, without omitempty)", zero, cfg.VersionAttribute, cfg.VersionAttribute)
 	}
+	t.rows = t.newRows()
 	return t, nil
 }
 
@@ -479,30 +481,55 @@ func (t *Table[T]) Modify(ctx context.Context, key Key, mutate func(cur T, exist
 		return absent, &cas.KeyError{Op: "modify", Key: keyString(key), Err: fmt.Errorf("%w: %w", cas.ErrInvalidKey, err)}
 	}
 	ks := keyString(key)
-	return rowupdate.Modify(ctx, rowupdate.Ops[T]{
-		Key:    ks,
+	text := ks
+	if key.Sort != nil {
+		// Unambiguous: partition "a/b" and sort "c" is not partition "a"
+		// and sort "b/c".
+		text = strconv.Quote(fmt.Sprint(key.Partition)) + "/" + strconv.Quote(fmt.Sprint(key.Sort))
+	}
+	return t.rows.Modify(ctx, rowupdate.Key[T]{
+		Text:   text,
+		Value:  key,
 		Absent: absent,
-		Read: func(ctx context.Context) (rowupdate.Row[T], error) {
-			v, ver, err := t.get(ctx, key)
+		Check: func(next *T) error {
+			av, err := attributevalue.MarshalMapWithOptions(*next, t.encOpts...)
+			if err != nil {
+				return &cas.CodecError{Key: ks, Err: err}
+			}
+			got, gks, err := t.keyOf("modify", av)
+			if err != nil || !reflect.DeepEqual(got, kav) {
+				return occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the item's key to %q", cas.ErrInvalidKey, gks)})
+			}
+			return nil
+		},
+	}, mutate, opts...)
+}
+
+// NewCache returns a version cache of at most maxEntries items of t, for
+// occ.WithCache: a Modify of an item whose version this process already
+// knows skips the read and costs one conditional write.
+func (t *Table[T]) NewCache(maxEntries int) *occ.Cache { return t.rows.NewCache(maxEntries) }
+
+// newRows returns t's bridge onto occ: the reads and conditional writes
+// of Modify.
+func (t *Table[T]) newRows() *rowupdate.Rows[T] {
+	return rowupdate.New(rowupdate.Driver[T]{
+		Read: func(ctx context.Context, key any) (rowupdate.Row[T], error) {
+			v, ver, err := t.get(ctx, key.(Key))
 			return rowupdate.Row[T]{Value: v, Version: ver}, err
 		},
-		Write: func(ctx context.Context, expected cas.Version, next T) (rowupdate.Row[T], rowupdate.Row[T], error) {
+		Write: func(ctx context.Context, _ any, expected cas.Version, next T) (rowupdate.Row[T], rowupdate.Row[T], error) {
 			var (
 				w   *tableWrite
 				err error
 			)
 			if expected == 0 {
 				w, err = t.prepInsert("modify", next)
-			} else {
-				if err = t.setVersion(&next, expected); err == nil {
-					w, err = t.prepUpdate("modify", next)
-				}
+			} else if err = t.setVersion(&next, expected); err == nil {
+				w, err = t.prepUpdate("modify", next)
 			}
 			if err != nil {
 				return rowupdate.Row[T]{}, rowupdate.Row[T]{}, err
-			}
-			if !reflect.DeepEqual(w.kav, kav) {
-				return rowupdate.Row[T]{}, rowupdate.Row[T]{}, occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the item's key to %q", cas.ErrInvalidKey, w.ks)})
 			}
 			out, err := t.write(ctx, w)
 			if err != nil {
@@ -515,7 +542,8 @@ func (t *Table[T]) Modify(ctx context.Context, key Key, mutate func(cur T, exist
 			}
 			return rowupdate.Row[T]{Value: out, Version: w.version}, rowupdate.Row[T]{}, nil
 		},
-	}, mutate, opts...)
+		SetVersion: t.setVersion,
+	})
 }
 
 // setVersion sets the version field of *item to v, through the item's

@@ -85,6 +85,8 @@ type Table[T any] struct {
 	sqlUpdF string
 	sqlDel  string
 
+	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
+
 	keyIdxMu sync.Mutex
 	keyIdx   []keyIndex // nil until a unique violation needs it
 }
@@ -130,6 +132,7 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	}
 	t.nextval = "nextval('" + strings.ReplaceAll(qseq, "'", "''") + "'::regclass)"
 	t.prepareSQL()
+	t.rows = t.newRows()
 	return t, nil
 }
 
@@ -445,14 +448,24 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 //		return a, nil
 //	})
 func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	return rowupdate.ModifyTable(ctx, rowupdate.Table[T]{
+	return t.rows.Modify(ctx, key, mutate, opts...)
+}
+
+// NewCache returns a version cache of at most maxEntries rows of t, for
+// occ.WithCache: a Modify of a row whose version this process already
+// knows skips the read and costs one statement.
+func (t *Table[T]) NewCache(maxEntries int) *occ.Cache { return t.rows.NewCache(maxEntries) }
+
+// newRows returns t's bridge onto occ.
+func (t *Table[T]) newRows() *rowupdate.TableRows[T] {
+	return rowupdate.NewTable(rowupdate.Table[T]{
 		KeyIndex:   t.cols[t.key].index,
-		Get:        func(ctx context.Context, key, converted any) (T, error) { return t.Get(ctx, key) },
+		Get:        t.Get,
 		Insert:     t.Insert,
 		Update:     t.Update,
 		VersionOf:  t.versionOf,
 		SetVersion: t.setVersion,
-	}, key, mutate, opts...)
+	})
 }
 
 // versionOf returns the version field of *row.

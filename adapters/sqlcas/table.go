@@ -82,6 +82,8 @@ type Table[T any] struct {
 	sqlDraw, sqlRaise     string // MySQL, SQLite: the counter
 	nextval               string // PostgreSQL
 	counterDDL, counterIn string
+
+	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
 }
 
 type column struct {
@@ -130,6 +132,7 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 		return nil, fmt.Errorf("sqlcas: NewTable: counter: %w", err)
 	}
 	t.prepareSQL(qc)
+	t.rows = t.newRows()
 	return t, nil
 }
 
@@ -233,6 +236,7 @@ func (t *Table[T]) With(q Querier) *Table[T] {
 	c := *t
 	c.q = q
 	c.inTx = callersTx(q)
+	c.rows = c.newRows() // rows of two transactions never share a write
 	return &c
 }
 
@@ -623,14 +627,24 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 // occ.WithRetryable(sqlcas.Retryable) to retry lock-wait timeouts,
 // SQLITE_BUSY and writes never sent.
 func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	return rowupdate.ModifyTable(ctx, rowupdate.Table[T]{
+	return t.rows.Modify(ctx, key, mutate, opts...)
+}
+
+// NewCache returns a version cache of at most maxEntries rows of t, for
+// occ.WithCache: a Modify of a row whose version this process already
+// knows skips the read and costs one statement.
+func (t *Table[T]) NewCache(maxEntries int) *occ.Cache { return t.rows.NewCache(maxEntries) }
+
+// newRows returns t's bridge onto occ.
+func (t *Table[T]) newRows() *rowupdate.TableRows[T] {
+	return rowupdate.NewTable(rowupdate.Table[T]{
 		KeyIndex:   t.cols[t.key].index,
-		Get:        func(ctx context.Context, key, converted any) (T, error) { return t.Get(ctx, converted) },
+		Get:        t.Get,
 		Insert:     t.Insert,
 		Update:     t.Update,
 		VersionOf:  t.versionOf,
 		SetVersion: t.setVersion,
-	}, key, mutate, opts...)
+	})
 }
 
 // begin starts the Table's own transaction, or returns the caller's.

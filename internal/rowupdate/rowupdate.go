@@ -1,24 +1,37 @@
-// Package rowupdate runs occ.Update over one row of a repository table, so
-// that the Modify of every adapter's Table (pgcas, dynamocas, sqlcas) is
-// occ.Update's loop itself and not a copy of it: one immediate retry from
-// the row a conflict carried, then a backoff wait and a fresh read after
-// every wait, the retry budget, the observer and every other occ.Option.
+// Package rowupdate runs occ.Update over the rows of a repository table,
+// so that the Modify of every adapter's Table (pgcas, dynamocas, sqlcas)
+// and gormocc.Update is occ.Update's loop itself and not a copy of it: one
+// immediate retry from the row a conflict carried, then a backoff wait and
+// a fresh read after every wait, the retry budget, the observer and every
+// other occ.Option.
 //
-// The bridge is a cas.Store of one key whose "encoded value" is a marker:
-// the rows themselves stay Go values held by the bridge, so nothing is
-// serialised twice. It is used by one Modify call on one goroutine, as
-// occ.Update calls its store.
+// A table gets one long-lived Rows: a cas.Store of the table's keys (as
+// text) that the process's turns, combiner lines and version caches are
+// keyed by, exactly as they are keyed by a store. So two Modify calls of
+// one row in one process meet: they take turns at a hot row, share a
+// combined write (occ.WithCombiner) and skip the read when a cache
+// (Rows.NewCache) knows the row's version.
+//
+// The rows themselves stay Go values: the bridge's "encoded value" of a
+// row is a handle to it, so nothing is serialised twice, and a row state
+// lives as long as something (a cache entry, a combiner's state, a
+// conflict being retried) still holds its handle.
 package rowupdate
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
 )
 
-// Row is one row of a table as a table's Read or Write sees it.
+// Row is one row of a table as a Driver's Read or Write sees it.
 type Row[T any] struct {
 	// Value is the row; the zero T (with its key set) when absent.
 	Value T
@@ -26,94 +39,183 @@ type Row[T any] struct {
 	Version cas.Version
 }
 
-// Ops are a table's read and conditional write of one key.
-type Ops[T any] struct {
-	// Key is the key as text, for errors and observers.
-	Key string
-	// Absent is the row mutate sees when the key does not exist: the zero
-	// T with its key field(s) set.
-	Absent T
-	// Read reads the row; a missing row is (Row{Value: Absent}, nil) or an
-	// error matching cas.ErrNotFound.
-	Read func(ctx context.Context) (Row[T], error)
+// Driver is a table's read and conditional write of one row. key is the
+// key as the table takes it (Key.Value).
+type Driver[T any] struct {
+	// Read reads the row; a missing row is (Row{}, nil) with Version 0 or
+	// an error matching cas.ErrNotFound.
+	Read func(ctx context.Context, key any) (Row[T], error)
 	// Write writes next if the row is at version expected (0: absent) and
 	// returns the row as stored. On a *cas.ConflictError with HasCurrent
 	// it also returns the current row (its Version 0 when absent).
-	Write func(ctx context.Context, expected cas.Version, next T) (stored Row[T], current Row[T], err error)
+	Write func(ctx context.Context, key any, expected cas.Version, next T) (stored, current Row[T], err error)
+	// SetVersion sets the version field of *row.
+	SetVersion func(row *T, v cas.Version) error
 }
 
-// marker stands for a row in the bridge's cas.Items: the rows stay in
-// the bridge.
-var marker = []byte{1}
+// Key names one row for Modify.
+type Key[T any] struct {
+	// Text is the key as text: what turns, combiner lines and caches are
+	// keyed by, and what errors name. Distinct keys have distinct texts.
+	Text string
+	// Value is the key as the Driver takes it.
+	Value any
+	// Absent is the row mutate sees when the key does not exist: the zero
+	// T with its key field(s) set.
+	Absent T
+	// Check, if set, refuses a row mutate returned (a changed key); its
+	// error ends that caller's call and is returned as is.
+	Check func(next *T) error
+}
 
-// Modify runs occ.Update over the row ops name and returns the row as
-// stored by the successful write.
-func Modify[T any](ctx context.Context, ops Ops[T], mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	b := &bridge[T]{ops: ops}
-	typed := cas.NewTyped[T](b, b)
-	_, _, err := occ.Update(ctx, typed, ops.Key, func(cur T, exists bool) (T, error) {
+// Rows is the bridge of one table onto occ: a cas.Store of the table's
+// rows whose values are handles to rows held in memory. Make one per table
+// (per table bound to a transaction: rows of two transactions must never
+// share a write) and keep it for the table's life. A Rows is safe for
+// concurrent use.
+type Rows[T any] struct {
+	d     Driver[T]
+	typed *cas.Typed[T]
+	held  sync.Map // handle → *T
+	ids   atomic.Uint64
+}
+
+// New returns the bridge of the table d reads and writes.
+func New[T any](d Driver[T]) *Rows[T] {
+	r := &Rows[T]{d: d}
+	r.typed = cas.NewTyped[T](r, r)
+	return r
+}
+
+// NewCache returns a version cache of at most maxEntries rows of the
+// table, for occ.WithCache.
+func (r *Rows[T]) NewCache(maxEntries int) *occ.Cache { return occ.NewCache(r, maxEntries) }
+
+// keyCtx carries a Modify call's Key.Value to the bridge's reads and
+// writes (a combined write runs on the context of the call that leads the
+// batch: every call of the batch has the same key).
+type keyCtx struct{}
+
+// Modify runs occ.Update over the row k names and returns the row mutate
+// made, with the version the write gave it.
+func (r *Rows[T]) Modify(ctx context.Context, k Key[T], mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
+	var zero T
+	if ctx != nil {
+		ctx = context.WithValue(ctx, keyCtx{}, k.Value)
+	}
+	written, v, err := occ.Update(ctx, r.typed, k.Text, func(cur T, exists bool) (T, error) {
 		if !exists {
-			cur = ops.Absent
+			cur = k.Absent
 		}
-		return mutate(cur, exists)
+		next, err := mutate(cur, exists)
+		if err == nil && k.Check != nil {
+			err = k.Check(&next)
+		}
+		return next, err
 	}, opts...)
 	if err != nil {
-		var zero T
 		return zero, err
 	}
-	return b.stored, nil
+	if err := r.d.SetVersion(&written, v); err != nil {
+		return zero, err
+	}
+	return written, nil
 }
 
-// bridge is a cas.Store of the one key and the cas.Codec of its rows.
-type bridge[T any] struct {
-	ops    Ops[T]
-	cur    T // the row the last read or conflict found
-	next   T // the row mutate returned, stashed by Marshal
-	stored T // the row as stored by the last successful write
+// hold keeps row and returns its handle. The row is dropped once the
+// handle is unreachable: a handle is 24 bytes, so that it is never
+// batched with other small objects, whose cleanup could then never run.
+func (r *Rows[T]) hold(row T) []byte {
+	id := r.ids.Add(1)
+	b := make([]byte, 24)
+	binary.LittleEndian.PutUint64(b, id)
+	r.held.Store(id, &row)
+	runtime.AddCleanup(&b[0], r.drop, id)
+	return b[:8]
 }
 
-// Marshal implements cas.Codec: it keeps v for the write that follows.
-func (b *bridge[T]) Marshal(v T) ([]byte, error) {
-	b.next = v
-	return marker, nil
+func (r *Rows[T]) drop(id uint64) { r.held.Delete(id) }
+
+// handle returns the id of a handle hold made.
+func handle(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("rowupdate: %d bytes are not a row handle", len(b))
+	}
+	return binary.LittleEndian.Uint64(b), nil
 }
 
-// Unmarshal implements cas.Codec: the row is the one last found.
-func (b *bridge[T]) Unmarshal(_ []byte, v *T) error {
-	*v = b.cur
+// Marshal implements cas.Codec: the row's handle.
+func (r *Rows[T]) Marshal(v T) ([]byte, error) { return r.hold(v), nil }
+
+// Unmarshal implements cas.Codec: the row the handle holds.
+func (r *Rows[T]) Unmarshal(b []byte, v *T) error {
+	id, err := handle(b)
+	if err != nil {
+		return err
+	}
+	p, ok := r.held.Load(id)
+	if !ok {
+		return fmt.Errorf("rowupdate: row handle %d is no longer held", id)
+	}
+	*v = *p.(*T)
 	return nil
 }
 
+// keyOf returns the key value Modify put in ctx.
+func keyOf(ctx context.Context, key string) (any, error) {
+	k := ctx.Value(keyCtx{})
+	if k == nil {
+		return nil, &cas.KeyError{Op: "rowupdate", Key: key, Err: errors.New("rowupdate: the table's rows are read and written only through Modify")}
+	}
+	return k, nil
+}
+
 // Get implements cas.Store.
-func (b *bridge[T]) Get(ctx context.Context, _ string) (cas.Item, error) {
-	r, err := b.ops.Read(ctx)
-	if errors.Is(err, cas.ErrNotFound) || (err == nil && r.Version == 0) {
-		return cas.Item{}, &cas.KeyError{Op: "get", Key: b.ops.Key, Err: cas.ErrNotFound}
+func (r *Rows[T]) Get(ctx context.Context, key string) (cas.Item, error) {
+	k, err := keyOf(ctx, key)
+	if err != nil {
+		return cas.Item{}, err
+	}
+	row, err := r.d.Read(ctx, k)
+	if errors.Is(err, cas.ErrNotFound) || (err == nil && row.Version == 0) {
+		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
 	}
 	if err != nil {
 		return cas.Item{}, err
 	}
-	b.cur = r.Value
-	return cas.Item{Key: b.ops.Key, Value: marker, Version: r.Version}, nil
+	return cas.Item{Key: key, Value: r.hold(row.Value), Version: row.Version}, nil
 }
 
-// CompareAndSwap implements cas.Store: it writes the row Marshal kept.
-func (b *bridge[T]) CompareAndSwap(ctx context.Context, _ string, expected cas.Version, _ []byte) (cas.Version, error) {
-	stored, cur, err := b.ops.Write(ctx, expected, b.next)
+// CompareAndSwap implements cas.Store: it writes the row value is a handle
+// of. After a successful write the handle holds the row as stored, so
+// that a cache or a combiner that keeps the handle has the stored row.
+func (r *Rows[T]) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	k, err := keyOf(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	id, err := handle(value)
+	if err != nil {
+		return 0, err
+	}
+	p, ok := r.held.Load(id)
+	if !ok {
+		return 0, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
+	}
+	stored, cur, err := r.d.Write(ctx, k, expected, *p.(*T))
 	if err == nil {
-		b.stored = stored.Value
+		r.held.Store(id, &stored.Value)
 		return stored.Version, nil
 	}
 	var ce *cas.ConflictError
 	if errors.As(err, &ce) && ce.HasCurrent {
 		// Hand occ.Update the current row under the key it asked for,
 		// so that it retries from it without reading again.
-		b.cur = cur.Value
 		hint := *ce
-		hint.Key = b.ops.Key
-		hint.Current = cas.Item{Key: b.ops.Key, Version: cur.Version}
+		hint.Key = key
+		hint.Current = cas.Item{Key: key, Version: cur.Version}
 		if cur.Version != 0 {
-			hint.Current.Value = marker
+			hint.Current.Value = r.hold(cur.Value)
 		}
 		return 0, &hint
 	}
@@ -121,6 +223,6 @@ func (b *bridge[T]) CompareAndSwap(ctx context.Context, _ string, expected cas.V
 }
 
 // CompareAndDelete implements cas.Store; occ.Update never deletes.
-func (b *bridge[T]) CompareAndDelete(context.Context, string, cas.Version) error {
+func (r *Rows[T]) CompareAndDelete(context.Context, string, cas.Version) error {
 	return errors.ErrUnsupported
 }

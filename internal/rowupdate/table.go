@@ -12,14 +12,14 @@ import (
 )
 
 // Table is a SQL repository table (pgcas.Table, sqlcas.Table) as
-// ModifyTable drives it: rows of struct type T with the key in the field
-// at KeyIndex, read and written by the table's own methods.
+// NewTable drives it: rows of struct type T with the key in the field at
+// KeyIndex, read and written by the table's own methods.
 type Table[T any] struct {
 	// KeyIndex is the reflect index of T's key field.
 	KeyIndex []int
-	// Get reads the row with key; converted is key converted to the key
-	// field's type. A missing row is an error matching cas.ErrNotFound.
-	Get func(ctx context.Context, key, converted any) (T, error)
+	// Get reads the row with key, converted to the key field's type. A
+	// missing row is an error matching cas.ErrNotFound.
+	Get func(ctx context.Context, key any) (T, error)
 	// Insert and Update are the table's version-checked writes.
 	Insert, Update func(ctx context.Context, row T) (T, error)
 	// VersionOf and SetVersion read and set a row's version field.
@@ -27,35 +27,26 @@ type Table[T any] struct {
 	SetVersion func(row *T, v cas.Version)
 }
 
-// ModifyTable is the Modify of a SQL repository table: it checks that key
-// fits T's key field, then runs Modify with reads through t.Get and writes
-// through t.Insert (absent) or t.Update (present, at the version read). A
-// mutate that changes the row's key ends the loop with cas.ErrInvalidKey.
-func ModifyTable[T any](ctx context.Context, t Table[T], key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	var absent T
-	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(t.KeyIndex)
-	kv := reflect.ValueOf(key)
-	if !kv.IsValid() || !KeyFits(kv.Type(), kf.Type()) {
-		return absent, &cas.KeyError{Op: "modify", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
-	}
-	kf.Set(kv.Convert(kf.Type()))
-	want := kf.Interface()
-	ks := fmt.Sprint(key)
+// TableRows is the bridge of a SQL repository table: Rows whose reads go
+// through t.Get and whose writes go through t.Insert (absent) or t.Update
+// (present, at the version read).
+type TableRows[T any] struct {
+	*Rows[T]
+	keyIndex []int
+}
+
+// NewTable returns the bridge of t; make one per table and keep it.
+func NewTable[T any](t Table[T]) *TableRows[T] {
 	row := func(v T) Row[T] { return Row[T]{Value: v, Version: t.VersionOf(&v)} }
-	return Modify(ctx, Ops[T]{
-		Key:    ks,
-		Absent: absent,
-		Read: func(ctx context.Context) (Row[T], error) {
-			v, err := t.Get(ctx, key, want)
+	return &TableRows[T]{keyIndex: t.KeyIndex, Rows: New(Driver[T]{
+		Read: func(ctx context.Context, key any) (Row[T], error) {
+			v, err := t.Get(ctx, key)
 			if err != nil {
 				return Row[T]{}, err
 			}
 			return row(v), nil
 		},
-		Write: func(ctx context.Context, expected cas.Version, next T) (Row[T], Row[T], error) {
-			if got := reflect.ValueOf(&next).Elem().FieldByIndex(t.KeyIndex).Interface(); !reflect.DeepEqual(got, want) {
-				return Row[T]{}, Row[T]{}, occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the row's key to %v", cas.ErrInvalidKey, got)})
-			}
+		Write: func(ctx context.Context, _ any, expected cas.Version, next T) (Row[T], Row[T], error) {
 			var out T
 			var err error
 			if expected == 0 {
@@ -68,6 +59,33 @@ func ModifyTable[T any](ctx context.Context, t Table[T], key any, mutate func(cu
 				return Row[T]{}, row(out), err
 			}
 			return row(out), Row[T]{}, nil
+		},
+		SetVersion: func(r *T, v cas.Version) error { t.SetVersion(r, v); return nil },
+	})}
+}
+
+// Modify is the Modify of a SQL repository table: it checks that key
+// fits T's key field, then runs Rows.Modify over the row. A mutate that
+// changes the row's key ends its call with cas.ErrInvalidKey.
+func (tr *TableRows[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
+	var absent T
+	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(tr.keyIndex)
+	kv := reflect.ValueOf(key)
+	if !kv.IsValid() || !KeyFits(kv.Type(), kf.Type()) {
+		return absent, &cas.KeyError{Op: "modify", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
+	}
+	kf.Set(kv.Convert(kf.Type()))
+	want := kf.Interface()
+	ks := fmt.Sprint(want)
+	return tr.Rows.Modify(ctx, Key[T]{
+		Text:   ks,
+		Value:  want,
+		Absent: absent,
+		Check: func(next *T) error {
+			if got := reflect.ValueOf(next).Elem().FieldByIndex(tr.keyIndex).Interface(); !reflect.DeepEqual(got, want) {
+				return occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the row's key to %v", cas.ErrInvalidKey, got)})
+			}
+			return nil
 		},
 	}, mutate, opts...)
 }
