@@ -380,7 +380,7 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 	expected := rv.FieldByIndex(t.cols[t.version].index)
 	if toVersion(expected) == 0 {
 		var zero T
-		return zero, &cas.KeyError{Op: "update", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: the row's version field is 0 (or negative): Update writes a row read before; use Insert for a new one", cas.ErrInvalidVersion)}
+		return zero, rowupdate.ZeroVersion("update", key)
 	}
 	args := []any{key, expected.Interface()}
 	for i, c := range t.cols {
@@ -414,7 +414,7 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) error {
 	switch {
 	case expected == 0:
-		return &cas.KeyError{Op: "delete", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: expected version 0 names a row that does not exist", cas.ErrInvalidVersion)}
+		return rowupdate.ZeroVersion("delete", key)
 	case expected > math.MaxInt64:
 		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
 	}

@@ -112,45 +112,6 @@ func TestTable(t *testing.T) {
 	}
 }
 
-// Versions are never reused: a row deleted and inserted again gets a
-// version above every version it had, so a writer holding a version of
-// the old row (or a delete by it) is refused on the new row.
-func TestTableVersionsNotReused(t *testing.T) {
-	ctx := context.Background()
-	tbl := inventory(t, pgtest.Pool(t))
-	old, err := tbl.Insert(ctx, item{SKU: "k", Name: "lamp", Stock: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := []int64{old.Version}
-	for range 3 {
-		if err := tbl.Delete(ctx, "k", cas.Version(old.Version)); err != nil {
-			t.Fatal(err)
-		}
-		again, err := tbl.Insert(ctx, item{SKU: "k", Name: "lamp", Stock: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range seen {
-			if again.Version <= v {
-				t.Fatalf("re-inserted at version %d, not above the earlier %v", again.Version, seen)
-			}
-		}
-		stale := old
-		stale.Stock = 1000
-		if _, err := tbl.Update(ctx, stale); !errors.Is(err, cas.ErrConflict) {
-			t.Fatalf("update with the deleted row's version %d: %v, want ErrConflict", old.Version, err)
-		}
-		if err := tbl.Delete(ctx, "k", cas.Version(old.Version)); !errors.Is(err, cas.ErrConflict) {
-			t.Fatalf("delete with the deleted row's version %d: %v, want ErrConflict", old.Version, err)
-		}
-		if got, err := tbl.Get(ctx, "k"); err != nil || got != again {
-			t.Fatalf("get = %+v, %v; want the new row %+v untouched", got, err, again)
-		}
-		seen, old = append(seen, again.Version), again
-	}
-}
-
 // Modify: a create from an absent row (cur has its key set), then an
 // update; a mutate that changes the key or fails writes nothing.
 func TestTableModify(t *testing.T) {

@@ -446,6 +446,9 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 	rv := reflect.ValueOf(&row).Elem()
 	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
 	expected := t.versionOf(&row)
+	if expected == 0 {
+		return zero, rowupdate.ZeroVersion("update", key)
+	}
 	if expected > math.MaxInt64 {
 		return zero, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
 	}
@@ -552,7 +555,7 @@ func (t *Table[T]) runUpdate(ctx context.Context, query string, args []any, row 
 func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) error {
 	switch {
 	case expected == 0:
-		return &cas.KeyError{Op: "delete", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: expected version 0 names a row that does not exist", cas.ErrInvalidVersion)}
+		return rowupdate.ZeroVersion("delete", key)
 	case expected > math.MaxInt64:
 		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/occkit/occkit/adapters/sqlcas"
@@ -94,95 +93,3 @@ func TestTable(t *testing.T) {
 	})
 }
 
-// TestTableVersionsNeverReused deletes a row, inserts it again, and shows
-// that a write holding a version of the old row is refused, and that the
-// new row's versions are above every version the old one had.
-func TestTableVersionsNeverReused(t *testing.T) {
-	eachDialect(t, func(t *testing.T, d sqlcas.Dialect) {
-		ctx := context.Background()
-		tbl, _ := newAccounts(t, d)
-		old, err := tbl.Insert(ctx, account{ID: 7, Owner: "ann", Balance: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 3 { // versions of the old row climb
-			old.Balance++
-			if old, err = tbl.Update(ctx, old); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stale := old // a caller still holding the old row
-		if err := tbl.Delete(ctx, int64(7), old.Version); err != nil {
-			t.Fatal(err)
-		}
-		// Other rows inserted in between must not lower anything either.
-		if _, err := tbl.Insert(ctx, account{ID: 8, Owner: "x"}); err != nil {
-			t.Fatal(err)
-		}
-		again, err := tbl.Insert(ctx, account{ID: 7, Owner: "bob", Balance: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if again.Version <= old.Version {
-			t.Fatalf("re-inserted row has version %d, not above the old row's %d", again.Version, old.Version)
-		}
-		// Walk the new row through versions; none may equal the stale one.
-		for range 5 {
-			stale.Balance = -1
-			if _, err := tbl.Update(ctx, stale); !errors.Is(err, cas.ErrConflict) {
-				t.Fatalf("write with a version of the deleted row (%d) accepted: %v", stale.Version, err)
-			}
-			if err := tbl.Delete(ctx, int64(7), stale.Version); !errors.Is(err, cas.ErrConflict) {
-				t.Fatalf("delete with a version of the deleted row accepted: %v", err)
-			}
-			again.Balance++
-			if again, err = tbl.Update(ctx, again); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got, _ := tbl.Get(ctx, int64(7))
-		if got.Owner != "bob" || got.Balance != 105 {
-			t.Fatalf("row = %+v, want bob's with balance 105", got)
-		}
-	})
-}
-
-// TestTableModifyConcurrent increments one row from several workers with
-// Modify; every increment must be counted.
-func TestTableModifyConcurrent(t *testing.T) {
-	eachDialect(t, func(t *testing.T, d sqlcas.Dialect) {
-		ctx := context.Background()
-		tbl, _ := newAccounts(t, d)
-		const workers, each = 6, 15
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range each {
-					_, err := tbl.Modify(ctx, int64(3), func(a account, exists bool) (account, error) {
-						if !exists {
-							a.Owner = "shared"
-						}
-						a.Balance++
-						return a, nil
-					}, occ.WithMaxAttempts(1000), occ.WithRetryable(sqlcas.Retryable))
-					if err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		got, err := tbl.Get(ctx, int64(3))
-		if err != nil || got.Balance != workers*each {
-			t.Fatalf("balance = %d, %v; want %d", got.Balance, err, workers*each)
-		}
-	})
-}

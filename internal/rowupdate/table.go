@@ -201,3 +201,14 @@ func Roles(rt reflect.Type, cols []Column, keyCol, versionCol, fenceCol string) 
 	}
 	return key, version, fence, nil
 }
+
+// ZeroVersion is the error of a table's Update of a row whose version
+// field is 0 (op "update": a row never read) or of a Delete expecting
+// version 0 (op "delete"), refused before anything is sent.
+func ZeroVersion(op string, key any) error {
+	why := "the row's version field is 0: Update writes a row read before; use Insert for a new one"
+	if op == "delete" {
+		why = "expected version 0 names a row that does not exist"
+	}
+	return &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: fmt.Errorf("%w: %s", cas.ErrInvalidVersion, why)}
+}

@@ -65,7 +65,8 @@ occkit_dynalite_main() {
   local port="" pid="" attempt i
   for attempt in 1 2 3 4 5; do
     port="$(occkit_free_port)"
-    node "$bin" --host 127.0.0.1 --port "$port" --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 \
+    # serve.js runs $bin, surviving clients that hang up mid-request.
+    node "$pkg/serve.js" --host 127.0.0.1 --port "$port" --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 \
       >"$dir/dynalite.log" 2>&1 </dev/null &
     pid=$!
     # dynalite is ready in about 0.2 s; allow 15 s on a loaded machine.
