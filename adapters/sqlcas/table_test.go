@@ -8,7 +8,6 @@ import (
 
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/occ"
 )
 
 type account struct {
