@@ -91,4 +91,3 @@ func TestTable(t *testing.T) {
 		}
 	})
 }
-
