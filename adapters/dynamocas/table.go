@@ -699,3 +699,17 @@ func avSize(v types.AttributeValue) int {
 	}
 	return 0
 }
+
+// VersionOf returns the version in item's version field (0 for an item
+// never written, or one whose version field does not encode a version).
+func (t *Table[T]) VersionOf(item T) cas.Version {
+	av, err := attributevalue.MarshalMapWithOptions(item, t.encOpts...)
+	if err != nil {
+		return 0
+	}
+	n, err := signedAttr(av, t.cfg.VersionAttribute)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return cas.Version(n)
+}

@@ -578,3 +578,7 @@ func (t *Table[T]) writeError(_ context.Context, op string, key any, err error) 
 	}
 	return &cas.AmbiguousError{Op: op, Key: fmt.Sprint(key), Err: err}
 }
+
+// VersionOf returns the version in row's version field (0 for a row never
+// written).
+func (t *Table[T]) VersionOf(row T) cas.Version { return t.versionOf(&row) }

@@ -705,3 +705,7 @@ func toVersion(v reflect.Value) cas.Version {
 	}
 	return 0
 }
+
+// VersionOf returns the version in row's version field (0 for a row never
+// written).
+func (t *Table[T]) VersionOf(row T) cas.Version { return t.versionOf(&row) }

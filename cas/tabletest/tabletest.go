@@ -50,6 +50,7 @@ type Table[K any] interface {
 	Modify(ctx context.Context, key K, mutate func(cur Row, exists bool) (Row, error), opts ...occ.Option) (Row, error)
 	Delete(ctx context.Context, key K, expected cas.Version) error
 	NewCache(maxEntries int) *occ.Cache
+	VersionOf(row Row) cas.Version
 }
 
 // Harness is what an adapter gives the suite.
@@ -124,6 +125,9 @@ func (h Harness[K]) methodSet(t *testing.T) {
 	got, err := tbl.Get(ctx, h.Key("a"))
 	if err != nil || got != in {
 		t.Fatalf("Get = %+v, %v; want %+v", got, err, in)
+	}
+	if v := tbl.VersionOf(got); v != got.Version {
+		t.Fatalf("VersionOf(%+v) = %d", got, v)
 	}
 	got.N = 9
 	up, err := tbl.Update(ctx, got)
