@@ -547,6 +547,47 @@ func callMutate[T any](w *combineWaiter, mutate func(T, bool) (T, error), cur T,
 	return mutate(cur, exists)
 }
 
+// startFlight marks the batch's write in flight and returns its members.
+func (cb *Combiner) startFlight(sh *combineShard, q *combineQueue, batch []*combineWaiter) []*combineWaiter {
+	sh.mu.Lock()
+	q.inFlight = true
+	members := append([]*combineWaiter(nil), batch...)
+	sh.mu.Unlock()
+	return members
+}
+
+// applyBatch runs the mutate of every member whose context is live, in
+// order, on st.
+func applyBatch(members []*combineWaiter, st *runState) {
+	for _, w := range members {
+		w.applied, w.mutErr = false, nil
+		if w.ctx.Err() != nil {
+			continue
+		}
+		w.apply(st)
+	}
+}
+
+// endFlight ends the batch's write: the members whose mutate failed get
+// their error, and on success those whose mutate was applied get version
+// nv.
+func (cb *Combiner) endFlight(sh *combineShard, q *combineQueue, members []*combineWaiter, nv cas.Version, err error) {
+	sh.mu.Lock()
+	q.inFlight = false
+	for _, w := range members {
+		switch {
+		case w.state != stateInBatch:
+		case w.panicked:
+			finish(w, 0, nil)
+		case w.mutErr != nil:
+			finish(w, 0, w.mutErr)
+		case err == nil && w.applied:
+			finish(w, nv, nil)
+		}
+	}
+	sh.mu.Unlock()
+}
+
 // removeWaiter removes w from ws, keeping the order.
 func removeWaiter(ws []*combineWaiter, w *combineWaiter) []*combineWaiter {
 	for i, x := range ws {
@@ -704,6 +745,13 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 	if cache != nil {
 		hint, haveHint = cache.get(key)
 	}
+	// lost counts the batch's writes lost in a row; at exclusiveAt its
+	// next attempt holds the key (cas.Exclusive), as Update's does.
+	ex, _ := store.(cas.Exclusive)
+	exclusiveAt, lost := 0, 0
+	if ex != nil {
+		exclusiveAt = c.exclusiveAt()
+	}
 
 	err := c.run(bctx, func(ctx context.Context) error {
 		// Drop the callers that left, finish those whose mutate failed,
@@ -735,9 +783,34 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 			haveHint = false
 		}
 		var (
-			it  cas.Item
+			nv  cas.Version
 			err error
 		)
+		if exclusiveAt > 0 && lost >= exclusiveAt {
+			// The batch has lost too often: this attempt holds the key
+			// (cas.Exclusive) from its read to its write.
+			haveHint = false
+			members := cb.startFlight(sh, q, batch)
+			var st runState
+			nv, err = ex.UpdateExclusive(ctx, key, func(it cas.Item) ([]byte, bool, error) {
+				st = runState{key: key, exists: it.Version != 0, raw: it.Value}
+				applyBatch(members, &st)
+				if st.changed {
+					sh.writes.Add(1)
+				}
+				return st.raw, st.changed, nil
+			})
+			if cache != nil {
+				if err == nil && st.changed {
+					cache.put(cas.Item{Key: key, Value: st.raw, Version: nv})
+				} else {
+					cache.forget(key)
+				}
+			}
+			cb.endFlight(sh, q, members, nv, err)
+			return err
+		}
+		var it cas.Item
 		switch {
 		case haveHint:
 			it, haveHint = hint, false
@@ -754,21 +827,10 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 			}
 		}
 
-		sh.mu.Lock()
-		q.inFlight = true
-		members := append([]*combineWaiter(nil), batch...)
-		sh.mu.Unlock()
-
+		members := cb.startFlight(sh, q, batch)
 		st := runState{key: key, exists: it.Version != 0, raw: it.Value}
-		for _, w := range members {
-			w.applied, w.mutErr = false, nil
-			if w.ctx.Err() != nil {
-				continue
-			}
-			w.apply(&st)
-		}
+		applyBatch(members, &st)
 
-		var nv cas.Version
 		if st.changed {
 			sh.writes.Add(1)
 			nv, err = store.CompareAndSwap(ctx, key, it.Version, st.raw)
@@ -787,21 +849,11 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 			}
 		}
 
-		sh.mu.Lock()
-		q.inFlight = false
-		for _, w := range members {
-			switch {
-			case w.state != stateInBatch:
-			case w.panicked:
-				finish(w, 0, nil)
-			case w.mutErr != nil:
-				finish(w, 0, w.mutErr)
-			case err == nil && w.applied:
-				finish(w, nv, nil)
-			}
-		}
-		sh.mu.Unlock()
+		cb.endFlight(sh, q, members, nv, err)
 		if err != nil {
+			if errors.Is(err, cas.ErrConflict) {
+				lost++
+			}
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
 				hint, haveHint, c.retryNow = ce.Current, true, true

@@ -47,6 +47,7 @@ const (
 	optCache
 	optCombiner
 	optTurns
+	optExclusiveAfter
 )
 
 type config struct {
@@ -61,6 +62,9 @@ type config struct {
 	cache       *Cache
 	combiner    *Combiner
 	noTurns     bool
+	// exclusiveAfter is WithExclusiveAfter's n when exclusiveSet.
+	exclusiveAfter int
+	exclusiveSet   bool
 	writes      *atomic.Int64 // counts Update's conditional writes (a combiner's solo path)
 	// A combiner's call on a cold key: escalate makes run stop at the
 	// first conflict with errEscalate (the key heats and the call goes
@@ -129,6 +133,8 @@ func (c *config) apply(opts []Option) {
 			c.combiner = o.combiner
 		case optTurns:
 			c.noTurns = o.off
+		case optExclusiveAfter:
+			c.exclusiveAfter, c.exclusiveSet = o.n, true
 		}
 	}
 }
@@ -170,6 +176,36 @@ func WithObserver(o Observer) Option { return Option{kind: optObserver, observer
 // deadline). Calls with WithBackOff or WithBackOffFunc take no turns
 // either. WithTurns(true) is the default.
 func WithTurns(enabled bool) Option { return Option{kind: optTurns, off: !enabled} }
+
+// DefaultExclusiveAfter is how many conditional writes in a row a call
+// may lose before its next attempt runs exclusively (WithExclusiveAfter).
+const DefaultExclusiveAfter = 3
+
+// WithExclusiveAfter sets how many conditional writes in a row an Update
+// call (or a combined batch) may lose before its next attempt runs
+// exclusively, on a store that implements cas.Exclusive: the store holds
+// the key from the read to the write (a row lock), so that attempt cannot
+// lose, and other writers of the key wait for it in the store's own
+// queue. It is what keeps a hot key written from several processes from
+// making a call fail where a queueing lock would have served it; a call
+// that does not lose never takes it. The escalation comes no later than
+// the last attempt WithMaxAttempts allows (so it needs at least 2); n <= 0
+// turns it off. The default is DefaultExclusiveAfter. Stores without
+// cas.Exclusive ignore it.
+func WithExclusiveAfter(n int) Option { return Option{kind: optExclusiveAfter, n: n} }
+
+// exclusiveAt returns after how many lost writes in a row a call escalates
+// to an exclusive attempt (0: never).
+func (c *config) exclusiveAt() int {
+	n := DefaultExclusiveAfter
+	if c.exclusiveSet {
+		n = c.exclusiveAfter
+	}
+	if n <= 0 || c.maxAttempts < 2 {
+		return 0
+	}
+	return min(n, c.maxAttempts-1)
+}
 
 // WithBudget makes retries draw from a budget shared with other calls.
 func WithBudget(b *Budget) Option { return Option{kind: optBudget, budget: b} }

@@ -85,12 +85,27 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 	if cache != nil {
 		hint, haveHint = cache.get(key)
 	}
+	// lost counts the call's conditional writes lost in a row; at
+	// exclusiveAt the next attempt holds the key (cas.Exclusive).
+	ex, _ := s.Store().(cas.Exclusive)
+	exclusiveAt, lost := 0, 0
+	if ex != nil {
+		exclusiveAt = c.exclusiveAt()
+	}
 	err := c.run(ctx, func(ctx context.Context) error {
 		var (
 			cur T
 			ver cas.Version
 			err error
 		)
+		if exclusiveAt > 0 && lost >= exclusiveAt {
+			c.handed = nil
+			if c.writes != nil {
+				c.writes.Add(1)
+			}
+			written, version, err = attemptExclusive(ctx, c, s, ex, cache, key, mutate)
+			return err
+		}
 		if c.waited {
 			// After a backoff wait, what the last conflict said is likely
 			// stale on a contended key: read. The cache is the exception
@@ -157,6 +172,9 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			nv, err = s.CompareAndSwap(ctx, key, ver, next)
 		}
 		if err != nil {
+			if errors.Is(err, cas.ErrConflict) {
+				lost++
+			}
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
 				hint, haveHint, c.retryNow = ce.Current, true, true
@@ -176,6 +194,47 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 		return zero, 0, err
 	}
 	return written, version, nil
+}
+
+// attemptExclusive is an attempt of Update that holds the key in the
+// store from its read to its write (cas.Exclusive), so that it cannot
+// lose; the cache and the call's turn learn what it wrote.
+func attemptExclusive[T any](ctx context.Context, c *config, s *cas.Typed[T], ex cas.Exclusive, cache *Cache, key string, mutate func(cur T, exists bool) (T, error)) (T, cas.Version, error) {
+	var (
+		next T
+		raw  []byte
+	)
+	nv, err := ex.UpdateExclusive(ctx, key, func(it cas.Item) ([]byte, bool, error) {
+		cur, ver, err := decodeHint(s, key, it)
+		if err != nil {
+			return nil, false, err
+		}
+		n, err := mutate(cur, ver != 0)
+		if err != nil {
+			return nil, false, err
+		}
+		b, err := s.Encode(key, n)
+		if err != nil {
+			return nil, false, err
+		}
+		next, raw = n, b
+		return b, true, nil
+	})
+	if err != nil {
+		if cache != nil {
+			cache.forget(key)
+		}
+		var zero T
+		return zero, 0, err
+	}
+	it := cas.Item{Key: key, Value: raw, Version: nv}
+	if cache != nil {
+		cache.put(it)
+	}
+	if c.line != nil {
+		c.line.wrote, c.line.wroteOK = it, true
+	}
+	return next, nv, nil
 }
 
 // decodeHint decodes the current item a conflict carried.

@@ -1,0 +1,30 @@
+package cas
+
+import "context"
+
+// Exclusive is a Store that can run one read-modify-write of a key that
+// no other write of the key can overtake: it holds the key (a row lock)
+// from the read to the write, and every other write of the key meanwhile
+// waits for it or is refused. It is the store's own queue, the one a
+// pessimistic lock such as SELECT ... FOR UPDATE waits in, offered to the
+// optimistic path as an escalation: occ.Update takes it for a call that
+// has lost several conditional writes in a row (to writers in other
+// processes: inside one process, calls take turns), so that a hot key
+// does not make that call fail where a lock would have served it, while
+// calls that do not lose pay nothing for it.
+//
+// A holder that dies or stops answering loses the key after a bound the
+// adapter documents (a transaction killed when its session goes idle or
+// its connection drops), and its write, if it comes later, is refused:
+// nothing is lost or applied twice.
+type Exclusive interface {
+	Store
+
+	// UpdateExclusive reads key's current item (Version 0 when absent),
+	// calls fn with it while holding the key, and, when fn returns
+	// write == true, writes next at the item's version, returning the
+	// new version (the item's when nothing was written). fn's error ends
+	// the call, writes nothing and is returned as is. fn runs on the
+	// caller's goroutine, once, and must not write the key itself.
+	UpdateExclusive(ctx context.Context, key string, fn func(cur Item) (next []byte, write bool, err error)) (Version, error)
+}
