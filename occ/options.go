@@ -65,7 +65,7 @@ type config struct {
 	// exclusiveAfter is WithExclusiveAfter's n when exclusiveSet.
 	exclusiveAfter int
 	exclusiveSet   bool
-	writes      *atomic.Int64 // counts Update's conditional writes (a combiner's solo path)
+	writes         *atomic.Int64 // counts Update's conditional writes (a combiner's solo path)
 	// A combiner's call on a cold key: escalate makes run stop at the
 	// first conflict with errEscalate (the key heats and the call goes
 	// on through the combiner); resumeAt and resumeStart carry the
