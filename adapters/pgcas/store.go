@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,6 +40,12 @@ type Config struct {
 	// MaxKeyBytes may not exceed MaxKeyBytesLimit, nor MaxValueBytes
 	// MaxValueBytesLimit.
 	Limits cas.Limits
+	// ExclusiveTimeout bounds how long an exclusive update (UpdateExclusive,
+	// the escalation of occ.Update for a call that keeps losing) may hold
+	// a key's row while its holder does not answer: the server ends a
+	// session idle in its transaction for longer, which frees the row.
+	// Zero means DefaultExclusiveTimeout.
+	ExclusiveTimeout time.Duration
 }
 
 // Store is a cas.Store on a PostgreSQL table. It implements cas.Store,
@@ -68,6 +75,9 @@ type Store struct {
 	sqlResolve     string
 	sqlResolveMany string
 	sqlLockRead    string
+	sqlLockRow     string // UpdateExclusive's read
+
+	exclusiveTimeout time.Duration
 }
 
 var (
@@ -94,7 +104,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if name == "" {
 		name = DefaultTable
 	}
-	s := &Store{pool: pool, limits: cfg.Limits.WithDefaults(), table: table, name: name}
+	s := &Store{pool: pool, limits: cfg.Limits.WithDefaults(), table: table, name: name, exclusiveTimeout: cfg.ExclusiveTimeout}
+	if s.exclusiveTimeout <= 0 {
+		s.exclusiveTimeout = DefaultExclusiveTimeout
+	}
 	s.prepareSQL()
 	return s, nil
 }
@@ -191,6 +204,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	const failed = `, CASE WHEN w.version IS NULL THEN set_config('occkit.commit', 'failed', true) END`
 
 	s.sqlGet = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL`
+	s.sqlLockRow = `SELECT value, version FROM ` + t + ` WHERE key = $1 FOR UPDATE`
 
 	// $1 key, $2 value, $3 write id, $4 token. A create may replace a
 	// tombstone (keeping or, fenced, raising its token).

@@ -33,6 +33,13 @@ func TestConformance(t *testing.T) {
 	limits := cas.Limits{MaxKeyBytes: 256, MaxValueBytes: 64 << 10, MaxCommitOps: 16}
 	castest.Run(t, castest.Harness{
 		NewStore:       func(t *testing.T) cas.Store { return newStore(t, pgcas.Config{Limits: limits}) },
+		Reopen: func(t *testing.T, s cas.Store) cas.Store {
+			o, err := pgcas.New(s.(*pgcas.Store).Pool(), pgcas.Config{Limits: limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		},
 		ReturnsCurrent: true,
 		Limits:         limits,
 		Workers:        8,

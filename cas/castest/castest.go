@@ -44,6 +44,12 @@ type Harness struct {
 	// Limits are the limits the store enforces (zero fields: defaults).
 	Limits cas.Limits
 
+	// Reopen, if set, returns another store over the same keys as s, as
+	// another process would open it (a new Store value on the same table
+	// or prefix): the cross-process tests run their calls through several
+	// such stores, whose calls take no turns with each other's.
+	Reopen func(t *testing.T, s cas.Store) cas.Store
+
 	// Workers and OpsPerWorker size the concurrency tests (defaults 8 and
 	// 40). Slow backends may lower them.
 	Workers, OpsPerWorker int
@@ -84,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"Commit", commitTests},
 		{"Fenced", fencedTests},
 		{"Concurrency", concurrencyTests},
+		{"Exclusive", exclusiveTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

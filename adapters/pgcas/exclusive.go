@@ -1,0 +1,135 @@
+package pgcas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// DefaultExclusiveTimeout is Config.ExclusiveTimeout's default.
+const DefaultExclusiveTimeout = 2 * time.Second
+
+// codeIdleInTxTimeout is the FATAL error of a session the server ended
+// because it sat idle in its transaction longer than
+// idle_in_transaction_session_timeout.
+const codeIdleInTxTimeout = "25P03"
+
+var _ cas.Exclusive = (*Store)(nil)
+
+// UpdateExclusive implements cas.Exclusive: in one transaction it reads
+// the key's row FOR UPDATE (other writers of the key wait for the row
+// lock, then find their expected version gone), calls fn, and writes
+// what fn returns at the version read. It costs two round trips (BEGIN,
+// the session's timeout and the locking read; the write and COMMIT) on
+// one connection. A holder that stops answering for
+// Config.ExclusiveTimeout has its session ended by the server
+// (idle_in_transaction_session_timeout), which frees the row; its write,
+// if it comes later, is refused with a *cas.ConflictError: nothing is
+// written twice. A key with no row at all cannot be locked: its create
+// can still lose to another create, as a conflict.
+func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas.Item) ([]byte, bool, error)) (cas.Version, error) {
+	const op = "exclusive update"
+	if err := s.limits.Get(ctx, key); err != nil {
+		return 0, err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, acquireError(op, key, err)
+	}
+	// A connection left inside its transaction is closed, not reused
+	// (pgxpool destroys a connection released with a transaction open).
+	defer conn.Release()
+
+	timeout := s.exclusiveTimeout.Milliseconds()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(timeout, 1), 10))
+	b.Queue(s.sqlLockRow, key)
+	br := conn.SendBatch(ctx, b)
+	cur := cas.Item{Key: key}
+	var (
+		value   []byte
+		version int64
+	)
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&value, &version)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			err = nil
+		case err == nil && value != nil: // a tombstone (NULL) is absent
+			cur.Value, cur.Version = value, cas.Version(version)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, readError(op, key, err)
+	}
+
+	next, write, err := fn(cur)
+	if err != nil || !write {
+		_, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		if err == nil && rerr != nil {
+			return cur.Version, s.exclusiveError(op, key, cur.Version, rerr)
+		}
+		return cur.Version, err
+	}
+	if err := s.limits.Put(ctx, key, next); err != nil {
+		return 0, err
+	}
+	id := newWriteID()
+	sql, args := s.writeSQL("compare-and-swap", key, cur.Version, next, 0, false, id)
+	b = &pgx.Batch{}
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	br = conn.SendBatch(ctx, b)
+	var r result
+	err = br.QueryRow().Scan(&r.newVersion, &r.curVersion, &r.curValue, &r.curToken)
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return s.exclusiveWriteFailed(ctx, op, key, cur.Version, id, err)
+	}
+	if r.newVersion == nil {
+		// Only a create can get here: another create came first.
+		return 0, r.conflict(key, cur.Version, r.curVersion != nil)
+	}
+	return cas.Version(*r.newVersion), nil
+}
+
+// exclusiveWriteFailed maps the failure of an exclusive update's write:
+// a session the server ended for holding the row idle too long wrote
+// nothing (its transaction was rolled back), a conflict for the caller to
+// retry from a fresh read; anything else as a write's failure.
+func (s *Store) exclusiveWriteFailed(ctx context.Context, op, key string, expected cas.Version, id writeID, err error) (cas.Version, error) {
+	if e := s.exclusiveError(op, key, expected, err); e != nil {
+		return 0, e
+	}
+	return s.writeFailed(ctx, op, key, expected, id, err)
+}
+
+// exclusiveError returns the conflict of an exclusive hold the server
+// ended, or nil.
+func (s *Store) exclusiveError(_ string, key string, expected cas.Version, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == codeIdleInTxTimeout {
+		return &cas.ConflictError{Key: key, Expected: expected, Err: fmt.Errorf("pgcas: the exclusive hold of the row outlived Config.ExclusiveTimeout (%v) and the server ended it; nothing was written: %w", s.exclusiveTimeout, err)}
+	}
+	return nil
+}

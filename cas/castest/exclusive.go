@@ -1,0 +1,183 @@
+package castest
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// exclusive returns s as a cas.Exclusive, or skips the test, visibly.
+func exclusive(t *testing.T, s cas.Store) cas.Exclusive {
+	t.Helper()
+	ex, ok := s.(cas.Exclusive)
+	if !ok {
+		t.Skipf("skipped: %T does not implement cas.Exclusive", s)
+	}
+	return ex
+}
+
+var errExclusiveFn = errors.New("castest: fn's own error")
+
+var exclusiveTests = []test{
+	{"Semantics", func(t *testing.T, h *Harness, s cas.Store) {
+		ex := exclusive(t, s)
+		ctx := context.Background()
+		// An absent key: fn sees version 0; its value is created.
+		v1, err := ex.UpdateExclusive(ctx, "k", func(cur cas.Item) ([]byte, bool, error) {
+			if cur.Version != 0 || len(cur.Value) != 0 {
+				t.Errorf("absent key seen as %+v", cur)
+			}
+			return []byte("one"), true, nil
+		})
+		if err != nil || v1 == 0 {
+			t.Fatalf("create: %d, %v", v1, err)
+		}
+		wantItem(t, s, "k", "one", v1)
+		v2, err := ex.UpdateExclusive(ctx, "k", func(cur cas.Item) ([]byte, bool, error) {
+			if cur.Version != v1 || string(cur.Value) != "one" {
+				t.Errorf("fn saw %+v, want %q at %d", cur, "one", v1)
+			}
+			return []byte("two"), true, nil
+		})
+		if err != nil || v2 <= v1 {
+			t.Fatalf("update: %d, %v; want a version above %d", v2, err, v1)
+		}
+		wantItem(t, s, "k", "two", v2)
+		// fn's error: returned as is, nothing written.
+		if _, err := ex.UpdateExclusive(ctx, "k", func(cas.Item) ([]byte, bool, error) {
+			return []byte("three"), true, errExclusiveFn
+		}); err != errExclusiveFn {
+			t.Fatalf("fn's error came back as %v", err)
+		}
+		// write == false: nothing written, the version read returned.
+		if v, err := ex.UpdateExclusive(ctx, "k", func(cas.Item) ([]byte, bool, error) {
+			return []byte("four"), false, nil
+		}); err != nil || v != v2 {
+			t.Fatalf("no write: %d, %v; want %d", v, err, v2)
+		}
+		wantItem(t, s, "k", "two", v2)
+		// A deleted key is absent again, at a version above its last.
+		if err := s.CompareAndDelete(ctx, "k", v2); err != nil {
+			t.Fatal(err)
+		}
+		v3, err := ex.UpdateExclusive(ctx, "k", func(cur cas.Item) ([]byte, bool, error) {
+			if cur.Version != 0 {
+				t.Errorf("a deleted key seen as %+v", cur)
+			}
+			return []byte("again"), true, nil
+		})
+		if err != nil || v3 <= v2 {
+			t.Fatalf("re-create: %d, %v; want a version above %d", v3, err, v2)
+		}
+		// Bad input is refused before anything is held.
+		if _, err := ex.UpdateExclusive(ctx, "", func(cas.Item) ([]byte, bool, error) {
+			t.Error("fn ran for an empty key")
+			return nil, false, nil
+		}); !errors.Is(err, cas.ErrInvalidKey) {
+			t.Fatalf("empty key: %v, want cas.ErrInvalidKey", err)
+		}
+		if _, err := ex.UpdateExclusive(ctx, "k", func(cas.Item) ([]byte, bool, error) {
+			return make([]byte, h.Limits.MaxValueBytes+1), true, nil
+		}); !errors.Is(err, cas.ErrTooLarge) {
+			t.Fatalf("oversized value: %v, want cas.ErrTooLarge", err)
+		}
+		wantItem(t, s, "k", "again", v3)
+	}},
+	{"HoldsTheKey", func(t *testing.T, h *Harness, s cas.Store) {
+		// A write of the key while fn runs cannot get in between the
+		// exclusive read and write: it waits or fails, and never
+		// succeeds at the version fn saw.
+		ex := exclusive(t, s)
+		ctx := context.Background()
+		v0 := mustCreate(t, s, "k", "0")
+		inFn := make(chan struct{})
+		release := make(chan struct{})
+		type res struct {
+			v   cas.Version
+			err error
+		}
+		rival := make(chan res, 1)
+		done := make(chan res, 1)
+		go func() {
+			v, err := ex.UpdateExclusive(ctx, "k", func(cur cas.Item) ([]byte, bool, error) {
+				close(inFn)
+				<-release
+				return []byte("held"), true, nil
+			})
+			done <- res{v, err}
+		}()
+		<-inFn
+		go func() {
+			v, err := s.CompareAndSwap(ctx, "k", v0, []byte("rival"))
+			rival <- res{v, err}
+		}()
+		select {
+		case r := <-rival:
+			if r.err == nil {
+				t.Fatalf("a write at version %d succeeded while the key was held", v0)
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		d := <-done
+		if d.err != nil {
+			t.Fatalf("exclusive update: %v", d.err)
+		}
+		r := <-rival
+		if r.err == nil || !errors.Is(r.err, cas.ErrConflict) {
+			t.Fatalf("the rival write at version %d: %d, %v; want a conflict", v0, r.v, r.err)
+		}
+		wantItem(t, s, "k", "held", d.v)
+	}},
+	{"EscalatedIncrementsAcrossStores", func(t *testing.T, h *Harness, s cas.Store) {
+		// Several stores of one backend stand for several processes:
+		// their calls take no turns with each other's. Every call
+		// succeeds at the default options and the counter is exact.
+		exclusive(t, s)
+		if h.Reopen == nil {
+			t.Skip("skipped: Harness.Reopen is not set (no second store of the same keys)")
+		}
+		stores := []cas.Store{s}
+		for range 3 {
+			stores = append(stores, h.Reopen(t, s))
+		}
+		ctx := context.Background()
+		var failed atomic.Int64
+		var wg sync.WaitGroup
+		per := h.opsPerWorker() / 2
+		for i := range h.workers() {
+			typed := cas.NewTyped(stores[i%len(stores)], cas.JSON[int]())
+			wg.Go(func() {
+				for range per {
+					if _, _, err := occ.Update(ctx, typed, "n", func(n int, _ bool) (int, error) { return n + 1, nil }); err != nil {
+						if failed.Add(1) == 1 {
+							t.Errorf("Update: %v", err)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		want := h.workers() * per
+		wantItem(t, s, "n", strconv.Itoa(want-int(failed.Load())), mustVersion(t, s, "n"))
+		if failed.Load() > 0 {
+			t.Fatalf("%d of %d updates failed", failed.Load(), want)
+		}
+	}},
+}
+
+func mustVersion(t *testing.T, s cas.Store, k string) cas.Version {
+	t.Helper()
+	it, err := s.Get(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return it.Version
+}
