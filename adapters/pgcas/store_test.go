@@ -32,7 +32,7 @@ func newStore(t testing.TB, cfg pgcas.Config) *pgcas.Store {
 func TestConformance(t *testing.T) {
 	limits := cas.Limits{MaxKeyBytes: 256, MaxValueBytes: 64 << 10, MaxCommitOps: 16}
 	castest.Run(t, castest.Harness{
-		NewStore:       func(t *testing.T) cas.Store { return newStore(t, pgcas.Config{Limits: limits}) },
+		NewStore: func(t *testing.T) cas.Store { return newStore(t, pgcas.Config{Limits: limits}) },
 		Reopen: func(t *testing.T, s cas.Store) cas.Store {
 			o, err := pgcas.New(s.(*pgcas.Store).Pool(), pgcas.Config{Limits: limits})
 			if err != nil {
