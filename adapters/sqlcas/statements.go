@@ -89,6 +89,7 @@ func isNameByte(s string, i int) bool {
 type statements struct {
 	get       stmt // value, version of a live key
 	current   stmt // version, value, fence_token, value IS NULL: the row, tombstone or not
+	lockRow   stmt // current, locked for writing (UpdateExclusive)
 	resolve   stmt // version, value IS NULL, write_id
 	create    stmt // expected 0
 	createF   stmt
@@ -103,6 +104,7 @@ func newStatements(d Dialect, table string) *statements {
 	s := &statements{
 		get:     c(`SELECT value, version FROM {T} WHERE k = @k AND value IS NOT NULL`),
 		current: c(`SELECT version, value, fence_token, value IS NULL FROM {T} WHERE k = @k` + d.lockShare()),
+		lockRow: c(`SELECT version, value, fence_token, value IS NULL FROM {T} WHERE k = @k` + d.forUpdate()),
 		resolve: c(`SELECT version, value IS NULL, write_id FROM {T} WHERE k = @k`),
 	}
 	switch d {

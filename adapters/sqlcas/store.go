@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/writeid"
@@ -29,6 +30,12 @@ type Config struct {
 	// VARBINARY(MaxKeyBytes): create the table with the limits it will be
 	// used with.
 	Limits cas.Limits
+	// ExclusiveTimeout bounds, on PostgreSQL, how long an exclusive update
+	// (UpdateExclusive, the escalation of occ.Update for a call that keeps
+	// losing) may hold a key's row while its holder does not answer: the
+	// server ends a session idle in its transaction for longer. Zero
+	// means DefaultExclusiveTimeout. MySQL and SQLite have no such bound.
+	ExclusiveTimeout time.Duration
 }
 
 // Querier runs statements: a *sql.DB, a *sql.Conn, a *sql.Tx, and sqlx's
@@ -78,6 +85,8 @@ type Store struct {
 	st     *statements
 	cm     *commitStatements
 	ids    *writeid.Source
+
+	exclusiveTimeout time.Duration
 }
 
 var (
@@ -113,6 +122,10 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	s := &Store{
 		d: cfg.Dialect, db: db, q: db, limits: cfg.Limits.WithDefaults(),
 		table: table, name: name, ids: writeid.NewSource(),
+		exclusiveTimeout: cfg.ExclusiveTimeout,
+	}
+	if s.exclusiveTimeout <= 0 {
+		s.exclusiveTimeout = DefaultExclusiveTimeout
 	}
 	s.st = newStatements(s.d, table)
 	s.cm = newCommitStatements(s.d, table)

@@ -16,7 +16,14 @@ func TestConformance(t *testing.T) {
 	limits := cas.Limits{MaxKeyBytes: 256, MaxValueBytes: 64 << 10, MaxCommitOps: 16}
 	eachDialect(t, func(t *testing.T, d sqlcas.Dialect) {
 		castest.Run(t, castest.Harness{
-			NewStore:       func(t *testing.T) cas.Store { return newStore(t, d, sqlcas.Config{Limits: limits}) },
+			NewStore: func(t *testing.T) cas.Store { return newStore(t, d, sqlcas.Config{Limits: limits}) },
+			Reopen: func(t *testing.T, s cas.Store) cas.Store {
+				o, err := sqlcas.New(s.(*sqlcas.Store).DB(), sqlcas.Config{Dialect: d, Limits: limits})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return o
+			},
 			ReturnsCurrent: true,
 			Limits:         limits,
 			Workers:        8,
