@@ -30,6 +30,18 @@
 // [RequirePreconditions] is the same refusal as middleware, for a whole
 // tree of routes.
 //
+// # Repository tables
+//
+// The repository tables (pgcas.Table, sqlcas.Table, dynamocas.Table) are
+// [Rows] as they are, and a row's version field is its ETag.
+// [RowHandler] serves a table's rows as JSON resources with no code of
+// the caller's own: GET with the ETag and 304, PUT, PATCH and DELETE
+// under the request's precondition, answered as below. [UpdateRow] and
+// [DeleteRow] are [Update] and [Delete] for handlers of your own: the
+// precondition is checked in the table's Modify on the row as stored, so
+// a write whose If-Match no longer holds writes nothing and reports the
+// current version.
+//
 // # Statuses
 //
 // [WriteError] answers an error with its status (see [Status]): 400 for a

@@ -65,8 +65,10 @@ func (e *PreconditionError) Unwrap() error { return e.Err }
 
 // preconditionFailed turns a conflict of a conditional write into a
 // *PreconditionError carrying the current version: from the conflict when
-// the store returned it, else from a fresh read. Other errors pass.
-func preconditionFailed(ctx context.Context, s cas.Store, key string, p Precondition, err error) error {
+// the store returned it, else from a fresh read (read returns the
+// resource's version, or an error matching cas.ErrNotFound when it does
+// not exist). Other errors pass.
+func preconditionFailed(ctx context.Context, read versionReader, key string, p Precondition, err error) error {
 	var ce *cas.ConflictError
 	if !errors.As(err, &ce) {
 		return err
@@ -74,8 +76,8 @@ func preconditionFailed(ctx context.Context, s cas.Store, key string, p Precondi
 	pe := &PreconditionError{Key: key, Precondition: p, Err: err}
 	if ce.HasCurrent {
 		pe.Current = ce.Current.Version
-	} else if it, gerr := s.Get(ctx, key); gerr == nil {
-		pe.Current = it.Version
+	} else if v, gerr := read(ctx); gerr == nil {
+		pe.Current = v
 	} else if !errors.Is(gerr, cas.ErrNotFound) {
 		return err // the current version is unknown: better a 409 than a wrong ETag
 	}

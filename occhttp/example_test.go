@@ -1,13 +1,21 @@
 package occhttp_test
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 
+	_ "modernc.org/sqlite" // registers "sqlite"
+
 	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occhttp"
 )
@@ -78,4 +86,78 @@ func Example() {
 	// 200 OK "2"
 	// 412 Precondition Failed "2"
 	// 200 OK "3"
+}
+
+// A repository table's rows served with no handler code of their own: GET
+// answers a row with its version as the ETag, a write applies only under
+// an If-Match naming the version the client read, and a stale one is
+// refused with 412 and the current ETag. The table is a sqlcas.Table on
+// SQLite; a pgcas.Table or a dynamocas.Table serves the same way.
+func ExampleRowHandler() {
+	type profile struct {
+		ID      string      `db:"id" json:"id"`
+		Name    string      `db:"name" json:"name"`
+		Version cas.Version `db:"version" json:"-"` // the ETag
+	}
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "occhttp-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE profiles (id TEXT PRIMARY KEY, name TEXT NOT NULL, version BIGINT NOT NULL)`); err != nil {
+		panic(err)
+	}
+	profiles, err := sqlcas.NewTable[profile](db, sqlcas.TableConfig{Dialect: sqlcas.SQLite, Table: "profiles"})
+	if err != nil {
+		panic(err)
+	}
+	if err := profiles.CreateCounter(ctx); err != nil {
+		panic(err)
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/profiles/{id}", occhttp.RowHandler(profiles, func(r *http.Request) (any, error) {
+		return r.PathValue("id"), nil
+	}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	send := func(method, body string, header ...string) {
+		req, _ := http.NewRequest(method, srv.URL+"/profiles/ada", strings.NewReader(body))
+		if len(header) == 2 {
+			req.Header.Set(header[0], header[1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		defer resp.Body.Close()
+		line := method + " " + resp.Status + " " + resp.Header.Get("ETag")
+		if resp.StatusCode < 300 {
+			b, _ := io.ReadAll(resp.Body)
+			line += " " + string(b)
+		}
+		fmt.Println(strings.TrimSpace(line))
+	}
+	send("PUT", `{"id":"ada","name":"Ada"}`)                              // no precondition
+	send("PUT", `{"id":"ada","name":"Ada"}`, "If-None-Match", "*")        // create only
+	send("GET", "")                                                       // read: ETag "1"
+	send("PATCH", `{"name":"Ada Lovelace"}`, "If-Match", occhttp.ETag(1)) // edit the version read
+	send("PATCH", `{"name":"Ada King"}`, "If-Match", occhttp.ETag(1))     // a stale edit
+	send("GET", "", "If-None-Match", occhttp.ETag(2))                     // the client's copy is current
+	send("DELETE", "", "If-Match", occhttp.ETag(2))                       // delete the version read
+	// Output:
+	// PUT 428 Precondition Required
+	// PUT 201 Created "1" {"id":"ada","name":"Ada"}
+	// GET 200 OK "1" {"id":"ada","name":"Ada"}
+	// PATCH 200 OK "2" {"id":"ada","name":"Ada Lovelace"}
+	// PATCH 412 Precondition Failed "2"
+	// GET 304 Not Modified "2"
+	// DELETE 204 No Content
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/occkit/occkit/occ"
 )
 
-// Option configures one call of Put, Update or Delete.
+// Option configures one call of Put, Update, Delete, UpdateRow or
+// DeleteRow, or the writes of a RowHandler.
 type Option struct {
 	unconditional bool
 	retry         []occ.Option
@@ -17,9 +18,10 @@ type Option struct {
 
 // AllowUnconditional lets a write without If-Match or If-None-Match
 // through instead of refusing it with ErrPreconditionRequired (428). The
-// write is then a read-modify-write retried on the server (occ.Update):
-// it loses nothing inside itself, but it overwrites edits the client has
-// not seen. Use it for clients that cannot send preconditions.
+// write is then a read-modify-write retried on the server (occ.Update, or
+// the table's Modify): it loses nothing inside itself, but it overwrites
+// edits the client has not seen. Use it for clients that cannot send
+// preconditions.
 func AllowUnconditional() Option { return Option{unconditional: true} }
 
 // WithRetry passes options to the server-side retry loop of unconditional
@@ -105,7 +107,7 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, p Precondit
 		}
 		v, err := s.CompareAndSwap(ctx, key, 0, next)
 		if err != nil {
-			return zero, 0, preconditionFailed(ctx, s.Store(), key, p, err)
+			return zero, 0, preconditionFailed(ctx, storeVersion(s.Store(), key), key, p, err)
 		}
 		return next, v, nil
 	case MatchVersion:
@@ -124,7 +126,7 @@ func Update[T any](ctx context.Context, s *cas.Typed[T], key string, p Precondit
 		}
 		v, err := s.CompareAndSwap(ctx, key, ver, next)
 		if err != nil {
-			return zero, 0, preconditionFailed(ctx, s.Store(), key, p, err)
+			return zero, 0, preconditionFailed(ctx, storeVersion(s.Store(), key), key, p, err)
 		}
 		return next, v, nil
 	}
@@ -140,7 +142,7 @@ func Put[T any](ctx context.Context, s *cas.Typed[T], key string, p Precondition
 	if p.Kind == MatchVersion && len(p.Versions) == 1 {
 		nv, err := s.CompareAndSwap(ctx, key, p.Versions[0], v)
 		if err != nil {
-			return 0, false, preconditionFailed(ctx, s.Store(), key, p, err)
+			return 0, false, preconditionFailed(ctx, storeVersion(s.Store(), key), key, p, err)
 		}
 		return nv, false, nil
 	}
@@ -165,6 +167,26 @@ func Put[T any](ctx context.Context, s *cas.Typed[T], key string, p Precondition
 //   - CreateOnly makes no sense for a delete and fails with
 //     ErrBadPrecondition (400).
 func Delete(ctx context.Context, s cas.Store, key string, p Precondition, opts ...Option) error {
+	return deleteUnder(ctx, key, p, opts, storeVersion(s, key), func(ctx context.Context, expected cas.Version) error {
+		return s.CompareAndDelete(ctx, key, expected)
+	})
+}
+
+// versionReader reads a resource's current version; a resource that does
+// not exist is an error matching cas.ErrNotFound.
+type versionReader func(ctx context.Context) (cas.Version, error)
+
+// storeVersion is the versionReader of key in s.
+func storeVersion(s cas.Store, key string) versionReader {
+	return func(ctx context.Context) (cas.Version, error) {
+		it, err := s.Get(ctx, key)
+		return it.Version, err
+	}
+}
+
+// deleteUnder is Delete and DeleteRow: read gives the resource's version
+// and del deletes it if it is at expected (a conflict otherwise).
+func deleteUnder(ctx context.Context, key string, p Precondition, opts []Option, read versionReader, del func(ctx context.Context, expected cas.Version) error) error {
 	var c config
 	c.apply(opts)
 	switch p.Kind {
@@ -175,40 +197,40 @@ func Delete(ctx context.Context, s cas.Store, key string, p Precondition, opts .
 			return required(key)
 		}
 		return occ.Retry(ctx, func(ctx context.Context) error {
-			it, err := s.Get(ctx, key)
+			v, err := read(ctx)
 			switch {
 			case errors.Is(err, cas.ErrNotFound) && p.Kind == MatchAny:
 				return occ.Permanent(&PreconditionError{Key: key, Precondition: p})
 			case err != nil:
 				return err
 			}
-			return s.CompareAndDelete(ctx, key, it.Version)
+			return del(ctx, v)
 		}, c.retry...)
 	case MatchVersion:
 		expected := cas.Version(0)
 		if len(p.Versions) == 1 {
 			expected = p.Versions[0]
 		} else {
-			it, err := s.Get(ctx, key)
+			v, err := read(ctx)
 			switch {
 			case errors.Is(err, cas.ErrNotFound):
 				return &PreconditionError{Key: key, Precondition: p}
 			case err != nil:
 				return err
-			case !p.matches(it.Version):
-				return &PreconditionError{Key: key, Precondition: p, Current: it.Version}
+			case !p.matches(v):
+				return &PreconditionError{Key: key, Precondition: p, Current: v}
 			}
-			expected = it.Version
+			expected = v
 		}
 		if expected == 0 { // If-Match of only weak or foreign tags: matches nothing
-			it, err := s.Get(ctx, key)
+			v, err := read(ctx)
 			if err != nil && !errors.Is(err, cas.ErrNotFound) {
 				return err
 			}
-			return &PreconditionError{Key: key, Precondition: p, Current: it.Version}
+			return &PreconditionError{Key: key, Precondition: p, Current: v}
 		}
-		if err := s.CompareAndDelete(ctx, key, expected); err != nil {
-			return preconditionFailed(ctx, s, key, p, err)
+		if err := del(ctx, expected); err != nil {
+			return preconditionFailed(ctx, read, key, p, err)
 		}
 		return nil
 	}
