@@ -33,6 +33,13 @@ func TestTableConformance(t *testing.T) {
 				return tbl
 			},
 			Key: func(id string) any { return id },
+			Reopen: func(t *testing.T, tbl tabletest.Table[any]) tabletest.Table[any] {
+				o, err := sqlcas.NewTable[tabletest.Row](dbs[tbl], sqlcas.TableConfig{Dialect: d, Table: "rows_t"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return o
+			},
 			InTx: func(t *testing.T, tbl tabletest.Table[any], fn func(tabletest.Table[any]) error) error {
 				tx, err := dbs[tbl].BeginTx(context.Background(), nil)
 				if err != nil {

@@ -64,6 +64,11 @@ type Harness[K any] struct {
 	// with tbl bound to it, and rolls the transaction back, returning
 	// fn's error. A backend without one skips that test, visibly.
 	InTx func(t *testing.T, tbl Table[K], fn func(tx Table[K]) error) error
+	// Reopen, if set, returns another table over the same rows as tbl, as
+	// another process would make it (NewTable again): the cross-process
+	// test runs its calls through several such tables, whose calls take
+	// no turns with each other's. Without it that test is skipped.
+	Reopen func(t *testing.T, tbl Table[K]) Table[K]
 	// Workers and Ops size the contention tests: Workers goroutines of
 	// Ops updates each of one row (defaults 16 and 50, the shape of the
 	// issue that asked for no give-ups at default options).
@@ -94,6 +99,7 @@ func Run[K any](t *testing.T, h Harness[K]) {
 		}
 		t.Logf("combiner: %+v", st)
 	})
+	t.Run("ModifyHotRowAcrossProcesses", h.modifyAcrossProcesses)
 	t.Run("ModifyCached", h.modifyCached)
 	t.Run("ModifyCancelled", h.modifyCancelled)
 	t.Run("CallersTransactionRolledBack", h.rolledBack)
@@ -300,6 +306,50 @@ func (h Harness[K]) modifyHot(t *testing.T, opts ...occ.Option) {
 	got, err := tbl.Get(ctx, h.Key("hot"))
 	if err != nil || got.N != int64(total) {
 		t.Fatalf("the hot row is %+v (%v) after %d increments", got, err, total)
+	}
+}
+
+// modifyAcrossProcesses: Workers goroutines spread over four tables of
+// the same rows (four processes, as far as turns know) increment one row
+// at default options. No call may give up: a call that keeps losing to
+// the other processes escalates to the table's exclusive path (a row
+// lock) where the backend has one.
+func (h Harness[K]) modifyAcrossProcesses(t *testing.T) {
+	if h.Reopen == nil {
+		t.Skip("skipped: Harness.Reopen is not set (no second table of the same rows)")
+	}
+	ctx := ctxFor(t)
+	first := h.New(t)
+	tables := []Table[K]{first}
+	for range 3 {
+		tables = append(tables, h.Reopen(t, first))
+	}
+	per := max(h.Ops/2, 1)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range h.Workers {
+		tbl := tables[i%len(tables)]
+		wg.Go(func() {
+			for range per {
+				if _, err := tbl.Modify(ctx, h.Key("hot"), func(cur Row, _ bool) (Row, error) {
+					cur.N++
+					return cur, nil
+				}); err != nil {
+					if failed.Add(1) == 1 {
+						t.Errorf("Modify: %v", err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := h.Workers * per
+	got, err := first.Get(ctx, h.Key("hot"))
+	if err != nil || got.N != int64(total)-failed.Load() {
+		t.Fatalf("the row is %+v (%v) after %d increments of which %d failed", got, err, total, failed.Load())
+	}
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d calls failed", n, total)
 	}
 }
 

@@ -51,6 +51,13 @@ type Driver[T any] struct {
 	Write func(ctx context.Context, key any, expected cas.Version, next T) (stored, current Row[T], err error)
 	// SetVersion sets the version field of *row.
 	SetVersion func(row *T, v cas.Version) error
+	// Exclusive, if set, is the table's exclusive read-modify-write of
+	// one row (cas.Exclusive, occ.Update's escalation for a call that
+	// keeps losing): it reads the row holding it (a row lock), calls fn,
+	// and when fn says write, inserts (version 0) or updates at the
+	// version read what fn returned, returning the row as stored. fn's
+	// error ends it, writes nothing and is returned as is.
+	Exclusive func(ctx context.Context, key any, fn func(cur Row[T]) (next T, write bool, err error)) (stored Row[T], err error)
 }
 
 // Key names one row for Modify.
@@ -75,6 +82,7 @@ type Key[T any] struct {
 // concurrent use.
 type Rows[T any] struct {
 	d     Driver[T]
+	store cas.Store // r, or r with cas.Exclusive when the driver has it
 	typed *cas.Typed[T]
 	held  sync.Map // handle → *T
 	ids   atomic.Uint64
@@ -83,13 +91,17 @@ type Rows[T any] struct {
 // New returns the bridge of the table d reads and writes.
 func New[T any](d Driver[T]) *Rows[T] {
 	r := &Rows[T]{d: d}
-	r.typed = cas.NewTyped[T](r, r)
+	r.store = r
+	if d.Exclusive != nil {
+		r.store = exclusiveRows[T]{r}
+	}
+	r.typed = cas.NewTyped[T](r.store, r)
 	return r
 }
 
 // NewCache returns a version cache of at most maxEntries rows of the
 // table, for occ.WithCache.
-func (r *Rows[T]) NewCache(maxEntries int) *occ.Cache { return occ.NewCache(r, maxEntries) }
+func (r *Rows[T]) NewCache(maxEntries int) *occ.Cache { return occ.NewCache(r.store, maxEntries) }
 
 // keyCtx carries a Modify call's Key.Value to the bridge's reads and
 // writes (a combined write runs on the context of the call that leads the
@@ -220,6 +232,50 @@ func (r *Rows[T]) CompareAndSwap(ctx context.Context, key string, expected cas.V
 		return 0, &hint
 	}
 	return 0, err
+}
+
+// exclusiveRows is the bridge of a table whose driver has Exclusive: a
+// cas.Exclusive.
+type exclusiveRows[T any] struct{ *Rows[T] }
+
+// UpdateExclusive implements cas.Exclusive through Driver.Exclusive.
+func (x exclusiveRows[T]) UpdateExclusive(ctx context.Context, key string, fn func(cur cas.Item) ([]byte, bool, error)) (cas.Version, error) {
+	r := x.Rows
+	k, err := keyOf(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	var (
+		id    uint64
+		wrote bool
+	)
+	stored, err := r.d.Exclusive(ctx, k, func(cur Row[T]) (T, bool, error) {
+		var zero T
+		it := cas.Item{Key: key, Version: cur.Version}
+		if cur.Version != 0 {
+			it.Value = r.hold(cur.Value)
+		}
+		b, write, err := fn(it)
+		if err != nil || !write {
+			return zero, false, err
+		}
+		if id, err = handle(b); err != nil {
+			return zero, false, err
+		}
+		p, ok := r.held.Load(id)
+		if !ok {
+			return zero, false, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
+		}
+		wrote = true
+		return *p.(*T), true, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if wrote {
+		r.held.Store(id, &stored.Value)
+	}
+	return stored.Version, nil
 }
 
 // CompareAndDelete implements cas.Store; occ.Update never deletes.

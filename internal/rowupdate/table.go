@@ -25,6 +25,8 @@ type Table[T any] struct {
 	// VersionOf and SetVersion read and set a row's version field.
 	VersionOf  func(row *T) cas.Version
 	SetVersion func(row *T, v cas.Version)
+	// Exclusive, if set, is Driver.Exclusive.
+	Exclusive func(ctx context.Context, key any, fn func(cur Row[T]) (next T, write bool, err error)) (stored Row[T], err error)
 }
 
 // TableRows is the bridge of a SQL repository table: Rows whose reads go
@@ -61,6 +63,7 @@ func NewTable[T any](t Table[T]) *TableRows[T] {
 			return row(out), Row[T]{}, nil
 		},
 		SetVersion: func(r *T, v cas.Version) error { t.SetVersion(r, v); return nil },
+		Exclusive:  t.Exclusive,
 	})}
 }
 

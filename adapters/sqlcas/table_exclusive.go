@@ -1,0 +1,73 @@
+package sqlcas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
+)
+
+// exclusive is the exclusive read-modify-write of one row that Modify
+// escalates to for a call that keeps losing (cas.Exclusive): in one
+// transaction (the caller's, under With) it reads the row FOR UPDATE
+// (SQLite: in a BEGIN IMMEDIATE transaction), calls fn, and inserts or
+// updates what fn returns. On PostgreSQL, Store's ExclusiveTimeout
+// default bounds a holder that stops answering (the server ends its idle
+// session).
+func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate.Row[T]) (T, bool, error)) (rowupdate.Row[T], error) {
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return rowupdate.Row[T]{}, t.writeError("modify", key, err, false)
+	}
+	in := *t
+	in.q, in.inTx = tx.q, true
+	if t.d == Postgres && !t.inTx {
+		ms := strconv.FormatInt(DefaultExclusiveTimeout.Milliseconds(), 10)
+		if _, err := tx.q.ExecContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", ms); err != nil {
+			tx.rollback()
+			return rowupdate.Row[T]{}, t.writeError("modify", key, err, false)
+		}
+	}
+	var cur rowupdate.Row[T]
+	row, err := in.get(ctx, tx.q, t.sqlGet+t.d.forUpdate(), "modify", key)
+	switch {
+	case errors.Is(err, cas.ErrNotFound):
+	case err != nil:
+		tx.rollback()
+		return rowupdate.Row[T]{}, err
+	default:
+		cur = rowupdate.Row[T]{Value: row, Version: t.versionOf(&row)}
+	}
+	next, write, err := fn(cur)
+	if err != nil || !write {
+		tx.rollback()
+		return cur, err
+	}
+	var out T
+	if cur.Version == 0 {
+		out, err = in.Insert(ctx, next)
+	} else {
+		t.setVersion(&next, cur.Version)
+		out, err = in.Update(ctx, next)
+	}
+	if err != nil {
+		tx.rollback()
+		return rowupdate.Row[T]{}, t.exclusiveError(key, cur.Version, err)
+	}
+	if err := tx.commit(ctx); err != nil {
+		return rowupdate.Row[T]{}, t.exclusiveError(key, cur.Version, t.writeError("modify", key, err, true))
+	}
+	return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, nil
+}
+
+// exclusiveError maps a PostgreSQL session ended for holding the row idle
+// too long to a conflict: nothing was written.
+func (t *Table[T]) exclusiveError(key any, expected cas.Version, err error) error {
+	if pe, ok := asPg(err); ok && pe.Code == pgIdleInTxTimeout {
+		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, Err: err}
+	}
+	return err
+}
