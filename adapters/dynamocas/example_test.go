@@ -7,11 +7,9 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -21,22 +19,20 @@ import (
 	miniserver "github.com/truora/minidyn/server"
 )
 
-// An optimistic counter on DynamoDB. The client comes from the usual AWS
-// configuration (environment, shared config, instance role); set
-// DYNAMODB_ENDPOINT to use a local server instead. This example is
-// compiled, not run, by go test.
+// An optimistic counter on DynamoDB. In an application the client comes
+// from the usual AWS configuration (environment, shared config, instance
+// role):
+//
+//	cfg, err := config.LoadDefaultConfig(ctx)
+//	cli := dynamodb.NewFromConfig(cfg) // with o.BaseEndpoint for a local server
+//
+// This example runs against minidyn's DynamoDB-compatible HTTP server, in
+// process, as the tests do.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg, err := config.LoadDefaultConfig(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	cli := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-		if ep := os.Getenv("DYNAMODB_ENDPOINT"); ep != "" {
-			o.BaseEndpoint = aws.String(ep)
-		}
-	})
+	cli, stop := localClient()
+	defer stop()
 	store, err := dynamocas.New(cli, dynamocas.Config{Table: "myapp-cas"})
 	if err != nil {
 		log.Fatal(err)
@@ -52,6 +48,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println(n, version)
+	// Output: 1 1
 }
 
 // A conflict carries the current item, so a retry needs no extra read.
@@ -95,10 +92,25 @@ func localClient() (*dynamodb.Client, func()) {
 	}
 }
 
+// exampleTable creates an application's table with a string partition
+// key, as a migration would.
+func exampleTable(ctx context.Context, cli *dynamodb.Client, name, key string) {
+	_, err := cli.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(key), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(key), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
 // A versioned repository over an application's own table, replacing
 // "lock the item, read, write, unlock": Modify reads the item, applies the
 // change and writes it only if its version is unchanged, retrying on a
-// conflict. Compiled, not run.
+// conflict. It runs against minidyn in process (in an application:
+// dynamodb.NewFromConfig(cfg)).
 func ExampleNewTable() {
 	type Product struct {
 		SKU     string      `dynamodbav:"sku"`
@@ -106,34 +118,39 @@ func ExampleNewTable() {
 		Version cas.Version `dynamodbav:"version"`
 	}
 	ctx := context.Background()
-	cfg, err := config.LoadDefaultConfig(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	products, err := dynamocas.NewTable[Product](dynamodb.NewFromConfig(cfg), dynamocas.TableConfig{
+	cli, stop := localClient()
+	defer stop()
+	exampleTable(ctx, cli, "products", "sku")
+	products, err := dynamocas.NewTable[Product](cli, dynamocas.TableConfig{
 		Table:        "products",
 		PartitionKey: "sku",
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	errSoldOut := errors.New("sold out")
-	p, err := products.Modify(ctx, dynamocas.Key{Partition: "sku-42"}, func(p Product, exists bool) (Product, error) {
-		if !exists || p.Stock == 0 {
-			return p, errSoldOut // returned as is, nothing written
-		}
-		p.Stock--
-		return p, nil
-	}, occ.WithMaxAttempts(20), occ.WithRetryable(dynamocas.Retryable))
-	if err != nil {
+	if _, err := products.Insert(ctx, Product{SKU: "sku-42", Stock: 2}); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(p.Stock, p.Version)
+	errSoldOut := errors.New("sold out")
+	for range 3 {
+		p, err := products.Modify(ctx, dynamocas.Key{Partition: "sku-42"}, func(p Product, exists bool) (Product, error) {
+			if !exists || p.Stock == 0 {
+				return p, errSoldOut // returned as is, nothing written
+			}
+			p.Stock--
+			return p, nil
+		}, occ.WithRetryable(dynamocas.Retryable))
+		fmt.Println(p.Stock, err)
+	}
+	// Output:
+	// 1 <nil>
+	// 0 <nil>
+	// 0 sold out
 }
 
 // Versioned writes to two tables in one transaction: the order is created
 // and the stock taken only if the product is still at the version read.
-// Compiled, not run.
+// It runs against minidyn in process.
 func ExampleNewTx() {
 	type Product struct {
 		SKU     string      `dynamodbav:"sku"`
@@ -146,13 +163,15 @@ func ExampleNewTx() {
 		Version cas.Version `dynamodbav:"version"`
 	}
 	ctx := context.Background()
-	cfg, err := config.LoadDefaultConfig(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	cli := dynamodb.NewFromConfig(cfg)
+	cli, stop := localClient()
+	defer stop()
+	exampleTable(ctx, cli, "products", "sku")
+	exampleTable(ctx, cli, "orders", "id")
 	products, _ := dynamocas.NewTable[Product](cli, dynamocas.TableConfig{Table: "products", PartitionKey: "sku"})
 	orders, _ := dynamocas.NewTable[Order](cli, dynamocas.TableConfig{Table: "orders", PartitionKey: "id"})
+	if _, err := products.Insert(ctx, Product{SKU: "sku-42", Stock: 5}); err != nil {
+		log.Fatal(err)
+	}
 
 	p, err := products.Get(ctx, dynamocas.Key{Partition: "sku-42"})
 	if err != nil {
@@ -176,6 +195,10 @@ func ExampleNewTx() {
 	if err != nil {
 		log.Fatal(err) // a *cas.ConflictError names the item that changed
 	}
+	p, _ = products.Get(ctx, dynamocas.Key{Partition: "sku-42"})
+	o, err := orders.Get(ctx, dynamocas.Key{Partition: "o-1001"})
+	fmt.Println(p.Stock, o.SKU, err)
+	// Output: 4 sku-42 <nil>
 }
 
 // Retryable classifies throttling and transaction contention for occ.

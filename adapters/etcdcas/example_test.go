@@ -4,22 +4,32 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/servers"
 	"github.com/occkit/occkit/occ"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// exampleEtcd starts an in-process etcd server, as the tests do, and
+// returns its client endpoints and a function that stops it.
+func exampleEtcd() (endpoints []string, stop func()) {
+	c, err := servers.StartEtcdCluster(context.Background(), servers.EtcdOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return c.AllEndpoints(), c.Close
+}
+
 // An optimistic counter on etcd, where concurrency.STM would retry forever
-// on a hidden goroutine. The endpoints come from ETCD_ENDPOINTS (comma
-// separated); this example is compiled, not run, by go test.
+// on a hidden goroutine. The example runs on an in-process etcd server.
 func Example() {
+	endpoints, stop := exampleEtcd() // in an application: your cluster's endpoints
+	defer stop()
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   strings.Split(os.Getenv("ETCD_ENDPOINTS"), ","),
+		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 	})
 	if err != nil {
@@ -40,4 +50,5 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println(n, version)
+	// Output: 1 2
 }

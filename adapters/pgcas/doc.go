@@ -1,10 +1,54 @@
-// Package pgcas is occkit on PostgreSQL, through pgx v5: a versioned
-// key-value [Store] (a [cas.Store], [cas.FencedStore] and [cas.Committer]),
-// [Table], a version-checked repository over the application's own tables
-// (versions from a per-table sequence, never reused; the shape every
-// adapter's Table shares),
-// [RunTx], serializable transactions retried on serialization failures,
-// and advisory-lock leases with fencing tokens ([Locker]).
+// Package pgcas is occkit on PostgreSQL, through pgx v5. It has four
+// parts:
+//
+//   - [Table], a version-checked repository over the application's own
+//     tables: repository code that did "SELECT ... FOR UPDATE, change,
+//     UPDATE" reads the row, changes it and writes it only if its version
+//     is unchanged, with versions from a per-table sequence that are never
+//     reused (the shape every adapter's Table shares, docs/tables.md);
+//   - [Store], a versioned key-value store on a table of its own (a
+//     [cas.Store], [cas.FencedStore] and [cas.Committer]) for occ.Update,
+//     occ.Txn and fenced writes;
+//   - [RunTx], serializable transactions retried on serialization failures;
+//   - [Locker], advisory-lock leases with fencing tokens.
+//
+// # Table
+//
+// The table needs a version column whose values come from a sequence:
+// a bigserial column has one, named "<table>_<column>_seq", which is
+// [TableConfig].VersionSequence's default (docs/postgres.md migrates an
+// existing table):
+//
+//	CREATE TABLE inventory (sku text PRIMARY KEY, stock integer NOT NULL, version bigserial NOT NULL)
+//
+// Rows map to a struct by `db` tags, the version travels in the row, and
+// [Table.Modify] is occ.Update's loop over one row:
+//
+//	type Item struct {
+//		SKU     string `db:"sku"`
+//		Stock   int    `db:"stock"`
+//		Version int64  `db:"version"`
+//	}
+//	items, _ := pgcas.NewTable[Item](pool, pgcas.TableConfig{Table: "inventory", KeyColumn: "sku"})
+//	it, err := items.Modify(ctx, "sku-42", func(it Item, exists bool) (Item, error) {
+//		if !exists || it.Stock == 0 {
+//			return it, ErrSoldOut // not retried, returned as is
+//		}
+//		it.Stock--
+//		return it, nil
+//	})
+//
+// [Table.Get], [Table.Insert], [Table.Update], [Table.UpdateFenced] and
+// [Table.Delete] are the single statements underneath, for code that
+// holds a row. Update, UpdateFenced and Delete are one statement each
+// that, when it does not apply, returns the row's current state (Update:
+// the row, Delete: its version) with the *cas.ConflictError in the same
+// round trip.
+//
+// # Store
+//
+// The Store keeps any value under a text key, for occ.Update, occ.Txn and
+// fenced writes, with no schema of the application's:
 //
 //	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 //	store, _ := pgcas.New(pool, pgcas.Config{}) // table "occkit_cas"
@@ -17,7 +61,7 @@
 //		return n - 1, nil
 //	})
 //
-// # Table layout
+// # The Store's table layout
 //
 // A Store keeps every key in one row of its table ([Config] names it;
 // [Store.CreateTable] creates it):
@@ -34,7 +78,7 @@
 // spliced into SQL: any name is safe, and a name PostgreSQL would truncate
 // (over 63 bytes) is refused.
 //
-// # How versions are made
+// # How the Store makes versions
 //
 // Every write sets the version to the next value of the table's identity
 // sequence (version = DEFAULT), evaluated after the row lock is taken. The
@@ -44,7 +88,7 @@
 // the identity's CACHE at 1 (the default): a larger cache hands each
 // session its own range, and versions would no longer grow with time.
 //
-// # Statements and round trips
+// # The Store's statements and round trips
 //
 // Get is one SELECT. CompareAndSwap, CompareAndSwapFenced and
 // CompareAndDelete are one statement each, one round trip: a data-modifying
@@ -96,9 +140,10 @@
 //
 // # Concurrency
 //
-// Store, Table and Locker are safe for concurrent use: they hold
-// only the pool, prepared SQL text and, for Table, the names of the key's
-// unique indexes once looked up. The methods of a [Lease] may be
+// Store, Table and Locker are safe for concurrent use: they hold the
+// pool and prepared SQL text; a Table also holds the names of the key's
+// unique indexes once looked up, and the one bridge onto occ that its
+// Modify calls share (turns at a hot row, combined writes, NewCache). The methods of a [Lease] may be
 // called from any goroutine; the transaction of a transaction lease
 // ([Lease.Tx]) is used by one goroutine at a time, as any pgx.Tx.
 package pgcas

@@ -2,6 +2,8 @@ package pgcas_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,18 +16,50 @@ import (
 	"github.com/occkit/occkit/occ"
 )
 
-// These examples need a server (OCCKIT_PG_URL, as the tests): they are
-// compiled, not run.
+// These examples run against the server the tests use (OCCKIT_PG_URL),
+// each in a fresh schema that examplePool drops at its end.
+
+// examplePool connects to the server at OCCKIT_PG_URL and returns a pool
+// whose connections work in a fresh schema (first on their search_path),
+// with a function that closes the pool and drops the schema.
+func examplePool() (*pgxpool.Pool, func()) {
+	ctx := context.Background()
+	url := os.Getenv("OCCKIT_PG_URL")
+	if url == "" {
+		panic("OCCKIT_PG_URL is not set: the examples need a PostgreSQL server (make test starts one; see docs/postgres.md)")
+	}
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	schema := "occkit_example_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		panic(err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		panic(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return pool, func() {
+		pool.Close()
+		_, _ = admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		_ = admin.Close(ctx)
+	}
+}
 
 // A versioned key-value store on a table, and a read-modify-write with
 // retry.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("OCCKIT_PG_URL"))
-	if err != nil {
-		panic(err)
-	}
-	defer pool.Close()
+	pool, done := examplePool() // in an application: pgxpool.New(ctx, url)
+	defer done()
 	store, err := pgcas.New(pool, pgcas.Config{Table: "stock"})
 	if err != nil {
 		panic(err)
@@ -34,20 +68,28 @@ func Example() {
 		panic(err)
 	}
 	stock := cas.NewTyped(store, cas.JSON[int]())
-	n, version, err := occ.Update(ctx, stock, "sku-42", func(n int, exists bool) (int, error) {
-		if !exists {
-			return 10, nil
-		}
-		if n == 0 {
-			return 0, errors.New("sold out")
-		}
-		return n - 1, nil
-	})
-	fmt.Println(n, version, err)
+	for range 3 {
+		n, version, err := occ.Update(ctx, stock, "sku-42", func(n int, exists bool) (int, error) {
+			if !exists {
+				return 10, nil
+			}
+			if n == 0 {
+				return 0, errors.New("sold out")
+			}
+			return n - 1, nil
+		}, occ.WithRetryable(pgcas.Retryable))
+		fmt.Println(n, version, err)
+	}
+	// Output:
+	// 10 1 <nil>
+	// 9 2 <nil>
+	// 8 3 <nil>
 }
 
 // The repository method of docs/postgres.md: decrement stock without
-// SELECT ... FOR UPDATE.
+// SELECT ... FOR UPDATE. Versions come from the sequence of the bigserial
+// version column, inventory_version_seq (TableConfig.VersionSequence's
+// default name).
 func ExampleTable() {
 	type Item struct {
 		SKU     string `db:"sku"`
@@ -55,13 +97,57 @@ func ExampleTable() {
 		Version int64  `db:"version"`
 	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("OCCKIT_PG_URL"))
+	pool, done := examplePool()
+	defer done()
+	if _, err := pool.Exec(ctx, `CREATE TABLE inventory (
+    sku     text PRIMARY KEY,
+    stock   integer NOT NULL,
+    version bigserial NOT NULL)`); err != nil {
+		panic(err)
+	}
+	items, err := pgcas.NewTable[Item](pool, pgcas.TableConfig{Table: "inventory", KeyColumn: "sku"})
 	if err != nil {
 		panic(err)
 	}
-	defer pool.Close()
+	if _, err := items.Insert(ctx, Item{SKU: "sku-42", Stock: 2}); err != nil {
+		panic(err)
+	}
+	errSoldOut := errors.New("sold out")
+	for range 3 {
+		it, err := items.Modify(ctx, "sku-42", func(it Item, exists bool) (Item, error) {
+			if !exists || it.Stock == 0 {
+				return it, errSoldOut // not retried, returned as is
+			}
+			it.Stock--
+			return it, nil
+		})
+		fmt.Println(it.Stock, err)
+	}
+	// Output:
+	// 1 <nil>
+	// 0 <nil>
+	// 0 sold out
+}
+
+// Update by hand: the version-checked write of a row the caller holds. A
+// conflict returns the current row, to retry from without reading again.
+func ExampleTable_Update() {
+	type Item struct {
+		SKU     string `db:"sku"`
+		Stock   int    `db:"stock"`
+		Version int64  `db:"version"`
+	}
+	ctx := context.Background()
+	pool, done := examplePool()
+	defer done()
+	if _, err := pool.Exec(ctx, `CREATE TABLE inventory (sku text PRIMARY KEY, stock integer NOT NULL, version bigserial NOT NULL)`); err != nil {
+		panic(err)
+	}
 	items, err := pgcas.NewTable[Item](pool, pgcas.TableConfig{Table: "inventory", KeyColumn: "sku"})
 	if err != nil {
+		panic(err)
+	}
+	if _, err := items.Insert(ctx, Item{SKU: "sku-42", Stock: 3}); err != nil {
 		panic(err)
 	}
 	var cur Item
@@ -81,17 +167,19 @@ func ExampleTable() {
 		return err
 	})
 	fmt.Println(cur.Stock, err)
+	// Output: 2 <nil>
 }
 
 // A serializable transaction, run again on serialization failures.
 func ExampleRunTx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("OCCKIT_PG_URL"))
-	if err != nil {
+	pool, done := examplePool()
+	defer done()
+	if _, err := pool.Exec(ctx, `CREATE TABLE accounts (owner text, kind text, balance bigint NOT NULL, PRIMARY KEY (owner, kind));
+INSERT INTO accounts VALUES ('ada', 'checking', 120), ('ada', 'savings', 30)`); err != nil {
 		panic(err)
 	}
-	defer pool.Close()
-	err = pgcas.RunTx(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
+	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
 		var total int64
 		if err := tx.QueryRow(ctx, `SELECT sum(balance) FROM accounts WHERE owner = $1`, "ada").Scan(&total); err != nil {
 			return err
@@ -102,26 +190,38 @@ func ExampleRunTx() {
 		_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance - 100 WHERE owner = $1 AND kind = 'checking'`, "ada")
 		return err
 	}, occ.WithMaxAttempts(5))
-	fmt.Println(err)
+	var left int64
+	_ = pool.QueryRow(ctx, `SELECT sum(balance) FROM accounts WHERE owner = 'ada'`).Scan(&left)
+	fmt.Println(err, left)
+	// Output: <nil> 50
 }
 
 // A lease on an advisory lock, whose fencing token the store checks.
 func ExampleNewLocker() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("OCCKIT_PG_URL"))
+	pool, done := examplePool()
+	defer done()
+	locker, err := pgcas.NewLocker(pool, pgcas.LockerConfig{})
 	if err != nil {
 		panic(err)
 	}
-	defer pool.Close()
-	locker, _ := pgcas.NewLocker(pool, pgcas.LockerConfig{})
-	_ = locker.CreateSequence(ctx)
-	store, _ := pgcas.New(pool, pgcas.Config{})
+	if err := locker.CreateSequence(ctx); err != nil {
+		panic(err)
+	}
+	store, err := pgcas.New(pool, pgcas.Config{})
+	if err != nil {
+		panic(err)
+	}
+	if err := store.CreateTable(ctx); err != nil {
+		panic(err)
+	}
 	lease, err := locker.Acquire(ctx, "report")
 	if err != nil {
 		panic(err)
 	}
 	defer lease.Release(ctx)
-	it, _ := store.Get(ctx, "report")
+	it, _ := store.Get(ctx, "report") // absent: version 0
 	_, err = store.CompareAndSwapFenced(lease.Context(), "report", it.Version, lease.Token(), []byte("done"))
 	fmt.Println(errors.Is(err, cas.ErrFenced)) // true if a newer holder has written
+	// Output: false
 }

@@ -573,10 +573,60 @@ func (t *Table[T]) writeError(_ context.Context, op string, key any, err error) 
 	switch {
 	case errors.As(err, &pgErr) && (pgErr.Code == codeSerializationFailure || pgErr.Code == codeDeadlockDetected):
 		return &cas.ConflictError{Key: fmt.Sprint(key), Err: pgErr}
+	case errors.As(err, &pgErr) && pgErr.Code == codeUndefinedTable && t.namesSequence(pgErr):
+		return t.opError(op, key, t.missingSequence(err))
 	case errors.As(err, &pgErr), !sent(err):
 		return t.opError(op, key, err)
 	}
 	return &cas.AmbiguousError{Op: op, Key: fmt.Sprint(key), Err: err}
+}
+
+// sequenceName returns the parts (schema, name) of the version sequence,
+// unquoted, from the nextval() the statements use.
+func (t *Table[T]) sequenceName() []string {
+	q := strings.TrimSuffix(strings.TrimPrefix(t.nextval, "nextval('"), "'::regclass)")
+	return unquoteIdentifier(strings.ReplaceAll(q, "''", "'"))
+}
+
+// namesSequence reports whether pgErr, an undefined_table error, is about
+// the version sequence (and not the table): PostgreSQL names the relation
+// it did not find, qualified as it was written.
+func (t *Table[T]) namesSequence(pgErr *pgconn.PgError) bool {
+	return strings.Contains(pgErr.Message, `"`+strings.Join(t.sequenceName(), ".")+`"`)
+}
+
+// missingSequence wraps err, a write's failure for want of the version
+// sequence, with what names the sequence and the migration that makes it.
+func (t *Table[T]) missingSequence(err error) error {
+	seq := pgx.Identifier(t.sequenceName()).Sanitize()
+	return fmt.Errorf("version sequence %s does not exist (TableConfig.VersionSequence; empty means "+
+		"\"<table>_<version column>_seq\", the sequence of a bigserial version column): create it in a migration, "+
+		"CREATE SEQUENCE %s starting above the table's largest version (docs/postgres.md): %w", seq, seq, err)
+}
+
+// unquoteIdentifier splits a possibly qualified identifier whose parts
+// are quoted as pgx.Identifier.Sanitize quotes them ("a"."b") into its
+// unquoted parts.
+func unquoteIdentifier(s string) []string {
+	var parts []string
+	var cur strings.Builder
+	quoted := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' && quoted && i+1 < len(s) && s[i+1] == '"':
+			cur.WriteByte('"')
+			i++
+		case c == '"':
+			quoted = !quoted
+		case c == '.' && !quoted:
+			parts = append(parts, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	return append(parts, cur.String())
 }
 
 // VersionOf returns the version in row's version field (0 for a row never

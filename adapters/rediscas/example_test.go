@@ -2,6 +2,8 @@ package rediscas_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -15,17 +17,42 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// An optimistic counter on Redis, without WATCH/MULTI/EXEC: one script
-// compares the version and writes. The server comes from OCCKIT_REDIS_URL
-// (redis://host:port); this example is compiled, not run, by go test.
-func Example() {
-	opt, err := redis.ParseURL(os.Getenv("OCCKIT_REDIS_URL"))
+// The examples run against the server the tests use (OCCKIT_REDIS_URL,
+// redis://host:port), under a key prefix of their own that exampleRedis
+// deletes at their end.
+
+// exampleRedis connects to the server at OCCKIT_REDIS_URL and returns a
+// client, a key prefix no other run uses, and a function that deletes the
+// keys under the prefix and closes the client.
+func exampleRedis() (cli *redis.Client, ns string, done func()) {
+	url := os.Getenv("OCCKIT_REDIS_URL")
+	if url == "" {
+		log.Fatal("OCCKIT_REDIS_URL is not set: the examples need a Redis server (make test starts one)")
+	}
+	opt, err := redis.ParseURL(url)
 	if err != nil {
 		log.Fatal(err)
 	}
-	cli := redis.NewClient(opt)
-	defer cli.Close()
-	store, err := rediscas.New(cli, rediscas.Config{Prefix: "myapp:"})
+	cli = redis.NewClient(opt)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	ns = "occkit-example-" + hex.EncodeToString(b[:]) + ":"
+	return cli, ns, func() {
+		ctx := context.Background()
+		iter := cli.Scan(ctx, 0, ns+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			cli.Del(ctx, iter.Val())
+		}
+		_ = cli.Close()
+	}
+}
+
+// An optimistic counter on Redis, without WATCH/MULTI/EXEC: one script
+// compares the version and writes.
+func Example() {
+	cli, ns, done := exampleRedis() // in an application: redis.NewClient(opt), and no ns
+	defer done()
+	store, err := rediscas.New(cli, rediscas.Config{Prefix: ns + "myapp:"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,24 +66,21 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println(n, version)
+	// Output: 1 1
 }
 
 // A hot key behind a Redis lease lock: the lock makes conflicts rare, the
 // fenced write makes a lost lock harmless (a holder paused past the TTL
 // has its late write refused with cas.ErrFenced, and hybrid.Update retries
-// it with a fresh lease). Compiled, not run, by go test.
+// it with a fresh lease).
 func ExampleNewLocker() {
-	opt, err := redis.ParseURL(os.Getenv("OCCKIT_REDIS_URL"))
+	cli, ns, done := exampleRedis()
+	defer done()
+	store, err := rediscas.New(cli, rediscas.Config{Prefix: ns + "shop:"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	cli := redis.NewClient(opt)
-	defer cli.Close()
-	store, err := rediscas.New(cli, rediscas.Config{Prefix: "shop:"})
-	if err != nil {
-		log.Fatal(err)
-	}
-	locker, err := rediscas.NewLocker(cli, rediscas.LockerConfig{Prefix: "shop-lock:", TTL: 5 * time.Second})
+	locker, err := rediscas.NewLocker(cli, rediscas.LockerConfig{Prefix: ns + "shop-lock:", TTL: 5 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -64,6 +88,9 @@ func ExampleNewLocker() {
 	errSoldOut := errors.New("sold out")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if _, err := stock.CompareAndSwap(ctx, "sku-42", 0, 10); err != nil { // 10 in stock
+		log.Fatal(err)
+	}
 	left, _, err := hybrid.Update(ctx, locker, stock, "sku-42", func(n int, _ bool) (int, error) {
 		if n == 0 {
 			return 0, errSoldOut
@@ -74,19 +101,16 @@ func ExampleNewLocker() {
 		log.Fatal(err)
 	}
 	fmt.Println("left:", left)
+	// Output: left: 9
 }
 
 // Holding a lease by hand: the token goes into every fenced write, the
-// lease's context ends when the lease is lost. Compiled, not run.
+// lease's context ends when the lease is lost.
 func ExampleLocker_Acquire() {
-	opt, err := redis.ParseURL(os.Getenv("OCCKIT_REDIS_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	cli := redis.NewClient(opt)
-	defer cli.Close()
-	store, _ := rediscas.New(cli, rediscas.Config{})
-	locker, _ := rediscas.NewLocker(cli, rediscas.LockerConfig{})
+	cli, ns, done := exampleRedis()
+	defer done()
+	store, _ := rediscas.New(cli, rediscas.Config{Prefix: ns})
+	locker, _ := rediscas.NewLocker(cli, rediscas.LockerConfig{Prefix: ns + "lock:"})
 	ctx := context.Background()
 	lease, err := locker.Acquire(ctx, "report")
 	if err != nil {
@@ -103,5 +127,8 @@ func ExampleLocker_Acquire() {
 		fmt.Println("lost the lease; a newer holder wrote")
 	case err != nil:
 		log.Fatal(err)
+	default:
+		fmt.Println("rebuilt")
 	}
+	// Output: rebuilt
 }

@@ -2,7 +2,9 @@ package sqlcas_test
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -18,8 +20,8 @@ import (
 )
 
 // The SQLite examples run anywhere, on a file in a temporary directory.
-// The MySQL ones need a server (OCCKIT_MYSQL_DSN, as the tests): they are
-// compiled, not run.
+// The MySQL ones run against the server the tests use (OCCKIT_MYSQL_DSN),
+// in a fresh database that exampleMySQL drops at their end.
 
 // exampleSQLite opens a fresh SQLite database as the package documentation
 // recommends, and returns it with a function that removes it.
@@ -34,6 +36,42 @@ func exampleSQLite() (*sql.DB, func()) {
 		panic(err)
 	}
 	return db, func() { db.Close(); os.RemoveAll(dir) }
+}
+
+// exampleMySQL opens a fresh database on the server at OCCKIT_MYSQL_DSN
+// (with interpolateParams, as the package documentation recommends), and
+// returns it with a function that closes it and drops the database.
+func exampleMySQL() (*sql.DB, func()) {
+	dsn := os.Getenv("OCCKIT_MYSQL_DSN")
+	if dsn == "" {
+		panic("OCCKIT_MYSQL_DSN is not set: the MySQL examples need a MySQL or MariaDB server (make test starts one; see docs/sql.md)")
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		panic(err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	name := "occkit_example_" + hex.EncodeToString(b[:])
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	if _, err := admin.Exec("CREATE DATABASE `" + name + "`"); err != nil {
+		panic(err)
+	}
+	cfg.DBName = name
+	cfg.InterpolateParams = true // one round trip per statement
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		panic(err)
+	}
+	db := sql.OpenDB(connector)
+	return db, func() {
+		_ = db.Close()
+		_, _ = admin.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+		_ = admin.Close()
+	}
 }
 
 // A versioned key-value store in a SQLite file, and a read-modify-write
@@ -165,17 +203,8 @@ func ExampleTable() {
 // it protects.
 func ExampleNewLocker() {
 	ctx := context.Background()
-	cfg, err := mysql.ParseDSN(os.Getenv("OCCKIT_MYSQL_DSN"))
-	if err != nil {
-		panic(err)
-	}
-	cfg.InterpolateParams = true // one round trip per statement
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		panic(err)
-	}
-	db := sql.OpenDB(connector)
-	defer db.Close()
+	db, done := exampleMySQL() // sql.OpenDB(mysql.NewConnector(cfg)), cfg.InterpolateParams on
+	defer done()
 	locker, err := sqlcas.NewLocker(db, sqlcas.LockerConfig{})
 	if err != nil {
 		panic(err)
@@ -194,4 +223,5 @@ func ExampleNewLocker() {
 		return n - 1, nil
 	})
 	fmt.Println(n, err)
+	// Output: 10 <nil>
 }

@@ -647,6 +647,7 @@ func (t *Table[T]) newRows() *rowupdate.TableRows[T] {
 		Update:     t.Update,
 		VersionOf:  t.versionOf,
 		SetVersion: t.setVersion,
+		Exclusive:  t.exclusive,
 	})
 }
 
@@ -664,6 +665,11 @@ func (t *Table[T]) writeError(op string, key any, err error, sent bool) error {
 		return &cas.ConflictError{Key: k, Err: err}
 	case isBusy(err), sessionEnded(err):
 		return &transientError{op: op, key: k, why: "not applied", err: err}
+	case t.missingSequence(err):
+		return fmt.Errorf("sqlcas: %s %s key %v: version sequence %s does not exist (TableConfig.Counter; empty means "+
+			"\"<table>_<version column>_seq\", the sequence of a bigserial version column): create it with CreateCounter, "+
+			"or in a migration, CREATE SEQUENCE %[4]s starting above the table's largest version (docs/sql.md): %[5]w",
+			op, t.name, key, t.sequence(), err)
 	case answered(err):
 		return fmt.Errorf("sqlcas: %s %s key %v: %w", op, t.name, key, err)
 	case notSent(err), !sent && !t.inTx:
@@ -672,6 +678,25 @@ func (t *Table[T]) writeError(op string, key any, err error, sent bool) error {
 		return fmt.Errorf("sqlcas: %s %s key %v inside the caller's transaction: %w", op, t.name, key, err)
 	}
 	return &cas.AmbiguousError{Op: op, Key: k, Err: err}
+}
+
+// sequence returns the quoted name of a PostgreSQL Table's version
+// sequence, from the nextval() its statements use.
+func (t *Table[T]) sequence() string {
+	q := strings.TrimSuffix(strings.TrimPrefix(t.nextval, "nextval('"), "'::regclass)")
+	return strings.ReplaceAll(q, "''", "'")
+}
+
+// missingSequence reports whether err is PostgreSQL's answer that the
+// version sequence does not exist (undefined_table naming it, and not the
+// table).
+func (t *Table[T]) missingSequence(err error) bool {
+	pe, ok := asPg(err)
+	if !ok || t.d != Postgres || pe.Code != pgUndefinedTable {
+		return false
+	}
+	name := strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(t.sequence(), `"`), `"`), `""`, `"`)
+	return strings.Contains(pe.Message, `"`+name+`"`)
 }
 
 func (t *Table[T]) targets(row *T) []any {
