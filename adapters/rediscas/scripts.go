@@ -18,7 +18,11 @@ import (
 //	   deletes), newest first, 24 bytes each: the write id (16 bytes) and
 //	   the version the write replaced (8 bytes, big-endian; 0: a create)
 //	f  the largest fencing token that wrote the key, 20 digits (never removed)
+//	x  the token of an exclusive update holding the key (UpdateExclusive)
+//	xe when that hold ends, in the server's milliseconds (TIME)
 //
+// While a hold is live, every write of the key but the holder's (the one
+// carrying its token) is refused as "held".
 // Every write first looks for its own write id in the history: a write sent
 // twice (the first answer was lost) reports the first one's outcome instead
 // of a conflict with itself. Versions never depend on it: the version check
@@ -40,6 +44,11 @@ local function find(hist, id, put, n)
   end
   return nil
 end
+local function held(x, xe, mine)
+  if not x or x == mine then return false end
+  local t = redis.call('TIME')
+  return tonumber(xe) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 `
 
 // putScript is CompareAndSwap and CompareAndSwapFenced.
@@ -47,16 +56,19 @@ end
 //	KEYS[1] data hash, KEYS[2] version counter
 //	ARGV[1] expected version, ARGV[2] value, ARGV[3] this write's history
 //	entry, ARGV[4] fencing token (20 digits) or "" for a plain write,
-//	ARGV[5] how many bytes of the old history to keep
+//	ARGV[5] how many bytes of the old history to keep, ARGV[6] the token
+//	of the exclusive update writing (its hold ends with the write) or ""
 //
 // Replies: {"ok", version} | {"okraw", version as 8 bytes} |
-// {"fenced", highest} | {"conflict", "0"} | {"conflict", version, value}.
+// {"fenced", highest} | {"conflict", "0"} | {"conflict", version, value} |
+// {"held", version or "0", value}.
 const putSrc = findSrc + `
 local h = KEYS[1]
-local st = redis.call('HMGET', h, 'v', 'n', 'h', 'f')
+local st = redis.call('HMGET', h, 'v', 'n', 'h', 'f', 'x', 'xe')
 local hist = st[3] or ''
 local done = find(hist, string.sub(ARGV[3], 1, 16), true, st[2])
 if done then return done end
+if held(st[5], st[6], ARGV[6]) then return {'held', st[2] or '0', st[1] or ''} end
 if ARGV[4] ~= '' and st[4] and st[4] > ARGV[4] then
   return {'fenced', st[4]}
 end
@@ -73,6 +85,7 @@ if ARGV[4] ~= '' then
 else
   redis.call('HSET', h, 'v', ARGV[2], 'n', ver, 'h', hist)
 end
+if st[5] then redis.call('HDEL', h, 'x', 'xe') end
 redis.call('PERSIST', h)
 return {'ok', ver}
 `
@@ -86,13 +99,15 @@ return {'ok', ver}
 //	ARGV[3] tombstone TTL (ms), ARGV[4] how many bytes of the old history
 //	to keep
 //
-// Replies: {"ok", "0"} | {"conflict", "0"} | {"conflict", version, value}.
+// Replies: {"ok", "0"} | {"conflict", "0"} | {"conflict", version, value} |
+// {"held", version or "0", value}.
 const deleteSrc = findSrc + `
 local h = KEYS[1]
-local st = redis.call('HMGET', h, 'v', 'n', 'h', 'f')
+local st = redis.call('HMGET', h, 'v', 'n', 'h', 'f', 'x', 'xe')
 local hist = st[3] or ''
 local done = find(hist, string.sub(ARGV[2], 1, 16), false, st[2])
 if done then return done end
+if held(st[5], st[6], '') then return {'held', st[2] or '0', st[1] or ''} end
 if not st[1] then
   return {'conflict', '0'}
 end
@@ -130,7 +145,8 @@ end
 local state = {}
 for i = 1, nops do
   local a = 5 + (i - 1) * 4
-  local st = redis.call('HMGET', KEYS[i + 1], 'v', 'n', 'h', 'f')
+  local st = redis.call('HMGET', KEYS[i + 1], 'v', 'n', 'h', 'f', 'x', 'xe')
+  if held(st[5], st[6], '') then return {'conflict', tostring(i), st[2] or '0', st[1] or ''} end
   if not st[1] then
     if ARGV[a + 1] ~= '0' then return {'conflict', tostring(i), '0'} end
   elseif st[2] ~= ARGV[a + 1] then
@@ -159,7 +175,42 @@ end
 return {'ok', ver}
 `
 
+// holdScript is UpdateExclusive's hold: it takes the key for ARGV[2] ms
+// unless an exclusive update with another token holds it, and returns the
+// key's state. A key that did not exist gets a hash that expires with the
+// hold unless a write keeps it.
+//
+//	KEYS[1] data hash
+//	ARGV[1] the hold's token, ARGV[2] how long it lasts (ms)
+//
+// Replies: {"ok", "0"} | {"ok", version, value} | {"held", ms left}.
+const holdSrc = findSrc + `
+local h = KEYS[1]
+local st = redis.call('HMGET', h, 'v', 'n', 'x', 'xe')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if st[3] and st[3] ~= ARGV[1] and tonumber(st[4]) > now then
+  return {'held', tostring(tonumber(st[4]) - now)}
+end
+local fresh = redis.call('EXISTS', h) == 0
+redis.call('HSET', h, 'x', ARGV[1], 'xe', tostring(now + tonumber(ARGV[2])))
+if fresh then redis.call('PEXPIRE', h, tonumber(ARGV[2]) * 2) end
+if not st[1] then return {'ok', '0'} end
+return {'ok', st[2], st[1]}
+`
+
+// unholdScript ends the hold with token ARGV[1] of KEYS[1], if it is
+// still that hold.
+const unholdSrc = `
+if redis.call('HGET', KEYS[1], 'x') == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'x', 'xe')
+end
+return {'ok'}
+`
+
 var (
+	holdScript   = newScript(holdSrc)
+	unholdScript = newScript(unholdSrc)
 	putScript    = newScript(putSrc)
 	deleteScript = newScript(deleteSrc)
 	commitScript = newScript(commitSrc)

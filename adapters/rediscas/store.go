@@ -1,6 +1,7 @@
 package rediscas
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,11 @@ type Config struct {
 	// lost is resolved as long as fewer than History writes of the key
 	// followed it (see the package documentation).
 	History int
+	// ExclusiveTTL is how long an exclusive update (UpdateExclusive, the
+	// escalation of occ.Update for a call that keeps losing) holds a key
+	// at most, by the server's clock: a holder that stops answering loses
+	// it then. Zero means DefaultExclusiveTTL.
+	ExclusiveTTL time.Duration
 }
 
 // Store is a cas.Store, cas.FencedStore and cas.Committer on Redis. It is
@@ -75,6 +81,8 @@ type Store struct {
 	ttlMs   string // tombstone TTL in milliseconds
 	keep    string // bytes of old history a write keeps: (History-1) entries
 	ids     *writeIDs
+
+	exclusiveTTL time.Duration
 }
 
 var (
@@ -111,6 +119,8 @@ func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("rediscas: negative ResolveTimeout %v", cfg.ResolveTimeout)
 	case cfg.TombstoneTTL < time.Millisecond:
 		return nil, fmt.Errorf("rediscas: TombstoneTTL %v is below 1 ms", cfg.TombstoneTTL)
+	case cfg.ExclusiveTTL < 0:
+		return nil, fmt.Errorf("rediscas: negative ExclusiveTTL %v", cfg.ExclusiveTTL)
 	case cfg.History < 1 || cfg.History > MaxHistory:
 		return nil, fmt.Errorf("rediscas: History %d is outside [1, %d]", cfg.History, MaxHistory)
 	}
@@ -131,6 +141,8 @@ func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
 		ttlMs:   strconv.FormatInt(cfg.TombstoneTTL.Milliseconds(), 10),
 		keep:    strconv.Itoa((cfg.History - 1) * historyEntryLen),
 		ids:     newWriteIDs(),
+
+		exclusiveTTL: cmp.Or(cfg.ExclusiveTTL, DefaultExclusiveTTL),
 	}, nil
 }
 
@@ -197,7 +209,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Ver
 	if err := s.limits.Put(ctx, key, value); err != nil {
 		return 0, err
 	}
-	return s.put(ctx, key, expected, "", 0, value)
+	return s.put(ctx, key, expected, "", 0, value, "")
 }
 
 // CompareAndSwapFenced implements cas.FencedStore: the same script as
@@ -207,13 +219,15 @@ func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected c
 	if err := s.limits.Put(ctx, key, value); err != nil {
 		return 0, err
 	}
-	return s.put(ctx, key, expected, encodeToken(token), token, value)
+	return s.put(ctx, key, expected, encodeToken(token), token, value, "")
 }
 
-func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence string, token uint64, value []byte) (cas.Version, error) {
+// put runs putScript; holder is the token of the exclusive update that
+// writes, or "".
+func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence string, token uint64, value []byte, holder string) (cas.Version, error) {
 	w := pending{op: "compare-and-swap", key: key, expected: expected, id: s.ids.Next()}
 	keys := []string{s.dataKey(key), s.counter}
-	args := []any{formatVersion(expected), value, historyEntry(w.id, uint64(expected)), fence, s.keep}
+	args := []any{formatVersion(expected), value, historyEntry(w.id, uint64(expected)), fence, s.keep, holder}
 	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, putScript, keys, args...) }
 	w.answer = func(r reply) (cas.Version, error) {
 		switch r.status {
@@ -225,6 +239,8 @@ func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence
 			return 0, &cas.FencedError{Key: key, Token: token, Highest: highest}
 		case "conflict":
 			return 0, conflict(key, expected, r.fields)
+		case "held":
+			return 0, heldConflict(key, expected, r.fields)
 		}
 		return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
 	}
@@ -277,6 +293,8 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 			return 0, nil
 		case "conflict":
 			return 0, conflict(key, expected, r.fields)
+		case "held":
+			return 0, heldConflict(key, expected, r.fields)
 		}
 		return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
 	}

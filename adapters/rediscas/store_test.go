@@ -30,8 +30,24 @@ func newStore(t testing.TB, cli redis.UniversalClient, cfg rediscas.Config) *red
 func TestConformance(t *testing.T) {
 	cli := redistest.Client(t)
 	probe := newStore(t, cli, rediscas.Config{})
+	prefixes := map[cas.Store]string{}
 	castest.Run(t, castest.Harness{
-		NewStore:       func(t *testing.T) cas.Store { return newStore(t, cli, rediscas.Config{}) },
+		NewStore: func(t *testing.T) cas.Store {
+			cfg := rediscas.Config{Prefix: redistest.Prefix(t)}
+			s, err := rediscas.New(cli, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefixes[s] = cfg.Prefix
+			return s
+		},
+		Reopen: func(t *testing.T, s cas.Store) cas.Store {
+			o, err := rediscas.New(cli, rediscas.Config{Prefix: prefixes[s]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		},
 		ReturnsCurrent: true,
 		Limits:         probe.Limits(),
 	})
