@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -87,8 +86,8 @@ type Table[T any] struct {
 
 	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
 
-	keyIdxMu sync.Mutex
-	keyIdx   []keyIndex // nil until a unique violation needs it
+	q    querier      // where reads and writes run: pool, or an exclusive update's connection
+	keys *keyIndexSet // the key's unique indexes, shared by copies of the Table
 }
 
 type column struct {
@@ -114,7 +113,7 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	if rt.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("pgcas: NewTable: %v is not a struct", rt)
 	}
-	t := &Table[T]{pool: pool, name: name, key: -1, version: -1, fence: -1}
+	t := &Table[T]{pool: pool, q: pool, keys: &keyIndexSet{}, name: name, key: -1, version: -1, fence: -1}
 	cols, err := t.addFields(rt)
 	if err == nil {
 		t.key, t.version, t.fence, err = rowupdate.Roles(rt, cols, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
@@ -225,7 +224,7 @@ func (t *Table[T]) qualified(alias string) string {
 // matching cas.ErrNotFound.
 func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
 	var row T
-	rows, err := t.pool.Query(ctx, t.sqlGet, key)
+	rows, err := t.q.Query(ctx, t.sqlGet, key)
 	if err != nil {
 		return row, t.opError("get", key, err)
 	}
@@ -280,7 +279,7 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 		`) RETURNING ` + t.selCols
 	var out T
 	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
-	if err := t.pool.QueryRow(ctx, sql, args...).Scan(t.targets(&out)...); err != nil {
+	if err := t.q.QueryRow(ctx, sql, args...).Scan(t.targets(&out)...); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation {
 			isKey, lookupErr := t.violatesKey(ctx, pgErr)
@@ -321,9 +320,9 @@ JOIN pg_class ic ON ic.oid = i.indexrelid`
 // of a table a trigger wrote. The key's indexes are looked up on the
 // first such violation and kept; a failed lookup is tried again next time.
 func (t *Table[T]) violatesKey(ctx context.Context, pgErr *pgconn.PgError) (bool, error) {
-	t.keyIdxMu.Lock()
-	defer t.keyIdxMu.Unlock()
-	if t.keyIdx == nil {
+	t.keys.mu.Lock()
+	defer t.keys.mu.Unlock()
+	if t.keys.idx == nil {
 		rows, _ := t.pool.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].name)
 		idx, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ki keyIndex, err error) {
 			err = row.Scan(&ki.schema, &ki.table, &ki.index)
@@ -332,9 +331,9 @@ func (t *Table[T]) violatesKey(ctx context.Context, pgErr *pgconn.PgError) (bool
 		if err != nil {
 			return false, err
 		}
-		t.keyIdx = append([]keyIndex{}, idx...) // non-nil: looked up
+		t.keys.idx = append([]keyIndex{}, idx...) // non-nil: looked up
 	}
-	return slices.Contains(t.keyIdx, keyIndex{pgErr.SchemaName, pgErr.TableName, pgErr.ConstraintName}), nil
+	return slices.Contains(t.keys.idx, keyIndex{pgErr.SchemaName, pgErr.TableName, pgErr.ConstraintName}), nil
 }
 
 // Update is the version-checked write of a row the caller holds: it
@@ -465,6 +464,7 @@ func (t *Table[T]) newRows() *rowupdate.TableRows[T] {
 		Update:     t.Update,
 		VersionOf:  t.versionOf,
 		SetVersion: t.setVersion,
+		Exclusive:  t.exclusive,
 	})
 }
 
@@ -508,7 +508,7 @@ func (t *Table[T]) run(ctx context.Context, sql string, args ...any) (written, c
 	wv, cv := t.nullable(), t.nullable()
 	dest := append([]any{&r.written, &r.exists, &r.version, &r.fence}, wv...)
 	dest = append(dest, cv...)
-	if err = t.pool.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+	if err = t.q.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		return written, current, r, err
 	}
 	if r.written {
@@ -632,3 +632,6 @@ func unquoteIdentifier(s string) []string {
 // VersionOf returns the version in row's version field (0 for a row never
 // written).
 func (t *Table[T]) VersionOf(row T) cas.Version { return t.versionOf(&row) }
+
+// Pool returns the pool the Table was made with.
+func (t *Table[T]) Pool() *pgxpool.Pool { return t.pool }

@@ -24,5 +24,12 @@ func TestTableConformance(t *testing.T) {
 			return tbl
 		},
 		Key: func(id string) any { return id },
+		Reopen: func(t *testing.T, tbl tabletest.Table[any]) tabletest.Table[any] {
+			o, err := pgcas.NewTable[tabletest.Row](tbl.(*pgcas.Table[tabletest.Row]).Pool(), pgcas.TableConfig{Table: "rows"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		},
 	})
 }

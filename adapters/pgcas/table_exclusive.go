@@ -1,0 +1,106 @@
+package pgcas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
+)
+
+// querier runs a Table's statements: the pool, or the connection of an
+// exclusive update.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// keyIndexSet is the unique indexes on a Table's key column, looked up on
+// the first unique violation (nil until then).
+type keyIndexSet struct {
+	mu  sync.Mutex
+	idx []keyIndex
+}
+
+// exclusive is the exclusive read-modify-write of one row that Modify
+// escalates to for a call that keeps losing (cas.Exclusive): in one
+// transaction on one connection it reads the row FOR UPDATE (other
+// writers of the row wait for the lock, then find their version gone),
+// calls fn, and inserts or updates what fn returns. BEGIN, the session's
+// idle-in-transaction timeout (DefaultExclusiveTimeout) and the locking
+// read go in one round trip; a holder that stops answering for that long
+// has its session ended by the server, which frees the row, and its late
+// write is refused with a *cas.ConflictError.
+func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate.Row[T]) (T, bool, error)) (rowupdate.Row[T], error) {
+	conn, err := t.pool.Acquire(ctx)
+	if err != nil {
+		return rowupdate.Row[T]{}, t.opError("modify", key, err)
+	}
+	// A connection left inside its transaction is destroyed on release.
+	defer conn.Release()
+	rollback := func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK") }
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(DefaultExclusiveTimeout.Milliseconds(), 10))
+	b.Queue(t.sqlGet+" FOR UPDATE", key)
+	br := conn.SendBatch(ctx, b)
+	var cur rowupdate.Row[T]
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var row T
+		err = br.QueryRow().Scan(t.targets(&row)...)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			err = nil
+		case err == nil:
+			cur = rowupdate.Row[T]{Value: row, Version: t.versionOf(&row)}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		rollback()
+		return rowupdate.Row[T]{}, t.opError("modify", key, err)
+	}
+	next, write, err := fn(cur)
+	if err != nil || !write {
+		rollback()
+		return cur, err
+	}
+	in := *t
+	in.q = conn
+	var out T
+	if cur.Version == 0 {
+		out, err = in.Insert(ctx, next)
+	} else {
+		t.setVersion(&next, cur.Version)
+		out, err = in.Update(ctx, next)
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, "COMMIT")
+		if err != nil {
+			err = t.writeError(ctx, "modify", key, err)
+		}
+	} else {
+		rollback()
+	}
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == codeIdleInTxTimeout {
+			return rowupdate.Row[T]{}, &cas.ConflictError{Key: fmt.Sprint(key), Expected: cur.Version, Err: fmt.Errorf("pgcas: the exclusive hold of the row outlived %v and the server ended it; nothing was written: %w", DefaultExclusiveTimeout, err)}
+		}
+		return rowupdate.Row[T]{}, err
+	}
+	return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, nil
+}
