@@ -46,7 +46,8 @@ shopt -u nullglob
 # dependencies of their own, such as integrations/gormocc and GORM) are not
 # entered by ./...: each is tested in its own directory against the same
 # servers, outside the workspace (GOWORK=off: go.work only lets the
-# README's `go run ./benchmarks/cmd/occbench` work from the root). -mod=mod
+# README's `go run ./benchmarks/cmd/occbench` and `go doc` of the nested
+# modules work from the root; ./... still matches the library only). -mod=mod
 # lets go.sum follow the root module's dependencies (each nested module
 # replaces github.com/occkit/occkit with its path), which change without it.
 go test -race -timeout 20m ./...

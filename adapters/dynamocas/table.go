@@ -468,7 +468,12 @@ func (t *Table[T]) Delete(ctx context.Context, key Key, expected cas.Version) er
 // backoff wait from a fresh read. mutate must keep the item's key; it
 // runs on the caller's goroutine and may run more than once, so it must
 // not have side effects; an error from it is returned as is and nothing
-// is written. Modify returns the item as stored.
+// is written. Modify returns the item its own mutate returned, with the
+// version the write gave it. Calls of one process take turns at a hot
+// item, share one write with occ.WithCombiner and skip the read with a
+// cache from NewCache; mutate must not modify what cur refers to (maps,
+// slices) in place: a cache or a combined write hands one item to several
+// calls. See docs/tables.md.
 //
 // Pass occ.WithRetryable(dynamocas.Retryable) to retry throttling too.
 func (t *Table[T]) Modify(ctx context.Context, key Key, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {

@@ -435,7 +435,14 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 // row the conflict carried, then after a backoff wait from a fresh read.
 // mutate must keep the key; it may run several times and must depend only
 // on its arguments; an error from it ends the loop and is returned as is.
-// Modify returns the row as stored. opts are occ's; pass
+// Modify returns the row its own mutate returned, with the version the
+// write gave it. Calls of one process take turns at a hot row, share one
+// write with occ.WithCombiner and skip the read with a cache from
+// NewCache; a call that keeps losing to writers in other processes holds
+// the row's lock for one attempt (occ.WithExclusiveAfter). mutate must not
+// modify what cur refers to (maps, slices) in place: a cache or a combined
+// write hands one row to several calls. See docs/tables.md.
+// opts are occ's; pass
 // occ.WithRetryable(pgcas.Retryable) to retry transient failures that
 // certainly applied nothing.
 //

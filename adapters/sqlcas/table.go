@@ -626,7 +626,14 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 // row was absent), retrying on a conflict: at once from the current row
 // the conflict carried, then after a backoff wait from a fresh read.
 // mutate must keep the key; it may run several times; an error from it
-// ends the loop and is returned as is. opts are occ's; pass
+// ends the loop and is returned as is.
+// Modify returns the row its own mutate returned, with the version the
+// write gave it. Calls of one process take turns at a hot row, share one
+// write with occ.WithCombiner and skip the read with a cache from
+// NewCache; a call that keeps losing to writers in other processes holds
+// the row's lock for one attempt (occ.WithExclusiveAfter). mutate must not
+// modify what cur refers to (maps, slices) in place: a cache or a combined
+// write hands one row to several calls. See docs/tables.md. opts are occ's; pass
 // occ.WithRetryable(sqlcas.Retryable) to retry lock-wait timeouts,
 // SQLITE_BUSY and writes never sent.
 func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
