@@ -36,7 +36,11 @@ import (
 // a p99.9 of 4.4 ms, a fifth of the best queueing lock's
 // (docs/benchmarks.md). Writers in other processes are not held: the
 // holders of the processes' lines meet through the store's versions, and
-// retry at once from the state each conflict carries.
+// retry at once from the state each conflict carries. A call that loses
+// DefaultExclusiveAfter writes in a row to them runs its next attempt
+// exclusively on a store that implements cas.Exclusive (the store holds
+// the key from the read to the write: a row lock), so that it cannot
+// lose; see WithExclusiveAfter.
 //
 // mutate may run several times and must depend only on its arguments; an
 // error from it ends the loop and is returned as is (unless WithRetryable
