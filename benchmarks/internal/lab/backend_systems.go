@@ -199,6 +199,10 @@ func openData(ctx context.Context, env *Env, name string) (_ service, err error)
 
 func (d *dataService) server() *backends.Server { return d.srv }
 
+// client returns the backend's client, for strategies that work on tables
+// of their own over its connections (strategies_tables.go).
+func (d *dataService) client() *backends.Client { return d.cli }
+
 func (d *dataService) Info() backendInfo {
 	d.lockMu.Lock()
 	defer d.lockMu.Unlock()

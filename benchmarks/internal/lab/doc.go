@@ -14,8 +14,11 @@
 //     others.
 //   - Strategies (strategies*.go, listed in strategySpecs): how one
 //     operation is performed: occ, occ-cached, occ-txn, hybrid, adaptive,
-//     and the lock-* baselines (in process, PostgreSQL, etcd, Redis,
-//     Redlock, ZooKeeper), each given a harness per cell.
+//     the repository paths (occ-table, occ-table-combine, occ-gorm: the
+//     cell's data in a table of the application's own, written with a
+//     Table[T]'s Modify or gormocc.Update), and the lock-* baselines (in
+//     process, PostgreSQL, etcd, Redis, Redlock, ZooKeeper, MySQL), each
+//     given a harness per cell.
 //   - Workloads (workload.go): counter, inventory and transfer, each with
 //     its invariant.
 //   - Grid, Lab.Run and Lab.RunGrid run cells; NewReport, checkGoals and

@@ -32,6 +32,9 @@ type goalCheck struct {
 	// Rounds are the ratios within each round when the point ran in
 	// rounds (--repeat), in round order; Ratio is their median.
 	Rounds []float64 `json:"rounds,omitempty"`
+	// Count says the goal is a count (of failed operations), not a
+	// ratio: Ratio is unused, Detail gives the count.
+	Count bool `json:"count,omitempty"`
 }
 
 // The goals, as printed.
@@ -51,10 +54,24 @@ const (
 	goalCachedRTT    = "--rtt 1ms, 1000 keys: occ-cached ≥ 2.5× the best cross-process lock"
 	goalOCCTail      = "1 key, 8 workers, no work: occ (no combining) p99.9 ≤ 3× the best queueing lock's, 8/8 workers commit"
 
+	// The repository paths' goals (Table[T].Modify, gormocc.Update): no
+	// operation fails, and on the same backend the table's Modify keeps
+	// up with occ.Update over the store, and combined beats the locks it
+	// replaces. "One process": goroutines of one process, on direct
+	// connections.
+	goalRepoNoFail      = "repository path (occ-table, occ-table-combine, occ-gorm): 0 failed operations in the cell, warm-up included"
+	goalTableHot        = "1 row, 16 workers, no work, one process: occ-table ≥ 0.9× occ on the same backend"
+	goalTableCombineHot = "1 row, 16 workers, no work, one process: occ-table-combine ≥ 3× the best cross-process lock"
+	goalTableCool       = "1000 keys: occ-table ≥ 0.95× occ on the same backend"
+
 	// The lab's own resolution: two identical occ-combine cells (the A/A
 	// control, run only when asked for) should read alike.
 	goalControl = "A/A control: occ-combine-control within 5% of occ-combine (what the lab resolves at this point)"
 )
+
+// repositoryPaths are the strategies that run repository code (a table's
+// Modify, gormocc.Update), judged by goalRepoNoFail at every point.
+var repositoryPaths = []string{"occ-table", "occ-table-combine", "occ-gorm"}
 
 // queueing names the locks whose waiters queue in order on the server
 // (a row lock, an advisory lock, etcd's and ZooKeeper's sequential
@@ -249,6 +266,48 @@ func checkGoals(results []Result) []goalCheck {
 					c.Detail += " (a worker committed nothing)"
 				}
 			}
+		}
+
+		// The repository paths.
+		for _, name := range repositoryPaths {
+			r, ok := g.byName[name]
+			switch {
+			case ok:
+				c := check(goalRepoNoFail)
+				c.Count = true
+				c.Status = goalMet
+				if r.TotalFailedOps > 0 {
+					c.Status = goalNotMet
+				}
+				c.Detail = fmt.Sprintf("%s: %d failed (%d of them started in the measured window, where %s committed), %d/%d workers committed, %.2f attempts/op",
+					name, r.TotalFailedOps, r.FailedOps, thousands(r.Ops), r.WorkersCommitted, r.Workers, r.AttemptsPerOp)
+				if r.Error != "" {
+					c.Detail += "; first error: " + r.Error
+				}
+			case slices.Contains(g.broken, name):
+				c := check(goalRepoNoFail)
+				c.Count, c.Status, c.Detail = true, goalNotMet, name+": the invariant broke (see the cell)"
+			}
+		}
+		vsOCC := func(goal, name string, need float64) {
+			r, ok := g.byName[name]
+			if !ok {
+				return // not run at this point: no check
+			}
+			c := check(goal)
+			if !hasOCC || occName != "occ" || occR.Throughput <= 0 {
+				missing(c, "occ")
+				return
+			}
+			judgeThroughput(c, r, occR, need, fmt.Sprintf("%s %s/s (%d failed, %d/%d committed) vs occ %s/s", name, rate(r.Throughput), r.TotalFailedOps,
+				r.WorkersCommitted, r.Workers, rate(occR.Throughput)))
+		}
+		if p.Keys == 1 && p.Workers == 16 && p.WorkMs == 0 && one {
+			vsOCC(goalTableHot, "occ-table", 0.9)
+			against(goalTableCombineHot, "occ-table-combine", 3, nil)
+		}
+		if p.Keys >= 1000 {
+			vsOCC(goalTableCool, "occ-table", 0.95)
 		}
 
 		c := check(goalAdaptiveAll)

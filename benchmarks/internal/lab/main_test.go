@@ -10,8 +10,10 @@ import (
 // cell stops its workers, strategies close their sessions and leases, and
 // a lab stops the servers it started. The embedded etcd's HTTP handlers
 // wind down after Close returns, as in the hybrid package's tests.
-// It adds the tests' broken strategy to the lab's.
+// It adds the tests' broken strategy to the lab's, and runs a --procs
+// child's share of a cell when a test's cell started this binary as one.
 func TestMain(m *testing.M) {
+	ChildMain()
 	strategySpecs = append(strategySpecs, blindWrite)
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),

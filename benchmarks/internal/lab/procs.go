@@ -149,6 +149,12 @@ func (l *Lab) runProcs(ctx context.Context, c Cell, ns string, workers []*worker
 	}
 	for _, ch := range children {
 		spec := childSpec{Cell: c, NS: ns, W0: ch.w0, N: ch.n, Services: services, Proxy: l.env.Proxy, Delay: l.env.Delay}
+		if c.Ops > 0 {
+			// A count of operations is the cell's, in all: each child
+			// runs its workers' share.
+			w := int64(c.Workers)
+			spec.Cell.Ops = c.Ops*int64(ch.w0+ch.n)/w - c.Ops*int64(ch.w0)/w
+		}
 		if err := json.NewEncoder(ch.in).Encode(spec); err != nil {
 			return 0, fail(ch, err)
 		}
@@ -233,7 +239,7 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 	h := &harness{
 		Cell: local, Workload: wl, Backend: be, Store: store,
 		Values: cas.NewTyped(store, cas.JSON[int64]()),
-		Keys:   make([]string, c.Keys), NS: spec.NS, lab: l,
+		Keys:   make([]string, c.Keys), NS: spec.NS, Attached: true, lab: l,
 	}
 	for i := range h.Keys {
 		h.Keys[i] = "k" + strconv.Itoa(i)

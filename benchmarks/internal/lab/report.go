@@ -167,7 +167,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	ew.printf("\n### Goal checks (ratios of throughputs measured side by side)\n\n")
 	for _, g := range r.Meta.Goals {
 		ratio := ""
-		if g.Status != goalNA {
+		if g.Status != goalNA && !g.Count {
 			ratio = fmt.Sprintf(" %.2f×", g.Ratio)
 		}
 		pt := g.Point.String()
@@ -308,7 +308,7 @@ seed {{.Meta.Seed}}; at most {{.Meta.MaxAttempts}} attempts per operation.</p>
 {{end}}</table>
 <h2>Goal checks</h2>
 <p>Ratios of throughputs measured side by side in this run.</p>
-<ul>{{range .Meta.Goals}}<li><span class="{{if eq .Status "met"}}met{{else if eq .Status "n/a"}}na{{else}}NOT{{end}}">[{{.Status}}]{{if ne .Status "n/a"}} {{f2 .Ratio}}×{{end}}</span> {{.Backend}}, {{.Workload}}, {{.Point}}: {{.Goal}} — {{.Detail}}</li>
+<ul>{{range .Meta.Goals}}<li><span class="{{if eq .Status "met"}}met{{else if eq .Status "n/a"}}na{{else}}NOT{{end}}">[{{.Status}}]{{if and (ne .Status "n/a") (not .Count)}} {{f2 .Ratio}}×{{end}}</span> {{.Backend}}, {{.Workload}}, {{.Point}}: {{.Goal}} — {{.Detail}}</li>
 {{end}}</ul>
 {{if .Meta.Pooled}}<p>Rounds pooled over points (geometric mean of every paired round's ratio):</p>
 <ul>{{range .Meta.Pooled}}<li>{{.Backend}}, {{.Goal}}: {{printf "%.3f" .GeoMean}}× over {{.Rounds}} rounds at {{.Points}} points (the rounds' ratios spread ±{{printf "%.1f" (pct .SD)}}% around it)</li>

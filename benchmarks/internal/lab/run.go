@@ -94,6 +94,11 @@ type Result struct {
 	FailedOps    int64 `json:"failed_ops"`
 	AmbiguousOps int64 `json:"ambiguous_ops"`
 	DeclinedOps  int64 `json:"declined_ops"`
+	// TotalFailedOps counts every operation of the cell that gave up or
+	// failed (ambiguous ones included), whenever it started: warm-up and
+	// operations still running after the window too, as the invariant's
+	// tally counts them.
+	TotalFailedOps int64 `json:"total_failed_ops"`
 	// WorkersCommitted counts the workers that committed at least one
 	// operation within the measured window (a starved worker did not).
 	WorkersCommitted int `json:"workers_committed"`
@@ -202,7 +207,13 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		h.Keys[i] = "k" + strconv.Itoa(i)
 	}
 	var seededMu sync.Mutex
-	if err := parallel(ctx, h.Keys, func(ctx context.Context, k string) error {
+	storeKeys := h.Keys
+	if spec.OwnTable {
+		// The data lives in the strategy's own table, which its New
+		// seeds: the store stays empty.
+		storeKeys = nil
+	}
+	if err := parallel(ctx, storeKeys, func(ctx context.Context, k string) error {
 		v, err := h.Values.CompareAndSwap(ctx, k, 0, c.Initial)
 		if err != nil {
 			return err
@@ -267,6 +278,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		tally.Ambiguous += wk.tally.Ambiguous
 		tally.Failed += wk.tally.Failed
 		tally.Negative += wk.tally.Negative
+		res.TotalFailedOps += wk.tally.Failed + wk.tally.Ambiguous
 		res.Ops += wk.committed
 		res.FailedOps += wk.failed
 		res.AmbiguousOps += wk.ambiguous
@@ -299,8 +311,19 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 	}
 	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := parallel(checkCtx, h.Keys, func(ctx context.Context, k string) error {
+	read := func(ctx context.Context, k string) (int64, error) {
 		v, _, err := h.Values.Get(ctx, k)
+		return v, err
+	}
+	if spec.OwnTable {
+		vr, ok := strat.(valueReader)
+		if !ok {
+			return Result{}, fmt.Errorf("%s keeps its own table but cannot read it back (no Value method)", c.Strategy)
+		}
+		read = vr.Value
+	}
+	if err := parallel(checkCtx, h.Keys, func(ctx context.Context, k string) error {
+		v, err := read(ctx, k)
 		if errors.Is(err, cas.ErrNotFound) {
 			return fmt.Errorf("key %s is gone", k)
 		}

@@ -90,16 +90,32 @@ type strategySpec struct {
 	// New prepares the strategy for one cell, or returns an error
 	// wrapping errNotApplicable.
 	New func(ctx context.Context, h *harness) (cellStrategy, error)
+	// OwnTable says the strategy keeps the cell's data where repository
+	// code keeps it, in a table of the application's own, not in the
+	// cell's store: the lab leaves the store empty, New creates and
+	// seeds the table (a --procs child's New opens its parent's, see
+	// harness.Attached), and the strategy is a valueReader, through
+	// which the invariant is checked.
+	OwnTable bool
+}
+
+// valueReader is implemented by the strategies of OwnTable specs: the
+// invariant check reads every key's final value through it, after the
+// strategy's Close (and before the harness's OnClose functions run).
+type valueReader interface {
+	// Value returns the value of key; an error matching cas.ErrNotFound
+	// when the key is gone.
+	Value(ctx context.Context, key string) (int64, error)
 }
 
 // strategySpecs are the lab's strategies: one list, written out, instead
 // of registrations. Tests may append their own before opening a lab.
-var strategySpecs = slices.Concat(coreStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies, mysqlStrategies)
+var strategySpecs = slices.Concat(coreStrategies, tableStrategies, gormStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies, mysqlStrategies)
 
 // strategyOrder is the order of the strategies in tables and
 // charts; others follow by name.
 var strategyOrder = []string{
-	"occ", "occ-no-turns", "occ-cached", "occ-combine", "occ-txn", "hybrid", "adaptive",
+	"occ", "occ-no-turns", "occ-cached", "occ-combine", "occ-table", "occ-table-combine", "occ-gorm", "occ-txn", "hybrid", "adaptive",
 	"lock-local", "lock-pg-for-update", "lock-pg-advisory", "lock-etcd-mutex",
 	"lock-redis", "lock-redlock", "lock-zookeeper", "lock-mysql-for-update", "lock-mysql-get-lock",
 }
@@ -161,6 +177,10 @@ type harness struct {
 	// NS is the cell's namespace: prefix lock names with NS + "/"
 	// so that cells never share a lock.
 	NS string
+	// Attached is set in a --procs child: the cell's data exists, made
+	// and seeded by the parent's harness (an OwnTable strategy opens its
+	// table instead of creating it, and leaves it to the parent).
+	Attached bool
 
 	lab     *Lab
 	opts    [][]occ.Option

@@ -1,0 +1,213 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/mysqltest"
+	"github.com/occkit/occkit/internal/pgtest"
+)
+
+// repoCell is a short cell of a repository strategy for the tests below:
+// 8 workers on one hot row at the lab's default attempt limit (where
+// pgcas.Table.Modify used to give up), or an inventory of 2 items that
+// sells out (a declined sale must come back through Modify and
+// gormocc.Update as declined, not failed).
+func repoCell(backend, strategy, workload string, procs int) Cell {
+	c := Cell{Backend: backend, Strategy: strategy, Workload: workload, Workers: 8, Keys: 1, Ops: 200, Seed: 12, Procs: procs}
+	if workload == "inventory" {
+		c.Keys, c.Initial = 2, 80
+	}
+	return c
+}
+
+// checkRepoCell runs c and checks the invariant (read back from the
+// strategy's own table) and that no operation failed, warm-up included.
+func checkRepoCell(t *testing.T, l *Lab, c Cell) {
+	t.Helper()
+	r := runCell(t, l, c)
+	if !r.InvariantOK || r.FailedOps != 0 || r.TotalFailedOps != 0 || r.Ops+r.DeclinedOps != c.Ops {
+		t.Errorf("%s: invariant %v %s; %d committed, %d declined, %d failed (%d in all: %s)",
+			CellName(c), r.InvariantOK, r.Invariant, r.Ops, r.DeclinedOps, r.FailedOps, r.TotalFailedOps, r.Error)
+	}
+	if c.Workload == "inventory" && r.DeclinedOps != c.Ops-int64(c.Keys)*c.Initial {
+		t.Errorf("%s: %d sales declined, want %d (every item sold out)", CellName(c), r.DeclinedOps, c.Ops-int64(c.Keys)*c.Initial)
+	}
+}
+
+// runRepoCells checks the named repository strategies on backend, on
+// both single-key workloads, in one process and, with procs, in that many
+// (the lab's test binary run again through ChildMain).
+func runRepoCells(t *testing.T, l *Lab, backend string, procs int, strategies ...string) {
+	t.Helper()
+	for _, s := range strategies {
+		for _, wl := range []string{"counter", "inventory"} {
+			t.Run(s+"/"+wl, func(t *testing.T) { checkRepoCell(t, l, repoCell(backend, s, wl, 1)) })
+		}
+		if procs > 1 {
+			t.Run(s+"/procs", func(t *testing.T) { checkRepoCell(t, l, repoCell(backend, s, "counter", procs)) })
+		}
+	}
+}
+
+// TestTablesSQLite runs the repository strategies on the sqlite backend
+// (sqlcas.Table; GORM through github.com/libtnb/sqlite), also across two
+// processes, and checks that they do not apply where their tables do not
+// exist.
+func TestTablesSQLite(t *testing.T) {
+	l := openLab(t, "memory", "sqlite")
+	runRepoCells(t, l, "sqlite", 2, "occ-table", "occ-table-combine", "occ-gorm")
+	for _, s := range []string{"occ-table", "occ-table-combine", "occ-gorm"} {
+		if _, err := l.Run(t.Context(), Cell{Backend: "memory", Strategy: s, Workload: "counter", Workers: 1, Keys: 1, Ops: 1}); !errors.Is(err, errNotApplicable) {
+			t.Errorf("%s on memory: %v, want not applicable", s, err)
+		}
+	}
+}
+
+// TestTablesPostgres runs the repository strategies on PostgreSQL
+// (pgcas.Table; GORM through pgx's database/sql driver) from
+// OCCKIT_PG_URL, also across two processes; it fails, saying how to get
+// a server, when the variable is unset.
+func TestTablesPostgres(t *testing.T) {
+	pgtest.URL(t)
+	l := openLab(t, "postgres")
+	runRepoCells(t, l, "postgres", 2, "occ-table", "occ-table-combine", "occ-gorm")
+}
+
+// TestTablesMySQL runs the table strategies on MySQL/MariaDB (sqlcas.Table)
+// from OCCKIT_MYSQL_DSN; it fails, saying how to get a server, when the
+// variable is unset. occ-gorm does not run there (no GORM MySQL driver in
+// the lab).
+func TestTablesMySQL(t *testing.T) {
+	mysqltest.Config(t)
+	l := openLab(t, "mysql")
+	runRepoCells(t, l, "mysql", 0, "occ-table", "occ-table-combine")
+	if _, err := l.Run(t.Context(), Cell{Backend: "mysql", Strategy: "occ-gorm", Workload: "counter", Workers: 1, Keys: 1, Ops: 1}); !errors.Is(err, errNotApplicable) {
+		t.Errorf("occ-gorm on mysql: %v, want not applicable", err)
+	}
+}
+
+// TestTablesDynamoDB runs the table strategies on the dynamodb backend
+// (dynamocas.Table) over minidyn's server in process.
+func TestTablesDynamoDB(t *testing.T) {
+	l := openIsolatedLab(t, "dynamodb")
+	runRepoCells(t, l, "dynamodb", 0, "occ-table", "occ-table-combine")
+}
+
+// TestOwnTableInvariant: the invariant of an OwnTable strategy is checked
+// on the values its table holds (read through Value), not on the cell's
+// store, which stays empty: a table that lost an update fails the cell.
+func TestOwnTableInvariant(t *testing.T) {
+	for _, lose := range []bool{false, true} {
+		lossy := strategySpec{
+			Name: "test-own-table", Kind: kindOptimistic, SingleKey: true, OwnTable: true,
+			New: func(_ context.Context, h *harness) (cellStrategy, error) {
+				if v, _, err := h.Values.Get(context.Background(), h.Keys[0]); !errors.Is(err, cas.ErrNotFound) {
+					return nil, fmt.Errorf("the store was seeded (%d, %v)", v, err)
+				}
+				return &countingTable{initial: h.Cell.Initial, lose: lose}, nil
+			},
+		}
+		strategySpecs = append(strategySpecs, lossy)
+		l := openIsolatedLab(t, "memory")
+		r := runCell(t, l, Cell{Backend: "memory", Strategy: lossy.Name, Workload: "counter", Workers: 4, Keys: 1, Ops: 100})
+		strategySpecs = strategySpecs[:len(strategySpecs)-1]
+		if r.InvariantOK == lose {
+			t.Errorf("a table that loses an update: %v; invariant ok %v (%s)", lose, r.InvariantOK, r.Invariant)
+		}
+	}
+}
+
+// countingTable is an OwnTable strategy over a counter in memory that,
+// with lose, forgets its first increment.
+type countingTable struct {
+	mu      sync.Mutex
+	n       int64
+	initial int64
+	lose    bool
+}
+
+func (c *countingTable) Do(context.Context, int, operation) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	return nil
+}
+
+func (c *countingTable) Close(context.Context) error { return nil }
+
+func (c *countingTable) Value(context.Context, string) (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lose {
+		return c.initial + c.n - 1, nil
+	}
+	return c.initial + c.n, nil
+}
+
+// TestRepositoryGoalChecks: the repository paths' goals judge occ-table
+// against occ on the same backend and occ-table-combine against the best
+// cross-process lock (lock-local, however fast, is no rival), each at
+// its own kind of point, and count failed operations at every point.
+func TestRepositoryGoalChecks(t *testing.T) {
+	cell := func(strategy string, workers, keys int, ops float64, failed int64, procs int) Result {
+		return Result{Backend: "postgres", Workload: "counter", Strategy: strategy, Workers: workers, Keys: keys,
+			Throughput: ops, TotalFailedOps: failed, WorkersCommitted: workers, InvariantOK: true, Procs: procs}
+	}
+	results := []Result{
+		// 1 row, 16 workers: occ-table 0.92× occ; combined 3.5× FOR
+		// UPDATE (lock-local's 10,000 does not count); occ-gorm failed 3.
+		cell("occ", 16, 1, 1000, 0, 1),
+		cell("occ-table", 16, 1, 920, 0, 1),
+		cell("occ-table-combine", 16, 1, 3500, 0, 1),
+		cell("occ-gorm", 16, 1, 500, 3, 1),
+		cell("lock-pg-for-update", 16, 1, 1000, 0, 1),
+		cell("lock-local", 16, 1, 10000, 0, 1),
+		// 1000 keys: occ-table 0.9× occ, not met.
+		cell("occ", 16, 1000, 1000, 0, 1),
+		cell("occ-table", 16, 1000, 900, 0, 1),
+		// 4 processes, 1 row: no hot goal (one process only), but
+		// failures still count.
+		cell("occ", 16, 1, 1000, 0, 4),
+		cell("occ-table", 16, 1, 100, 1, 4),
+	}
+	got := map[string]goalCheck{}
+	for _, c := range checkGoals(results) {
+		who := "" // the strategy of a count, which is checked per strategy
+		if c.Count {
+			who, _, _ = strings.Cut(c.Detail, ":")
+		}
+		got[c.Goal+"|"+c.Point.String()+"|"+c.Setup+"|"+who] = c
+	}
+	for _, tc := range []struct {
+		key, status string
+		ratio       float64
+	}{
+		{goalTableHot + "|16w 1k||", goalMet, 0.92},
+		{goalTableCombineHot + "|16w 1k||", goalMet, 3.5},
+		{goalTableCool + "|16w 1000k θ=0||", goalNotMet, 0.9},
+		{goalRepoNoFail + "|16w 1k||occ-table", goalMet, 0},
+		{goalRepoNoFail + "|16w 1k||occ-table-combine", goalMet, 0},
+		{goalRepoNoFail + "|16w 1k||occ-gorm", goalNotMet, 0},
+		{goalRepoNoFail + "|16w 1k|4 processes|occ-table", goalNotMet, 0},
+	} {
+		c, ok := got[tc.key]
+		if !ok {
+			t.Errorf("no check %q", tc.key)
+			continue
+		}
+		if c.Status != tc.status || c.Ratio < tc.ratio-1e-9 || c.Ratio > tc.ratio+1e-9 {
+			t.Errorf("%s: %s %.3f×, want %s %.3f× (%s)", tc.key, c.Status, c.Ratio, tc.status, tc.ratio, c.Detail)
+		}
+	}
+	for k := range got {
+		if strings.HasPrefix(k, goalTableHot+"|16w 1k|4 processes") || strings.HasPrefix(k, goalTableCombineHot+"|16w 1k|4 processes") {
+			t.Errorf("a one-process goal was checked across processes: %s", k)
+		}
+	}
+}
