@@ -6,7 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/occkit/occkit/integrations/gormocc"
 	"github.com/occkit/occkit/occ"
@@ -72,5 +74,59 @@ func TestUpdateHotRow(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestUpdateHotRowAcrossProcesses: four *gorm.DB on one PostgreSQL
+// database stand for four processes (their calls take no turns with each
+// other's); 16 goroutines × 25 decrements of one row at default options.
+// No call may give up: a call that keeps losing to the other "processes"
+// holds the row (SELECT ... FOR UPDATE) for one attempt.
+func TestUpdateHotRowAcrossProcesses(t *testing.T) {
+	const workers, ops = 16, 25
+	first := openPostgres(t)
+	dsn := first.Dialector.(*postgres.Dialector).Config.DSN
+	dbs := []*gorm.DB{first}
+	for range 3 {
+		db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB, _ := db.DB()
+		t.Cleanup(func() { _ = sqlDB.Close() })
+		if err := db.Use(gormocc.Plugin{}); err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, db)
+	}
+	ctx := context.Background()
+	it := Item{Name: "lamp", Stock: workers * ops}
+	if err := first.Create(&it).Error; err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range workers {
+		db := dbs[i%len(dbs)]
+		wg.Go(func() {
+			for range ops {
+				if _, err := gormocc.Update(ctx, db, Item{ID: it.ID}, func(m *Item) error {
+					m.Stock--
+					return nil
+				}); err != nil {
+					if failed.Add(1) == 1 {
+						t.Errorf("Update: %v", err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var final Item
+	if err := first.Take(&final, it.ID).Error; err != nil || final.Stock != int(failed.Load()) {
+		t.Fatalf("stock %d (%v), want %d (the failed calls')", final.Stock, err, failed.Load())
+	}
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d calls failed", n, workers*ops)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
 
 	"github.com/occkit/occkit/cas"
@@ -119,13 +120,22 @@ func rowsFor[T any](db *gorm.DB, model *T) (*modelRows[T], error) {
 		base = base.Table(table).Session(&gorm.Session{})
 	}
 	db = base
-	r.rows = rowupdate.New(rowupdate.Driver[T]{
+	d := rowupdate.Driver[T]{
 		Read: func(ctx context.Context, key any) (rowupdate.Row[T], error) { return r.read(ctx, db, key.(T)) },
 		Write: func(ctx context.Context, key any, expected cas.Version, next T) (rowupdate.Row[T], rowupdate.Row[T], error) {
 			return r.write(ctx, db, key.(T), expected, next)
 		},
 		SetVersion: r.setVersion,
-	})
+	}
+	switch db.Dialector.Name() {
+	case "postgres", "mysql":
+		// A call that keeps losing holds the row (SELECT ... FOR UPDATE)
+		// for one attempt; SQLite has a single writer anyway.
+		d.Exclusive = func(ctx context.Context, key any, fn func(rowupdate.Row[T]) (T, bool, error)) (rowupdate.Row[T], error) {
+			return r.exclusive(ctx, db, key.(T), fn)
+		}
+	}
+	r.rows = rowupdate.New(d)
 	if shared {
 		got, _ := bridges.LoadOrStore(k, r)
 		return got.(*modelRows[T]), nil
@@ -196,4 +206,56 @@ func (r *modelRows[T]) write(ctx context.Context, db *gorm.DB, key T, expected c
 	}
 	ce.HasCurrent, ce.Current.Version = true, cur.Version
 	return rowupdate.Row[T]{}, cur, err
+}
+
+// exclusiveTimeout bounds, on PostgreSQL, how long an exclusive attempt
+// may hold the row while its holder does not answer: the server ends a
+// session idle in its transaction for longer, which frees the row.
+const exclusiveTimeout = "2000" // ms
+
+// exclusive is the attempt Update escalates to for a call that keeps
+// losing to writers in other processes: in one transaction it reads the
+// row FOR UPDATE (other writers wait for the lock, then find their
+// version gone), calls fn, and saves what fn returns.
+func (r *modelRows[T]) exclusive(ctx context.Context, db *gorm.DB, key T, fn func(rowupdate.Row[T]) (T, bool, error)) (rowupdate.Row[T], error) {
+	var out rowupdate.Row[T]
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if tx.Dialector.Name() == "postgres" {
+			if err := tx.Exec("SELECT set_config('idle_in_transaction_session_timeout', ?, true)", exclusiveTimeout).Error; err != nil {
+				return err
+			}
+		}
+		m := key
+		var cur rowupdate.Row[T]
+		switch err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Take(&m).Error; {
+		case errors.Is(err, gorm.ErrRecordNotFound):
+		case err != nil:
+			return err
+		default:
+			cur = rowupdate.Row[T]{Value: m, Version: r.versionOf(ctx, &m)}
+		}
+		next, write, err := fn(cur)
+		if err != nil {
+			return err
+		}
+		if !write {
+			out = cur
+			return nil
+		}
+		if cur.Version == 0 {
+			return fmt.Errorf("gormocc: update: %w: %w", cas.ErrNotFound, gorm.ErrRecordNotFound)
+		}
+		if err := r.setVersion(&next, cur.Version); err != nil {
+			return err
+		}
+		if err := tx.Save(&next).Error; err != nil {
+			return err
+		}
+		out = rowupdate.Row[T]{Value: next, Version: r.versionOf(ctx, &next)}
+		return nil
+	})
+	if err != nil {
+		return rowupdate.Row[T]{}, err
+	}
+	return out, nil
 }
