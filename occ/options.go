@@ -178,8 +178,12 @@ func WithObserver(o Observer) Option { return Option{kind: optObserver, observer
 func WithTurns(enabled bool) Option { return Option{kind: optTurns, off: !enabled} }
 
 // DefaultExclusiveAfter is how many conditional writes in a row a call
-// may lose before its next attempt runs exclusively (WithExclusiveAfter).
-const DefaultExclusiveAfter = 3
+// may lose before its next attempt runs exclusively (WithExclusiveAfter):
+// late enough that a key shared by a few processes rarely escalates (an
+// exclusive attempt costs a round trip more and makes the key's other
+// writers wait), early enough to cut the tail of the calls that keep
+// losing. docs/benchmarks.md measures it against no escalation.
+const DefaultExclusiveAfter = 8
 
 // WithExclusiveAfter sets how many conditional writes in a row an Update
 // call (or a combined batch) may lose before its next attempt runs

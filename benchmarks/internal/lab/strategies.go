@@ -47,6 +47,23 @@ var coreStrategies = []strategySpec{
 		},
 	},
 	{
+		Name:      "occ-no-exclusive",
+		Kind:      kindOptimistic,
+		About:     "occ.Update with occ.WithExclusiveAfter(0): a call that keeps losing to other processes never takes the store's exclusive path (cas.Exclusive), as before it existed; the A/B of the escalation (only when asked for)",
+		SingleKey: true,
+		DefaultOn: func(string, bool) bool { return false },
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			perWorker := make([][]occ.Option, h.Cell.Workers)
+			for w := range perWorker {
+				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithExclusiveAfter(0))
+			}
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
+				return err
+			}), nil
+		},
+	},
+	{
 		Name:      "occ-cached",
 		Kind:      kindOptimistic,
 		About:     "occ.Update (occ.Txn for several keys) with a shared occ.Cache: a warm update is one conditional write",
