@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,6 +40,14 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return o
+		},
+		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
+			const bound = 200 * time.Millisecond
+			o, err := pgcas.New(s.(*pgcas.Store).Pool(), pgcas.Config{Limits: limits, ExclusiveTimeout: bound})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o, bound
 		},
 		ReturnsCurrent: true,
 		Limits:         limits,

@@ -48,6 +48,14 @@ func TestConformance(t *testing.T) {
 			}
 			return o
 		},
+		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
+			const bound = 200 * time.Millisecond
+			o, err := rediscas.New(cli, rediscas.Config{Prefix: prefixes[s], ExclusiveTTL: bound})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o, bound
+		},
 		ReturnsCurrent: true,
 		Limits:         probe.Limits(),
 	})

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
@@ -24,6 +25,7 @@ func TestConformance(t *testing.T) {
 				}
 				return o
 			},
+			ShortHold:      shortHold(d, limits),
 			ReturnsCurrent: true,
 			Limits:         limits,
 			Workers:        8,
@@ -151,5 +153,21 @@ func TestTokenAboveInt64(t *testing.T) {
 	s := newStore(t, sqlcas.SQLite, sqlcas.Config{})
 	if _, err := s.CompareAndSwapFenced(context.Background(), "k", 0, math.MaxInt64+1, []byte("v")); !errors.Is(err, cas.ErrTooLarge) {
 		t.Fatalf("token above int64: %v, want ErrTooLarge", err)
+	}
+}
+
+// shortHold is the castest harness's ShortHold: PostgreSQL bounds a
+// silent holder (ExclusiveTimeout); MySQL and SQLite do not (nil).
+func shortHold(d sqlcas.Dialect, limits cas.Limits) func(*testing.T, cas.Store) (cas.Store, time.Duration) {
+	if d != sqlcas.Postgres {
+		return nil
+	}
+	return func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
+		const bound = 200 * time.Millisecond
+		o, err := sqlcas.New(s.(*sqlcas.Store).DB(), sqlcas.Config{Dialect: d, Limits: limits, ExclusiveTimeout: bound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o, bound
 	}
 }

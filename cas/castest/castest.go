@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/occkit/occkit/cas"
 )
@@ -49,6 +50,12 @@ type Harness struct {
 	// or prefix): the cross-process tests run their calls through several
 	// such stores, whose calls take no turns with each other's.
 	Reopen func(t *testing.T, s cas.Store) cas.Store
+
+	// ShortHold, if set, returns another store over the same keys as s
+	// whose exclusive hold (cas.Exclusive) ends after the returned bound
+	// when its holder stops answering (a short timeout or TTL), for the
+	// pause test. Without it that test is skipped.
+	ShortHold func(t *testing.T, s cas.Store) (cas.Store, time.Duration)
 
 	// Workers and OpsPerWorker size the concurrency tests (defaults 8 and
 	// 40). Slow backends may lower them.

@@ -142,6 +142,7 @@ var exclusiveTests = []test{
 		}
 		wantItem(t, s, "k", "held", d.v)
 	}},
+	{"HolderPausedPastItsBound", testHolderPaused},
 	{"EscalatedIncrementsAcrossStores", func(t *testing.T, h *Harness, s cas.Store) {
 		// Several stores of one backend stand for several processes:
 		// their calls take no turns with each other's. Every call
@@ -177,6 +178,64 @@ var exclusiveTests = []test{
 			t.Fatalf("%d of %d updates failed", failed.Load(), want)
 		}
 	}},
+}
+
+// testHolderPaused is the fault of a process pause: the holder of an
+// exclusive update stops between its read and its write for five times
+// its hold's bound. The others (another store of the same keys, as
+// another process) wait only that long, then proceed; the holder's late
+// write is refused as a conflict; every increment of the others counts,
+// none twice.
+func testHolderPaused(t *testing.T, h *Harness, s cas.Store) {
+	exclusive(t, s)
+	if h.ShortHold == nil {
+		t.Skip("skipped: Harness.ShortHold is not set")
+	}
+	short, bound := h.ShortHold(t, s)
+	ex := exclusive(t, short)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mustCreate(t, s, "n", "100")
+	held := make(chan struct{})
+	paused := make(chan error, 1)
+	go func() {
+		_, err := ex.UpdateExclusive(ctx, "n", func(cas.Item) ([]byte, bool, error) {
+			close(held)
+			time.Sleep(5 * bound)
+			return []byte("1000"), true, nil
+		})
+		paused <- err
+	}()
+	<-held
+	others := cas.NewTyped(s, cas.JSON[int]())
+	start := time.Now()
+	var mu sync.Mutex
+	var firstDone time.Duration
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 5 {
+				if _, _, err := occ.Update(ctx, others, "n", func(n int, _ bool) (int, error) { return n + 1, nil }); err != nil {
+					t.Errorf("an increment of the others: %v", err)
+					return
+				}
+				mu.Lock()
+				if firstDone == 0 {
+					firstDone = time.Since(start)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := <-paused; !errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("the paused holder's write: %v, want a conflict (its hold ended, nothing written)", err)
+	}
+	wantItem(t, s, "n", "120", mustVersion(t, s, "n"))
+	if firstDone >= 5*bound {
+		t.Fatalf("the others waited %v, until the holder resumed: the hold's bound (%v) freed nothing", firstDone, bound)
+	}
+	t.Logf("the others' first increment after %v (bound %v, pause %v)", firstDone, bound, 5*bound)
 }
 
 func mustVersion(t *testing.T, s cas.Store, k string) cas.Version {

@@ -97,13 +97,7 @@ func openAppTable(ctx context.Context, h *harness) (appTable, error) {
 		if err != nil {
 			return appTable{}, err
 		}
-		t = appTable{
-			modify: func(ctx context.Context, key string, mutate func(tableRow, bool) (tableRow, error), opts ...occ.Option) (tableRow, error) {
-				return tbl.Modify(ctx, key, mutate, opts...)
-			},
-			get:      func(ctx context.Context, key string) (tableRow, error) { return tbl.Get(ctx, key) },
-			newCache: tbl.NewCache,
-		}
+		t = sqlAppTable(tbl)
 		// Versions from the bigserial's sequence, <table>_version_seq,
 		// which pgcas.Table uses by default.
 		q := cli.Table(name)
@@ -125,13 +119,7 @@ func openAppTable(ctx context.Context, h *harness) (appTable, error) {
 		if err != nil {
 			return appTable{}, err
 		}
-		t = appTable{
-			modify: func(ctx context.Context, key string, mutate func(tableRow, bool) (tableRow, error), opts ...occ.Option) (tableRow, error) {
-				return tbl.Modify(ctx, key, mutate, opts...)
-			},
-			get:      func(ctx context.Context, key string) (tableRow, error) { return tbl.Get(ctx, key) },
-			newCache: tbl.NewCache,
-		}
+		t = sqlAppTable(tbl)
 		q := cli.Table(name)
 		create = func(ctx context.Context) error {
 			if _, err := db.ExecContext(ctx, `CREATE TABLE `+q+` `+columns); err != nil {
@@ -257,4 +245,23 @@ func (tableStrategy) Close(context.Context) error { return nil }
 func (s tableStrategy) Value(ctx context.Context, key string) (int64, error) {
 	r, err := s.t.get(ctx, key)
 	return r.N, err
+}
+
+// anyKeyTable is the method set pgcas.Table and sqlcas.Table share (keys
+// of type any) that an appTable uses.
+type anyKeyTable interface {
+	Modify(ctx context.Context, key any, mutate func(tableRow, bool) (tableRow, error), opts ...occ.Option) (tableRow, error)
+	Get(ctx context.Context, key any) (tableRow, error)
+	NewCache(maxEntries int) *occ.Cache
+}
+
+// sqlAppTable is the appTable of a pgcas or sqlcas table.
+func sqlAppTable(tbl anyKeyTable) appTable {
+	return appTable{
+		modify: func(ctx context.Context, key string, mutate func(tableRow, bool) (tableRow, error), opts ...occ.Option) (tableRow, error) {
+			return tbl.Modify(ctx, key, mutate, opts...)
+		},
+		get:      func(ctx context.Context, key string) (tableRow, error) { return tbl.Get(ctx, key) },
+		newCache: tbl.NewCache,
+	}
 }
