@@ -1,6 +1,7 @@
 package etcdcas
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,12 @@ type Config struct {
 	// ResolveTimeout bounds the time spent finding out whether a write
 	// whose answer was lost was applied (default 5 s).
 	ResolveTimeout time.Duration
+	// ExclusiveTTL is how long an exclusive update (UpdateExclusive, the
+	// escalation of occ.Update for a call that keeps losing) holds a key
+	// at most: the lease of its hold key, in whole seconds (etcd refuses
+	// leases under its minimum TTL, about 2 s with default flags). Zero
+	// means DefaultExclusiveTTL.
+	ExclusiveTTL time.Duration
 }
 
 // Store is a cas.Store on etcd. It is safe for concurrent use.
@@ -47,9 +54,12 @@ type Store struct {
 	cli     *clientv3.Client
 	data    string // prefix of data keys
 	fence   string // prefix of fence keys
+	hold    string // prefix of hold keys (UpdateExclusive)
 	limits  cas.Limits
 	resolve time.Duration
 	ids     *writeIDs
+
+	exclusiveTTL time.Duration
 }
 
 var (
@@ -85,12 +95,15 @@ func New(cli *clientv3.Client, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcdcas: %w", err)
 	}
 	return &Store{
-		cli:     cli,
-		data:    cfg.Prefix + "d/",
-		fence:   cfg.Prefix + "f/",
-		limits:  cfg.Limits.Or(defaults),
-		resolve: cfg.ResolveTimeout,
-		ids:     newWriteIDs(),
+		cli:   cli,
+		data:  cfg.Prefix + "d/",
+		fence: cfg.Prefix + "f/",
+		hold:  cfg.Prefix + "h/",
+
+		exclusiveTTL: cmp.Or(cfg.ExclusiveTTL, DefaultExclusiveTTL),
+		limits:       cfg.Limits.Or(defaults),
+		resolve:      cfg.ResolveTimeout,
+		ids:          newWriteIDs(),
 	}, nil
 }
 
@@ -142,6 +155,12 @@ func (s *Store) dataKey(key string) string { return s.data + key }
 
 func (s *Store) fenceKey(key string) string { return s.fence + key }
 
+// notHeld is the compare of a write that an exclusive update's hold of
+// key refuses: the hold key does not exist.
+func (s *Store) notHeld(key string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(s.holdKey(key)), "=", 0)
+}
+
 // item decodes a data key's etcd value.
 func (s *Store) item(key string, kv *mvccpb.KeyValue) (cas.Item, writeID, error) {
 	id, v, err := decodeEnvelope(kv.Value)
@@ -182,15 +201,16 @@ func (s *Store) conflict(key string, expected cas.Version, rr *clientv3.GetRespo
 }
 
 // CompareAndSwap implements cas.Store as one etcd transaction:
-// If(ModRevision(key) == expected) Then(Put) Else(Get), so a conflict
-// carries the current item at no extra round trip.
+// If(ModRevision(key) == expected, no hold) Then(Put) Else(Get), so a
+// conflict carries the current item at no extra round trip (no hold: no
+// exclusive update holds the key, see UpdateExclusive).
 func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
 	if err := s.limits.Put(ctx, key, value); err != nil {
 		return 0, err
 	}
 	dk, id := s.dataKey(key), s.ids.Next()
 	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected))).
+		If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected)), s.notHeld(key)).
 		Then(clientv3.OpPut(dk, encodeEnvelope(id, value))).
 		Else(clientv3.OpGet(dk)).
 		Commit()
@@ -245,14 +265,14 @@ func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected c
 }
 
 // CompareAndDelete implements cas.Store as
-// If(ModRevision(key) == expected) Then(Delete) Else(Get).
+// If(ModRevision(key) == expected, no hold) Then(Delete) Else(Get).
 func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.Version) error {
 	if err := s.limits.Delete(ctx, key, expected); err != nil {
 		return err
 	}
 	dk := s.dataKey(key)
 	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected))).
+		If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected)), s.notHeld(key)).
 		Then(clientv3.OpDelete(dk)).
 		Else(clientv3.OpGet(dk)).
 		Commit()

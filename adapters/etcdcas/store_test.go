@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/cas"
@@ -44,8 +45,32 @@ func TestConformance(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	cli := c.Client()
 	probe := newStore(t, cli, etcdcas.Config{})
+	names := map[cas.Store]string{}
 	castest.Run(t, castest.Harness{
-		NewStore:       func(t *testing.T) cas.Store { return newStore(t, cli, etcdcas.Config{}) },
+		NewStore: func(t *testing.T) cas.Store {
+			cfg := etcdcas.Config{Prefix: fmt.Sprintf("test%d/", prefixes.Add(1))}
+			s, err := etcdcas.New(cli, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names[s] = cfg.Prefix
+			return s
+		},
+		Reopen: func(t *testing.T, s cas.Store) cas.Store {
+			o, err := etcdcas.New(cli, etcdcas.Config{Prefix: names[s]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		},
+		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
+			const bound = 2 * time.Second // etcd's minimum lease TTL with default flags
+			o, err := etcdcas.New(cli, etcdcas.Config{Prefix: names[s], ExclusiveTTL: bound})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o, bound
+		},
 		ReturnsCurrent: true,
 		Limits:         probe.Limits(),
 		Workers:        8,
