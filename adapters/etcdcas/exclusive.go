@@ -33,58 +33,49 @@ func (s *Store) holdKey(key string) string { return s.hold + key }
 // holder that stops answering loses the key when its lease expires; its
 // late write is refused. Commit and CompareAndSwapFenced do not look at
 // holds: one that overtakes a hold makes the holder's write conflict,
-// which loses nothing. The lease of a successful update is left to
-// expire (revoking it would cost a round trip).
+// which loses nothing. Holds share a lease per Store, granted again every
+// half ExclusiveTTL, so that most exclusive updates cost two
+// transactions: a hold lasts between half the TTL and the whole of it.
 func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas.Item) ([]byte, bool, error)) (cas.Version, error) {
 	const op = "exclusive update"
 	if err := s.limits.Get(ctx, key); err != nil {
 		return 0, err
 	}
 	dk, hk := s.dataKey(key), s.holdKey(key)
-	var (
-		lease   clientv3.LeaseID
-		granted time.Time
-	)
-	// release ends the hold (if any) by revoking its lease, best effort:
-	// the lease expires anyway.
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	token := hex.EncodeToString(raw[:])
+	held := false
+	// release ends the hold, best effort (it expires with its lease).
 	release := func() {
-		if lease == 0 {
+		if !held {
 			return
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
 		defer cancel()
-		_, _ = s.cli.Revoke(rctx, lease)
-		lease = 0
+		_, _ = s.cli.Txn(rctx).If(clientv3.Compare(clientv3.Value(hk), "=", token)).Then(clientv3.OpDelete(hk)).Commit()
 	}
-	var raw [16]byte
-	_, _ = rand.Read(raw[:])
-	token := hex.EncodeToString(raw[:])
 	cur := cas.Item{Key: key}
 	wait := 200 * time.Microsecond
 	for {
-		if lease == 0 || time.Since(granted) > s.exclusiveTTL/2 {
-			// A lease granted before a long wait may be gone by the
-			// time the hold is free: take the hold with a fresh one.
-			release()
-			l, err := s.cli.Grant(ctx, int64(math.Ceil(s.exclusiveTTL.Seconds())))
-			if err != nil {
-				return 0, &readError{key: key, err: err}
-			}
-			lease, granted = l.ID, time.Now()
+		lease, err := s.holdLease(ctx)
+		if err != nil {
+			return 0, &readError{key: key, err: err}
 		}
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
 			Then(clientv3.OpPut(hk, token, clientv3.WithLease(lease)), clientv3.OpGet(dk)).
 			Commit()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			lease = 0 // expired meanwhile: grant another
+			s.dropLease(lease) // expired meanwhile: take another
 			continue
 		}
 		if err != nil {
+			held = true // the answer may have been lost: the hold may exist
 			release()
 			return 0, &readError{key: key, err: err}
 		}
-		if resp.Succeeded {
+		if held = resp.Succeeded; held {
 			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 				if cur, _, err = s.item(key, kvs[0]); err != nil {
 					release()
@@ -127,4 +118,30 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 		return 0, s.conflict(key, cur.Version, (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange()))
 	}
 	return cas.Version(resp.Header.Revision), nil
+}
+
+// holdLease returns the lease holds are taken with: the store's current
+// one, or a new one when it is half its TTL old (a hold taken with it
+// then lasts at least half the TTL).
+func (s *Store) holdLease(ctx context.Context) (clientv3.LeaseID, error) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if s.lease != 0 && time.Since(s.leaseAt) < s.exclusiveTTL/2 {
+		return s.lease, nil
+	}
+	l, err := s.cli.Grant(ctx, int64(math.Ceil(s.exclusiveTTL.Seconds())))
+	if err != nil {
+		return 0, err
+	}
+	s.lease, s.leaseAt = l.ID, time.Now()
+	return s.lease, nil
+}
+
+// dropLease forgets lease, which the server no longer has.
+func (s *Store) dropLease(lease clientv3.LeaseID) {
+	s.leaseMu.Lock()
+	if s.lease == lease {
+		s.lease = 0
+	}
+	s.leaseMu.Unlock()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/occkit/occkit/cas"
@@ -60,6 +61,9 @@ type Store struct {
 	ids     *writeIDs
 
 	exclusiveTTL time.Duration
+	leaseMu      sync.Mutex
+	lease        clientv3.LeaseID // the lease of holds (UpdateExclusive); 0: none yet
+	leaseAt      time.Time        // when it was granted
 }
 
 var (
