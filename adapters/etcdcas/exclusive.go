@@ -29,7 +29,8 @@ func (s *Store) holdKey(key string) string { return s.hold + key }
 // polling); fn runs; the write, If(ModRevision(key) == read,
 // Value(hold) == this hold), puts the value and deletes the hold.
 // Meanwhile CompareAndSwap and CompareAndDelete of the key, which require
-// the hold key to be absent, are refused with a *cas.ConflictError. A
+// the hold key to be absent, wait for the hold to end (then usually find
+// their version gone: a conflict), as writers wait for a row lock. A
 // holder that stops answering loses the key when its lease expires; its
 // late write is refused. Commit and CompareAndSwapFenced do not look at
 // holds: one that overtakes a hold makes the holder's write conflict,
@@ -84,13 +85,8 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 			}
 			break
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			release()
-			return 0, ctx.Err()
-		case <-t.C:
+		if err := sleepCtx(ctx, wait); err != nil {
+			return 0, err
 		}
 		wait = min(2*wait, 10*time.Millisecond)
 	}

@@ -159,6 +159,27 @@ func (s *Store) dataKey(key string) string { return s.data + key }
 
 func (s *Store) fenceKey(key string) string { return s.fence + key }
 
+// heldOnly reports whether a write at expected that failed, whose key
+// read back as rr, failed only for a hold: the key is at expected.
+func heldOnly(rr *clientv3.GetResponse, expected cas.Version) bool {
+	if len(rr.Kvs) == 0 {
+		return expected == 0
+	}
+	return cas.Version(rr.Kvs[0].ModRevision) == expected
+}
+
+// sleepCtx waits d or until ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // notHeld is the compare of a write that an exclusive update's hold of
 // key refuses: the hold key does not exist.
 func (s *Store) notHeld(key string) clientv3.Cmp {
@@ -213,18 +234,29 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Ver
 		return 0, err
 	}
 	dk, id := s.dataKey(key), s.ids.Next()
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected)), s.notHeld(key)).
-		Then(clientv3.OpPut(dk, encodeEnvelope(id, value))).
-		Else(clientv3.OpGet(dk)).
-		Commit()
-	if err != nil {
-		return s.failedWrite(ctx, "compare-and-swap", key, expected, id, err)
+	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected)), s.notHeld(key)).
+			Then(clientv3.OpPut(dk, encodeEnvelope(id, value))).
+			Else(clientv3.OpGet(dk)).
+			Commit()
+		if err != nil {
+			return s.failedWrite(ctx, "compare-and-swap", key, expected, id, err)
+		}
+		if resp.Succeeded {
+			return cas.Version(resp.Header.Revision), nil
+		}
+		rr := (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
+		if !heldOnly(rr, expected) {
+			return 0, s.conflict(key, expected, rr)
+		}
+		// The version matched: an exclusive update holds the key. Wait
+		// for it, as a writer waits for a row lock (nothing was written,
+		// so sending the write again is safe).
+		if err := sleepCtx(ctx, wait); err != nil {
+			return 0, err
+		}
 	}
-	if !resp.Succeeded {
-		return 0, s.conflict(key, expected, (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange()))
-	}
-	return cas.Version(resp.Header.Revision), nil
 }
 
 // CompareAndSwapFenced implements cas.FencedStore. Each fenced key has a
@@ -275,19 +307,27 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 		return err
 	}
 	dk := s.dataKey(key)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected)), s.notHeld(key)).
-		Then(clientv3.OpDelete(dk)).
-		Else(clientv3.OpGet(dk)).
-		Commit()
-	if err != nil {
-		_, err = s.failedWrite(ctx, "compare-and-delete", key, expected, writeID{}, err)
-		return err
+	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected)), s.notHeld(key)).
+			Then(clientv3.OpDelete(dk)).
+			Else(clientv3.OpGet(dk)).
+			Commit()
+		if err != nil {
+			_, err = s.failedWrite(ctx, "compare-and-delete", key, expected, writeID{}, err)
+			return err
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		rr := (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
+		if !heldOnly(rr, expected) {
+			return s.conflict(key, expected, rr)
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			return err
+		}
 	}
-	if !resp.Succeeded {
-		return s.conflict(key, expected, (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange()))
-	}
-	return nil
 }
 
 // Commit implements cas.Committer as one etcd transaction with a compare

@@ -35,12 +35,30 @@ func heldConflict(key string, expected cas.Version, cur []string) error {
 	return err
 }
 
+// writeUnheld is write for a writer other than an exclusive update: while
+// an exclusive update holds the key, it waits (polling) and sends the
+// write again, as a writer waits for a row lock, so that a hold costs the
+// others one lost write each and not a burst of refused ones. The write
+// id makes sending it again safe. ctx bounds the wait.
+func (s *Store) writeUnheld(ctx context.Context, w pending) (cas.Version, error) {
+	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		v, err := s.write(ctx, w)
+		if !errors.Is(err, errHeld) {
+			return v, err
+		}
+		if !sleep(ctx, wait) {
+			return 0, ctx.Err()
+		}
+	}
+}
+
 // UpdateExclusive implements cas.Exclusive with a hold kept in the key's
 // hash: a script takes it (waiting, by polling, while another update
 // holds the key) and returns the key's state, fn runs, and the write,
-// which carries the hold's token, ends it. Meanwhile every other write of
-// the key (CompareAndSwap, CompareAndDelete, Commit) is refused with a
-// *cas.ConflictError. A hold lasts Config.ExclusiveTTL by the server's
+// which carries the hold's token, ends it. Meanwhile CompareAndSwap and
+// CompareAndDelete of the key wait for the hold to end (then usually find
+// their version gone: a conflict), and a Commit that touches the key is
+// refused with a *cas.ConflictError. A hold lasts Config.ExclusiveTTL by the server's
 // clock: a holder that stops answering loses the key then, and its late
 // write is refused (its version is gone, or the key is held by another).
 func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas.Item) ([]byte, bool, error)) (cas.Version, error) {
@@ -79,13 +97,8 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 			return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
 		}
 		left, _ := strconv.ParseInt(r.field(0), 10, 64)
-		d := min(wait, time.Duration(left+1)*time.Millisecond)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, min(wait, time.Duration(left+1)*time.Millisecond)) {
 			return 0, ctx.Err()
-		case <-t.C:
 		}
 		wait = min(2*wait, 10*time.Millisecond)
 	}

@@ -244,7 +244,10 @@ func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence
 		}
 		return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
 	}
-	return s.write(ctx, w)
+	if holder != "" {
+		return s.write(ctx, w)
+	}
+	return s.writeUnheld(ctx, w)
 }
 
 // write sends w and interprets its answer, resolving a lost one.
@@ -298,7 +301,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 		}
 		return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
 	}
-	_, err := s.write(ctx, w)
+	_, err := s.writeUnheld(ctx, w)
 	return err
 }
 
