@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // maxCommitAttempts bounds the transactions one Commit sends when creates
@@ -285,7 +286,7 @@ func (s *Store) resolveCommit(ctx context.Context, c *commit, cause error) ([]ca
 			return nil, false, amb
 		}
 		amb.Err = errors.Join(cause, err)
-		if sleep(rctx, 50*time.Millisecond) != nil {
+		if ctxwait.Sleep(rctx, 50*time.Millisecond) != nil {
 			return nil, false, amb
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // maxResends bounds how often a write whose answer was lost is sent again
@@ -65,7 +66,7 @@ func (s *Store) resolveWrite(ctx context.Context, w *write, cause error) (cas.Ve
 			return 0, amb
 		}
 		amb.Err = errors.Join(cause, err)
-		if sleep(rctx, 50*time.Millisecond) != nil {
+		if ctxwait.Sleep(rctx, 50*time.Millisecond) != nil {
 			return 0, amb
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // Defaults for Config's zero fields.
@@ -280,21 +281,10 @@ func (s *Store) readState(ctx context.Context, key string) (state, error) {
 		if ctx.Err() != nil || !Retryable(&readError{key: key, err: err}) {
 			return state{}, err
 		}
-		if serr := sleep(ctx, wait); serr != nil {
+		if serr := ctxwait.Sleep(ctx, wait); serr != nil {
 			return state{}, err
 		}
 		wait = min(2*wait, time.Second)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

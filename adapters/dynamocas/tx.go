@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // Tx is a transaction of versioned writes on one or more Tables, committed
@@ -253,7 +254,7 @@ func (tx *Tx) send(ctx context.Context) error {
 		if ctx.Err() != nil || resends == maxResends {
 			return amb
 		}
-		if sleep(ctx, 50*time.Millisecond) != nil {
+		if ctxwait.Sleep(ctx, 50*time.Millisecond) != nil {
 			return amb
 		}
 	}

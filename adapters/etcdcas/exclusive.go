@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // DefaultExclusiveTTL is Config.ExclusiveTTL's default.
@@ -85,7 +86,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 			}
 			break
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := ctxwait.Sleep(ctx, wait); err != nil {
 			return 0, err
 		}
 		wait = min(2*wait, 10*time.Millisecond)

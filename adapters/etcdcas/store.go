@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -168,18 +169,6 @@ func heldOnly(rr *clientv3.GetResponse, expected cas.Version) bool {
 	return cas.Version(rr.Kvs[0].ModRevision) == expected
 }
 
-// sleepCtx waits d or until ctx ends (its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // notHeld is the compare of a write that an exclusive update's hold of
 // key refuses: the hold key does not exist.
 func (s *Store) notHeld(key string) clientv3.Cmp {
@@ -253,7 +242,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Ver
 		// The version matched: an exclusive update holds the key. Wait
 		// for it, as a writer waits for a row lock (nothing was written,
 		// so sending the write again is safe).
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := ctxwait.Sleep(ctx, wait); err != nil {
 			return 0, err
 		}
 	}
@@ -324,7 +313,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 		if !heldOnly(rr, expected) {
 			return s.conflict(key, expected, rr)
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := ctxwait.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}

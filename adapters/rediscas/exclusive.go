@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // DefaultExclusiveTTL is Config.ExclusiveTTL's default.
@@ -46,7 +47,7 @@ func (s *Store) writeUnheld(ctx context.Context, w pending) (cas.Version, error)
 		if !errors.Is(err, errHeld) {
 			return v, err
 		}
-		if !sleep(ctx, wait) {
+		if ctxwait.Sleep(ctx, wait) != nil {
 			return 0, ctx.Err()
 		}
 	}
@@ -97,7 +98,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 			return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
 		}
 		left, _ := strconv.ParseInt(r.field(0), 10, 64)
-		if !sleep(ctx, min(wait, time.Duration(left+1)*time.Millisecond)) {
+		if ctxwait.Sleep(ctx, min(wait, time.Duration(left+1)*time.Millisecond)) != nil {
 			return 0, ctx.Err()
 		}
 		wait = min(2*wait, 10*time.Millisecond)

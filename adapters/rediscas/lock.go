@@ -11,6 +11,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/ctxwait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -207,7 +208,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 			if left >= 0 {
 				d = min(d, time.Duration(left+1)*time.Millisecond)
 			}
-			if !sleep(ctx, d) {
+			if ctxwait.Sleep(ctx, d) != nil {
 				return nil, ctx.Err()
 			}
 			wait = min(2*wait, l.poll)

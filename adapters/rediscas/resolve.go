@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // pending is a write whose answer may have been lost.
@@ -69,7 +70,7 @@ func (s *Store) failedWrite(ctx context.Context, w pending, err error) (cas.Vers
 			if !mayHaveApplied(rerr) && !Retryable(rerr) {
 				return 0, amb
 			}
-			if !sleep(rctx, wait) {
+			if ctxwait.Sleep(rctx, wait) != nil {
 				return 0, amb
 			}
 			wait = min(2*wait, 500*time.Millisecond)
@@ -156,20 +157,9 @@ func (s *Store) probe(ctx context.Context, key string) (hashState, bool) {
 			st.history = parseHistory(h)
 			return st, true
 		}
-		if !sleep(ctx, wait) {
+		if ctxwait.Sleep(ctx, wait) != nil {
 			return hashState{}, false
 		}
 		wait = min(2*wait, 500*time.Millisecond)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
