@@ -67,7 +67,14 @@ func openPostgres(t *testing.T) *gorm.DB {
 
 func setup(t *testing.T, d gorm.Dialector) *gorm.DB {
 	t.Helper()
-	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard})
+	return setupWith(t, d, &gorm.Config{Logger: logger.Discard})
+}
+
+// setupWith opens d with cfg, closes it at the test's end, registers the
+// plugin and migrates the test models.
+func setupWith(t *testing.T, d gorm.Dialector, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	db, err := gorm.Open(d, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

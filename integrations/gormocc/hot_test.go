@@ -8,7 +8,6 @@ import (
 
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/occkit/occkit/integrations/gormocc"
 	"github.com/occkit/occkit/occ"
@@ -88,16 +87,7 @@ func TestUpdateHotRowAcrossProcesses(t *testing.T) {
 	dsn := first.Dialector.(*postgres.Dialector).Config.DSN
 	dbs := []*gorm.DB{first}
 	for range 3 {
-		db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sqlDB, _ := db.DB()
-		t.Cleanup(func() { _ = sqlDB.Close() })
-		if err := db.Use(gormocc.Plugin{}); err != nil {
-			t.Fatal(err)
-		}
-		dbs = append(dbs, db)
+		dbs = append(dbs, setup(t, postgres.Open(dsn)))
 	}
 	ctx := context.Background()
 	it := Item{Name: "lamp", Stock: workers * ops}

@@ -53,21 +53,7 @@ func TestQuietConflicts(t *testing.T) {
 			if quiet {
 				l = gormocc.QuietConflicts(l)
 			}
-			db, err := gorm.Open(sqlite.Open(filepath.Join(t.TempDir(), "log.db")), &gorm.Config{Logger: l})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sqlDB, err := db.DB()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sqlDB.Close() })
-			if err := db.Use(gormocc.Plugin{}); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.AutoMigrate(&Item{}); err != nil {
-				t.Fatal(err)
-			}
+			db := setupWith(t, sqlite.Open(filepath.Join(t.TempDir(), "log.db")), &gorm.Config{Logger: l})
 			it := Item{Name: "teapot", Stock: 10}
 			if err := db.Create(&it).Error; err != nil {
 				t.Fatal(err)
@@ -129,22 +115,8 @@ func TestQuietConflictsUpdate(t *testing.T) {
 			if quiet {
 				l = gormocc.QuietConflicts(l)
 			}
-			db, err := gorm.Open(sqlite.Open(filepath.Join(t.TempDir(), "hot.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"),
+			db := setupWith(t, sqlite.Open(filepath.Join(t.TempDir(), "hot.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"),
 				&gorm.Config{Logger: l})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sqlDB, err := db.DB()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sqlDB.Close() })
-			if err := db.Use(gormocc.Plugin{}); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.AutoMigrate(&Item{}); err != nil {
-				t.Fatal(err)
-			}
 			if err := db.Create(&Item{ID: 1, Name: "teapot"}).Error; err != nil {
 				t.Fatal(err)
 			}
