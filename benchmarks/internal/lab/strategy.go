@@ -97,6 +97,10 @@ type strategySpec struct {
 	// harness.Attached), and the strategy is a valueReader, through
 	// which the invariant is checked.
 	OwnTable bool
+	// HTTP says the strategy's workers reach the data through an HTTP
+	// service (strategies_http.go): it is judged against the other HTTP
+	// strategies only, not against the locks taken in process.
+	HTTP bool
 }
 
 // valueReader is implemented by the strategies of OwnTable specs: the
@@ -110,14 +114,14 @@ type valueReader interface {
 
 // strategySpecs are the lab's strategies: one list, written out, instead
 // of registrations. Tests may append their own before opening a lab.
-var strategySpecs = slices.Concat(coreStrategies, tableStrategies, gormStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies, mysqlStrategies)
+var strategySpecs = slices.Concat(coreStrategies, tableStrategies, gormStrategies, httpStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies, mysqlStrategies)
 
 // strategyOrder is the order of the strategies in tables and
 // charts; others follow by name.
 var strategyOrder = []string{
-	"occ", "occ-no-turns", "occ-no-exclusive", "occ-cached", "occ-combine", "occ-table", "occ-table-combine", "occ-gorm", "occ-txn", "hybrid", "adaptive",
+	"occ", "occ-no-turns", "occ-no-exclusive", "occ-cached", "occ-combine", "occ-table", "occ-table-combine", "occ-gorm", "occ-http", "occ-http-modify", "occ-txn", "hybrid", "adaptive",
 	"lock-local", "lock-pg-for-update", "lock-pg-advisory", "lock-etcd-mutex",
-	"lock-redis", "lock-redlock", "lock-zookeeper", "lock-mysql-for-update", "lock-mysql-get-lock",
+	"lock-redis", "lock-redlock", "lock-zookeeper", "lock-mysql-for-update", "lock-mysql-get-lock", "lock-http",
 }
 
 // lookupStrategy returns the strategy with that name.

@@ -61,7 +61,7 @@ func runRepoCells(t *testing.T, l *Lab, backend string, procs int, strategies ..
 // exist.
 func TestTablesSQLite(t *testing.T) {
 	l := openLab(t, "memory", "sqlite")
-	runRepoCells(t, l, "sqlite", 2, "occ-table", "occ-table-combine", "occ-gorm")
+	runRepoCells(t, l, "sqlite", 2, "occ-table", "occ-table-combine", "occ-gorm", "occ-http", "occ-http-modify")
 	for _, s := range []string{"occ-table", "occ-table-combine", "occ-gorm"} {
 		if _, err := l.Run(t.Context(), Cell{Backend: "memory", Strategy: s, Workload: "counter", Workers: 1, Keys: 1, Ops: 1}); !errors.Is(err, errNotApplicable) {
 			t.Errorf("%s on memory: %v, want not applicable", s, err)
@@ -76,7 +76,12 @@ func TestTablesSQLite(t *testing.T) {
 func TestTablesPostgres(t *testing.T) {
 	pgtest.URL(t)
 	l := openLab(t, "postgres")
-	runRepoCells(t, l, "postgres", 2, "occ-table", "occ-table-combine", "occ-gorm")
+	runRepoCells(t, l, "postgres", 2, "occ-table", "occ-table-combine", "occ-gorm", "occ-http", "occ-http-modify")
+	// lock-http: the FOR UPDATE baseline behind the same kind of
+	// service, exact too.
+	for _, wl := range []string{"counter", "inventory"} {
+		t.Run("lock-http/"+wl, func(t *testing.T) { checkRepoCell(t, l, repoCell("postgres", "lock-http", wl, 1)) })
+	}
 }
 
 // TestTablesMySQL runs the table strategies on MySQL/MariaDB (sqlcas.Table)
@@ -86,7 +91,7 @@ func TestTablesPostgres(t *testing.T) {
 func TestTablesMySQL(t *testing.T) {
 	mysqltest.Config(t)
 	l := openLab(t, "mysql")
-	runRepoCells(t, l, "mysql", 0, "occ-table", "occ-table-combine")
+	runRepoCells(t, l, "mysql", 0, "occ-table", "occ-table-combine", "occ-http-modify", "lock-http")
 	if _, err := l.Run(t.Context(), Cell{Backend: "mysql", Strategy: "occ-gorm", Workload: "counter", Workers: 1, Keys: 1, Ops: 1}); !errors.Is(err, errNotApplicable) {
 		t.Errorf("occ-gorm on mysql: %v, want not applicable", err)
 	}
@@ -96,7 +101,10 @@ func TestTablesMySQL(t *testing.T) {
 // (dynamocas.Table) over minidyn's server in process.
 func TestTablesDynamoDB(t *testing.T) {
 	l := openIsolatedLab(t, "dynamodb")
-	runRepoCells(t, l, "dynamodb", 0, "occ-table", "occ-table-combine")
+	runRepoCells(t, l, "dynamodb", 0, "occ-table", "occ-table-combine", "occ-http")
+	if _, err := l.Run(t.Context(), Cell{Backend: "dynamodb", Strategy: "lock-http", Workload: "counter", Workers: 1, Keys: 1, Ops: 1}); !errors.Is(err, errNotApplicable) {
+		t.Errorf("lock-http on dynamodb: %v, want not applicable", err)
+	}
 }
 
 // TestOwnTableInvariant: the invariant of an OwnTable strategy is checked
@@ -175,6 +183,16 @@ func TestRepositoryGoalChecks(t *testing.T) {
 		// failures still count.
 		cell("occ", 16, 1, 1000, 0, 4),
 		cell("occ-table", 16, 1, 100, 1, 4),
+		// Behind HTTP, 8 workers on 1 row: occ-http-modify 2× lock-http,
+		// which is no rival for the strategies without a service (it is
+		// the fastest lock here, yet occ-table-combine's check above
+		// stays against FOR UPDATE).
+		cell("occ", 8, 1, 1000, 0, 1),
+		cell("occ-http-modify", 8, 1, 4000, 0, 1),
+		cell("occ-http", 8, 1, 500, 0, 1),
+		cell("lock-http", 8, 1, 2000, 0, 1),
+		cell("lock-pg-for-update", 8, 1, 1000, 0, 1),
+		cell("occ-combine", 8, 1, 3000, 0, 1),
 	}
 	got := map[string]goalCheck{}
 	for _, c := range checkGoals(results) {
@@ -195,6 +213,9 @@ func TestRepositoryGoalChecks(t *testing.T) {
 		{goalRepoNoFail + "|16w 1k||occ-table-combine", goalMet, 0},
 		{goalRepoNoFail + "|16w 1k||occ-gorm", goalNotMet, 0},
 		{goalRepoNoFail + "|16w 1k|4 processes|occ-table", goalNotMet, 0},
+		{goalHTTP + "|8w 1k||", goalMet, 2},
+		{goalCombineHot + "|8w 1k||", goalMet, 3},
+		{goalRepoNoFail + "|8w 1k||occ-http", goalMet, 0},
 	} {
 		c, ok := got[tc.key]
 		if !ok {
