@@ -15,6 +15,8 @@ const (
 	phValue   = "#d"
 	phFence   = "#f"
 	phWriteID = "#w"
+	phHold    = "#h"
+	phUntil   = "#u"
 )
 
 // expr collects the names and values of one request's expressions.
@@ -42,6 +44,10 @@ func (e *expr) name(s *Store, ph string) string {
 		e.names[ph] = s.names.fence
 	case phWriteID:
 		e.names[ph] = s.names.writeID
+	case phHold:
+		e.names[ph] = s.names.hold
+	case phUntil:
+		e.names[ph] = s.names.holdUntil
 	}
 	return ph
 }
@@ -124,4 +130,23 @@ func (s *Store) deleteUpdate(e *expr, id writeID, expected uint64) string {
 	return "SET " + e.name(s, phVersion) + " = " + e.value(":neg", negNum(expected)) +
 		", " + e.name(s, phValue) + " = " + e.value(":tomb", &types.AttributeValueMemberNULL{Value: true}) +
 		", " + e.name(s, phWriteID) + " = " + e.value(":w", bin(id[:]))
+}
+
+// unheldCond is the condition "no exclusive update holds the key": no
+// hold, or one that ended before :now (the writer's clock, in Unix
+// milliseconds, set by sendUnheld before each send).
+func (s *Store) unheldCond(e *expr) string {
+	u := e.name(s, phUntil)
+	return "(attribute_not_exists(" + u + ") OR " + u + " < " + e.value(":now", nowMillis()) + ")"
+}
+
+// holdCond is the condition "the key is held with token hold".
+func (s *Store) holdCond(e *expr, hold []byte) string {
+	return e.name(s, phHold) + " = " + e.value(":h", bin(hold))
+}
+
+// releaseUpdate is the SET clause that ends a hold: its end moved to 0.
+// (SET rather than REMOVE, which minidyn ignores.)
+func (s *Store) releaseUpdate(e *expr) string {
+	return e.name(s, phUntil) + " = " + e.value(":released", num(0))
 }

@@ -19,7 +19,7 @@ import (
 //	go test -run '^$' -fuzz '^FuzzDecodeItem$' -fuzztime 20s ./adapters/dynamocas/
 
 func fuzzStore() *Store {
-	return &Store{table: "t", names: attrNames{"pk", "version", "value", "fence", "writeid"}}
+	return &Store{table: "t", names: attrNames{"pk", "version", "value", "fence", "writeid", "hold", "hold_until"}}
 }
 
 // attr makes an attribute of a fuzzed kind: 0 absent, 1 number, 2 string,

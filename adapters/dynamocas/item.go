@@ -30,6 +30,9 @@ type state struct {
 	fence   uint64
 	hasWID  bool
 	wid     writeID
+	// holdUntil is when an exclusive update's hold on the key ends, in
+	// Unix milliseconds (0: none).
+	holdUntil int64
 }
 
 // decode reads an item as the store wrote it. A nil or empty item is an
@@ -53,6 +56,11 @@ func (s *Store) decode(key string, av map[string]types.AttributeValue) (state, e
 		return st, s.foreign(key, err)
 	}
 	st.fence = uint64(fence)
+	until, err := numberAttr(av, s.names.holdUntil)
+	if err != nil {
+		return st, s.foreign(key, err)
+	}
+	st.holdUntil = int64(until)
 	if w, ok := av[s.names.writeID].(*types.AttributeValueMemberB); ok && len(w.Value) == writeIDLen {
 		st.hasWID = true
 		copy(st.wid[:], w.Value)

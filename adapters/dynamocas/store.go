@@ -20,7 +20,11 @@ const (
 	DefaultValueAttribute   = "value"
 	DefaultFenceAttribute   = "fence"
 	DefaultWriteIDAttribute = "writeid"
+	DefaultHoldAttribute    = "hold"
+	DefaultHoldUntilAttr    = "hold_until"
 	DefaultResolveTimeout   = 5 * time.Second
+	// DefaultExclusiveTTL is Config.ExclusiveTTL's default.
+	DefaultExclusiveTTL = 2 * time.Second
 )
 
 // DynamoDB's limits, from which the store derives its cas.Limits.
@@ -72,10 +76,17 @@ type Config struct {
 	// ResolveTimeout bounds the time spent finding out whether a write
 	// whose answer was lost was applied (default 5 s).
 	ResolveTimeout time.Duration
+	// HoldAttribute and HoldUntilAttribute hold an exclusive update's
+	// hold on the key (see UpdateExclusive): its 16-byte token, and when
+	// it ends in Unix milliseconds (defaults "hold" and "hold_until").
+	HoldAttribute, HoldUntilAttribute string
+	// ExclusiveTTL bounds an exclusive update's hold (default 2 s): a
+	// holder that stops answering loses the key after it.
+	ExclusiveTTL time.Duration
 }
 
 type attrNames struct {
-	key, version, value, fence, writeID string
+	key, version, value, fence, writeID, hold, holdUntil string
 }
 
 // Store is a cas.Store on a DynamoDB table. It implements cas.FencedStore
@@ -86,6 +97,7 @@ type Store struct {
 	names   attrNames
 	limits  cas.Limits
 	resolve time.Duration
+	ttl     time.Duration
 	ids     *writeIDs
 }
 
@@ -93,6 +105,7 @@ var (
 	_ cas.Store       = (*Store)(nil)
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
+	_ cas.Exclusive   = (*Store)(nil)
 )
 
 // New returns a Store on cfg.Table, reached through cli. It does not talk
@@ -114,15 +127,23 @@ func New(cli *dynamodb.Client, cfg Config) (*Store, error) {
 	def(&cfg.ValueAttribute, DefaultValueAttribute)
 	def(&cfg.FenceAttribute, DefaultFenceAttribute)
 	def(&cfg.WriteIDAttribute, DefaultWriteIDAttribute)
+	def(&cfg.HoldAttribute, DefaultHoldAttribute)
+	def(&cfg.HoldUntilAttribute, DefaultHoldUntilAttr)
+	if cfg.ExclusiveTTL == 0 {
+		cfg.ExclusiveTTL = DefaultExclusiveTTL
+	}
+	if cfg.ExclusiveTTL < time.Millisecond {
+		return nil, fmt.Errorf("dynamocas: ExclusiveTTL %v is below a millisecond", cfg.ExclusiveTTL)
+	}
 	if cfg.ResolveTimeout == 0 {
 		cfg.ResolveTimeout = DefaultResolveTimeout
 	}
 	if cfg.ResolveTimeout < 0 {
 		return nil, fmt.Errorf("dynamocas: negative ResolveTimeout %v", cfg.ResolveTimeout)
 	}
-	names := attrNames{cfg.KeyAttribute, cfg.VersionAttribute, cfg.ValueAttribute, cfg.FenceAttribute, cfg.WriteIDAttribute}
+	names := attrNames{cfg.KeyAttribute, cfg.VersionAttribute, cfg.ValueAttribute, cfg.FenceAttribute, cfg.WriteIDAttribute, cfg.HoldAttribute, cfg.HoldUntilAttribute}
 	seen := map[string]bool{}
-	for _, n := range []string{names.key, names.version, names.value, names.fence, names.writeID} {
+	for _, n := range []string{names.key, names.version, names.value, names.fence, names.writeID, names.hold, names.holdUntil} {
 		if len(n) > MaxAttributeNameBytes {
 			return nil, fmt.Errorf("dynamocas: attribute name %.20q... is %d bytes, limit %d", n, len(n), MaxAttributeNameBytes)
 		}
@@ -131,10 +152,12 @@ func New(cli *dynamodb.Client, cfg Config) (*Store, error) {
 		}
 		seen[n] = true
 	}
-	// An item holds the key, the version, the value, the fence and the
-	// write id, names included: the value gets what is left of 400 KB.
+	// An item holds the key, the version, the value, the fence, the
+	// write id and a hold, names included: the value gets what is left
+	// of 400 KB.
 	overhead := len(names.key) + len(names.version) + numberBytes + len(names.value) +
-		len(names.fence) + numberBytes + len(names.writeID) + writeIDLen + slackBytes
+		len(names.fence) + numberBytes + len(names.writeID) + writeIDLen +
+		len(names.hold) + holdTokenLen + len(names.holdUntil) + numberBytes + slackBytes
 	keyBytes := cfg.Limits.MaxKeyBytes
 	if keyBytes == 0 {
 		keyBytes = cas.DefaultMaxKeyBytes
@@ -158,6 +181,7 @@ func New(cli *dynamodb.Client, cfg Config) (*Store, error) {
 		names:   names,
 		limits:  cfg.Limits.Or(defaults),
 		resolve: cfg.ResolveTimeout,
+		ttl:     cfg.ExclusiveTTL,
 		ids:     newWriteIDs(),
 	}, nil
 }
@@ -299,6 +323,10 @@ type write struct {
 	token    uint64
 	id       writeID
 	in       *dynamodb.UpdateItemInput
+	// unheld: the write's condition also asks that no exclusive update
+	// holds the key (at :now, refreshed before each send); held: the
+	// write is an exclusive update's, conditional on its hold.
+	unheld, held bool
 }
 
 // holds reports whether st satisfies the write's condition.
@@ -323,12 +351,13 @@ func noSDKRetry(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
 // (a create: IF attribute_not_exists(version) OR version < 0, the new
 // version one above the one a tombstone kept). A conflict carries the current item: DynamoDB returns
 // it with ReturnValuesOnConditionCheckFailure ALL_OLD, and a consistent
-// GetItem stands in for servers that do not.
+// GetItem stands in for servers that do not. While an exclusive update
+// holds the key (UpdateExclusive), the write waits for it to end.
 func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
 	if err := s.limits.Put(ctx, key, value); err != nil {
 		return 0, err
 	}
-	return s.send(ctx, s.putWrite(key, expected, value, false, 0))
+	return s.sendUnheld(ctx, s.putWrite(key, expected, value, false, 0, nil))
 }
 
 // CompareAndSwapFenced implements cas.FencedStore: the fencing token is
@@ -343,13 +372,14 @@ func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected c
 	if err := s.limits.Put(ctx, key, value); err != nil {
 		return 0, err
 	}
-	return s.send(ctx, s.putWrite(key, expected, value, true, token))
+	return s.send(ctx, s.putWrite(key, expected, value, true, token, nil))
 }
 
 // CompareAndDelete implements cas.Store. A delete leaves a tombstone: the
 // value attribute becomes NULL, the version attribute the deleted
 // version negated, the fence attribute stays; so the key's next version is
-// above every version it had and its fencing token still holds.
+// above every version it had and its fencing token still holds. Like
+// CompareAndSwap, it waits while an exclusive update holds the key.
 func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.Version) error {
 	if err := s.limits.Delete(ctx, key, expected); err != nil {
 		return err
@@ -357,8 +387,8 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 	id := s.ids.Next()
 	e := s.newExpr()
 	upd := s.deleteUpdate(e, id, uint64(expected))
-	cond := s.versionCond(e, uint64(expected))
-	w := &write{op: "compare-and-delete", key: key, expected: expected, delete: true, id: id, in: &dynamodb.UpdateItemInput{
+	cond := s.unheldCond(e) + " AND " + s.versionCond(e, uint64(expected))
+	w := &write{op: "compare-and-delete", key: key, expected: expected, delete: true, id: id, unheld: true, in: &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 s.keyAV(key),
 		UpdateExpression:                    aws.String(upd),
@@ -367,11 +397,15 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 		ExpressionAttributeValues:           e.valueMap(),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}}
-	_, err := s.send(ctx, w)
+	_, err := s.sendUnheld(ctx, w)
 	return err
 }
 
-func (s *Store) putWrite(key string, expected cas.Version, value []byte, fenced bool, token uint64) *write {
+// putWrite builds a conditional put: a plain one (waiting while the key
+// is held), a fenced one (which does not look at holds), or, with hold,
+// the write of the exclusive update holding the key with that token,
+// which ends the hold.
+func (s *Store) putWrite(key string, expected cas.Version, value []byte, fenced bool, token uint64, hold []byte) *write {
 	id := s.ids.Next()
 	e := s.newExpr()
 	var newVersion uint64
@@ -380,8 +414,16 @@ func (s *Store) putWrite(key string, expected cas.Version, value []byte, fenced 
 	}
 	upd := s.putUpdate(e, value, id, newVersion, fenced, token)
 	cond := s.versionCond(e, uint64(expected))
-	if fenced {
+	unheld := false
+	switch {
+	case fenced:
 		cond = s.fenceCond(e, token) + " AND " + cond
+	case hold != nil:
+		cond = s.holdCond(e, hold) + " AND " + cond
+		upd += ", " + s.releaseUpdate(e)
+	default:
+		cond = s.unheldCond(e) + " AND " + cond
+		unheld = true
 	}
 	in := &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
@@ -398,7 +440,7 @@ func (s *Store) putWrite(key string, expected cas.Version, value []byte, fenced 
 		// write id, never a value, which a created key did not have).
 		in.ReturnValues = types.ReturnValueUpdatedOld
 	}
-	return &write{op: "compare-and-swap", key: key, expected: expected, fenced: fenced, token: token, id: id, in: in}
+	return &write{op: "compare-and-swap", key: key, expected: expected, fenced: fenced, token: token, id: id, in: in, unheld: unheld, held: hold != nil}
 }
 
 // send sends w once and turns the answer into the caller's result.
@@ -485,6 +527,12 @@ func (s *Store) refused(ctx context.Context, w *write, old map[string]types.Attr
 	}
 	if w.fenced && st.fence > w.token {
 		return 0, &cas.FencedError{Key: w.key, Token: w.token, Highest: st.fence, Err: cause}
+	}
+	if w.unheld && w.holds(st) {
+		// The version was as expected: an exclusive update's hold
+		// refused the write (sendUnheld waits for it and sends it again).
+		ce.Current, ce.HasCurrent, ce.Err = st.item, true, errHeld
+		return 0, ce
 	}
 	// A state read after the refusal may already satisfy the condition
 	// again (a create refused, then the key deleted): it is not the state

@@ -39,7 +39,35 @@ func newStore(t testing.TB, cli *dynamodb.Client, cfg dynamocas.Config) *dynamoc
 // TransactWriteItems, so on dynalite the suite must see a store that is a
 // cas.FencedStore but not a cas.Committer, and skip the commit tests
 // visibly ("does not support multi-key commits") instead of failing them.
-type withoutCommit struct{ cas.FencedStore }
+type withoutCommit struct{ fencedExclusive }
+
+// fencedExclusive is the Store's method set less Commit.
+type fencedExclusive interface {
+	cas.FencedStore
+	cas.Exclusive
+	Table() string
+}
+
+// sameTable returns the harness's Reopen and ShortHold: another Store
+// over s's table (as another process would open it), with cfg's attribute
+// names and, for ShortHold, a 200 ms exclusive hold.
+func sameTable(cli *dynamodb.Client, cfg dynamocas.Config, withCommit bool) (func(*testing.T, cas.Store) cas.Store, func(*testing.T, cas.Store) (cas.Store, time.Duration)) {
+	open := func(t *testing.T, s cas.Store, ttl time.Duration) cas.Store {
+		c := cfg
+		c.Table, c.ExclusiveTTL = s.(fencedExclusive).Table(), ttl
+		o, err := dynamocas.New(cli, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !withCommit {
+			return withoutCommit{o}
+		}
+		return o
+	}
+	const bound = 200 * time.Millisecond
+	return func(t *testing.T, s cas.Store) cas.Store { return open(t, s, 0) },
+		func(t *testing.T, s cas.Store) (cas.Store, time.Duration) { return open(t, s, bound), bound }
+}
 
 // TestConformance runs cas/castest against both servers.
 func TestConformance(t *testing.T) {
@@ -50,6 +78,7 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			reopen, shortHold := sameTable(cli, dynamocas.Config{}, srv.Transactions)
 			castest.Run(t, castest.Harness{
 				NewStore: func(t *testing.T) cas.Store {
 					s := newStore(t, cli, dynamocas.Config{})
@@ -58,6 +87,8 @@ func TestConformance(t *testing.T) {
 					}
 					return s
 				},
+				Reopen:    reopen,
+				ShortHold: shortHold,
 				// Both servers: minidyn returns the item with a refusal
 				// (ALL_OLD); on dynalite, which does not, the store reads
 				// it consistently.
@@ -86,6 +117,8 @@ func TestNewConfig(t *testing.T) {
 		{"TooManyOps", dynamocas.Config{Table: "t", Limits: cas.Limits{MaxCommitOps: dynamocas.MaxTransactItems + 1}}, "MaxCommitOps"},
 		{"NegativeTimeout", dynamocas.Config{Table: "t", ResolveTimeout: -time.Second}, "ResolveTimeout"},
 		{"LongName", dynamocas.Config{Table: "t", FenceAttribute: strings.Repeat("f", 256)}, "limit 255"},
+		{"DuplicateHold", dynamocas.Config{Table: "t", HoldAttribute: "fence"}, "used twice"},
+		{"TinyExclusiveTTL", dynamocas.Config{Table: "t", ExclusiveTTL: time.Microsecond}, "ExclusiveTTL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,11 +146,13 @@ func TestNewConfig(t *testing.T) {
 // hostileNames are attribute names that are DynamoDB reserved words or
 // that would break an expression written with them literally.
 var hostileNames = dynamocas.Config{
-	KeyAttribute:     "key",
-	VersionAttribute: "size",
-	ValueAttribute:   "name",
-	FenceAttribute:   "#f :t) OR (1 = 1",
-	WriteIDAttribute: "a.b[0]",
+	KeyAttribute:       "key",
+	VersionAttribute:   "size",
+	ValueAttribute:     "name",
+	FenceAttribute:     "#f :t) OR (1 = 1",
+	WriteIDAttribute:   "a.b[0]",
+	HoldAttribute:      ":h",
+	HoldUntilAttribute: "until)",
 }
 
 // TestConformanceHostileNames runs the whole suite on a table whose
@@ -128,7 +163,8 @@ func TestConformanceHostileNames(t *testing.T) {
 		cli := dynamotest.Client(t, srv)
 		probe, err := dynamocas.New(cli, dynamocas.Config{Table: "probe", KeyAttribute: hostileNames.KeyAttribute,
 			VersionAttribute: hostileNames.VersionAttribute, ValueAttribute: hostileNames.ValueAttribute,
-			FenceAttribute: hostileNames.FenceAttribute, WriteIDAttribute: hostileNames.WriteIDAttribute})
+			FenceAttribute: hostileNames.FenceAttribute, WriteIDAttribute: hostileNames.WriteIDAttribute,
+			HoldAttribute: hostileNames.HoldAttribute, HoldUntilAttribute: hostileNames.HoldUntilAttribute})
 		if err != nil {
 			t.Fatal(err)
 		}

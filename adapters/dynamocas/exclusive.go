@@ -1,0 +1,141 @@
+package dynamocas
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
+)
+
+// holdTokenLen is the length of an exclusive update's hold token.
+const holdTokenLen = 16
+
+// errHeld is the cause of a plain write refused while an exclusive update
+// holds the key.
+var errHeld = errors.New("dynamocas: the key is held by an exclusive update")
+
+// nowMillis is this process's clock as a number attribute, in Unix
+// milliseconds: the time holds are taken and checked against.
+func nowMillis() types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().UnixMilli(), 10)}
+}
+
+// sendUnheld sends a plain write (one whose condition asks that no
+// exclusive update holds the key) and, while a hold refuses it, waits
+// (polling) and sends it again with the clock read anew, as a writer waits
+// for a row lock: a hold costs the other writers one wait each, not a
+// burst of refused writes. Sending it again is safe: it was refused, so
+// nothing applied. ctx bounds the wait.
+func (s *Store) sendUnheld(ctx context.Context, w *write) (cas.Version, error) {
+	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		w.in.ExpressionAttributeValues[":now"] = nowMillis()
+		v, err := s.send(ctx, w)
+		if !errors.Is(err, errHeld) {
+			return v, err
+		}
+		if ctxwait.Sleep(ctx, wait) != nil {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// UpdateExclusive implements cas.Exclusive with a hold kept in the key's
+// item: a conditional UpdateItem takes it (a random token and its end,
+// Config.ExclusiveTTL ahead by this process's clock; it waits, polling,
+// while another update holds the key) and returns the item, fn runs, and
+// the write, conditional on the token and the version, ends it.
+// Meanwhile CompareAndSwap and CompareAndDelete of the key wait for the
+// hold to end (then usually find their version gone: a conflict);
+// CompareAndSwapFenced and Commit do not look at holds, and the holder's
+// write then fails with a conflict.
+//
+// A holder that stops answering loses the key when its hold ends: the
+// others take it or write, and the holder's late write is refused (its
+// token or its version is gone). The clocks of the processes sharing the
+// table decide when a hold has ended; skew between them shortens or
+// lengthens holds, but no write is lost or applied twice by it: the
+// holder's write is conditional on its token and version.
+func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas.Item) ([]byte, bool, error)) (cas.Version, error) {
+	if err := s.limits.Get(ctx, key); err != nil {
+		return 0, err
+	}
+	token := make([]byte, holdTokenLen)
+	_, _ = rand.Read(token)
+	st, err := s.takeHold(ctx, key, token)
+	if err != nil {
+		return 0, err
+	}
+	next, write, err := fn(st.item)
+	if err == nil && write {
+		err = s.limits.Put(ctx, key, next)
+	}
+	if err != nil || !write {
+		s.releaseHold(ctx, key, token)
+		return st.item.Version, err
+	}
+	return s.send(ctx, s.putWrite(key, st.item.Version, next, false, 0, token))
+}
+
+// takeHold takes key's hold with token, waiting while another update
+// holds it, and returns the key's state. Taking it twice with one token
+// is harmless, so a take whose answer was lost is sent again.
+func (s *Store) takeHold(ctx context.Context, key string, token []byte) (state, error) {
+	wait := 200 * time.Microsecond
+	for {
+		now := time.Now()
+		e := s.newExpr()
+		h, u := e.name(s, phHold), e.name(s, phUntil)
+		until := now.Add(s.ttl).UnixMilli()
+		upd := "SET " + h + " = " + e.value(":h", bin(token)) + ", " + u + " = " + e.value(":until", &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)})
+		cond := "attribute_not_exists(" + u + ") OR " + u + " < " + e.value(":now", nowMillis()) + " OR " + h + " = :h"
+		out, err := s.cli.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.table),
+			Key:                       s.keyAV(key),
+			UpdateExpression:          aws.String(upd),
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeNames:  e.names,
+			ExpressionAttributeValues: e.valueMap(),
+			ReturnValues:              types.ReturnValueAllNew,
+		}, noSDKRetry)
+		if err == nil {
+			return s.decode(key, out.Attributes)
+		}
+		var ccf *types.ConditionalCheckFailedException
+		switch {
+		case ctx.Err() != nil:
+			return state{}, &cas.KeyError{Op: "update-exclusive", Key: key, Err: ctx.Err()}
+		case errors.As(err, &ccf):
+			// Held by another update: wait for it.
+		case definite(err) && !Retryable(err):
+			return state{}, s.definiteError("update-exclusive", key, err)
+		}
+		if ctxwait.Sleep(ctx, wait) != nil {
+			return state{}, &cas.KeyError{Op: "update-exclusive", Key: key, Err: ctx.Err()}
+		}
+		wait = min(2*wait, 10*time.Millisecond)
+	}
+}
+
+// releaseHold ends key's hold if token still holds it, without writing:
+// for an update whose fn wrote nothing. A release that fails leaves the
+// hold to end at its bound.
+func (s *Store) releaseHold(ctx context.Context, key string, token []byte) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
+	defer cancel()
+	e := s.newExpr()
+	_, _ = s.cli.UpdateItem(rctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       s.keyAV(key),
+		UpdateExpression:          aws.String("SET " + s.releaseUpdate(e)),
+		ConditionExpression:       aws.String(s.holdCond(e, token)),
+		ExpressionAttributeNames:  e.names,
+		ExpressionAttributeValues: e.valueMap(),
+	}, noSDKRetry)
+}
