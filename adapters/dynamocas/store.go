@@ -89,8 +89,8 @@ type attrNames struct {
 	key, version, value, fence, writeID, hold, holdUntil string
 }
 
-// Store is a cas.Store on a DynamoDB table. It implements cas.FencedStore
-// and cas.Committer. It is safe for concurrent use.
+// Store is a cas.Store on a DynamoDB table. It implements cas.FencedStore,
+// cas.Committer and cas.Exclusive. It is safe for concurrent use.
 type Store struct {
 	cli     *dynamodb.Client
 	table   string
