@@ -84,58 +84,86 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 }
 
 // takeHold takes key's hold with token, waiting while another update
-// holds it, and returns the key's state. Taking it twice with one token
-// is harmless, so a take whose answer was lost is sent again.
+// holds it, and returns the key's state.
 func (s *Store) takeHold(ctx context.Context, key string, token []byte) (state, error) {
+	av, err := takeHold(ctx, s.cli, s.table, s.keyAV(key), s.names.hold, s.names.holdUntil, token, s.ttl)
+	if err != nil {
+		return state{}, s.holdError(key, err)
+	}
+	return s.decode(key, av)
+}
+
+// holdError is the error of a hold that could not be taken.
+func (s *Store) holdError(key string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &cas.KeyError{Op: "update-exclusive", Key: key, Err: err}
+	}
+	return s.definiteError("update-exclusive", key, err)
+}
+
+// releaseHold ends key's hold if token still holds it, without writing.
+func (s *Store) releaseHold(ctx context.Context, key string, token []byte) {
+	releaseHold(ctx, s.cli, s.table, s.keyAV(key), s.names.hold, s.names.holdUntil, token, s.resolve)
+}
+
+// takeHold takes the hold of the item with key kav in table (attributes
+// hold and until) with token for ttl, waiting (polling) while another
+// holder's hold lasts, and returns the item as it is then (its key and
+// hold only, when there was none). Taking it twice with one token is
+// harmless, so a take whose answer was lost is sent again. It returns
+// ctx's error when ctx ends first, or a definite error from the server.
+func takeHold(ctx context.Context, cli *dynamodb.Client, table string, kav map[string]types.AttributeValue, hold, until string, token []byte, ttl time.Duration) (map[string]types.AttributeValue, error) {
 	wait := 200 * time.Microsecond
 	for {
 		now := time.Now()
-		e := s.newExpr()
-		h, u := e.name(s, phHold), e.name(s, phUntil)
-		until := now.Add(s.ttl).UnixMilli()
-		upd := "SET " + h + " = " + e.value(":h", bin(token)) + ", " + u + " = " + e.value(":until", &types.AttributeValueMemberN{Value: strconv.FormatInt(until, 10)})
-		cond := "attribute_not_exists(" + u + ") OR " + u + " < " + e.value(":now", nowMillis()) + " OR " + h + " = :h"
-		out, err := s.cli.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(s.table),
-			Key:                       s.keyAV(key),
-			UpdateExpression:          aws.String(upd),
-			ConditionExpression:       aws.String(cond),
-			ExpressionAttributeNames:  e.names,
-			ExpressionAttributeValues: e.valueMap(),
+		end := &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(ttl).UnixMilli(), 10)}
+		out, err := cli.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(table),
+			Key:                       kav,
+			UpdateExpression:          aws.String("SET #h = :h, #u = :until"),
+			ConditionExpression:       aws.String("attribute_not_exists(#u) OR #u < :now OR #h = :h"),
+			ExpressionAttributeNames:  map[string]string{"#h": hold, "#u": until},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":h": bin(token), ":until": end, ":now": nowMillis()},
 			ReturnValues:              types.ReturnValueAllNew,
 		}, noSDKRetry)
 		if err == nil {
-			return s.decode(key, out.Attributes)
+			return out.Attributes, nil
 		}
 		var ccf *types.ConditionalCheckFailedException
 		switch {
 		case ctx.Err() != nil:
-			return state{}, &cas.KeyError{Op: "update-exclusive", Key: key, Err: ctx.Err()}
+			return nil, ctx.Err()
 		case errors.As(err, &ccf):
 			// Held by another update: wait for it.
 		case definite(err) && !Retryable(err):
-			return state{}, s.definiteError("update-exclusive", key, err)
+			return nil, err
 		}
 		if ctxwait.Sleep(ctx, wait) != nil {
-			return state{}, &cas.KeyError{Op: "update-exclusive", Key: key, Err: ctx.Err()}
+			return nil, ctx.Err()
 		}
 		wait = min(2*wait, 10*time.Millisecond)
 	}
 }
 
-// releaseHold ends key's hold if token still holds it, without writing:
-// for an update whose fn wrote nothing. A release that fails leaves the
-// hold to end at its bound.
-func (s *Store) releaseHold(ctx context.Context, key string, token []byte) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
+// releaseHold ends the hold token has on the item with key kav, for an
+// update that writes nothing (a write ends it itself). A release that
+// fails leaves the hold to end at its bound.
+func releaseHold(ctx context.Context, cli *dynamodb.Client, table string, kav map[string]types.AttributeValue, hold, until string, token []byte, timeout time.Duration) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	e := s.newExpr()
-	_, _ = s.cli.UpdateItem(rctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       s.keyAV(key),
-		UpdateExpression:          aws.String("SET " + s.releaseUpdate(e)),
-		ConditionExpression:       aws.String(s.holdCond(e, token)),
-		ExpressionAttributeNames:  e.names,
-		ExpressionAttributeValues: e.valueMap(),
+	_, _ = cli.UpdateItem(rctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(table),
+		Key:                       kav,
+		UpdateExpression:          aws.String("SET #u = :released"),
+		ConditionExpression:       aws.String("#h = :h"),
+		ExpressionAttributeNames:  map[string]string{"#h": hold, "#u": until},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":h": bin(token), ":released": num(0)},
 	}, noSDKRetry)
+}
+
+// heldAt reports whether the item av is held (its hold's end, attribute
+// until, not yet passed) by this process's clock.
+func heldAt(av map[string]types.AttributeValue, until string) bool {
+	end, err := numberAttr(av, until)
+	return err == nil && int64(end) >= time.Now().UnixMilli()
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -34,6 +35,16 @@ type TableConfig struct {
 	// it in, Update takes the expected version from it, and every write
 	// returns the item with its new version there.
 	VersionAttribute string
+	// HoldAttribute and HoldUntilAttribute hold the exclusive hold that
+	// Modify escalates to for a call that keeps losing to other
+	// processes: a token, and when the hold ends in Unix milliseconds
+	// (defaults "hold" and "hold_until"). T should not map fields to
+	// them. Items carry them only while held, or after a hold that wrote
+	// nothing (then hold_until is 0).
+	HoldAttribute, HoldUntilAttribute string
+	// ExclusiveTTL bounds a hold (default DefaultExclusiveTTL): a holder
+	// that stops answering loses the item after it.
+	ExclusiveTTL time.Duration
 	// EncoderOptions and DecoderOptions, if set, adjust how items are
 	// marshalled and unmarshalled by package attributevalue (for example
 	// to use `json` tags).
@@ -92,8 +103,28 @@ func NewTable[T any](cli *dynamodb.Client, cfg TableConfig) (*Table[T], error) {
 	if cfg.VersionAttribute == "" {
 		cfg.VersionAttribute = DefaultVersionAttribute
 	}
-	if cfg.VersionAttribute == cfg.PartitionKey || cfg.VersionAttribute == cfg.SortKey || cfg.PartitionKey == cfg.SortKey {
-		return nil, fmt.Errorf("dynamocas: NewTable: key and version attributes must differ: %+v", cfg)
+	if cfg.HoldAttribute == "" {
+		cfg.HoldAttribute = DefaultHoldAttribute
+	}
+	if cfg.HoldUntilAttribute == "" {
+		cfg.HoldUntilAttribute = DefaultHoldUntilAttr
+	}
+	if cfg.ExclusiveTTL == 0 {
+		cfg.ExclusiveTTL = DefaultExclusiveTTL
+	}
+	if cfg.ExclusiveTTL < time.Millisecond {
+		return nil, fmt.Errorf("dynamocas: NewTable: ExclusiveTTL %v is below a millisecond", cfg.ExclusiveTTL)
+	}
+	names := []string{cfg.PartitionKey, cfg.VersionAttribute, cfg.HoldAttribute, cfg.HoldUntilAttribute}
+	if cfg.SortKey != "" {
+		names = append(names, cfg.SortKey)
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			return nil, fmt.Errorf("dynamocas: NewTable: the key, version and hold attributes must differ: %q is used twice", n)
+		}
+		seen[n] = true
 	}
 	var zero T
 	if rt := reflect.TypeOf(zero); rt == nil || rt.Kind() != reflect.Struct {
@@ -264,21 +295,49 @@ type tableWrite struct {
 	item      map[string]types.AttributeValue
 	pkAttr    string
 	verAttr   string
+	untilAttr string
+	// unheld adds "no exclusive hold lasts" to the condition (a plain
+	// write: refused by a hold, it waits and is sent again); hold, set
+	// for the write of the exclusive update holding the item, adds "the
+	// hold is this token's" (the write, replacing the item, ends it).
+	unheld   bool
+	hold     []byte
+	holdAttr string
 }
 
 // condition returns w's condition expression, names and values. Names go
 // through placeholders, so reserved words are fine.
+//
+// An item that only a hold made (an exclusive update of an absent key
+// that wrote nothing: its key attributes and hold attributes, no
+// version) counts as one that never existed.
 func (w *tableWrite) condition() (string, map[string]string, map[string]types.AttributeValue) {
+	names := map[string]string{"#ver": w.verAttr}
+	values := map[string]types.AttributeValue{}
+	var cond string
 	switch {
 	case w.anyAbsent:
-		return "attribute_not_exists(#pk) OR #ver < :zero",
-			map[string]string{"#pk": w.pkAttr, "#ver": w.verAttr},
-			map[string]types.AttributeValue{":zero": num(0)}
+		cond = "attribute_not_exists(#pk) OR (attribute_not_exists(#ver) AND attribute_exists(#u)) OR #ver < :zero"
+		names["#pk"], names["#u"], values[":zero"] = w.pkAttr, w.untilAttr, num(0)
 	case w.base == 0:
-		return "attribute_not_exists(#pk)", map[string]string{"#pk": w.pkAttr}, nil
+		cond = "attribute_not_exists(#pk) OR (attribute_not_exists(#ver) AND attribute_exists(#u))"
+		names["#pk"], names["#u"] = w.pkAttr, w.untilAttr
+	default:
+		cond = "#ver = :expected"
+		values[":expected"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(w.base, 10)}
 	}
-	return "#ver = :expected", map[string]string{"#ver": w.verAttr},
-		map[string]types.AttributeValue{":expected": &types.AttributeValueMemberN{Value: strconv.FormatInt(w.base, 10)}}
+	switch {
+	case w.hold != nil:
+		cond = "(" + cond + ") AND #h = :h"
+		names["#h"], values[":h"] = w.holdAttr, bin(w.hold)
+	case w.unheld:
+		cond = "(" + cond + ") AND (attribute_not_exists(#u) OR #u < :now)"
+		names["#u"], values[":now"] = w.untilAttr, nowMillis()
+	}
+	if len(values) == 0 {
+		values = nil
+	}
+	return cond, names, values
 }
 
 // onTombstone makes w, a create refused by a tombstone of version b, a
@@ -325,7 +384,8 @@ func (t *Table[T]) marshal(op string, item T) (*tableWrite, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tableWrite{op: op, ks: ks, kav: kav, item: av, pkAttr: t.cfg.PartitionKey, verAttr: t.cfg.VersionAttribute}, nil
+	return &tableWrite{op: op, ks: ks, kav: kav, item: av, pkAttr: t.cfg.PartitionKey, verAttr: t.cfg.VersionAttribute,
+		untilAttr: t.cfg.HoldUntilAttribute, holdAttr: t.cfg.HoldAttribute, unheld: true}, nil
 }
 
 func (t *Table[T]) checkSize(w *tableWrite) error {
@@ -350,7 +410,7 @@ func (t *Table[T]) prepDelete(key Key, expected cas.Version) (*tableWrite, error
 	item := maps.Clone(kav)
 	item[t.cfg.VersionAttribute] = negNum(uint64(expected))
 	return &tableWrite{op: "delete", ks: keyString(key), kav: kav, expected: expected, base: int64(expected), item: item,
-		pkAttr: t.cfg.PartitionKey, verAttr: t.cfg.VersionAttribute}, nil
+		pkAttr: t.cfg.PartitionKey, verAttr: t.cfg.VersionAttribute, untilAttr: t.cfg.HoldUntilAttribute, holdAttr: t.cfg.HoldAttribute, unheld: true}, nil
 }
 
 // prepCheck prepares a check that the item with key is at version
@@ -364,7 +424,7 @@ func (t *Table[T]) prepCheck(key Key, expected cas.Version) (*tableWrite, error)
 		return nil, &cas.KeyError{Op: "check", Key: keyString(key), Err: fmt.Errorf("%w: expected version %d", cas.ErrInvalidVersion, expected)}
 	}
 	return &tableWrite{op: "check", ks: keyString(key), kav: kav, expected: expected, base: int64(expected), anyAbsent: expected == 0,
-		version: expected, pkAttr: t.cfg.PartitionKey, verAttr: t.cfg.VersionAttribute}, nil
+		version: expected, pkAttr: t.cfg.PartitionKey, verAttr: t.cfg.VersionAttribute, untilAttr: t.cfg.HoldUntilAttribute, holdAttr: t.cfg.HoldAttribute}, nil
 }
 
 // maxTombstoneRounds bounds how often a create follows a tombstone that
@@ -414,7 +474,7 @@ func (t *Table[T]) Update(ctx context.Context, item T) (T, error) {
 func (t *Table[T]) write(ctx context.Context, w *tableWrite) (T, error) {
 	var zero T
 	for round := 0; ; round++ {
-		old, err := t.send(ctx, w)
+		old, err := t.sendUnheld(ctx, w)
 		if err == nil {
 			v, derr := t.decodeItem(w.ks, w.item)
 			if derr != nil {
@@ -455,7 +515,7 @@ func (t *Table[T]) Delete(ctx context.Context, key Key, expected cas.Version) er
 	if err != nil {
 		return err
 	}
-	_, err = t.send(ctx, w)
+	_, err = t.sendUnheld(ctx, w)
 	return err
 }
 
@@ -548,6 +608,7 @@ func (t *Table[T]) newRows() *rowupdate.Rows[T] {
 			return rowupdate.Row[T]{Value: out, Version: w.version}, rowupdate.Row[T]{}, nil
 		},
 		SetVersion: t.setVersion,
+		Exclusive:  t.exclusive,
 	})
 }
 
@@ -615,6 +676,10 @@ func (t *Table[T]) refused(ctx context.Context, w *tableWrite, old map[string]ty
 		old = map[string]types.AttributeValue{}
 	}
 	raw, err := signedAttr(old, t.cfg.VersionAttribute)
+	if err == nil && w.unheld && (raw == w.base || w.anyAbsent && raw <= 0) && heldAt(old, t.cfg.HoldUntilAttribute) {
+		ce.Err = errHeld // an exclusive update holds the item: sendUnheld waits
+		return nil, ce
+	}
 	if err != nil || raw == w.base {
 		return nil, ce // unreadable, or changed back since: not the state that refused w
 	}

@@ -507,3 +507,92 @@ type waitHook func()
 
 func (w waitHook) NextBackOff() time.Duration { w(); return 0 }
 func (w waitHook) Reset()                     {}
+
+// TestTableHolderPaused is the fault of a process pause for the table's
+// exclusive path: the holder of an item's hold stops between its read and
+// its write for five times the hold's bound. The other writers (another
+// Table of the same items, as another process) wait only about that long,
+// then proceed; the holder's late write is refused as a conflict; every
+// increment of the others counts, none twice. A hold of an absent item
+// that writes nothing leaves the item absent and creatable.
+func TestTableHolderPaused(t *testing.T) {
+	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
+		const bound = 200 * time.Millisecond
+		cli := dynamotest.Client(t, srv)
+		name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
+		holder, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku", ExclusiveTTL: bound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		others, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := dynamotest.Ctx(t, time.Minute)
+		key := dynamocas.Key{Partition: "n"}
+		if _, err := others.Insert(ctx, stock{SKU: "n", Remaining: 100}); err != nil {
+			t.Fatal(err)
+		}
+		held := make(chan struct{})
+		paused := make(chan error, 1)
+		go func() {
+			_, err := holder.ExclusiveModify(ctx, key, func(cur stock, _ bool) (stock, bool, error) {
+				close(held)
+				time.Sleep(5 * bound)
+				cur.Remaining = 1000
+				return cur, true, nil
+			})
+			paused <- err
+		}()
+		<-held
+		start := time.Now()
+		var mu sync.Mutex
+		var firstDone time.Duration
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for range 5 {
+					if _, err := others.Modify(ctx, key, func(cur stock, _ bool) (stock, error) {
+						cur.Remaining++
+						return cur, nil
+					}); err != nil {
+						t.Errorf("an increment of the others: %v", err)
+						return
+					}
+					mu.Lock()
+					if firstDone == 0 {
+						firstDone = time.Since(start)
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if err := <-paused; !errors.Is(err, cas.ErrConflict) {
+			t.Fatalf("the paused holder's write: %v, want a conflict (its hold ended, nothing written)", err)
+		}
+		if got, err := others.Get(ctx, key); err != nil || got.Remaining != 120 {
+			t.Fatalf("the item is %+v (%v), want 120 remaining", got, err)
+		}
+		if firstDone < bound/2 || firstDone >= 5*bound {
+			t.Fatalf("the others' first increment after %v: they should wait for the hold (%v) and no longer", firstDone, bound)
+		}
+
+		// An exclusive update of an absent item that writes nothing.
+		absent := dynamocas.Key{Partition: "absent"}
+		if _, err := holder.ExclusiveModify(ctx, absent, func(cur stock, exists bool) (stock, bool, error) {
+			if exists {
+				t.Errorf("the absent item exists: %+v", cur)
+			}
+			return cur, false, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := others.Get(ctx, absent); !errors.Is(err, cas.ErrNotFound) {
+			t.Fatalf("Get of an item only a hold touched: %v, want not found", err)
+		}
+		if got, err := others.Insert(ctx, stock{SKU: "absent", Remaining: 1}); err != nil || got.Version != 1 {
+			t.Fatalf("Insert after a hold that wrote nothing: %+v, %v", got, err)
+		}
+	})
+}

@@ -25,6 +25,15 @@ func TestTableConformance(t *testing.T) {
 				return tbl
 			},
 			Key: func(id string) dynamocas.Key { return dynamocas.Key{Partition: id} },
+			// Another process's table of the same items: a hot row across
+			// processes escalates to the items' exclusive hold.
+			Reopen: func(t *testing.T, tbl tabletest.Table[dynamocas.Key]) tabletest.Table[dynamocas.Key] {
+				o, err := dynamocas.NewTable[tabletest.Row](cli, dynamocas.TableConfig{Table: tbl.(*dynamocas.Table[tabletest.Row]).Name(), PartitionKey: "id"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return o
+			},
 		})
 	})
 }

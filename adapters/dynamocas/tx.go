@@ -103,6 +103,10 @@ func (tx *Tx) Len() int {
 func (tx *Tx) add(op txOp) {
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
+	// A transaction does not look at exclusive holds (a request sent
+	// again with its token must be identical, clock included): the
+	// holder's write fails as a conflict if the transaction wrote first.
+	op.w.unheld = false
 	tx.ops = append(tx.ops, op)
 	if op.check {
 		tx.bytes += itemSize(op.w.kav)

@@ -1,0 +1,92 @@
+package dynamocas
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/rowupdate"
+)
+
+// sendUnheld sends w and, while an exclusive update's hold refuses it,
+// waits (polling) and sends it again, as a writer waits for a row lock.
+// Sending it again is safe: it was refused, so nothing applied. ctx bounds
+// the wait.
+func (t *Table[T]) sendUnheld(ctx context.Context, w *tableWrite) (map[string]types.AttributeValue, error) {
+	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		old, err := t.send(ctx, w)
+		if !errors.Is(err, errHeld) {
+			return old, err
+		}
+		if ctxwait.Sleep(ctx, wait) != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// exclusive is the exclusive read-modify-write of one item that Modify
+// escalates to for a call that keeps losing to other processes (the
+// table's cas.Exclusive): an UpdateItem takes a hold in the item (a
+// token and its end, TableConfig.ExclusiveTTL ahead by this process's
+// clock; it waits while another hold lasts) and returns the item, fn
+// runs, and the write of what fn returned, conditional on the token and
+// the version read, replaces the item and so ends the hold. Meanwhile the
+// table's plain writes of the item wait for the hold to end. A holder
+// that stops answering loses the item when its hold ends, and its late
+// write is refused as a conflict.
+func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate.Row[T]) (T, bool, error)) (rowupdate.Row[T], error) {
+	k := key.(Key)
+	kav, err := t.keyAV("modify", k)
+	if err != nil {
+		return rowupdate.Row[T]{}, err
+	}
+	ks := keyString(k)
+	token := make([]byte, holdTokenLen)
+	_, _ = rand.Read(token)
+	av, err := takeHold(ctx, t.cli, t.cfg.Table, kav, t.cfg.HoldAttribute, t.cfg.HoldUntilAttribute, token, t.cfg.ExclusiveTTL)
+	if err != nil {
+		if ctx.Err() != nil {
+			return rowupdate.Row[T]{}, &cas.KeyError{Op: "modify", Key: ks, Err: err}
+		}
+		return rowupdate.Row[T]{}, &cas.KeyError{Op: "modify", Key: ks, Err: errors.Join(errors.New("dynamocas: taking the item's exclusive hold"), err)}
+	}
+	raw, err := signedAttr(av, t.cfg.VersionAttribute)
+	if err != nil {
+		releaseHold(ctx, t.cli, t.cfg.Table, kav, t.cfg.HoldAttribute, t.cfg.HoldUntilAttribute, token, DefaultResolveTimeout)
+		return rowupdate.Row[T]{}, &cas.CodecError{Key: ks, Decode: true, Err: err}
+	}
+	var cur rowupdate.Row[T]
+	if raw > 0 {
+		v, err := t.decodeItem(ks, av)
+		if err != nil {
+			releaseHold(ctx, t.cli, t.cfg.Table, kav, t.cfg.HoldAttribute, t.cfg.HoldUntilAttribute, token, DefaultResolveTimeout)
+			return rowupdate.Row[T]{}, err
+		}
+		cur = rowupdate.Row[T]{Value: v, Version: cas.Version(raw)}
+	}
+	next, write, err := fn(cur)
+	var w *tableWrite
+	if err == nil && write {
+		if cur.Version == 0 {
+			if w, err = t.prepInsert("modify", next); err == nil && raw < 0 {
+				w.onTombstone(cas.Version(-raw)) // a create over the tombstone read
+			}
+		} else if err = t.setVersion(&next, cur.Version); err == nil {
+			w, err = t.prepUpdate("modify", next)
+		}
+	}
+	if err != nil || !write {
+		releaseHold(ctx, t.cli, t.cfg.Table, kav, t.cfg.HoldAttribute, t.cfg.HoldUntilAttribute, token, DefaultResolveTimeout)
+		return cur, err
+	}
+	w.unheld, w.hold = false, token
+	out, err := t.write(ctx, w)
+	if err != nil {
+		return rowupdate.Row[T]{}, err
+	}
+	return rowupdate.Row[T]{Value: out, Version: w.version}, nil
+}
