@@ -20,6 +20,8 @@
 //   - [FencedStore] checks a lock's fencing token in the write itself;
 //   - [Committer] applies checks, puts and deletes on several keys
 //     atomically;
+//   - [BatchGetter] reads several keys in one round trip ([GetMany] falls
+//     back to one Get per key);
 //   - [Lister] lists keys by prefix (for tools and anti-entropy).
 //
 // # Errors

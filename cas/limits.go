@@ -143,6 +143,32 @@ func (l Limits) Get(ctx context.Context, key string) error {
 	return l.CheckKey("get", key)
 }
 
+// GetMany validates a BatchGetter.GetMany: the context is not nil or done,
+// every key is valid and appears once (ErrInvalidKey), and there are at
+// most MaxCommitOps keys (ErrTooLarge).
+func (l Limits) GetMany(ctx context.Context, keys []string) error {
+	if ctx == nil {
+		return fmt.Errorf("cas: get-many: %w", ErrNilContext)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(keys) > l.maxOps() {
+		return fmt.Errorf("cas: get-many: %w: %d keys, limit %d", ErrTooLarge, len(keys), l.maxOps())
+	}
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		if err := l.CheckKey("get-many", k); err != nil {
+			return err
+		}
+		if _, dup := seen[k]; dup {
+			return &KeyError{Op: "get-many", Key: k, Err: fmt.Errorf("%w: the key appears twice", ErrInvalidKey)}
+		}
+		seen[k] = struct{}{}
+	}
+	return nil
+}
+
 // Put validates a CompareAndSwap: the context is not nil or done, the key
 // is valid and the value fits.
 func (l Limits) Put(ctx context.Context, key string, value []byte) error {

@@ -1,6 +1,9 @@
 package cas
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Version is the version a store gave a key's current state. 0 means the key
 // does not exist. A key's versions strictly increase over its whole history
@@ -110,6 +113,41 @@ type Committer interface {
 	// *ConflictError naming the first such key (in op order) and applies
 	// nothing. A key may appear at most once.
 	Commit(ctx context.Context, ops []Op) ([]Version, error)
+}
+
+// BatchGetter is a Store that reads several keys in one round trip:
+// occ.Txn's Prefetch and its commit-time reads use it.
+type BatchGetter interface {
+	Store
+
+	// GetMany returns the current item of each of keys, in keys' order;
+	// a key that does not exist is an Item with its Key, Version 0 and a
+	// nil Value (not an error). Keys must be valid and distinct, and at
+	// most Limits.MaxCommitOps of them (see Limits.GetMany); no keys
+	// returns no items. The items need not be read at one instant: each
+	// is a state its key had during the call, as from Get.
+	GetMany(ctx context.Context, keys []string) ([]Item, error)
+}
+
+// GetMany reads keys from s: in one round trip when s is a BatchGetter,
+// otherwise with one Get per key. Absent keys come back as Items with
+// Version 0, as BatchGetter.GetMany returns them.
+func GetMany(ctx context.Context, s Store, keys []string) ([]Item, error) {
+	if b, ok := s.(BatchGetter); ok {
+		return b.GetMany(ctx, keys)
+	}
+	out := make([]Item, len(keys))
+	for i, k := range keys {
+		it, err := s.Get(ctx, k)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			it = Item{Key: k}
+		case err != nil:
+			return nil, err
+		}
+		out[i] = it
+	}
+	return out, nil
 }
 
 // Lister is a Store that can list its keys: tools and anti-entropy

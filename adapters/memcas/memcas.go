@@ -94,6 +94,7 @@ var (
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
 	_ cas.Lister      = (*Store)(nil)
+	_ cas.BatchGetter = (*Store)(nil)
 )
 
 // Limits returns the limits the store enforces.
@@ -131,6 +132,25 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
 	}
 	return cas.Item{Key: key, Value: v, Version: e.version}, nil
+}
+
+// GetMany implements cas.BatchGetter: each key is read as Get reads it.
+func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	out := make([]cas.Item, len(keys))
+	for i, key := range keys {
+		sh := s.shard(key)
+		sh.mu.RLock()
+		e := sh.m[key]
+		out[i] = cas.Item{Key: key, Version: e.version}
+		if e.version != 0 {
+			out[i].Value = clone(e.value)
+		}
+		sh.mu.RUnlock()
+	}
+	return out, nil
 }
 
 // CompareAndSwap implements cas.Store.

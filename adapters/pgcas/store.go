@@ -59,6 +59,7 @@ type Store struct {
 	name   string // the configuration's table name, for messages
 
 	sqlGet     string
+	sqlGetMany string
 	sqlCreate  string // expected 0, plain
 	sqlCreateF string // expected 0, fenced
 	sqlSwap    string // expected > 0, plain
@@ -84,6 +85,7 @@ var (
 	_ cas.Store       = (*Store)(nil)
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
+	_ cas.BatchGetter = (*Store)(nil)
 )
 
 // New returns a Store on cfg's table, reached through pool. It does not
@@ -204,6 +206,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	const failed = `, CASE WHEN w.version IS NULL THEN set_config('occkit.commit', 'failed', true) END`
 
 	s.sqlGet = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL`
+	s.sqlGetMany = `SELECT key, value, version FROM ` + t + ` WHERE key = ANY($1::text[]) AND value IS NOT NULL`
 	s.sqlLockRow = `SELECT value, version FROM ` + t + ` WHERE key = $1 FOR UPDATE`
 
 	// $1 key, $2 value, $3 write id, $4 token. A create may replace a
@@ -326,6 +329,46 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 		value = []byte{}
 	}
 	return cas.Item{Key: key, Value: value, Version: cas.Version(version)}, nil
+}
+
+// GetMany implements cas.BatchGetter with one SELECT ... WHERE key =
+// ANY($1): one round trip, one snapshot.
+func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	out := make([]cas.Item, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	at := make(map[string]int, len(keys))
+	for i, k := range keys {
+		out[i] = cas.Item{Key: k}
+		at[k] = i
+	}
+	rows, err := s.pool.Query(ctx, s.sqlGetMany, keys)
+	if err != nil {
+		return nil, readError("get-many", keys[0], err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			k       string
+			value   []byte
+			version int64
+		)
+		if err := rows.Scan(&k, &value, &version); err != nil {
+			return nil, readError("get-many", keys[0], err)
+		}
+		if value == nil {
+			value = []byte{}
+		}
+		out[at[k]] = cas.Item{Key: k, Value: value, Version: cas.Version(version)}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, readError("get-many", keys[0], err)
+	}
+	return out, nil
 }
 
 // CompareAndSwap implements cas.Store. It is one statement: on a conflict

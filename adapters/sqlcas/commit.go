@@ -81,6 +81,11 @@ func (c *commitStatements) apply(writes, puts int) string {
 	return b.String()
 }
 
+// getMany reads the live rows of n keys. Args: the keys.
+func (c *commitStatements) getMany(n int) string {
+	return `SELECT k, value, version FROM ` + c.table + ` WHERE k IN (` + c.d.phs(1, n, c.d.keyCast()) + `) AND value IS NOT NULL`
+}
+
 // resolveMany reads the version, tombstone flag and write id of n keys.
 func (c *commitStatements) resolveMany(n int) string {
 	return `SELECT k, version, value IS NULL, write_id FROM ` + c.table + ` WHERE k IN (` + c.d.phs(1, n, c.d.keyCast()) + `)`

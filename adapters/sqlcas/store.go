@@ -93,6 +93,7 @@ var (
 	_ cas.Store       = (*Store)(nil)
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
+	_ cas.BatchGetter = (*Store)(nil)
 )
 
 // New returns a Store on cfg's table, reached through db. It does not talk
@@ -209,6 +210,52 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 		value = []byte{}
 	}
 	return cas.Item{Key: key, Value: value, Version: cas.Version(version)}, nil
+}
+
+// GetMany implements cas.BatchGetter with one SELECT ... WHERE k IN (...):
+// one round trip, one statement snapshot.
+func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	out := make([]cas.Item, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	at := make(map[string]int, len(keys))
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		out[i] = cas.Item{Key: k}
+		at[k] = i
+		args[i] = k
+	}
+	rows, err := s.q.QueryContext(ctx, s.cm.getMany(len(keys)), args...)
+	if err != nil {
+		return nil, s.readError("get-many", keys[0], err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			k       string
+			value   []byte
+			version int64
+		)
+		if err := rows.Scan(&k, &value, &version); err != nil {
+			return nil, s.readError("get-many", keys[0], err)
+		}
+		i, ok := at[k]
+		if !ok {
+			continue // a collation that matched another spelling: not this key
+		}
+		if value == nil {
+			value = []byte{}
+		}
+		out[i] = cas.Item{Key: k, Value: value, Version: cas.Version(version)}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readError("get-many", keys[0], err)
+	}
+	return out, nil
 }
 
 // CompareAndSwap writes value if key's version is expected (0: only if the

@@ -98,6 +98,7 @@ func Run(t *testing.T, h Harness) {
 		{"Fenced", fencedTests},
 		{"Concurrency", concurrencyTests},
 		{"Exclusive", exclusiveTests},
+		{"GetMany", getManyTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
