@@ -106,6 +106,7 @@ var (
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
 	_ cas.Exclusive   = (*Store)(nil)
+	_ cas.BatchGetter = (*Store)(nil)
 )
 
 // New returns a Store on cfg.Table, reached through cli. It does not talk
@@ -288,6 +289,66 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	}
 	return st.item, nil
 }
+
+// GetMany implements cas.BatchGetter with BatchGetItem, strongly
+// consistent: one round trip for up to 100 keys (the keys the server
+// leaves unprocessed, under throttling, are asked for again).
+func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	out := make([]cas.Item, len(keys))
+	at := make(map[string]int, len(keys))
+	for i, k := range keys {
+		out[i] = cas.Item{Key: k}
+		at[k] = i
+	}
+	e := s.newExpr()
+	proj := e.name(s, phKey) + ", " + e.name(s, phVersion) + ", " + e.name(s, phValue)
+	for start := 0; start < len(keys); start += maxBatchGet {
+		batch := keys[start:min(start+maxBatchGet, len(keys))]
+		req := make([]map[string]types.AttributeValue, len(batch))
+		for i, k := range batch {
+			req[i] = s.keyAV(k)
+		}
+		pending := map[string]types.KeysAndAttributes{s.table: {
+			Keys: req, ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: e.names,
+		}}
+		wait := 20 * time.Millisecond
+		for len(pending) > 0 {
+			resp, err := s.cli.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: pending})
+			if err != nil {
+				return nil, &readError{key: batch[0], err: err}
+			}
+			for _, av := range resp.Responses[s.table] {
+				ks, ok := av[s.names.key].(*types.AttributeValueMemberS)
+				if !ok {
+					continue
+				}
+				i, ok := at[ks.Value]
+				if !ok {
+					continue
+				}
+				st, err := s.decode(ks.Value, av)
+				if err != nil {
+					return nil, err
+				}
+				out[i] = st.item
+			}
+			pending = resp.UnprocessedKeys
+			if len(pending) > 0 {
+				if err := ctxwait.Sleep(ctx, wait); err != nil {
+					return nil, &readError{key: batch[0], err: err}
+				}
+				wait = min(2*wait, time.Second)
+			}
+		}
+	}
+	return out, nil
+}
+
+// maxBatchGet is the most keys one BatchGetItem may ask for.
+const maxBatchGet = 100
 
 // readState reads key's whole item consistently, retrying transient
 // failures until ctx ends.

@@ -45,6 +45,7 @@ type withoutCommit struct{ fencedExclusive }
 type fencedExclusive interface {
 	cas.FencedStore
 	cas.Exclusive
+	cas.BatchGetter
 	Table() string
 }
 

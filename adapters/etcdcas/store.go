@@ -72,6 +72,7 @@ var (
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
 	_ cas.Lister      = (*Store)(nil)
+	_ cas.BatchGetter = (*Store)(nil)
 )
 
 // New returns a Store that keeps its keys under cfg.Prefix in the etcd
@@ -198,6 +199,39 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	}
 	it, _, err := s.item(key, resp.Kvs[0])
 	return it, err
+}
+
+// GetMany implements cas.BatchGetter with one etcd transaction of
+// Gets: one round trip, every key read at one revision.
+func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	out := make([]cas.Item, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	gets := make([]clientv3.Op, len(keys))
+	for i, k := range keys {
+		out[i] = cas.Item{Key: k}
+		gets[i] = clientv3.OpGet(s.dataKey(k))
+	}
+	resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
+	if err != nil {
+		return nil, &readError{key: keys[0], err: err}
+	}
+	for i, r := range resp.Responses {
+		rr := r.GetResponseRange()
+		if rr == nil || len(rr.Kvs) == 0 {
+			continue
+		}
+		it, _, err := s.item(keys[i], rr.Kvs[0])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = it
+	}
+	return out, nil
 }
 
 // conflict builds the conflict of a write expecting expected, from the
