@@ -75,6 +75,70 @@ func (tx *Tx) read(key string) (cas.Item, error) {
 	return it, nil
 }
 
+// Prefetch reads the keys this attempt has not read yet (nor written,
+// nor has from a conflict or the cache) in one round trip when the store
+// is a cas.BatchGetter (cas.GetMany; one Get per key otherwise), so that
+// the tx.Get calls that follow cost nothing. A transaction that knows its
+// keys up front, such as a transfer, calls it first:
+//
+//	if err := tx.Prefetch(from, to); err != nil {
+//		return err
+//	}
+//
+// Keys it names twice or already read are read once.
+func (tx *Tx) Prefetch(keys ...string) error { return tx.fetch(keys, true) }
+
+// fetch reads the keys not read yet (and, with skipWritten, not written),
+// from the conflict's hint or the cache where it can, the others in one
+// round trip.
+func (tx *Tx) fetch(keys []string, skipWritten bool) error {
+	var want []string
+	for _, k := range keys {
+		if _, ok := tx.reads[k]; ok {
+			continue
+		}
+		if _, ok := tx.writes[k]; ok && skipWritten {
+			continue
+		}
+		if it, ok := tx.hints[k]; ok {
+			delete(tx.hints, k)
+			tx.reads[k] = it
+			continue
+		}
+		if it, ok := tx.cachedRead(k); ok {
+			tx.reads[k] = it
+			continue
+		}
+		if !slices.Contains(want, k) {
+			want = append(want, k)
+		}
+	}
+	return tx.readMany(want)
+}
+
+// readMany reads keys (none of them read yet) from the store in one
+// round trip where it can, and records them as read.
+func (tx *Tx) readMany(keys []string) error {
+	switch len(keys) {
+	case 0:
+		return nil
+	case 1:
+		_, err := tx.read(keys[0])
+		return err
+	}
+	items, err := cas.GetMany(tx.ctx, tx.store, keys)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		if tx.cache != nil {
+			tx.cache.put(it)
+		}
+		tx.reads[it.Key] = it
+	}
+	return nil
+}
+
 // Put buffers a write of value to key. The transaction keeps value until it
 // commits: do not modify it afterwards.
 func (tx *Tx) Put(key string, value []byte) {
@@ -171,9 +235,21 @@ func (tx *Tx) commit() error {
 		}
 	}
 
+	// Blind writes are read here, in one round trip where the store can.
+	var blind []string
+	for k := range tx.writes {
+		if _, read := tx.reads[k]; !read {
+			blind = append(blind, k)
+		}
+	}
+	if len(blind) > 1 {
+		if err := tx.fetch(blind, false); err != nil {
+			return err
+		}
+	}
 	ops := make([]cas.Op, 0, len(keys))
 	for _, k := range keys {
-		r, err := tx.read(k) // blind writes are read here
+		r, err := tx.read(k)
 		if err != nil {
 			return err
 		}

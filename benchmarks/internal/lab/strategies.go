@@ -115,6 +115,18 @@ var coreStrategies = []strategySpec{
 		},
 	},
 	{
+		Name:      "occ-txn-serial-reads",
+		Kind:      kindOptimistic,
+		About:     "occ-txn without tx.Prefetch: one Get per key, one round trip each, as before cas.BatchGetter; the A/B of the batched read (only when asked for)",
+		SingleKey: true, MultiKey: true,
+		DefaultOn: func(string, bool) bool { return false },
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				return occ.Txn(ctx, h.Store, txnBodySerial(h, op), h.Options(w)...)
+			}), nil
+		},
+	},
+	{
 		Name:      "hybrid",
 		Kind:      kindHybrid,
 		About:     "hybrid.Update: the backend's lease lock, then a fenced compare-and-swap; several keys: leases in key order, then occ.Txn",
@@ -186,9 +198,22 @@ func mutateOne(op operation) func(cur int64, exists bool) (int64, error) {
 	}
 }
 
-// txnBody is an occ.Txn function for op: read every key, apply, put
-// every key.
+// txnBody is an occ.Txn function for op: read every key (in one round
+// trip, tx.Prefetch), apply, put every key.
 func txnBody(h *harness, op operation) func(tx *occ.Tx) error {
+	body := txnBodySerial(h, op)
+	return func(tx *occ.Tx) error {
+		if len(op.Keys) > 1 {
+			if err := tx.Prefetch(op.Keys...); err != nil {
+				return err
+			}
+		}
+		return body(tx)
+	}
+}
+
+// txnBodySerial is txnBody reading one key at a time.
+func txnBodySerial(h *harness, op operation) func(tx *occ.Tx) error {
 	codec := h.Values.Codec()
 	return func(tx *occ.Tx) error {
 		var vals [4]int64
