@@ -90,6 +90,32 @@ var commitTests = []test{
 		wantItem(t, s, "a", "A", a)
 		wantItem(t, s, "b", "B", b)
 	}},
+	// Writes of live keys only (a transfer's shape), one of them stale:
+	// nothing applies, and the conflict names the stale key with its
+	// current item, not a key the commit would have written.
+	{"StaleWriteAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		a := mustCreate(t, s, "a", "A")
+		b1 := mustCreate(t, s, "b", "B")
+		b2 := mustSwap(t, s, "b", b1, "B2")
+		d := mustCreate(t, s, "d", "D")
+		_, err := c.Commit(context.Background(), []cas.Op{
+			cas.Put("a", a, []byte("A2")),
+			cas.Delete("d", d),
+			cas.Put("b", b1, []byte("B3")), // stale
+		})
+		wantConflict(t, h, err, "b", b1, b2, "B2")
+		wantItem(t, s, "a", "A", a)
+		wantItem(t, s, "b", "B2", b2)
+		wantItem(t, s, "d", "D", d)
+		// The stale key first in ops order, last in key order.
+		_, err = c.Commit(context.Background(), []cas.Op{
+			cas.Put("b", b1, []byte("B3")),
+			cas.Put("a", a, []byte("A2")),
+		})
+		wantConflict(t, h, err, "b", b1, b2, "B2")
+		wantItem(t, s, "a", "A", a)
+	}},
 	{"FailedDeleteAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
 		c := committer(t, s)
 		_, err := c.Commit(context.Background(), []cas.Op{
