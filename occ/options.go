@@ -167,8 +167,9 @@ func WithRetryable(f func(err error) bool) Option { return Option{kind: optRetry
 // WithObserver options add up: each observer is told, in the order given.
 func WithObserver(o Observer) Option { return Option{kind: optObserver, observer: o} }
 
-// WithTurns(false) keeps an Update call out of its process's turns at a
-// hot key (see Update): it neither queues in the key's line nor opens one,
+// WithTurns(false) keeps an Update or Txn call out of its process's turns
+// at a hot key (see Update and Txn): it neither queues in the key's line
+// nor opens one,
 // and backs off between attempts instead. Calls that opt out compete with
 // the line's holder for each version, so at a hot key they waste attempts
 // and see a longer tail; use it for a call that must not wait behind the

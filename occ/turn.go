@@ -125,6 +125,11 @@ var (
 
 	// holdLimit, when set (tests), replaces queueWait.
 	holdLimit time.Duration
+
+	// linesLeftStuck counts the waits that left a line because it did
+	// not move for queueWait (tests: turns that never deadlock never
+	// count one).
+	linesLeftStuck atomic.Int64
 )
 
 // turnProbes is how many slots from its hash a key's line may take: keys
@@ -235,6 +240,7 @@ wait:
 				timer.Reset(limit)
 				continue
 			}
+			linesLeftStuck.Add(1)
 			break wait
 		case <-ctx.Done():
 			err = ctx.Err()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"time"
 
 	"github.com/occkit/occkit/cas"
 )
@@ -23,6 +25,8 @@ type Tx struct {
 	cache  *Cache // nil unless WithCache names this store
 	// readCache is whether reads may come from cache (not after a wait).
 	readCache bool
+	// written is what a successful commit wrote, key by key.
+	written map[string]cas.Item
 }
 
 type txWrite struct {
@@ -168,6 +172,16 @@ func (tx *Tx) Delete(key string) {
 // or read and write a single key; anything else fails with an error
 // matching errors.ErrUnsupported.
 //
+// Calls of one process take turns at hot keys, as Update's do: a call
+// whose commit conflicted takes the turns of the keys its attempt touched,
+// in key order, and keeps them until it ends; meanwhile this process's
+// other Txn and Update calls on those keys queue behind it (a Txn whose
+// keys have turns queues before it commits, and runs fn again holding
+// them), and each turn is handed on with what the holder wrote, so that
+// the next holder starts without reading. Two transactions cannot wait
+// for each other: turns are taken in key order. WithTurns(false),
+// WithBackOff and WithBackOffFunc opt out.
+//
 // fn may run several times; like Update's mutate it must only depend on
 // what it reads through tx. The loop is Retry's: see there for giving up,
 // contexts and panics.
@@ -180,33 +194,176 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	if !cache.serves(s) {
 		cache = nil
 	}
+	// The turns the call holds (see txTurns): taken after a conflict, or
+	// when its keys are hot in this process, and kept until it ends.
+	turns := txTurns{store: s}
+	defer turns.leave()
+	// As for Update, default waits only (WithTurns(false), WithBackOff
+	// and WithBackOffFunc opt out).
+	useTurns := c.backOff == nil && c.newBackOff == nil && !c.noTurns && combinable(s)
+	var want []string // the keys whose turns to take before the next attempt
 	return c.run(ctx, func(ctx context.Context) error {
-		tx := &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, hints: hints, cache: cache}
-		hints = nil // a hint serves the attempt right after the conflict only
-		if c.waited {
-			// After a backoff wait, hints and cached states are likely
-			// stale: read (and refresh the cache).
-			tx.hints, tx.readCache = nil, false
-		} else {
-			tx.readCache = cache != nil
+		var handed map[string]cas.Item
+		if want != nil {
+			got, queued, err := turns.join(ctx, want, true)
+			want = nil
+			if err != nil {
+				return err
+			}
+			if queued {
+				handed = got
+			} else if len(got) > 0 && !c.waited {
+				// No wait: the conflict's state is still fresh, and so
+				// is what the turns came with.
+				if hints == nil {
+					hints = map[string]cas.Item{}
+				}
+				maps.Copy(hints, got)
+			}
 		}
-		if err := fn(tx); err != nil {
+		for {
+			t0 := time.Now()
+			tx := &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, hints: hints, cache: cache}
+			hints = nil // a hint serves the attempt right after the conflict only
+			if c.waited || handed != nil {
+				// After a backoff wait or a wait for turns, hints and
+				// cached states are likely stale: read (and refresh the
+				// cache), unless the turns came with the states their
+				// previous holders wrote.
+				tx.hints, tx.readCache = handed, false
+				handed = nil
+			} else {
+				tx.readCache = cache != nil
+			}
+			if err := fn(tx); err != nil {
+				return err
+			}
+			if useTurns && len(turns.held) == 0 && linesOpen.Load() != 0 {
+				// Keys this process's calls queue for: queue too, rather
+				// than commit from reads the holders are about to make
+				// stale, and run fn again holding the turns.
+				if keys := tx.keys(); turns.anyLine(keys) {
+					var err error
+					handed, _, err = turns.join(ctx, keys, false)
+					if err != nil {
+						return err
+					}
+					if len(turns.held) > 0 {
+						if handed == nil {
+							handed = map[string]cas.Item{}
+						}
+						continue
+					}
+				}
+			}
+			err := tx.commit()
+			turns.attempted(time.Since(t0), tx.written)
+			var ce *cas.ConflictError
+			switch {
+			case errors.As(err, &ce) && ce.HasCurrent:
+				hints = map[string]cas.Item{ce.Key: ce.Current}
+				c.retryNow = true
+				if cache != nil {
+					cache.put(ce.Current)
+				}
+			case ce != nil && cache != nil:
+				cache.forget(ce.Key)
+			}
+			if useTurns && ce != nil && len(turns.held) == 0 && time.Since(t0) >= lineMinUnit {
+				// The keys are hot: from the next attempt on, the call
+				// holds their turns (this process's other calls of them
+				// queue behind it), taken in key order.
+				want = tx.keys()
+			}
 			return err
 		}
-		err := tx.commit()
-		var ce *cas.ConflictError
-		switch {
-		case errors.As(err, &ce) && ce.HasCurrent:
-			hints = map[string]cas.Item{ce.Key: ce.Current}
-			c.retryNow = true
-			if cache != nil {
-				cache.put(ce.Current)
-			}
-		case ce != nil && cache != nil:
-			cache.forget(ce.Key)
-		}
-		return err
 	})
+}
+
+// keys returns the keys the attempt read or wrote, sorted.
+func (tx *Tx) keys() []string {
+	keys := make([]string, 0, len(tx.reads)+len(tx.writes))
+	for k := range tx.reads {
+		keys = append(keys, k)
+	}
+	for k := range tx.writes {
+		if _, read := tx.reads[k]; !read {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// txTurns are the turns a transaction holds: the lines (see turn.go) of
+// its keys, taken in key order, so that two transactions waiting for each
+// other's keys cannot deadlock (a single-key Update holds one line and
+// never waits for another). While a transaction holds them, this
+// process's other calls on those keys queue behind it; each turn is
+// handed on, with what the transaction wrote to its key, when the call
+// ends.
+type txTurns struct {
+	store cas.Store
+	held  []*config // one per key whose turn is held, in key order
+}
+
+// anyLine reports whether one of keys has a line in this process.
+func (t *txTurns) anyLine(keys []string) bool {
+	for _, k := range keys {
+		if lineFor(t.store, k) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// join takes the turns of keys (sorted, distinct), in order; with open,
+// it opens the lines that do not exist. A key whose line it cannot get
+// (another key's slot, a stuck line) is left out. It returns the states
+// the previous holders handed over with the turns (a nil map when no
+// turn was taken) and whether it waited; the error is ctx's.
+func (t *txTurns) join(ctx context.Context, keys []string, open bool) (handed map[string]cas.Item, queued bool, err error) {
+	for _, k := range keys {
+		sub := &config{store: t.store, key: k}
+		q, err := sub.joinLine(ctx, open)
+		queued = queued || q
+		if err != nil {
+			return handed, queued, err
+		}
+		if sub.line == nil {
+			continue
+		}
+		t.held = append(t.held, sub)
+		if handed == nil {
+			handed = map[string]cas.Item{}
+		}
+		if sub.handed != nil && sub.handed.known {
+			handed[k] = sub.handed.state
+		}
+		sub.handed = nil
+	}
+	return handed, queued, nil
+}
+
+// attempted notes an attempt of the holder: how long it took (a line
+// whose attempts are faster than lineMinUnit takes no one) and, when it
+// committed, what it wrote, to hand over with each turn.
+func (t *txTurns) attempted(d time.Duration, written map[string]cas.Item) {
+	for _, sub := range t.held {
+		sub.line.fast.Store(d < lineMinUnit)
+		sub.line.wrote, sub.line.wroteOK = cas.Item{}, false
+		if it, ok := written[sub.key]; ok {
+			sub.line.wrote, sub.line.wroteOK = it, true
+		}
+	}
+}
+
+// leave ends every turn held, in reverse key order.
+func (t *txTurns) leave() {
+	for i := len(t.held) - 1; i >= 0; i-- {
+		t.held[i].leaveLine()
+	}
+	t.held = nil
 }
 
 // commit validates the reads and applies the writes.
@@ -274,13 +431,19 @@ func (tx *Tx) commit() error {
 		v, err = applyOne(tx.ctx, tx.store, ops[0])
 		versions = []cas.Version{v}
 	}
-	if err == nil && tx.cache != nil {
+	if err == nil {
+		tx.written = make(map[string]cas.Item, len(tx.writes))
 		for i, op := range ops {
 			switch op.Kind {
 			case cas.OpPut:
-				tx.cache.put(cas.Item{Key: op.Key, Value: op.Value, Version: versions[i]})
+				tx.written[op.Key] = cas.Item{Key: op.Key, Value: op.Value, Version: versions[i]}
 			case cas.OpDelete:
-				tx.cache.put(cas.Item{Key: op.Key})
+				tx.written[op.Key] = cas.Item{Key: op.Key}
+			default:
+				continue
+			}
+			if tx.cache != nil {
+				tx.cache.put(tx.written[op.Key])
 			}
 		}
 	}

@@ -1,0 +1,202 @@
+package occ
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/adapters/memcas"
+	"github.com/occkit/occkit/cas"
+)
+
+// slowCommitter is memcas with a round trip's latency on every call, as
+// a networked store with Commit and GetMany has.
+type slowCommitter struct {
+	*memcas.Store
+	rtt time.Duration
+}
+
+func (s slowCommitter) Get(ctx context.Context, key string) (cas.Item, error) {
+	time.Sleep(s.rtt)
+	return s.Store.Get(ctx, key)
+}
+
+func (s slowCommitter) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	time.Sleep(s.rtt)
+	return s.Store.GetMany(ctx, keys)
+}
+
+func (s slowCommitter) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	time.Sleep(s.rtt)
+	return s.Store.Commit(ctx, ops)
+}
+
+// attemptCounter counts the attempts and the calls that failed.
+type attemptCounter struct {
+	attempts, calls, failed atomic.Int64
+}
+
+func (a *attemptCounter) ObserveAttempt(context.Context, Attempt) { a.attempts.Add(1) }
+func (a *attemptCounter) ObserveCall(_ context.Context, c Call) {
+	a.calls.Add(1)
+	if c.Err != nil {
+		a.failed.Add(1)
+	}
+}
+
+// runTransfers runs workers × per transfers of 1 between two hot accounts
+// (either way) and returns the attempts per call; it fails the test if a
+// call failed or the total changed.
+func runTransfers(t *testing.T, workers, per int, opts ...Option) float64 {
+	t.Helper()
+	ctx := context.Background()
+	s := slowCommitter{Store: memcas.New(), rtt: 200 * time.Microsecond}
+	for _, k := range []string{"a", "b"} {
+		if _, err := s.CompareAndSwap(ctx, k, 0, []byte("1000")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var obs attemptCounter
+	opts = append(opts, WithObserver(&obs))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range per {
+				from, to := "a", "b"
+				if rng.IntN(2) == 0 {
+					from, to = to, from
+				}
+				err := Txn(ctx, s, func(tx *Tx) error {
+					if err := tx.Prefetch(from, to); err != nil {
+						return err
+					}
+					fv, _, err := tx.Get(from)
+					if err != nil {
+						return err
+					}
+					tv, _, err := tx.Get(to)
+					if err != nil {
+						return err
+					}
+					f, _ := strconv.Atoi(string(fv))
+					g, _ := strconv.Atoi(string(tv))
+					tx.Put(from, []byte(strconv.Itoa(f-1)))
+					tx.Put(to, []byte(strconv.Itoa(g+1)))
+					return nil
+				}, opts...)
+				if err != nil {
+					t.Errorf("transfer: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	items, err := s.GetMany(ctx, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := strconv.Atoi(string(items[0].Value))
+	b, _ := strconv.Atoi(string(items[1].Value))
+	if a+b != 2000 {
+		t.Fatalf("a=%d b=%d: the total moved", a, b)
+	}
+	if n := obs.failed.Load(); n > 0 {
+		t.Fatalf("%d of %d calls failed", n, obs.calls.Load())
+	}
+	return float64(obs.attempts.Load()) / float64(obs.calls.Load())
+}
+
+// TestTxnTurns: 8 workers transfer between two hot keys on a store with
+// round trips, at default options. With turns (the default), the calls of
+// the process queue for the keys instead of racing for their versions:
+// no call gives up, and an attempt is rarely wasted, where the same calls
+// without turns (WithTurns(false)) lose several attempts each.
+func TestTxnTurns(t *testing.T) {
+	with := runTransfers(t, 8, 30)
+	without := runTransfers(t, 8, 30, WithTurns(false), WithMaxAttempts(1000))
+	t.Logf("attempts per transfer: %.2f with turns, %.2f without", with, without)
+	if with > 1.5 {
+		t.Errorf("%.2f attempts per transfer with turns: the process's calls still race for the keys", with)
+	}
+	if without < with {
+		t.Errorf("without turns %.2f attempts per transfer, with %.2f: the test no longer shows what turns do", without, with)
+	}
+}
+
+// TestTxnTurnsMixed: transactions over overlapping key sets ({a,b},
+// {b,c}, {a,c}) and single-key Updates of b run together on a store with
+// round trips: turns taken in key order never deadlock (every call ends
+// well before the deadline, no line waits out its bound), and nothing is
+// lost.
+func TestTxnTurnsMixed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := slowCommitter{Store: memcas.New(), rtt: 200 * time.Microsecond}
+	keys := []string{"a", "b", "c"}
+	for _, k := range keys {
+		if _, err := s.CompareAndSwap(ctx, k, 0, []byte("1000")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pairs := [][2]string{{"a", "b"}, {"b", "c"}, {"c", "a"}, {"b", "a"}}
+	counter := cas.NewTyped[int](s, cas.JSON[int]())
+	var wg sync.WaitGroup
+	start := time.Now()
+	stuck := linesLeftStuck.Load()
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 30 {
+				if w%4 == 3 {
+					// Deposits of 1 into b.
+					if _, _, err := Update(ctx, counter, "b", func(n int, _ bool) (int, error) { return n + 1, nil }); err != nil {
+						t.Errorf("update: %v", err)
+						return
+					}
+					continue
+				}
+				p := pairs[(w+i)%len(pairs)]
+				if err := Txn(ctx, s, func(tx *Tx) error {
+					if err := tx.Prefetch(p[0], p[1]); err != nil {
+						return err
+					}
+					fv, _, _ := tx.Get(p[0])
+					tv, _, _ := tx.Get(p[1])
+					f, _ := strconv.Atoi(string(fv))
+					g, _ := strconv.Atoi(string(tv))
+					tx.Put(p[0], []byte(strconv.Itoa(f-1)))
+					tx.Put(p[1], []byte(strconv.Itoa(g+1)))
+					return nil
+				}); err != nil {
+					t.Errorf("transfer %v: %v", p, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("the calls did not end within 30 s: a deadlock")
+	}
+	if n := linesLeftStuck.Load() - stuck; n > 0 {
+		t.Fatalf("%d waits left a line that did not move: calls waited for each other", n)
+	}
+	total := 0
+	for _, k := range keys {
+		it, err := s.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(string(it.Value))
+		total += n
+	}
+	if want := 3000 + 2*30; total != want {
+		t.Fatalf("total %d, want %d (3000 and 60 deposits)", total, want)
+	}
+	t.Logf("%d transfers and %d deposits in %v", 6*30, 2*30, time.Since(start).Round(time.Millisecond))
+}
