@@ -155,7 +155,9 @@ func TestSoldOut(t *testing.T) {
 // TestGridOnMemory runs a tiny grid end to end and writes every output.
 func TestGridOnMemory(t *testing.T) {
 	l := openIsolatedLab(t, "memory")
-	g := Grid{Keys: []int{100, 1}, Thetas: []float64{0, 1.2}, Workers: []int{4}, Duration: 60 * time.Millisecond, Warmup: 10 * time.Millisecond, Seed: 3}
+	// A count of operations per cell, not a duration: on a loaded
+	// machine a 60 ms window could close before any operation ended.
+	g := Grid{Keys: []int{100, 1}, Thetas: []float64{0, 1.2}, Workers: []int{4}, Ops: 400, Seed: 3}
 	cells, skips, err := g.Plan(l)
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +203,7 @@ func TestGridOnMemory(t *testing.T) {
 	if err := r.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"| memory | counter | 4w 100k θ=0 | occ |", "| 4/4 | ok |", "### Goal checks", "every point: adaptive"} {
+	for _, s := range []string{"| memory | counter | 4w 100k θ=0 | occ |", "| 4/4 | ok |", "### Goal checks", "every point: adaptive", "### Summary", "No point had both an occkit strategy and a cross-process lock"} {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md.String())
 		}
@@ -252,7 +254,7 @@ func TestGridOnMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"<table", `src="charts/memory-counter.png"`, "Goal checks", "process memory"} {
+	for _, s := range []string{"<table", `src="charts/memory-counter.png"`, "Goal checks", "process memory", "<h2>Summary</h2>"} {
 		if !strings.Contains(string(html), s) {
 			t.Errorf("report.html lacks %q", s)
 		}

@@ -52,6 +52,8 @@ type Meta struct {
 	Pooled []pooled `json:"pooled,omitempty"`
 	// InvariantViolations counts cells whose invariant did not hold.
 	InvariantViolations int `json:"invariant_violations"`
+	// Summary is the run in a few lines.
+	Summary Summary `json:"summary"`
 }
 
 // NameAbout is a strategy or workload with its description.
@@ -127,6 +129,7 @@ func NewReport(l *Lab, g Grid, outcomes []outcome, planSkips []skip, started tim
 	r.Meta.Durability = strings.Join(dur, "; ")
 	r.Meta.Goals = checkGoals(r.Cells)
 	r.Meta.Pooled = poolRounds(r.Meta.Goals)
+	r.Meta.Summary = summarize(r.Cells, r.Meta.Goals)
 	return r
 }
 
@@ -199,6 +202,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if !c.InvariantOK {
 			ew.printf("\n**INVARIANT VIOLATED** in %s %s %s %s: %s\n", c.Backend, c.Workload, c.Strategy, c.Point(), c.Invariant)
 		}
+	}
+	ew.printf("\n### Summary\n\n")
+	for _, l := range r.Meta.Summary.Lines() {
+		ew.printf("- %s\n", l)
 	}
 	return ew.err
 }
@@ -297,6 +304,9 @@ img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 code{background:#f4f4f4;padding:0 .2em}
 </style></head><body>
 <h1>occkit contention lab</h1>
+<h2>Summary</h2>
+<ul class="summary">{{range .Meta.Summary.Lines}}<li>{{.}}</li>
+{{end}}</ul>
 <p>Started {{.Meta.Started.Format "2006-01-02 15:04:05 MST"}}, took {{printf "%.0f" .Meta.ElapsedS}} s.
 <code>{{.Meta.Command}}</code>. {{.Meta.GoVersion}} on {{.Meta.OS}}, {{.Meta.CPUs}} CPUs (GOMAXPROCS {{.Meta.GOMAXPROCS}}){{if .Meta.LoadAtEnd}}, load average {{.Meta.LoadAtStart}} at the start and {{.Meta.LoadAtEnd}} at the end{{end}}.
 {{if .Meta.OpsPerCell}}{{.Meta.OpsPerCell}} operations per cell{{else}}{{.Meta.DurationS}} s measured per cell after {{.Meta.WarmupS}} s of warm-up{{end}};
