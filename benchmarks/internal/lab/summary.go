@@ -42,7 +42,7 @@ type Summary struct {
 // for one process, not a rival.
 func summarize(cells []Result, goals []goalCheck) Summary {
 	type pt struct {
-		occ, lock Result
+		occ, lock  Result
 		hasO, hasL bool
 	}
 	pts := map[string]*pt{}
