@@ -537,13 +537,46 @@ func (t *Table[T]) Delete(ctx context.Context, key Key, expected cas.Version) er
 //
 // Pass occ.WithRetryable(dynamocas.Retryable) to retry throttling too.
 func (t *Table[T]) Modify(ctx context.Context, key Key, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	var absent T
-	kav, err := t.keyAV("modify", key)
+	k, err := t.rowKey("modify", key)
 	if err != nil {
-		return absent, err
+		return k.Absent, err
+	}
+	return t.rows.Modify(ctx, k, mutate, opts...)
+}
+
+// ModifyMany is Modify over several items at once, as one optimistic
+// transaction: it reads the items with keys (cur[i] is the absent item
+// with only its key set, exists[i] false, for a key with none), calls
+// mutate, and writes every item mutate returned (each must keep its key)
+// in one TransactWriteItems, conditional on the versions read, creating
+// the absent ones; when one changed meanwhile it runs mutate again from
+// the items as they are, as occ.Txn does (calls of one process take
+// turns at hot items; opts are occ's). It returns the items as stored,
+// with their new versions. The keys must be distinct, at most
+// MaxTransactItems of them. It needs a server with transactions
+// (DynamoDB, minidyn; not dynalite).
+func (t *Table[T]) ModifyMany(ctx context.Context, keys []Key, mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
+	ks := make([]rowupdate.Key[T], len(keys))
+	for i, key := range keys {
+		k, err := t.rowKey("modify-many", key)
+		if err != nil {
+			return nil, err
+		}
+		ks[i] = k
+	}
+	return t.rows.ModifyMany(ctx, ks, mutate, opts...)
+}
+
+// rowKey builds the bridge's Key of an item: its text, the item with only
+// its key set, and a check that a mutated item keeps the key.
+func (t *Table[T]) rowKey(op string, key Key) (rowupdate.Key[T], error) {
+	var absent T
+	kav, err := t.keyAV(op, key)
+	if err != nil {
+		return rowupdate.Key[T]{Absent: absent}, err
 	}
 	if err := attributevalue.UnmarshalMapWithOptions(kav, &absent, t.decOpts...); err != nil {
-		return absent, &cas.KeyError{Op: "modify", Key: keyString(key), Err: fmt.Errorf("%w: %w", cas.ErrInvalidKey, err)}
+		return rowupdate.Key[T]{Absent: absent}, &cas.KeyError{Op: op, Key: keyString(key), Err: fmt.Errorf("%w: %w", cas.ErrInvalidKey, err)}
 	}
 	ks := keyString(key)
 	text := ks
@@ -552,7 +585,7 @@ func (t *Table[T]) Modify(ctx context.Context, key Key, mutate func(cur T, exist
 		// and sort "b/c".
 		text = strconv.Quote(fmt.Sprint(key.Partition)) + "/" + strconv.Quote(fmt.Sprint(key.Sort))
 	}
-	return t.rows.Modify(ctx, rowupdate.Key[T]{
+	return rowupdate.Key[T]{
 		Text:   text,
 		Value:  key,
 		Absent: absent,
@@ -561,13 +594,13 @@ func (t *Table[T]) Modify(ctx context.Context, key Key, mutate func(cur T, exist
 			if err != nil {
 				return &cas.CodecError{Key: ks, Err: err}
 			}
-			got, gks, err := t.keyOf("modify", av)
+			got, gks, err := t.keyOf(op, av)
 			if err != nil || !reflect.DeepEqual(got, kav) {
-				return occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the item's key to %q", cas.ErrInvalidKey, gks)})
+				return occ.Permanent(&cas.KeyError{Op: op, Key: ks, Err: fmt.Errorf("%w: mutate changed the item's key to %q", cas.ErrInvalidKey, gks)})
 			}
 			return nil
 		},
-	}, mutate, opts...)
+	}, nil
 }
 
 // NewCache returns a version cache of at most maxEntries items of t, for
@@ -609,6 +642,7 @@ func (t *Table[T]) newRows() *rowupdate.Rows[T] {
 		},
 		SetVersion: t.setVersion,
 		Exclusive:  t.exclusive,
+		Commit:     t.commitMany,
 	})
 }
 

@@ -90,3 +90,57 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 	}
 	return rowupdate.Row[T]{Value: out, Version: w.version}, nil
 }
+
+// commitMany is ModifyMany's commit: one transaction (Tx) of an insert or
+// an update per item. A conflict names the item whose version changed;
+// its current state is read for the retry.
+func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) ([]rowupdate.Row[T], int, rowupdate.Row[T], error) {
+	tx := NewTx(t.cli)
+	ws := make([]*tableWrite, len(writes))
+	for i, w := range writes {
+		var (
+			tw  *tableWrite
+			err error
+		)
+		row := w.Row
+		if w.Expected == 0 {
+			tw, err = t.prepInsert("modify-many", row)
+		} else if err = t.setVersion(&row, w.Expected); err == nil {
+			tw, err = t.prepUpdate("modify-many", row)
+		}
+		if err != nil {
+			return nil, -1, rowupdate.Row[T]{}, err
+		}
+		ws[i] = tw
+		tx.add(txOp{w: tw, table: t.cfg.Table})
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		var ce *cas.ConflictError
+		if !errors.As(err, &ce) {
+			return nil, -1, rowupdate.Row[T]{}, err
+		}
+		for i, tw := range ws {
+			if tw.ks != ce.Key {
+				continue
+			}
+			v, ver, rerr := t.get(ctx, writes[i].Key.(Key))
+			switch {
+			case errors.Is(rerr, cas.ErrNotFound):
+				return nil, i, rowupdate.Row[T]{}, &cas.ConflictError{Key: ce.Key, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ce.Key}, Err: err}
+			case rerr == nil:
+				return nil, i, rowupdate.Row[T]{Value: v, Version: ver}, &cas.ConflictError{Key: ce.Key, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ce.Key, Version: ver}, Err: err}
+			}
+			break
+		}
+		return nil, -1, rowupdate.Row[T]{}, err
+	}
+	stored := make([]rowupdate.Row[T], len(writes))
+	for i, tw := range ws {
+		v, err := t.decodeItem(tw.ks, tw.item)
+		if err != nil {
+			return nil, -1, rowupdate.Row[T]{}, err
+		}
+		stored[i] = rowupdate.Row[T]{Value: v, Version: tw.version}
+	}
+	return stored, -1, rowupdate.Row[T]{}, nil
+}

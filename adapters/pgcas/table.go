@@ -457,14 +457,44 @@ func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exist
 	return t.rows.Modify(ctx, key, mutate, opts...)
 }
 
+// ModifyMany is Modify over several rows at once, as one optimistic
+// transaction: it reads the rows with keys (in one transaction's worth
+// of reads; cur[i] is the absent row with only its key set, exists[i]
+// false, for a key with no row), calls mutate, and writes every row
+// mutate returned (each must keep its key) in one transaction of the
+// table, inserting the absent ones, if none of them changed since it was
+// read; otherwise it runs mutate again from the rows as they are, as
+// occ.Txn does (calls of one process take turns at hot rows; opts are
+// occ's). The rows are written in key order, so concurrent ModifyMany
+// calls lock them in one order. It returns the rows as stored, with their
+// new versions. The keys must be distinct. A transfer:
+//
+//	_, err := accounts.ModifyMany(ctx, []any{from, to}, func(a []Account, exists []bool) ([]Account, error) {
+//		if !exists[0] || !exists[1] {
+//			return nil, ErrNoAccount
+//		}
+//		if a[0].Balance < amount {
+//			return nil, ErrInsufficientFunds // returned as is, nothing written
+//		}
+//		a[0].Balance -= amount
+//		a[1].Balance += amount
+//		return a, nil
+//	})
+func (t *Table[T]) ModifyMany(ctx context.Context, keys []any, mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
+	return t.rows.ModifyMany(ctx, keys, mutate, opts...)
+}
+
 // NewCache returns a version cache of at most maxEntries rows of t, for
 // occ.WithCache: a Modify of a row whose version this process already
 // knows skips the read and costs one statement.
 func (t *Table[T]) NewCache(maxEntries int) *occ.Cache { return t.rows.NewCache(maxEntries) }
 
 // newRows returns t's bridge onto occ.
-func (t *Table[T]) newRows() *rowupdate.TableRows[T] {
-	return rowupdate.NewTable(rowupdate.Table[T]{
+func (t *Table[T]) newRows() *rowupdate.TableRows[T] { return rowupdate.NewTable(t.rowTable()) }
+
+// rowTable is t as the bridge drives it.
+func (t *Table[T]) rowTable() rowupdate.Table[T] {
+	return rowupdate.Table[T]{
 		KeyIndex:   t.cols[t.key].index,
 		Get:        t.Get,
 		Insert:     t.Insert,
@@ -472,7 +502,8 @@ func (t *Table[T]) newRows() *rowupdate.TableRows[T] {
 		VersionOf:  t.versionOf,
 		SetVersion: t.setVersion,
 		Exclusive:  t.exclusive,
-	})
+		RunTx:      t.runTx,
+	}
 }
 
 // versionOf returns the version field of *row.

@@ -104,3 +104,23 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 	}
 	return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, nil
 }
+
+// runTx runs fn with the table bound to a transaction of its own on one
+// connection, and commits it when fn returns nil (ModifyMany's commit).
+// A COMMIT whose reply is lost is a *cas.AmbiguousError.
+func (t *Table[T]) runTx(ctx context.Context, fn func(in rowupdate.Table[T]) error) error {
+	tx, err := t.pool.Begin(ctx)
+	if err != nil {
+		return t.opError("modify-many", "", err)
+	}
+	in := *t
+	in.q = tx
+	if err := fn(in.rowTable()); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return t.writeError(ctx, "modify-many", "", err)
+	}
+	return nil
+}

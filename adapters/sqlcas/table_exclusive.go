@@ -71,3 +71,39 @@ func (t *Table[T]) exclusiveError(key any, expected cas.Version, err error) erro
 	}
 	return err
 }
+
+// runTx runs fn with the table bound to a transaction of its own (on
+// SQLite, BEGIN IMMEDIATE on one connection), and commits it when fn
+// returns nil (ModifyMany's commit). On a table bound to the caller's
+// transaction (With), fn runs inside a savepoint, which a failure rolls
+// back to, so that the caller's transaction keeps no half of it.
+func (t *Table[T]) runTx(ctx context.Context, fn func(in rowupdate.Table[T]) error) error {
+	if t.inTx {
+		const sp = "occkit_modify_many"
+		if _, err := t.q.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+			return t.writeError("modify-many", "", err, false)
+		}
+		if err := fn(t.rowTable()); err != nil {
+			_, _ = t.q.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp)
+			return err
+		}
+		if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT "+sp); err != nil {
+			return t.writeError("modify-many", "", err, true)
+		}
+		return nil
+	}
+	tx, err := beginOn(ctx, t.d, t.q, false)
+	if err != nil {
+		return t.writeError("modify-many", "", err, false)
+	}
+	in := *t
+	in.q, in.inTx = tx.q, true // Insert draws its version in this transaction
+	if err := fn(in.rowTable()); err != nil {
+		tx.rollback()
+		return err
+	}
+	if err := tx.commit(ctx); err != nil {
+		return t.writeError("modify-many", "", err, true)
+	}
+	return nil
+}

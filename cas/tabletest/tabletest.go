@@ -103,6 +103,8 @@ func Run[K any](t *testing.T, h Harness[K]) {
 	t.Run("ModifyCached", h.modifyCached)
 	t.Run("ModifyCancelled", h.modifyCancelled)
 	t.Run("CallersTransactionRolledBack", h.rolledBack)
+	t.Run("ModifyMany", h.modifyMany)
+	t.Run("ModifyManyTransfers", h.modifyManyTransfers)
 }
 
 func ctxFor(t *testing.T) context.Context {

@@ -58,6 +58,12 @@ type Driver[T any] struct {
 	// version read what fn returned, returning the row as stored. fn's
 	// error ends it, writes nothing and is returned as is.
 	Exclusive func(ctx context.Context, key any, fn func(cur Row[T]) (next T, write bool, err error)) (stored Row[T], err error)
+	// Commit, if set, writes several rows in one transaction of the
+	// table (ModifyMany): each is inserted (Expected 0) or updated at
+	// Expected, or none is. It returns the rows as stored, in writes'
+	// order; on a *cas.ConflictError, the index of the write that met it
+	// and that row's current state.
+	Commit func(ctx context.Context, writes []Write[T]) (stored []Row[T], conflictAt int, current Row[T], err error)
 }
 
 // Key names one row for Modify.
@@ -184,7 +190,7 @@ func keyOf(ctx context.Context, key string) (any, error) {
 
 // Get implements cas.Store.
 func (r *Rows[T]) Get(ctx context.Context, key string) (cas.Item, error) {
-	k, err := keyOf(ctx, key)
+	k, err := keyValue(ctx, key)
 	if err != nil {
 		return cas.Item{}, err
 	}
@@ -202,7 +208,7 @@ func (r *Rows[T]) Get(ctx context.Context, key string) (cas.Item, error) {
 // of. After a successful write the handle holds the row as stored, so
 // that a cache or a combiner that keeps the handle has the stored row.
 func (r *Rows[T]) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
-	k, err := keyOf(ctx, key)
+	k, err := keyValue(ctx, key)
 	if err != nil {
 		return 0, err
 	}

@@ -27,6 +27,11 @@ type Table[T any] struct {
 	SetVersion func(row *T, v cas.Version)
 	// Exclusive, if set, is Driver.Exclusive.
 	Exclusive func(ctx context.Context, key any, fn func(cur Row[T]) (next T, write bool, err error)) (stored Row[T], err error)
+	// RunTx, if set, runs fn with the table bound to one transaction of
+	// its own (its Get, Insert and Update run in it) and commits it when
+	// fn returns nil, or rolls it back: the bridge's Commit for
+	// ModifyMany.
+	RunTx func(ctx context.Context, fn func(in Table[T]) error) error
 }
 
 // TableRows is the bridge of a SQL repository table: Rows whose reads go
@@ -64,33 +69,30 @@ func NewTable[T any](t Table[T]) *TableRows[T] {
 		},
 		SetVersion: func(r *T, v cas.Version) error { t.SetVersion(r, v); return nil },
 		Exclusive:  t.Exclusive,
+		Commit:     commitFor(t),
 	})}
+}
+
+// commitFor is the Driver.Commit of t, nil when t has no RunTx.
+func commitFor[T any](t Table[T]) func(ctx context.Context, writes []Write[T]) ([]Row[T], int, Row[T], error) {
+	if t.RunTx == nil {
+		return nil
+	}
+	return func(ctx context.Context, writes []Write[T]) ([]Row[T], int, Row[T], error) {
+		return commitInOrder(ctx, t, writes)
+	}
 }
 
 // Modify is the Modify of a SQL repository table: it checks that key
 // fits T's key field, then runs Rows.Modify over the row. A mutate that
 // changes the row's key ends its call with cas.ErrInvalidKey.
 func (tr *TableRows[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	var absent T
-	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(tr.keyIndex)
-	kv := reflect.ValueOf(key)
-	if !kv.IsValid() || !KeyFits(kv.Type(), kf.Type()) {
-		return absent, &cas.KeyError{Op: "modify", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
+	k, err := tr.key(key, "modify")
+	if err != nil {
+		var zero T
+		return zero, err
 	}
-	kf.Set(kv.Convert(kf.Type()))
-	want := kf.Interface()
-	ks := fmt.Sprint(want)
-	return tr.Rows.Modify(ctx, Key[T]{
-		Text:   ks,
-		Value:  want,
-		Absent: absent,
-		Check: func(next *T) error {
-			if got := reflect.ValueOf(next).Elem().FieldByIndex(tr.keyIndex).Interface(); !reflect.DeepEqual(got, want) {
-				return occ.Permanent(&cas.KeyError{Op: "modify", Key: ks, Err: fmt.Errorf("%w: mutate changed the row's key to %v", cas.ErrInvalidKey, got)})
-			}
-			return nil
-		},
-	}, mutate, opts...)
+	return tr.Rows.Modify(ctx, k, mutate, opts...)
 }
 
 // KeyFits reports whether a key of type from may stand for a key field of

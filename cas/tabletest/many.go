@@ -1,0 +1,143 @@
+package tabletest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// ManyModifier is a table that modifies several rows as one optimistic
+// transaction (pgcas.Table, sqlcas.Table): ModifyMany.
+type ManyModifier[K any] interface {
+	ModifyMany(ctx context.Context, keys []K, mutate func(cur []Row, exists []bool) ([]Row, error), opts ...occ.Option) ([]Row, error)
+}
+
+// many returns tbl as a ManyModifier, or skips the test, visibly.
+func many[K any](t *testing.T, tbl Table[K]) ManyModifier[K] {
+	t.Helper()
+	m, ok := tbl.(ManyModifier[K])
+	if !ok {
+		t.Skipf("skipped: %T has no ModifyMany", tbl)
+	}
+	return m
+}
+
+var errRefused = errors.New("tabletest: refused by mutate")
+
+// modifyMany: ModifyMany creates absent rows and updates present ones in
+// one transaction, returns the rows as stored with new versions, and
+// writes nothing when mutate refuses, changes a key, or when the keys
+// repeat.
+func (h Harness[K]) modifyMany(t *testing.T) {
+	ctx := ctxFor(t)
+	tbl := h.New(t)
+	m := many(t, tbl)
+	a, err := tbl.Insert(ctx, Row{ID: "a", N: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []K{h.Key("a"), h.Key("b")}
+	out, err := m.ModifyMany(ctx, keys, func(cur []Row, exists []bool) ([]Row, error) {
+		if !exists[0] || exists[1] || cur[0].N != 10 || cur[1].ID != "b" {
+			return nil, fmt.Errorf("read %+v %v, want a at 10 and b absent with its key set", cur, exists)
+		}
+		cur[0].N -= 3
+		cur[1].N += 3
+		return cur, nil
+	})
+	if err != nil {
+		t.Fatalf("ModifyMany: %v", err)
+	}
+	if out[0].ID != "a" || out[0].N != 7 || tbl.VersionOf(out[0]) <= a.Version || out[1].ID != "b" || out[1].N != 3 || tbl.VersionOf(out[1]) == 0 {
+		t.Fatalf("ModifyMany returned %+v", out)
+	}
+	for i, id := range []string{"a", "b"} {
+		got, err := tbl.Get(ctx, h.Key(id))
+		if err != nil || got != out[i] {
+			t.Fatalf("Get(%s) = %+v, %v; ModifyMany returned %+v", id, got, err, out[i])
+		}
+	}
+	unchanged := func(when string) {
+		t.Helper()
+		for i, id := range []string{"a", "b"} {
+			if got, err := tbl.Get(ctx, h.Key(id)); err != nil || got != out[i] {
+				t.Fatalf("%s: %s is %+v (%v), want %+v", when, id, got, err, out[i])
+			}
+		}
+	}
+	if _, err := m.ModifyMany(ctx, keys, func(cur []Row, _ []bool) ([]Row, error) {
+		return nil, errRefused
+	}); !errors.Is(err, errRefused) {
+		t.Fatalf("a refusing mutate: %v, want its error as is", err)
+	}
+	unchanged("after a refusal")
+	if _, err := m.ModifyMany(ctx, keys, func(cur []Row, _ []bool) ([]Row, error) {
+		cur[0].N = 1000 // would be written first, in key order
+		cur[1].ID = "c"
+		return cur, nil
+	}); !errors.Is(err, cas.ErrInvalidKey) {
+		t.Fatalf("a mutate that changes a key: %v, want cas.ErrInvalidKey", err)
+	}
+	unchanged("after a changed key")
+	if _, err := m.ModifyMany(ctx, []K{h.Key("a"), h.Key("a")}, func(cur []Row, _ []bool) ([]Row, error) {
+		return cur, nil
+	}); !errors.Is(err, cas.ErrInvalidKey) {
+		t.Fatalf("repeated keys: %v, want cas.ErrInvalidKey", err)
+	}
+	unchanged("after repeated keys")
+}
+
+// modifyManyTransfers: Workers goroutines move units between three rows
+// (every pair, both ways) at default options: none gives up, and the
+// total never changes.
+func (h Harness[K]) modifyManyTransfers(t *testing.T) {
+	ctx := ctxFor(t)
+	tbl := h.New(t)
+	m := many(t, tbl)
+	ids := []string{"x", "y", "z"}
+	for _, id := range ids {
+		if _, err := tbl.Insert(ctx, Row{ID: id, N: 1000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per := max(h.Ops/2, 1)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range h.Workers {
+		wg.Go(func() {
+			for i := range per {
+				from, to := ids[(w+i)%3], ids[(w+i+1+w%2)%3]
+				if _, err := m.ModifyMany(ctx, []K{h.Key(from), h.Key(to)}, func(cur []Row, _ []bool) ([]Row, error) {
+					cur[0].N--
+					cur[1].N++
+					return cur, nil
+				}); err != nil {
+					if failed.Add(1) == 1 {
+						t.Errorf("transfer %s→%s: %v", from, to, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := int64(0)
+	for _, id := range ids {
+		r, err := tbl.Get(ctx, h.Key(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += r.N
+	}
+	if total != 3000 {
+		t.Fatalf("the rows hold %d in all after transfers, want 3000", total)
+	}
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d transfers failed", n, h.Workers*per)
+	}
+}

@@ -1,0 +1,268 @@
+package rowupdate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// Write is one row of a Driver's Commit: write Row if the row with Key
+// is at version Expected (0: absent, an insert).
+type Write[T any] struct {
+	Key      any
+	Expected cas.Version
+	Row      T
+}
+
+// keysCtx carries a ModifyMany call's keys (text → Key.Value) to the
+// bridge's reads and its commit.
+type keysCtx struct{}
+
+// keyValue returns the key value of key text from ctx: ModifyMany's map,
+// or Modify's single key.
+func keyValue(ctx context.Context, key string) (any, error) {
+	if m, ok := ctx.Value(keysCtx{}).(map[string]any); ok {
+		if k, ok := m[key]; ok {
+			return k, nil
+		}
+	}
+	return keyOf(ctx, key)
+}
+
+// Commit implements cas.Committer over Driver.Commit: every op is a put
+// of a row handle (ModifyMany writes every row it read), applied in one
+// transaction of the table, in key order.
+func (r *Rows[T]) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	if r.d.Commit == nil {
+		return nil, fmt.Errorf("rowupdate: the table commits no multi-row transaction: %w", errors.ErrUnsupported)
+	}
+	writes := make([]Write[T], len(ops))
+	ids := make([]uint64, len(ops))
+	for i, op := range ops {
+		if op.Kind != cas.OpPut {
+			return nil, fmt.Errorf("rowupdate: a table transaction writes every row it reads (op %d on %q is not a put): %w", i, op.Key, errors.ErrUnsupported)
+		}
+		k, err := keyValue(ctx, op.Key)
+		if err != nil {
+			return nil, err
+		}
+		id, err := handle(op.Value)
+		if err != nil {
+			return nil, err
+		}
+		p, ok := r.held.Load(id)
+		if !ok {
+			return nil, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
+		}
+		writes[i], ids[i] = Write[T]{Key: k, Expected: op.Expected, Row: *p.(*T)}, id
+	}
+	stored, at, cur, err := r.d.Commit(ctx, writes)
+	if err != nil {
+		var ce *cas.ConflictError
+		if errors.As(err, &ce) && at >= 0 && at < len(ops) {
+			// The conflict under the key text occ asked for, with the
+			// current row as a handle, to retry from.
+			hint := *ce
+			hint.Key, hint.Expected = ops[at].Key, ops[at].Expected
+			hint.Current, hint.HasCurrent = cas.Item{Key: ops[at].Key, Version: cur.Version}, ce.HasCurrent
+			if cur.Version != 0 {
+				hint.Current.Value = r.hold(cur.Value)
+			}
+			return nil, &hint
+		}
+		return nil, err
+	}
+	vs := make([]cas.Version, len(ops))
+	for i := range ops {
+		r.held.Store(ids[i], &stored[i].Value)
+		vs[i] = stored[i].Version
+	}
+	return vs, nil
+}
+
+// ModifyMany is Modify over several rows at once, as one optimistic
+// transaction (occ.Txn): it reads the rows of ks, calls mutate with them
+// (cur[i] is ks[i].Absent and exists[i] false for a row that does not
+// exist), and writes every row mutate returned, in one transaction of
+// the table, if none of them changed since it was read; otherwise it runs
+// again, as occ.Txn does (turns at hot rows included). It returns the
+// rows as stored, with their new versions. The keys must be distinct;
+// mutate must return one row per key, each with its key.
+func (r *Rows[T]) ModifyMany(ctx context.Context, ks []Key[T], mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
+	if r.d.Commit == nil {
+		return nil, fmt.Errorf("rowupdate: the table commits no multi-row transaction: %w", errors.ErrUnsupported)
+	}
+	if len(ks) == 0 {
+		return nil, fmt.Errorf("rowupdate: modify-many: %w: no rows", cas.ErrInvalidCommit)
+	}
+	texts := make([]string, len(ks))
+	byText := make(map[string]any, len(ks))
+	for i, k := range ks {
+		if _, dup := byText[k.Text]; dup {
+			return nil, &cas.KeyError{Op: "modify-many", Key: k.Text, Err: fmt.Errorf("%w: the key appears twice", cas.ErrInvalidKey)}
+		}
+		texts[i], byText[k.Text] = k.Text, k.Value
+	}
+	if ctx != nil {
+		ctx = context.WithValue(ctx, keysCtx{}, byText)
+	}
+	var handles [][]byte
+	err := occ.Txn(ctx, r.store, func(tx *occ.Tx) error {
+		if err := tx.Prefetch(texts...); err != nil {
+			return err
+		}
+		cur := make([]T, len(ks))
+		exists := make([]bool, len(ks))
+		for i, k := range texts {
+			b, ok, err := tx.Get(k)
+			if err != nil {
+				return err
+			}
+			cur[i], exists[i] = ks[i].Absent, ok
+			if ok {
+				if err := r.Unmarshal(b, &cur[i]); err != nil {
+					return err
+				}
+			}
+		}
+		next, err := mutate(cur, exists)
+		if err != nil {
+			return err
+		}
+		if len(next) != len(ks) {
+			return occ.Permanent(fmt.Errorf("rowupdate: modify-many: mutate returned %d rows for %d keys", len(next), len(ks)))
+		}
+		handles = make([][]byte, len(ks))
+		for i := range next {
+			if ks[i].Check != nil {
+				if err := ks[i].Check(&next[i]); err != nil {
+					return err
+				}
+			}
+			handles[i] = r.hold(next[i])
+			tx.Put(texts[i], handles[i])
+		}
+		return nil
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, len(ks))
+	for i, h := range handles {
+		if err := r.Unmarshal(h, &out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ModifyMany is ModifyMany of a SQL repository table: keys must fit T's
+// key field, and mutate must keep each row's key.
+func (tr *TableRows[T]) ModifyMany(ctx context.Context, keys []any, mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
+	ks := make([]Key[T], len(keys))
+	for i, key := range keys {
+		k, err := tr.key(key, "modify-many")
+		if err != nil {
+			return nil, err
+		}
+		ks[i] = k
+	}
+	return tr.Rows.ModifyMany(ctx, ks, mutate, opts...)
+}
+
+// key builds the Key of a SQL table's row: key converted to T's key
+// field, a check that the row keeps it.
+func (tr *TableRows[T]) key(key any, op string) (Key[T], error) {
+	var absent T
+	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(tr.keyIndex)
+	kv := reflect.ValueOf(key)
+	if !kv.IsValid() || !KeyFits(kv.Type(), kf.Type()) {
+		return Key[T]{}, &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
+	}
+	kf.Set(kv.Convert(kf.Type()))
+	want := kf.Interface()
+	ks := fmt.Sprint(want)
+	return Key[T]{
+		Text:   ks,
+		Value:  want,
+		Absent: absent,
+		Check: func(next *T) error {
+			if got := reflect.ValueOf(next).Elem().FieldByIndex(tr.keyIndex).Interface(); !reflect.DeepEqual(got, want) {
+				return occ.Permanent(&cas.KeyError{Op: op, Key: ks, Err: fmt.Errorf("%w: mutate changed the row's key to %v", cas.ErrInvalidKey, got)})
+			}
+			return nil
+		},
+	}, nil
+}
+
+// commitInOrder is the Commit of a SQL table's bridge: in one
+// transaction (runTx), each write is an Insert (Expected 0) or an Update
+// at Expected, in key order so that concurrent transactions lock rows in
+// one order. A conflict ends it (runTx rolls back) with the write's index
+// and the current row.
+func commitInOrder[T any](ctx context.Context, t Table[T], writes []Write[T]) (stored []Row[T], at int, cur Row[T], err error) {
+	order := make([]int, len(writes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmpKeys(writes[a].Key, writes[b].Key)
+	})
+	stored = make([]Row[T], len(writes))
+	at = -1
+	err = t.RunTx(ctx, func(in Table[T]) error {
+		for _, i := range order {
+			w := writes[i]
+			var out T
+			var err error
+			if w.Expected == 0 {
+				out, err = in.Insert(ctx, w.Row)
+			} else {
+				next := w.Row
+				in.SetVersion(&next, w.Expected)
+				out, err = in.Update(ctx, next)
+			}
+			if err != nil {
+				var ce *cas.ConflictError
+				if errors.As(err, &ce) {
+					at = i
+					cur = Row[T]{Value: out, Version: ce.Current.Version}
+				}
+				return err
+			}
+			stored[i] = Row[T]{Value: out, Version: in.VersionOf(&out)}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, at, cur, err
+	}
+	return stored, -1, Row[T]{}, nil
+}
+
+// cmpKeys orders key values: numbers by value, anything else by its text.
+func cmpKeys(a, b any) int {
+	av, bv := reflect.ValueOf(a), reflect.ValueOf(b)
+	switch {
+	case av.CanInt() && bv.CanInt():
+		return cmpOrdered(av.Int(), bv.Int())
+	case av.CanUint() && bv.CanUint():
+		return cmpOrdered(av.Uint(), bv.Uint())
+	}
+	return cmpOrdered(fmt.Sprint(a), fmt.Sprint(b))
+}
+
+func cmpOrdered[V int64 | uint64 | string](a, b V) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
