@@ -201,6 +201,55 @@ func ExampleTable() {
 
 // MySQL's GET_LOCK as a lease with a fencing token, checked by the write
 // it protects.
+// A transfer between two rows of an accounts table, as one optimistic
+// transaction: both rows are written or neither, and a concurrent change
+// of either runs the function again.
+func ExampleTable_ModifyMany() {
+	type Account struct {
+		ID      string      `db:"id"`
+		Balance int64       `db:"balance"`
+		Version cas.Version `db:"version"`
+	}
+	ctx := context.Background()
+	db, done := exampleSQLite()
+	defer done()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER NOT NULL, version INTEGER NOT NULL)`); err != nil {
+		panic(err)
+	}
+	accounts, err := sqlcas.NewTable[Account](db, sqlcas.TableConfig{Dialect: sqlcas.SQLite, Table: "accounts"})
+	if err != nil {
+		panic(err)
+	}
+	if err := accounts.CreateCounter(ctx); err != nil {
+		panic(err)
+	}
+	if _, err := accounts.Insert(ctx, Account{ID: "alice", Balance: 100}); err != nil {
+		panic(err)
+	}
+	errInsufficient := errors.New("insufficient funds")
+	transfer := func(from, to string, amount int64) error {
+		// bob's row does not exist yet: it is created with the transfer.
+		_, err := accounts.ModifyMany(ctx, []any{from, to}, func(a []Account, exists []bool) ([]Account, error) {
+			if !exists[0] || a[0].Balance < amount {
+				return nil, errInsufficient // returned as is, nothing written
+			}
+			a[0].Balance -= amount
+			a[1].Balance += amount
+			return a, nil
+		}, occ.WithRetryable(sqlcas.Retryable))
+		return err
+	}
+	fmt.Println(transfer("alice", "bob", 30))
+	fmt.Println(transfer("alice", "bob", 500))
+	alice, _ := accounts.Get(ctx, "alice")
+	bob, _ := accounts.Get(ctx, "bob")
+	fmt.Println(alice.Balance, bob.Balance)
+	// Output:
+	// <nil>
+	// insufficient funds
+	// 70 30
+}
+
 func ExampleNewLocker() {
 	ctx := context.Background()
 	db, done := exampleMySQL() // sql.OpenDB(mysql.NewConnector(cfg)), cfg.InterpolateParams on
