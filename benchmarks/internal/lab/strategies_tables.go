@@ -46,7 +46,27 @@ var tableStrategies = []strategySpec{
 			return newTableStrategy(ctx, h, true)
 		},
 	},
+	tableTxnStrategy,
 }
+
+// tableTxnStrategy is the repository path for multi-key workloads.
+var tableTxnStrategy = strategySpec{
+	Name:      "occ-table-txn",
+	Kind:      kindOptimistic,
+	About:     "Table[T].ModifyMany (pgcas, sqlcas) over a table of the application's own: a transfer between two rows as one optimistic transaction of the table, with the lab's options only",
+	MultiKey:  true,
+	OwnTable:  true,
+	DefaultOn: func(b string, multiKey bool) bool { return multiKey && sqlTableBackends[b] },
+	New: func(ctx context.Context, h *harness) (cellStrategy, error) {
+		if !sqlTableBackends[h.Backend.Info().Name] {
+			return nil, fmt.Errorf("ModifyMany runs on the SQL tables here (dynamocas's needs transactions, which dynalite has not): %w", errNotApplicable)
+		}
+		return newTableStrategy(ctx, h, false)
+	},
+}
+
+// sqlTableBackends are the backends of pgcas's and sqlcas's tables.
+var sqlTableBackends = map[string]bool{backends.Postgres: true, backends.MySQL: true, backends.SQLite: true}
 
 // tableBackends are the backends whose adapters have repository tables
 // (Table[T]).
@@ -70,9 +90,10 @@ type tableRow struct {
 // appTable is a cell's table of the application's own as the strategies
 // call it: the backend adapter's Table[tableRow], its key made a string.
 type appTable struct {
-	modify   func(ctx context.Context, key string, mutate func(cur tableRow, exists bool) (tableRow, error), opts ...occ.Option) (tableRow, error)
-	get      func(ctx context.Context, key string) (tableRow, error)
-	newCache func(maxEntries int) *occ.Cache
+	modify     func(ctx context.Context, key string, mutate func(cur tableRow, exists bool) (tableRow, error), opts ...occ.Option) (tableRow, error)
+	modifyMany func(ctx context.Context, keys []string, mutate func(cur []tableRow, exists []bool) ([]tableRow, error), opts ...occ.Option) ([]tableRow, error)
+	get        func(ctx context.Context, key string) (tableRow, error)
+	newCache   func(maxEntries int) *occ.Cache
 }
 
 // openAppTable returns the cell's table, <NS>_rows, over the backend's
@@ -224,9 +245,29 @@ type tableStrategy struct {
 	opts [][]occ.Option
 }
 
-// Do modifies op's row: an absent row reads as 0, as occ.Update's
-// mutate sees a missing key in the other strategies.
+// Do modifies op's row (rows, for a transfer: one ModifyMany): an absent
+// row reads as 0, as occ.Update's mutate sees a missing key in the other
+// strategies.
 func (s tableStrategy) Do(ctx context.Context, w int, op operation) error {
+	if len(op.Keys) > 1 {
+		if s.t.modifyMany == nil {
+			return fmt.Errorf("this table modifies one row at a time: %w", errNotApplicable)
+		}
+		_, err := s.t.modifyMany(ctx, op.Keys, func(cur []tableRow, _ []bool) ([]tableRow, error) {
+			vals := make([]int64, len(cur))
+			for i, r := range cur {
+				vals[i] = r.N
+			}
+			if err := op.Apply(vals); err != nil {
+				return nil, err
+			}
+			for i := range cur {
+				cur[i].N = vals[i]
+			}
+			return cur, nil
+		}, s.opts[w]...)
+		return err
+	}
 	_, err := s.t.modify(ctx, op.Keys[0], func(cur tableRow, _ bool) (tableRow, error) {
 		v := [1]int64{cur.N}
 		if err := op.Apply(v[:]); err != nil {
@@ -251,6 +292,7 @@ func (s tableStrategy) Value(ctx context.Context, key string) (int64, error) {
 // of type any) that an appTable uses.
 type anyKeyTable interface {
 	Modify(ctx context.Context, key any, mutate func(tableRow, bool) (tableRow, error), opts ...occ.Option) (tableRow, error)
+	ModifyMany(ctx context.Context, keys []any, mutate func([]tableRow, []bool) ([]tableRow, error), opts ...occ.Option) ([]tableRow, error)
 	Get(ctx context.Context, key any) (tableRow, error)
 	NewCache(maxEntries int) *occ.Cache
 }
@@ -260,6 +302,13 @@ func sqlAppTable(tbl anyKeyTable) appTable {
 	return appTable{
 		modify: func(ctx context.Context, key string, mutate func(tableRow, bool) (tableRow, error), opts ...occ.Option) (tableRow, error) {
 			return tbl.Modify(ctx, key, mutate, opts...)
+		},
+		modifyMany: func(ctx context.Context, keys []string, mutate func([]tableRow, []bool) ([]tableRow, error), opts ...occ.Option) ([]tableRow, error) {
+			ks := make([]any, len(keys))
+			for i, k := range keys {
+				ks[i] = k
+			}
+			return tbl.ModifyMany(ctx, ks, mutate, opts...)
 		},
 		get:      func(ctx context.Context, key string) (tableRow, error) { return tbl.Get(ctx, key) },
 		newCache: tbl.NewCache,

@@ -40,6 +40,19 @@ func checkRepoCell(t *testing.T, l *Lab, c Cell) {
 	}
 }
 
+// runTxnCells checks occ-table-txn (Table.ModifyMany) on backend with
+// transfers between two hot rows, and across procs processes when procs
+// > 1: exact, nothing failed.
+func runTxnCells(t *testing.T, l *Lab, backend string, procs int) {
+	t.Helper()
+	c := Cell{Backend: backend, Strategy: "occ-table-txn", Workload: "transfer", Workers: 8, Keys: 2, Ops: 200, Seed: 12}
+	t.Run("occ-table-txn/transfer", func(t *testing.T) { checkRepoCell(t, l, c) })
+	if procs > 1 {
+		c.Procs = procs
+		t.Run("occ-table-txn/procs", func(t *testing.T) { checkRepoCell(t, l, c) })
+	}
+}
+
 // runRepoCells checks the named repository strategies on backend, on
 // both single-key workloads, in one process and, with procs, in that many
 // (the lab's test binary run again through ChildMain).
@@ -62,6 +75,7 @@ func runRepoCells(t *testing.T, l *Lab, backend string, procs int, strategies ..
 func TestTablesSQLite(t *testing.T) {
 	l := openLab(t, "memory", "sqlite")
 	runRepoCells(t, l, "sqlite", 2, "occ-table", "occ-table-combine", "occ-gorm", "occ-http", "occ-http-modify")
+	runTxnCells(t, l, "sqlite", 2)
 	for _, s := range []string{"occ-table", "occ-table-combine", "occ-gorm"} {
 		if _, err := l.Run(t.Context(), Cell{Backend: "memory", Strategy: s, Workload: "counter", Workers: 1, Keys: 1, Ops: 1}); !errors.Is(err, errNotApplicable) {
 			t.Errorf("%s on memory: %v, want not applicable", s, err)
@@ -77,6 +91,7 @@ func TestTablesPostgres(t *testing.T) {
 	pgtest.URL(t)
 	l := openLab(t, "postgres")
 	runRepoCells(t, l, "postgres", 2, "occ-table", "occ-table-combine", "occ-gorm", "occ-http", "occ-http-modify")
+	runTxnCells(t, l, "postgres", 2)
 	// lock-http: the FOR UPDATE baseline behind the same kind of
 	// service, exact too.
 	for _, wl := range []string{"counter", "inventory"} {
@@ -92,6 +107,7 @@ func TestTablesMySQL(t *testing.T) {
 	mysqltest.Config(t)
 	l := openLab(t, "mysql")
 	runRepoCells(t, l, "mysql", 0, "occ-table", "occ-table-combine", "occ-http-modify", "lock-http")
+	runTxnCells(t, l, "mysql", 0)
 	if _, err := l.Run(t.Context(), Cell{Backend: "mysql", Strategy: "occ-gorm", Workload: "counter", Workers: 1, Keys: 1, Ops: 1}); !errors.Is(err, errNotApplicable) {
 		t.Errorf("occ-gorm on mysql: %v, want not applicable", err)
 	}
