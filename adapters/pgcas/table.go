@@ -503,6 +503,7 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 		SetVersion: t.setVersion,
 		Exclusive:  t.exclusive,
 		RunTx:      t.runTx,
+		GetMany:    t.getMany,
 	}
 }
 
@@ -673,3 +674,29 @@ func (t *Table[T]) VersionOf(row T) cas.Version { return t.versionOf(&row) }
 
 // Pool returns the pool the Table was made with.
 func (t *Table[T]) Pool() *pgxpool.Pool { return t.pool }
+
+// getMany reads the rows of keys in one statement (in any order; absent
+// keys have none).
+func (t *Table[T]) getMany(ctx context.Context, keys []any) ([]T, error) {
+	ph := make([]string, len(keys))
+	for i := range keys {
+		ph[i] = fmt.Sprintf("$%d", i+1)
+	}
+	rows, err := t.q.Query(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
+	if err != nil {
+		return nil, t.opError("get", keys[0], err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var row T
+		if err := rows.Scan(t.targets(&row)...); err != nil {
+			return nil, t.opError("get", keys[0], err)
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.opError("get", keys[0], err)
+	}
+	return out, nil
+}

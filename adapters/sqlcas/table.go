@@ -686,6 +686,7 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 		SetVersion: t.setVersion,
 		Exclusive:  t.exclusive,
 		RunTx:      t.runTx,
+		GetMany:    t.getMany,
 	}
 }
 
@@ -772,3 +773,29 @@ func toVersion(v reflect.Value) cas.Version {
 // VersionOf returns the version in row's version field (0 for a row never
 // written).
 func (t *Table[T]) VersionOf(row T) cas.Version { return t.versionOf(&row) }
+
+// getMany reads the rows of keys in one statement (in any order; absent
+// keys have none).
+func (t *Table[T]) getMany(ctx context.Context, keys []any) ([]T, error) {
+	ph := make([]string, len(keys))
+	for i := range keys {
+		ph[i] = t.d.ph(i + 1)
+	}
+	rows, err := t.q.QueryContext(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var row T
+		if err := rows.Scan(t.targets(&row)...); err != nil {
+			return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
+	}
+	return out, nil
+}

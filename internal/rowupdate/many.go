@@ -34,6 +34,44 @@ func keyValue(ctx context.Context, key string) (any, error) {
 	return keyOf(ctx, key)
 }
 
+// GetMany implements cas.BatchGetter: one Driver.ReadMany when the table
+// has it, one Get per key otherwise.
+func (r *Rows[T]) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	out := make([]cas.Item, len(keys))
+	if r.d.ReadMany == nil {
+		for i, k := range keys {
+			it, err := r.Get(ctx, k)
+			switch {
+			case errors.Is(err, cas.ErrNotFound):
+				it = cas.Item{Key: k}
+			case err != nil:
+				return nil, err
+			}
+			out[i] = it
+		}
+		return out, nil
+	}
+	vals := make([]any, len(keys))
+	for i, k := range keys {
+		v, err := keyValue(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	rows, err := r.d.ReadMany(ctx, vals)
+	if err != nil {
+		return nil, err
+	}
+	for i, row := range rows {
+		out[i] = cas.Item{Key: keys[i], Version: row.Version}
+		if row.Version != 0 {
+			out[i].Value = r.hold(row.Value)
+		}
+	}
+	return out, nil
+}
+
 // Commit implements cas.Committer over Driver.Commit: every op is a put
 // of a row handle (ModifyMany writes every row it read), applied in one
 // transaction of the table, in key order.

@@ -64,6 +64,9 @@ type Driver[T any] struct {
 	// order; on a *cas.ConflictError, the index of the write that met it
 	// and that row's current state.
 	Commit func(ctx context.Context, writes []Write[T]) (stored []Row[T], conflictAt int, current Row[T], err error)
+	// ReadMany, if set, reads several rows in one round trip, in keys'
+	// order (Version 0 for a key without a row): ModifyMany's reads.
+	ReadMany func(ctx context.Context, keys []any) ([]Row[T], error)
 }
 
 // Key names one row for Modify.

@@ -32,6 +32,9 @@ type Table[T any] struct {
 	// fn returns nil, or rolls it back: the bridge's Commit for
 	// ModifyMany.
 	RunTx func(ctx context.Context, fn func(in Table[T]) error) error
+	// GetMany, if set, reads the rows of keys in one round trip, in any
+	// order; a key without a row has none.
+	GetMany func(ctx context.Context, keys []any) ([]T, error)
 }
 
 // TableRows is the bridge of a SQL repository table: Rows whose reads go
@@ -70,7 +73,34 @@ func NewTable[T any](t Table[T]) *TableRows[T] {
 		SetVersion: func(r *T, v cas.Version) error { t.SetVersion(r, v); return nil },
 		Exclusive:  t.Exclusive,
 		Commit:     commitFor(t),
+		ReadMany:   readManyFor(t),
 	})}
+}
+
+// readManyFor is the Driver.ReadMany of t, nil when t has no GetMany: the
+// rows t.GetMany found, matched to keys by their key field.
+func readManyFor[T any](t Table[T]) func(ctx context.Context, keys []any) ([]Row[T], error) {
+	if t.GetMany == nil {
+		return nil
+	}
+	return func(ctx context.Context, keys []any) ([]Row[T], error) {
+		rows, err := t.GetMany(ctx, keys)
+		if err != nil {
+			return nil, err
+		}
+		at := make(map[string]int, len(keys))
+		for i, k := range keys {
+			at[fmt.Sprint(k)] = i
+		}
+		out := make([]Row[T], len(keys))
+		for _, r := range rows {
+			k := fmt.Sprint(reflect.ValueOf(&r).Elem().FieldByIndex(t.KeyIndex).Interface())
+			if i, ok := at[k]; ok {
+				out[i] = Row[T]{Value: r, Version: t.VersionOf(&r)}
+			}
+		}
+		return out, nil
+	}
 }
 
 // commitFor is the Driver.Commit of t, nil when t has no RunTx.
