@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -59,11 +60,17 @@ const (
 	// up with occ.Update over the store, and combined beats the locks it
 	// replaces. "One process": goroutines of one process, on direct
 	// connections.
+	goalNoFail          = "every occkit strategy (the A/B controls aside): 0 failed operations in its cell, warm-up included: a request that errors out is what a user remembers"
 	goalRepoNoFail      = "repository path (occ-table, occ-table-combine, occ-table-txn, occ-gorm, occ-http, occ-http-modify): 0 failed operations in the cell, warm-up included"
 	goalTableHot        = "1 row, 16 workers, no work, one process: occ-table ≥ 0.9× occ on the same backend"
 	goalTableCombineHot = "1 row, 16 workers, no work, one process: occ-table-combine ≥ 3× the best cross-process lock"
 	goalTableCool       = "1000 keys: occ-table ≥ 0.95× occ on the same backend"
-	goalHTTP            = "behind an HTTP service: occ-http-modify (the handler runs Table.Modify) ≥ 1× lock-http (the handler takes FOR UPDATE)"
+	// Multi-row transactions' goals (transfers), against the best
+	// cross-process lock.
+	goalTxnCool   = "transfer, 1000 keys, 8 workers: occ-txn ≥ 1.5× the best cross-process lock (a transaction is a batched read and one commit)"
+	goalTxnCached = "transfer, 1000 keys, 8 workers: occ-cached (occ-txn with the version cache) ≥ 2× the best cross-process lock"
+	goalTxnHot    = "transfer, 2 hot keys, 8 workers: occ-txn ≥ 1.0× SELECT ... FOR UPDATE, every worker commits, 0 failed, p99.9 ≤ 3× the best queueing lock's"
+	goalHTTP      = "behind an HTTP service: occ-http-modify (the handler runs Table.Modify) ≥ 1× lock-http (the handler takes FOR UPDATE)"
 
 	// The lab's own resolution: two identical occ-combine cells (the A/A
 	// control, run only when asked for) should read alike.
@@ -257,6 +264,32 @@ func checkGoals(results []Result) []goalCheck {
 			against(goalCachedRTT, "occ-cached", 2.5, nil)
 		}
 
+		// Multi-row transactions: transfers.
+		if g.workload == "transfer" && p.Keys >= 1000 && p.Workers == 8 && p.WorkMs == 0 && !g.proxy {
+			against(goalTxnCool, "occ-txn", 1.5, nil)
+			against(goalTxnCached, "occ-cached", 2, nil)
+		}
+		if g.workload == "transfer" && p.Keys == 2 && p.Workers == 8 && p.WorkMs == 0 && !g.proxy {
+			if r, ok := g.byName["occ-txn"]; ok {
+				fu, okF := best(g.byName, func(s strategySpec) bool { return s.Name == "lock-pg-for-update" || s.Name == "lock-mysql-for-update" })
+				c := check(goalTxnHot)
+				if !okF || fu.Throughput <= 0 {
+					missing(c, "FOR UPDATE")
+				} else {
+					detail := fmt.Sprintf("occ-txn %s/s (p99.9 %.3g ms, %d/%d committed, %d failed, %.2f attempts/op) vs %s %s/s", rate(r.Throughput), r.P999Ms,
+						r.WorkersCommitted, r.Workers, r.TotalFailedOps, r.AttemptsPerOp, fu.Strategy, rate(fu.Throughput))
+					q, okQ := best(g.byName, func(s strategySpec) bool { return queueing[s.Name] })
+					if okQ {
+						detail += fmt.Sprintf("; p99.9 %.2f× %s's %.3g ms", r.P999Ms/max(q.P999Ms, 1e-9), q.Strategy, q.P999Ms)
+					}
+					judgeThroughput(c, r, fu, 1, detail)
+					if r.WorkersCommitted < r.Workers || r.TotalFailedOps > 0 || (okQ && r.P999Ms > 3*q.P999Ms) {
+						c.Status = goalNotMet
+					}
+				}
+			}
+		}
+
 		if p.Keys == 1 && p.WorkMs == 0 && p.Workers == 8 && hasOCC && occName == "occ" {
 			if q, ok := best(g.byName, func(s strategySpec) bool { return queueing[s.Name] }); ok {
 				c := check(goalOCCTail)
@@ -271,6 +304,29 @@ func checkGoals(results []Result) []goalCheck {
 				if occR.WorkersCommitted < occR.Workers {
 					c.Status = goalNotMet
 					c.Detail += " (a worker committed nothing)"
+				}
+			}
+		}
+
+		// Every other occkit strategy: no failed operation at the point.
+		{
+			var names, failed []string
+			for _, name := range slices.Sorted(maps.Keys(g.byName)) {
+				spec, ok := lookupStrategy(name)
+				if !ok || spec.Kind == kindLock || slices.Contains(repositoryPaths, name) || name == "occ-no-exclusive" || name == "occ-no-turns" {
+					continue
+				}
+				names = append(names, name)
+				if r := g.byName[name]; r.TotalFailedOps > 0 {
+					failed = append(failed, fmt.Sprintf("%s %d (%s)", name, r.TotalFailedOps, r.Error))
+				}
+			}
+			if len(names) > 0 {
+				c := check(goalNoFail)
+				c.Count, c.Status = true, goalMet
+				c.Detail = fmt.Sprintf("%s: none failed", strings.Join(names, ", "))
+				if len(failed) > 0 {
+					c.Status, c.Detail = goalNotMet, "failed: "+strings.Join(failed, "; ")
 				}
 			}
 		}

@@ -248,3 +248,50 @@ func TestRepositoryGoalChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestTxnGoalChecks: the transfer goals judge occ-txn and occ-cached
+// against the best cross-process lock over 1000 keys (lock-local is no
+// rival), and occ-txn on two hot keys against FOR UPDATE with its tail
+// bounded by the best queueing lock's.
+func TestTxnGoalChecks(t *testing.T) {
+	cell := func(backend, strategy string, keys int, ops, p999 float64) Result {
+		return Result{Backend: backend, Workload: "transfer", Strategy: strategy, Workers: 8, Keys: keys,
+			Throughput: ops, P999Ms: p999, WorkersCommitted: 8, InvariantOK: true, Procs: 1}
+	}
+	results := []Result{
+		cell("x", "occ-txn", 1000, 3000, 5), cell("x", "occ-cached", 1000, 3400, 5),
+		cell("x", "lock-pg-for-update", 1000, 1800, 5), cell("x", "lock-local", 1000, 10000, 1),
+		// Two hot keys: x meets (1.125×, p99.9 2×), y misses on its tail
+		// (4× FOR UPDATE's) though faster.
+		cell("x", "occ-txn", 2, 900, 20), cell("x", "lock-pg-for-update", 2, 800, 10),
+		cell("y", "occ-txn", 2, 1000, 40), cell("y", "lock-mysql-for-update", 2, 800, 10),
+		// y's hybrid failed 3 operations: the point's "0 failed" check
+		// is not met there, and met at x's points.
+		func() Result { r := cell("y", "hybrid", 2, 500, 10); r.TotalFailedOps = 3; return r }(),
+	}
+	got := map[string]goalCheck{}
+	for _, c := range checkGoals(results) {
+		got[c.Backend+"|"+c.Goal+"|"+c.Point.String()] = c
+	}
+	for _, tc := range []struct {
+		key, status string
+		ratio       float64
+	}{
+		{"x|" + goalTxnCool + "|8w 1000k θ=0", goalMet, 3000.0 / 1800},
+		{"x|" + goalTxnCached + "|8w 1000k θ=0", goalNotMet, 3400.0 / 1800},
+		{"x|" + goalTxnHot + "|8w 2k", goalMet, 900.0 / 800},
+		{"y|" + goalTxnHot + "|8w 2k", goalNotMet, 1000.0 / 800},
+		{"x|" + goalNoFail + "|8w 2k", goalMet, 0},
+		{"x|" + goalNoFail + "|8w 1000k θ=0", goalMet, 0},
+		{"y|" + goalNoFail + "|8w 2k", goalNotMet, 0},
+	} {
+		c, ok := got[tc.key]
+		if !ok {
+			t.Errorf("no check %q", tc.key)
+			continue
+		}
+		if c.Status != tc.status || c.Ratio < tc.ratio-1e-9 || c.Ratio > tc.ratio+1e-9 {
+			t.Errorf("%s: %s %.3f×, want %s %.3f× (%s)", tc.key, c.Status, c.Ratio, tc.status, tc.ratio, c.Detail)
+		}
+	}
+}
