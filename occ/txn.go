@@ -371,16 +371,7 @@ func (tx *Tx) commit() error {
 	if len(tx.writes) == 0 && len(tx.reads) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(tx.reads)+len(tx.writes))
-	for k := range tx.reads {
-		keys = append(keys, k)
-	}
-	for k := range tx.writes {
-		if _, read := tx.reads[k]; !read {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
+	keys := tx.keys()
 
 	committer, notCommitter := cas.AsCommitter(tx.store)
 	if notCommitter != nil {

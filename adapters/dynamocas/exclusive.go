@@ -34,16 +34,10 @@ func nowMillis() types.AttributeValue {
 // burst of refused writes. Sending it again is safe: it was refused, so
 // nothing applied. ctx bounds the wait.
 func (s *Store) sendUnheld(ctx context.Context, w *write) (cas.Version, error) {
-	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+	return ctxwait.WhileHeld(ctx, errHeld, func() (cas.Version, error) {
 		w.in.ExpressionAttributeValues[":now"] = nowMillis()
-		v, err := s.send(ctx, w)
-		if !errors.Is(err, errHeld) {
-			return v, err
-		}
-		if ctxwait.Sleep(ctx, wait) != nil {
-			return 0, ctx.Err()
-		}
-	}
+		return s.send(ctx, w)
+	})
 }
 
 // UpdateExclusive implements cas.Exclusive with a hold kept in the key's
@@ -113,7 +107,7 @@ func (s *Store) releaseHold(ctx context.Context, key string, token []byte) {
 // harmless, so a take whose answer was lost is sent again. It returns
 // ctx's error when ctx ends first, or a definite error from the server.
 func takeHold(ctx context.Context, cli *dynamodb.Client, table string, kav map[string]types.AttributeValue, hold, until string, token []byte, ttl time.Duration) (map[string]types.AttributeValue, error) {
-	wait := 200 * time.Microsecond
+	var poll ctxwait.Poll
 	for {
 		now := time.Now()
 		end := &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(ttl).UnixMilli(), 10)}
@@ -138,10 +132,9 @@ func takeHold(ctx context.Context, cli *dynamodb.Client, table string, kav map[s
 		case definite(err) && !Retryable(err):
 			return nil, err
 		}
-		if ctxwait.Sleep(ctx, wait) != nil {
+		if poll.Wait(ctx) != nil {
 			return nil, ctx.Err()
 		}
-		wait = min(2*wait, 10*time.Millisecond)
 	}
 }
 

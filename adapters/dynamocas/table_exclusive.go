@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
@@ -17,15 +16,7 @@ import (
 // Sending it again is safe: it was refused, so nothing applied. ctx bounds
 // the wait.
 func (t *Table[T]) sendUnheld(ctx context.Context, w *tableWrite) (map[string]types.AttributeValue, error) {
-	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
-		old, err := t.send(ctx, w)
-		if !errors.Is(err, errHeld) {
-			return old, err
-		}
-		if ctxwait.Sleep(ctx, wait) != nil {
-			return nil, ctx.Err()
-		}
-	}
+	return ctxwait.WhileHeld(ctx, errHeld, func() (map[string]types.AttributeValue, error) { return t.send(ctx, w) })
 }
 
 // exclusive is the exclusive read-modify-write of one item that Modify

@@ -58,7 +58,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 		_, _ = s.cli.Txn(rctx).If(clientv3.Compare(clientv3.Value(hk), "=", token)).Then(clientv3.OpDelete(hk)).Commit()
 	}
 	cur := cas.Item{Key: key}
-	wait := 200 * time.Microsecond
+	var poll ctxwait.Poll
 	for {
 		lease, err := s.holdLease(ctx)
 		if err != nil {
@@ -86,10 +86,9 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 			}
 			break
 		}
-		if err := ctxwait.Sleep(ctx, wait); err != nil {
+		if err := poll.Wait(ctx); err != nil {
 			return 0, err
 		}
-		wait = min(2*wait, 10*time.Millisecond)
 	}
 	next, write, err := fn(cur)
 	if err != nil || !write {

@@ -257,7 +257,8 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Ver
 		return 0, err
 	}
 	dk, id := s.dataKey(key), s.ids.Next()
-	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+	var poll ctxwait.Poll
+	for {
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected)), s.notHeld(key)).
 			Then(clientv3.OpPut(dk, encodeEnvelope(id, value))).
@@ -276,7 +277,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, expected cas.Ver
 		// The version matched: an exclusive update holds the key. Wait
 		// for it, as a writer waits for a row lock (nothing was written,
 		// so sending the write again is safe).
-		if err := ctxwait.Sleep(ctx, wait); err != nil {
+		if err := poll.Wait(ctx); err != nil {
 			return 0, err
 		}
 	}
@@ -330,7 +331,8 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 		return err
 	}
 	dk := s.dataKey(key)
-	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+	var poll ctxwait.Poll
+	for {
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(dk), "=", int64(expected)), s.notHeld(key)).
 			Then(clientv3.OpDelete(dk)).
@@ -347,7 +349,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 		if !heldOnly(rr, expected) {
 			return s.conflict(key, expected, rr)
 		}
-		if err := ctxwait.Sleep(ctx, wait); err != nil {
+		if err := poll.Wait(ctx); err != nil {
 			return err
 		}
 	}

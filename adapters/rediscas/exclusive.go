@@ -42,15 +42,7 @@ func heldConflict(key string, expected cas.Version, cur []string) error {
 // others one lost write each and not a burst of refused ones. The write
 // id makes sending it again safe. ctx bounds the wait.
 func (s *Store) writeUnheld(ctx context.Context, w pending) (cas.Version, error) {
-	for wait := 200 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
-		v, err := s.write(ctx, w)
-		if !errors.Is(err, errHeld) {
-			return v, err
-		}
-		if ctxwait.Sleep(ctx, wait) != nil {
-			return 0, ctx.Err()
-		}
-	}
+	return ctxwait.WhileHeld(ctx, errHeld, func() (cas.Version, error) { return s.write(ctx, w) })
 }
 
 // UpdateExclusive implements cas.Exclusive with a hold kept in the key's
