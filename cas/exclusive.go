@@ -28,3 +28,25 @@ type Exclusive interface {
 	// caller's goroutine, once, and must not write the key itself.
 	UpdateExclusive(ctx context.Context, key string, fn func(cur Item) (next []byte, write bool, err error)) (Version, error)
 }
+
+// ExclusiveCommitter is a Committer that can run one multi-key
+// read-modify-write that no other write of its keys can overtake: it
+// holds every key (row locks, taken in key order, so that two such
+// commits cannot deadlock) from the read to the commit. It is Exclusive
+// for transactions: occ.Txn escalates to it for a transaction that has
+// lost several commits in a row to writers elsewhere.
+type ExclusiveCommitter interface {
+	Committer
+
+	// CommitExclusive reads the current item of each of keys (Version 0
+	// when absent) while holding them, calls fn with them in keys'
+	// order, and applies the ops fn returns atomically, as Commit does:
+	// every op's version is checked (an op on a key not among keys is
+	// checked without a hold), and a failed check is a *ConflictError
+	// naming the first such op. It returns one version per op, as Commit
+	// does. fn's error ends the call, writes nothing and is returned as
+	// is; no ops write nothing. fn runs once, on the caller's goroutine,
+	// and must not write the keys itself. Keys must be valid and
+	// distinct (Limits.GetMany).
+	CommitExclusive(ctx context.Context, keys []string, fn func(cur []Item) ([]Op, error)) ([]Version, error)
+}

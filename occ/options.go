@@ -196,7 +196,9 @@ const DefaultExclusiveAfter = 8
 // that does not lose never takes it. The escalation comes no later than
 // the last attempt WithMaxAttempts allows (so it needs at least 2); n <= 0
 // turns it off. The default is DefaultExclusiveAfter. Stores without
-// cas.Exclusive ignore it.
+// cas.Exclusive ignore it. A Txn call escalates the same way after as
+// many lost commits, on a store that implements cas.ExclusiveCommitter:
+// the store holds the keys of its last attempt, in key order.
 func WithExclusiveAfter(n int) Option { return Option{kind: optExclusiveAfter, n: n} }
 
 // exclusiveAt returns after how many lost writes in a row a call escalates

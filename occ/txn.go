@@ -180,7 +180,11 @@ func (tx *Tx) Delete(key string) {
 // them), and each turn is handed on with what the holder wrote, so that
 // the next holder starts without reading. Two transactions cannot wait
 // for each other: turns are taken in key order. WithTurns(false),
-// WithBackOff and WithBackOffFunc opt out.
+// WithBackOff and WithBackOffFunc opt out. Across processes, a call that
+// lost DefaultExclusiveAfter commits in a row runs its next attempt
+// holding its keys in the store (cas.ExclusiveCommitter: row locks in key
+// order), so that a transaction on hot keys shared with other processes
+// does not fail where a lock would have served it (WithExclusiveAfter).
 //
 // fn may run several times; like Update's mutate it must only depend on
 // what it reads through tx. The loop is Retry's: see there for giving up,
@@ -202,7 +206,23 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	// and WithBackOffFunc opt out).
 	useTurns := c.backOff == nil && c.newBackOff == nil && !c.noTurns && combinable(s)
 	var want []string // the keys whose turns to take before the next attempt
+	// Escalation, as Update's: a transaction that lost exclusiveAt
+	// commits in a row runs its next attempt holding its keys in the
+	// store (cas.ExclusiveCommitter), in key order.
+	ec, _ := s.(cas.ExclusiveCommitter)
+	exclusiveAt, lost := 0, 0
+	var lastKeys []string
+	if ec != nil {
+		exclusiveAt = c.exclusiveAt()
+	}
 	return c.run(ctx, func(ctx context.Context) error {
+		if exclusiveAt > 0 && lost >= exclusiveAt && len(lastKeys) > 0 {
+			err := txnExclusive(ctx, ec, s, cache, lastKeys, fn, &turns)
+			if errors.Is(err, cas.ErrConflict) {
+				lost++
+			}
+			return err
+		}
 		var handed map[string]cas.Item
 		if want != nil {
 			got, queued, err := turns.join(ctx, want, true)
@@ -269,6 +289,10 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			case ce != nil && cache != nil:
 				cache.forget(ce.Key)
 			}
+			if ce != nil {
+				lost++
+				lastKeys = tx.keys()
+			}
 			if useTurns && ce != nil && len(turns.held) == 0 && time.Since(t0) >= lineMinUnit {
 				// The keys are hot: from the next attempt on, the call
 				// holds their turns (this process's other calls of them
@@ -278,6 +302,39 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			return err
 		}
 	})
+}
+
+// txnExclusive is the attempt of a transaction that keeps losing: the
+// store holds keys (the last attempt's) from the read to the commit, so
+// that no writer elsewhere can make it lose again. fn reads the held
+// keys from what the store read under its hold (other keys as usual) and
+// its writes become the commit's ops.
+func txnExclusive(ctx context.Context, ec cas.ExclusiveCommitter, s cas.Store, cache *Cache, keys []string, fn func(tx *Tx) error, turns *txTurns) error {
+	var tx *Tx
+	var ops []cas.Op
+	vs, err := ec.CommitExclusive(ctx, keys, func(cur []cas.Item) ([]cas.Op, error) {
+		hints := make(map[string]cas.Item, len(cur))
+		for _, it := range cur {
+			hints[it.Key] = it
+		}
+		tx = &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, hints: hints}
+		if err := fn(tx); err != nil {
+			return nil, err
+		}
+		var err error
+		ops, err = tx.ops()
+		return ops, err
+	})
+	if err != nil {
+		var ce *cas.ConflictError
+		if errors.As(err, &ce) && cache != nil {
+			cache.forget(ce.Key)
+		}
+		return err
+	}
+	tx.noteWritten(ops, vs, cache)
+	turns.attempted(lineMinUnit, tx.written)
+	return nil
 }
 
 // keys returns the keys the attempt read or wrote, sorted.
@@ -383,7 +440,29 @@ func (tx *Tx) commit() error {
 		}
 	}
 
-	// Blind writes are read here, in one round trip where the store can.
+	ops, err := tx.ops()
+	if err != nil {
+		return err
+	}
+	var versions []cas.Version
+	if notCommitter == nil {
+		versions, err = committer.Commit(tx.ctx, ops)
+	} else {
+		var v cas.Version
+		v, err = applyOne(tx.ctx, tx.store, ops[0])
+		versions = []cas.Version{v}
+	}
+	if err == nil {
+		tx.noteWritten(ops, versions, tx.cache)
+	}
+	return err
+}
+
+// ops returns the commit's operations, in key order: a check of every key
+// read and not written, a put or a delete at the version read of every
+// key written (blind writes are read here, in one round trip where the
+// store can).
+func (tx *Tx) ops() ([]cas.Op, error) {
 	var blind []string
 	for k := range tx.writes {
 		if _, read := tx.reads[k]; !read {
@@ -392,14 +471,15 @@ func (tx *Tx) commit() error {
 	}
 	if len(blind) > 1 {
 		if err := tx.fetch(blind, false); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	keys := tx.keys()
 	ops := make([]cas.Op, 0, len(keys))
 	for _, k := range keys {
 		r, err := tx.read(k)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		w, written := tx.writes[k]
 		switch {
@@ -413,32 +493,26 @@ func (tx *Tx) commit() error {
 			ops = append(ops, cas.Put(k, r.Version, w.value))
 		}
 	}
-	var versions []cas.Version
-	var err error
-	if notCommitter == nil {
-		versions, err = committer.Commit(tx.ctx, ops)
-	} else {
-		var v cas.Version
-		v, err = applyOne(tx.ctx, tx.store, ops[0])
-		versions = []cas.Version{v}
-	}
-	if err == nil {
-		tx.written = make(map[string]cas.Item, len(tx.writes))
-		for i, op := range ops {
-			switch op.Kind {
-			case cas.OpPut:
-				tx.written[op.Key] = cas.Item{Key: op.Key, Value: op.Value, Version: versions[i]}
-			case cas.OpDelete:
-				tx.written[op.Key] = cas.Item{Key: op.Key}
-			default:
-				continue
-			}
-			if tx.cache != nil {
-				tx.cache.put(tx.written[op.Key])
-			}
+	return ops, nil
+}
+
+// noteWritten records what a commit of ops wrote (tx.written), and puts
+// it in cache when there is one.
+func (tx *Tx) noteWritten(ops []cas.Op, versions []cas.Version, cache *Cache) {
+	tx.written = make(map[string]cas.Item, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case cas.OpPut:
+			tx.written[op.Key] = cas.Item{Key: op.Key, Value: op.Value, Version: versions[i]}
+		case cas.OpDelete:
+			tx.written[op.Key] = cas.Item{Key: op.Key}
+		default:
+			continue
+		}
+		if cache != nil {
+			cache.put(tx.written[op.Key])
 		}
 	}
-	return err
 }
 
 // cachedRead returns key's cached state when the transaction uses a cache.

@@ -2,6 +2,7 @@ package occ
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -199,4 +200,90 @@ func TestTxnTurnsMixed(t *testing.T) {
 		t.Fatalf("total %d, want %d (3000 and 60 deposits)", total, want)
 	}
 	t.Logf("%d transfers and %d deposits in %v", 6*30, 2*30, time.Since(start).Round(time.Millisecond))
+}
+
+// rivalled is memcas whose plain commits always lose to a writer
+// elsewhere (each bumps the first key it writes just before the commit
+// lands), and whose CommitExclusive holds the keys (nothing can bump them
+// then): a transaction that keeps losing must escalate to succeed.
+type rivalled struct {
+	*memcas.Store
+	exclusive atomic.Int64
+}
+
+func (r *rivalled) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	for _, op := range ops {
+		if op.Kind == cas.OpPut {
+			// The rival's write: same value, new version.
+			if it, err := r.Store.Get(ctx, op.Key); err == nil {
+				if _, err := r.Store.CompareAndSwap(ctx, op.Key, it.Version, it.Value); err != nil {
+					return nil, err
+				}
+			}
+			break
+		}
+	}
+	return r.Store.Commit(ctx, ops)
+}
+
+func (r *rivalled) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
+	r.exclusive.Add(1)
+	cur, err := r.Store.GetMany(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	ops, err := fn(cur)
+	if err != nil || len(ops) == 0 {
+		return nil, err
+	}
+	return r.Store.Commit(ctx, ops)
+}
+
+// TestTxnEscalates: a transaction whose commits keep losing to writers
+// elsewhere runs its next attempt through cas.ExclusiveCommitter after
+// DefaultExclusiveAfter losses, and succeeds within the default attempt
+// limit; with WithExclusiveAfter(0) it gives up.
+func TestTxnEscalates(t *testing.T) {
+	ctx := context.Background()
+	transfer := func(s cas.Store, opts ...Option) error {
+		return Txn(ctx, s, func(tx *Tx) error {
+			if err := tx.Prefetch("a", "b"); err != nil {
+				return err
+			}
+			av, _, _ := tx.Get("a")
+			bv, _, _ := tx.Get("b")
+			a, _ := strconv.Atoi(string(av))
+			b, _ := strconv.Atoi(string(bv))
+			tx.Put("a", []byte(strconv.Itoa(a-1)))
+			tx.Put("b", []byte(strconv.Itoa(b+1)))
+			return nil
+		}, opts...)
+	}
+	setup := func() *rivalled {
+		r := &rivalled{Store: memcas.New()}
+		for _, k := range []string{"a", "b"} {
+			if _, err := r.Store.CompareAndSwap(ctx, k, 0, []byte("10")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return r
+	}
+	r := setup()
+	if err := transfer(r, withSleep(func(context.Context, time.Duration) error { return nil })); err != nil {
+		t.Fatalf("transfer: %v", err)
+	}
+	if r.exclusive.Load() != 1 {
+		t.Fatalf("%d exclusive commits, want 1", r.exclusive.Load())
+	}
+	items, _ := r.Store.GetMany(ctx, []string{"a", "b"})
+	if string(items[0].Value) != "9" || string(items[1].Value) != "11" {
+		t.Fatalf("a=%s b=%s, want 9 and 11", items[0].Value, items[1].Value)
+	}
+	r = setup()
+	if err := transfer(r, WithExclusiveAfter(0), withSleep(func(context.Context, time.Duration) error { return nil })); !errors.Is(err, ErrAttemptsExhausted) {
+		t.Fatalf("without escalation: %v, want ErrAttemptsExhausted", err)
+	}
+	if r.exclusive.Load() != 0 {
+		t.Fatalf("%d exclusive commits with escalation off", r.exclusive.Load())
+	}
 }

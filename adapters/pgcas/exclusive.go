@@ -1,9 +1,11 @@
 package pgcas
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -132,4 +134,174 @@ func (s *Store) exclusiveError(_ string, key string, expected cas.Version, err e
 		return &cas.ConflictError{Key: key, Expected: expected, Err: fmt.Errorf("pgcas: the exclusive hold of the row outlived Config.ExclusiveTimeout (%v) and the server ended it; nothing was written: %w", s.exclusiveTimeout, err)}
 	}
 	return nil
+}
+
+var _ cas.ExclusiveCommitter = (*Store)(nil)
+
+// CommitExclusive implements cas.ExclusiveCommitter: in one transaction
+// on one connection it reads the keys' rows FOR UPDATE in key order
+// (BEGIN, the session's idle-in-transaction timeout and the read in one
+// round trip), calls fn, sends the writes and checks of fn's ops in key
+// order in one batch, and commits only if every one of them held; a key
+// without a row cannot be locked, and a concurrent create of it makes the
+// commit conflict. A holder that stops answering for
+// Config.ExclusiveTimeout has its session ended by the server, which
+// frees the rows; its late commit is refused with a *cas.ConflictError.
+func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
+	const op = "exclusive commit"
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("pgcas: %s: %w: no keys", op, cas.ErrInvalidCommit)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, acquireError(op, keys[0], err)
+	}
+	defer conn.Release() // a connection left in its transaction is closed
+	rollback := func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK") }
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(s.exclusiveTimeout.Milliseconds(), 1), 10))
+	b.Queue(s.sqlLockMany, keys)
+	br := conn.SendBatch(ctx, b)
+	found := map[string]cas.Item{}
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			for rows.Next() {
+				var (
+					k       string
+					value   []byte
+					version int64
+				)
+				if err = rows.Scan(&k, &value, &version); err != nil {
+					break
+				}
+				if value != nil { // a tombstone (NULL) is absent
+					found[k] = cas.Item{Key: k, Value: value, Version: cas.Version(version)}
+				}
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		rollback()
+		return nil, readError(op, keys[0], err)
+	}
+	cur := make([]cas.Item, len(keys))
+	for i, k := range keys {
+		it, ok := found[k]
+		if !ok {
+			it = cas.Item{Key: k}
+		}
+		cur[i] = it
+	}
+	ops, err := fn(cur)
+	if err != nil || len(ops) == 0 {
+		rollback()
+		return nil, err
+	}
+	if err := s.limits.Commit(ctx, ops); err != nil {
+		rollback()
+		return nil, err
+	}
+	order := make([]int, len(ops))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ops[a].Key, ops[b].Key) })
+	id := newWriteID()
+	b = &pgx.Batch{}
+	for _, i := range order {
+		o := ops[i]
+		switch o.Kind {
+		case cas.OpCheck:
+			b.Queue(s.sqlGet, o.Key)
+		case cas.OpDelete:
+			sql, args := s.writeSQL("compare-and-delete", o.Key, o.Expected, nil, 0, false, id)
+			b.Queue(sql, args...)
+		default:
+			sql, args := s.writeSQL("compare-and-swap", o.Key, o.Expected, o.Value, 0, false, id)
+			b.Queue(sql, args...)
+		}
+	}
+	br = conn.SendBatch(ctx, b)
+	results := make([]result, len(ops))
+	failed := -1
+	for _, i := range order {
+		o, r := ops[i], &results[i]
+		if o.Kind == cas.OpCheck {
+			var value []byte
+			var version int64
+			err = br.QueryRow().Scan(&value, &version)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				err = nil
+			case err == nil && value != nil:
+				r.curVersion, r.curValue = &version, value
+			}
+			held := (r.curVersion == nil && o.Expected == 0) || (r.curVersion != nil && cas.Version(*r.curVersion) == o.Expected)
+			if err == nil && !held && (failed < 0 || i < failed) {
+				failed = i
+			}
+		} else {
+			err = br.QueryRow().Scan(&r.newVersion, &r.curVersion, &r.curValue, &r.curToken)
+			if err == nil && r.newVersion == nil && (failed < 0 || i < failed) {
+				failed = i // a write that did not apply (deletes return the deleted version)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		rollback()
+		if e := s.exclusiveError(op, keys[0], 0, err); e != nil {
+			return nil, e
+		}
+		return nil, readError(op, keys[0], err)
+	}
+	if failed >= 0 {
+		rollback()
+		o, r := ops[failed], &results[failed]
+		// A create that found no row to follow (one committed after its
+		// snapshot) knows no current state.
+		ce := &cas.ConflictError{Key: o.Key, Expected: o.Expected, Current: cas.Item{Key: o.Key}, HasCurrent: o.Expected != 0 || r.curVersion != nil}
+		if r.curVersion != nil && r.curValue != nil {
+			ce.Current = cas.Item{Key: o.Key, Value: r.curValue, Version: cas.Version(*r.curVersion)}
+		}
+		return nil, ce
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		if e := s.exclusiveError(op, keys[0], 0, err); e != nil {
+			return nil, e
+		}
+		return s.commitFailed(ctx, ops, id, err)
+	}
+	out := make([]cas.Version, len(ops))
+	for i, o := range ops {
+		switch o.Kind {
+		case cas.OpCheck:
+			out[i] = o.Expected
+		case cas.OpPut:
+			out[i] = cas.Version(*results[i].newVersion)
+		}
+	}
+	return out, nil
 }

@@ -77,6 +77,7 @@ type Store struct {
 	sqlResolveMany string
 	sqlLockRead    string
 	sqlLockRow     string // UpdateExclusive's read
+	sqlLockMany    string // CommitExclusive's read
 
 	exclusiveTimeout time.Duration
 }
@@ -208,6 +209,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	s.sqlGet = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL`
 	s.sqlGetMany = `SELECT key, value, version FROM ` + t + ` WHERE key = ANY($1::text[]) AND value IS NOT NULL`
 	s.sqlLockRow = `SELECT value, version FROM ` + t + ` WHERE key = $1 FOR UPDATE`
+	s.sqlLockMany = `SELECT key, value, version FROM ` + t + ` WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`
 
 	// $1 key, $2 value, $3 write id, $4 token. A create may replace a
 	// tombstone (keeping or, fenced, raising its token).

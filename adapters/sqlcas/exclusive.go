@@ -1,10 +1,12 @@
 package sqlcas
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -103,4 +105,117 @@ func (s *Store) exclusiveError(op, key string, expected cas.Version, err error) 
 		return &transientError{op: op, key: key, why: "not sent", err: err}
 	}
 	return &cas.AmbiguousError{Op: op, Key: key, Err: err}
+}
+
+var _ cas.ExclusiveCommitter = (*Store)(nil)
+
+// CommitExclusive implements cas.ExclusiveCommitter: in one transaction
+// it reads the keys' rows with one locking read in key order (MySQL and
+// PostgreSQL: FOR UPDATE, which other writers of the keys wait for;
+// SQLite: BEGIN IMMEDIATE holds the database's write lock), calls fn, and
+// applies its ops as Commit does, in the same transaction. A key without
+// a row cannot be locked: a concurrent create of it makes the commit
+// conflict. The bounds of a silent holder are UpdateExclusive's.
+func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
+	const op = "exclusive commit"
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("sqlcas: %s: %w: no keys", op, cas.ErrInvalidCommit)
+	}
+	sorted := slices.Sorted(slices.Values(keys))
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, s.readError(op, sorted[0], err)
+	}
+	if s.d == Postgres && !s.inTx {
+		ms := strconv.FormatInt(max(s.exclusiveTimeout.Milliseconds(), 1), 10)
+		if _, err := tx.q.ExecContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", ms); err != nil {
+			tx.rollback()
+			return nil, s.readError(op, sorted[0], err)
+		}
+	}
+	args := make([]any, len(sorted))
+	for i, k := range sorted {
+		args[i] = k
+	}
+	rows, err := tx.q.QueryContext(ctx, s.cm.lockRead(len(sorted)), args...)
+	if err != nil {
+		tx.rollback()
+		return nil, s.readError(op, sorted[0], err)
+	}
+	found := make(map[string]cas.Item, len(keys))
+	for rows.Next() {
+		var (
+			k       string
+			version int64
+			value   []byte
+			dead    bool
+		)
+		if err := rows.Scan(&k, &version, &value, &dead); err != nil {
+			rows.Close()
+			tx.rollback()
+			return nil, s.readError(op, sorted[0], err)
+		}
+		if !dead {
+			if value == nil {
+				value = []byte{}
+			}
+			found[k] = cas.Item{Key: k, Value: value, Version: cas.Version(version)}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		tx.rollback()
+		return nil, s.readError(op, sorted[0], err)
+	}
+	rows.Close()
+	cur := make([]cas.Item, len(keys))
+	for i, k := range keys {
+		it, ok := found[k]
+		if !ok {
+			it = cas.Item{Key: k}
+		}
+		cur[i] = it
+	}
+	ops, err := fn(cur)
+	if err != nil || len(ops) == 0 {
+		tx.rollback()
+		return nil, err
+	}
+	if err := s.limits.Commit(ctx, ops); err != nil {
+		tx.rollback()
+		return nil, err
+	}
+	for _, o := range ops {
+		if err := checkVersion("commit", o.Key, o.Expected); err != nil {
+			tx.rollback()
+			return nil, err
+		}
+	}
+	order := make([]int, len(ops))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ops[a].Key, ops[b].Key) })
+	id := s.ids.Next()
+	in := *s
+	in.inTx = true // the checks and writes of Commit, in this transaction
+	vs, stage, err := in.commitIn(ctx, tx.q, ops, order, id)
+	if err != nil {
+		tx.rollback()
+		if stage == "" {
+			return nil, err
+		}
+		return nil, s.exclusiveError(op, ops[0].Key, ops[0].Expected, err)
+	}
+	if err := tx.commit(ctx); err != nil {
+		if !answered(err) && !notSent(err) && !s.inTx {
+			if vs, ok := s.resolveCommit(ctx, ops, id); ok {
+				return vs, nil
+			}
+		}
+		return nil, s.exclusiveError(op, ops[0].Key, ops[0].Expected, err)
+	}
+	return vs, nil
 }

@@ -99,6 +99,7 @@ func Run(t *testing.T, h Harness) {
 		{"Concurrency", concurrencyTests},
 		{"Exclusive", exclusiveTests},
 		{"GetMany", getManyTests},
+		{"ExclusiveCommit", exclusiveCommitTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

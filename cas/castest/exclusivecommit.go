@@ -1,0 +1,178 @@
+package castest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// exclusiveCommitter returns s as a cas.ExclusiveCommitter, or skips the
+// test, visibly.
+func exclusiveCommitter(t *testing.T, s cas.Store) cas.ExclusiveCommitter {
+	t.Helper()
+	ec, ok := s.(cas.ExclusiveCommitter)
+	if !ok {
+		t.Skipf("skipped: %T does not implement cas.ExclusiveCommitter", s)
+	}
+	return ec
+}
+
+var exclusiveCommitTests = []test{
+	{"Semantics", func(t *testing.T, h *Harness, s cas.Store) {
+		ec := exclusiveCommitter(t, s)
+		ctx := context.Background()
+		va := mustCreate(t, s, "a", "A")
+		vd := mustCreate(t, s, "d", "D")
+		// Reads in keys' order, absent as version 0; puts, a delete and a
+		// check applied together.
+		vs, err := ec.CommitExclusive(ctx, []string{"b", "a", "d"}, func(cur []cas.Item) ([]cas.Op, error) {
+			if cur[0].Version != 0 || cur[1].Version != va || string(cur[1].Value) != "A" || cur[2].Version != vd {
+				return nil, fmt.Errorf("read %+v", cur)
+			}
+			return []cas.Op{cas.Put("b", 0, []byte("B")), cas.Put("a", va, []byte("A2")), cas.Delete("d", vd)}, nil
+		})
+		if err != nil || len(vs) != 3 || vs[0] == 0 || vs[1] <= va || vs[2] != 0 {
+			t.Fatalf("CommitExclusive = %v, %v", vs, err)
+		}
+		wantItem(t, s, "a", "A2", vs[1])
+		wantItem(t, s, "b", "B", vs[0])
+		wantAbsent(t, s, "d")
+		// fn's error writes nothing and comes back as is.
+		if _, err := ec.CommitExclusive(ctx, []string{"a"}, func([]cas.Item) ([]cas.Op, error) {
+			return nil, errExclusiveFn
+		}); err != errExclusiveFn {
+			t.Fatalf("fn's error: %v, want it as is", err)
+		}
+		// A stale op is a conflict naming it; nothing applies.
+		_, err = ec.CommitExclusive(ctx, []string{"a", "b"}, func(cur []cas.Item) ([]cas.Op, error) {
+			return []cas.Op{cas.Put("b", cur[1].Version, []byte("B2")), cas.Put("a", va, []byte("stale"))}, nil
+		})
+		wantConflict(t, h, err, "a", va, vs[1], "A2")
+		wantItem(t, s, "b", "B", vs[0])
+		// Bad keys.
+		for _, keys := range [][]string{nil, {"a", "a"}, {""}} {
+			if _, err := ec.CommitExclusive(ctx, keys, func([]cas.Item) ([]cas.Op, error) { return nil, nil }); err == nil {
+				t.Errorf("CommitExclusive(%q) succeeded", keys)
+			}
+		}
+	}},
+	{"HoldsTheKeys", func(t *testing.T, h *Harness, s cas.Store) {
+		// While fn runs, a write of a held key waits (or is refused), and
+		// never succeeds at the version fn saw.
+		ec := exclusiveCommitter(t, s)
+		ctx := context.Background()
+		mustCreate(t, s, "a", "1")
+		vb := mustCreate(t, s, "b", "1")
+		inFn, release := make(chan struct{}), make(chan struct{})
+		type res struct {
+			err error
+		}
+		done, rival := make(chan res, 1), make(chan res, 1)
+		go func() {
+			_, err := ec.CommitExclusive(ctx, []string{"a", "b"}, func(cur []cas.Item) ([]cas.Op, error) {
+				close(inFn)
+				<-release
+				return []cas.Op{cas.Put("a", cur[0].Version, []byte("2")), cas.Put("b", cur[1].Version, []byte("2"))}, nil
+			})
+			done <- res{err}
+		}()
+		<-inFn
+		go func() {
+			_, err := s.CompareAndSwap(ctx, "b", vb, []byte("rival"))
+			rival <- res{err}
+		}()
+		early := false
+		var r res
+		select {
+		case r = <-rival:
+			early = true
+			if r.err == nil {
+				close(release)
+				t.Fatalf("a write of a held key at its version succeeded")
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		if d := <-done; d.err != nil {
+			t.Fatalf("CommitExclusive: %v", d.err)
+		}
+		if !early {
+			r = <-rival
+		}
+		if !errors.Is(r.err, cas.ErrConflict) {
+			t.Fatalf("the rival write: %v, want a conflict", r.err)
+		}
+		wantItem(t, s, "b", "2", mustVersion(t, s, "b"))
+	}},
+	{"EscalatedTransfersAcrossStores", func(t *testing.T, h *Harness, s cas.Store) {
+		// Several stores of one backend stand for several processes,
+		// their transactions moving units between two hot keys: every
+		// transfer succeeds at the default options (a transaction that
+		// keeps losing commits holding its keys) and the total holds.
+		exclusiveCommitter(t, s)
+		if h.Reopen == nil {
+			t.Skip("skipped: Harness.Reopen is not set (no second store of the same keys)")
+		}
+		stores := []cas.Store{s}
+		for range 3 {
+			stores = append(stores, h.Reopen(t, s))
+		}
+		ctx := context.Background()
+		mustCreate(t, s, "x", "1000")
+		mustCreate(t, s, "y", "1000")
+		var failed atomic.Int64
+		var wg sync.WaitGroup
+		per := h.opsPerWorker() / 2
+		for i := range h.workers() {
+			st := stores[i%len(stores)]
+			wg.Go(func() {
+				for j := range per {
+					from, to := "x", "y"
+					if (i+j)%2 == 1 {
+						from, to = to, from
+					}
+					err := occ.Txn(ctx, st, func(tx *occ.Tx) error {
+						if err := tx.Prefetch(from, to); err != nil {
+							return err
+						}
+						fv, _, err := tx.Get(from)
+						if err != nil {
+							return err
+						}
+						tv, _, err := tx.Get(to)
+						if err != nil {
+							return err
+						}
+						f, _ := strconv.Atoi(string(fv))
+						g, _ := strconv.Atoi(string(tv))
+						tx.Put(from, []byte(strconv.Itoa(f-1)))
+						tx.Put(to, []byte(strconv.Itoa(g+1)))
+						return nil
+					})
+					if err != nil && failed.Add(1) == 1 {
+						t.Errorf("transfer: %v", err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		x, _ := s.Get(ctx, "x")
+		y, _ := s.Get(ctx, "y")
+		a, _ := strconv.Atoi(string(x.Value))
+		b, _ := strconv.Atoi(string(y.Value))
+		if a+b != 2000 {
+			t.Fatalf("x=%d y=%d: the total moved", a, b)
+		}
+		if n := failed.Load(); n > 0 {
+			t.Fatalf("%d of %d transfers failed", n, h.workers()*per)
+		}
+	}},
+}
