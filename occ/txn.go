@@ -181,7 +181,7 @@ func (tx *Tx) Delete(key string) {
 // the next holder starts without reading. Two transactions cannot wait
 // for each other: turns are taken in key order. WithTurns(false),
 // WithBackOff and WithBackOffFunc opt out. Across processes, a call that
-// lost DefaultExclusiveAfter commits in a row runs its next attempt
+// lost DefaultTxnExclusiveAfter commits in a row runs its next attempt
 // holding its keys in the store (cas.ExclusiveCommitter: row locks in key
 // order), so that a transaction on hot keys shared with other processes
 // does not fail where a lock would have served it (WithExclusiveAfter).
@@ -213,7 +213,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	exclusiveAt, lost := 0, 0
 	var lastKeys []string
 	if ec != nil {
-		exclusiveAt = c.exclusiveAt()
+		exclusiveAt = c.exclusiveAtOr(DefaultTxnExclusiveAfter)
 	}
 	return c.run(ctx, func(ctx context.Context) error {
 		if exclusiveAt > 0 && lost >= exclusiveAt && len(lastKeys) > 0 {

@@ -241,7 +241,7 @@ func (r *rivalled) CommitExclusive(ctx context.Context, keys []string, fn func(c
 
 // TestTxnEscalates: a transaction whose commits keep losing to writers
 // elsewhere runs its next attempt through cas.ExclusiveCommitter after
-// DefaultExclusiveAfter losses, and succeeds within the default attempt
+// DefaultTxnExclusiveAfter losses, and succeeds within the default attempt
 // limit; with WithExclusiveAfter(0) it gives up.
 func TestTxnEscalates(t *testing.T) {
 	ctx := context.Background()
