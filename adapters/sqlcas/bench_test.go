@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
 )
 
 // BenchmarkOverhead measures what the store adds to the conditional write
@@ -148,4 +150,60 @@ func runOverhead(b *testing.B, hand func(), store func() error) {
 	b.ReportMetric(float64(handT.Nanoseconds())/float64(b.N), "hand-ns/op")
 	b.ReportMetric(float64(storeT.Nanoseconds())/float64(b.N), "sqlcas-ns/op")
 	b.ReportMetric(float64(storeT)/float64(handT), "sqlcas/hand")
+}
+
+// BenchmarkModifyVsUpdate measures Table.Modify of rows of an
+// application's table against occ.Update over the Store, one key after
+// another of 1000, alternately in one run (read the ratio): the
+// repository path's own cost where nothing conflicts.
+//
+//	go test -run '^$' -bench ModifyVsUpdate -benchtime 3000x ./adapters/sqlcas/
+func BenchmarkModifyVsUpdate(b *testing.B) {
+	type row struct {
+		ID      string      `db:"id"`
+		N       int64       `db:"n"`
+		Version cas.Version `db:"version"`
+	}
+	ctx := context.Background()
+	s := newStore(b, sqlcas.SQLite, sqlcas.Config{})
+	db := s.DB()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE bench_rows (id TEXT PRIMARY KEY, n INTEGER NOT NULL, version INTEGER NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	tbl, err := sqlcas.NewTable[row](db, sqlcas.TableConfig{Dialect: sqlcas.SQLite, Table: "bench_rows"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := tbl.CreateCounter(ctx); err != nil {
+		b.Fatal(err)
+	}
+	typed := cas.NewTyped(s, cas.JSON[int64]())
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+		if _, err := tbl.Insert(ctx, row{ID: keys[i]}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.CompareAndSwap(ctx, keys[i], 0, []byte("0")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var tTable, tStore time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		k := keys[i%len(keys)]
+		t0 := time.Now()
+		if _, err := tbl.Modify(ctx, k, func(r row, _ bool) (row, error) { r.N++; return r, nil }); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, _, err := occ.Update(ctx, typed, k, func(n int64, _ bool) (int64, error) { return n + 1, nil }); err != nil {
+			b.Fatal(err)
+		}
+		tTable += t1.Sub(t0)
+		tStore += time.Since(t1)
+	}
+	b.ReportMetric(float64(tTable.Nanoseconds())/float64(b.N), "modify-ns/op")
+	b.ReportMetric(float64(tStore.Nanoseconds())/float64(b.N), "update-ns/op")
+	b.ReportMetric(float64(tTable)/float64(tStore), "modify/update")
 }
