@@ -129,26 +129,21 @@ var coreStrategies = []strategySpec{
 	{
 		Name:      "hybrid",
 		Kind:      kindHybrid,
-		About:     "hybrid.Update: the backend's lease lock, then a fenced compare-and-swap; several keys: leases in key order, then occ.Txn",
+		About:     "hybrid.Update: the backend's lease lock, then a fenced compare-and-swap; several keys: hybrid.Txn (leases in key order, then occ.Txn)",
 		SingleKey: true, MultiKey: true,
 		New: func(ctx context.Context, h *harness) (cellStrategy, error) {
 			l, err := h.Locker(ctx)
 			if err != nil {
 				return nil, err
 			}
-			// Several keys: leases in key order (named as
-			// hybrid.Update names them), then one optimistic
-			// transaction. The commit checks every version read,
-			// which is what makes the write safe if a lease was lost
-			// (the lease only keeps other writers from wasting
-			// attempts); hybrid.Update's fenced write covers one key
-			// only.
-			leasedTxn := underLocks(h, "", func(ctx context.Context, op operation) error {
-				return occ.Txn(ctx, h.Store, txnBody(h, op), occ.WithMaxAttempts(1))
-			}, locks.Lease(l))
+			// Several keys: hybrid.Txn, leases in key order (named
+			// as hybrid.Update names them), then one optimistic
+			// transaction whose commit checks every version read,
+			// which is what makes the write safe if a lease was lost;
+			// hybrid.Update's fenced write covers one key only.
 			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				if len(op.Keys) > 1 {
-					return leasedTxn(ctx, w, op)
+					return hybrid.Txn(ctx, l, h.Store, op.Keys, txnBody(h, op), h.Options(w)...)
 				}
 				_, _, err := hybrid.Update(ctx, l, h.Values, op.Keys[0], mutateOne(op), h.Options(w)...)
 				return err
