@@ -374,25 +374,11 @@ func (t *Table[T]) UpdateFenced(ctx context.Context, row T, token uint64) (T, er
 }
 
 func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool) (T, error) {
-	rv := reflect.ValueOf(&row).Elem()
-	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
-	expected := rv.FieldByIndex(t.cols[t.version].index)
-	if toVersion(expected) == 0 {
-		var zero T
-		return zero, rowupdate.ZeroVersion("update", key)
-	}
-	args := []any{key, expected.Interface()}
-	for i, c := range t.cols {
-		if t.writable(i) {
-			args = append(args, rv.FieldByIndex(c.index).Interface())
-		}
-	}
-	sql := t.sqlUpd
-	if fenced {
-		sql = t.sqlUpdF
-		args = append(args, int64(token))
-	}
 	var zero T
+	sql, args, key, expected, err := t.updateSQL(row, token, fenced)
+	if err != nil {
+		return zero, err
+	}
 	out, cur, r, err := t.run(ctx, sql, args...)
 	if err != nil {
 		return zero, t.writeError(ctx, "update", key, err)
@@ -403,7 +389,30 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 	case fenced && r.exists && r.fence != nil && token < uint64(*r.fence):
 		return cur, &cas.FencedError{Key: fmt.Sprint(key), Token: token, Highest: uint64(*r.fence)}
 	}
-	return cur, r.conflict(key, toVersion(expected))
+	return cur, r.conflict(key, expected)
+}
+
+// updateSQL is the statement and arguments of Update (UpdateFenced, with
+// fenced) of row, with row's key and expected version.
+func (t *Table[T]) updateSQL(row T, token uint64, fenced bool) (sql string, args []any, key any, expected cas.Version, err error) {
+	rv := reflect.ValueOf(&row).Elem()
+	key = rv.FieldByIndex(t.cols[t.key].index).Interface()
+	ev := rv.FieldByIndex(t.cols[t.version].index)
+	if expected = toVersion(ev); expected == 0 {
+		return "", nil, key, 0, rowupdate.ZeroVersion("update", key)
+	}
+	args = []any{key, ev.Interface()}
+	for i, c := range t.cols {
+		if t.writable(i) {
+			args = append(args, rv.FieldByIndex(c.index).Interface())
+		}
+	}
+	sql = t.sqlUpd
+	if fenced {
+		sql = t.sqlUpdF
+		args = append(args, int64(token))
+	}
+	return sql, args, key, expected, nil
 }
 
 // Delete deletes the row with key if its version is expected (not 0). It
@@ -504,6 +513,7 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 		Exclusive:  t.exclusive,
 		RunTx:      t.runTx,
 		GetMany:    t.getMany,
+		CommitMany: t.commitMany,
 	}
 }
 
@@ -544,10 +554,15 @@ func (r tableResult) conflict(key any, expected cas.Version) *cas.ConflictError 
 // run runs a conditional write and scans its row: the flags, then the
 // written row (w) and the current row (c), NULL where absent.
 func (t *Table[T]) run(ctx context.Context, sql string, args ...any) (written, current T, r tableResult, err error) {
+	return t.scanWrite(t.q.QueryRow(ctx, sql, args...))
+}
+
+// scanWrite scans the row of a conditional write (see run).
+func (t *Table[T]) scanWrite(row pgx.Row) (written, current T, r tableResult, err error) {
 	wv, cv := t.nullable(), t.nullable()
 	dest := append([]any{&r.written, &r.exists, &r.version, &r.fence}, wv...)
 	dest = append(dest, cv...)
-	if err = t.q.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+	if err = row.Scan(dest...); err != nil {
 		return written, current, r, err
 	}
 	if r.written {

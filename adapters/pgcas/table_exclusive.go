@@ -124,3 +124,79 @@ func (t *Table[T]) runTx(ctx context.Context, fn func(in rowupdate.Table[T]) err
 	}
 	return nil
 }
+
+// commitMany is ModifyMany's commit: when every write updates a row read
+// (the transfer's shape), BEGIN and the conditional UPDATEs, in key order,
+// go in one round trip and COMMIT (or ROLLBACK, when one of them did not
+// apply) in a second; a commit that creates rows runs them one by one
+// (rowupdate.CommitInOrder), Insert's version and key handling included.
+func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) ([]rowupdate.Row[T], int, rowupdate.Row[T], error) {
+	for _, w := range writes {
+		if w.Expected == 0 {
+			return rowupdate.CommitInOrder(ctx, t.rowTable(), writes)
+		}
+	}
+	order := rowupdate.KeyOrder(writes)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	keys := make([]any, len(writes))
+	for _, i := range order {
+		row := writes[i].Row
+		t.setVersion(&row, writes[i].Expected)
+		sql, args, key, _, err := t.updateSQL(row, 0, false)
+		if err != nil {
+			return nil, -1, rowupdate.Row[T]{}, err
+		}
+		keys[i] = key
+		b.Queue(sql, args...)
+	}
+	conn, err := t.pool.Acquire(ctx)
+	if err != nil {
+		return nil, -1, rowupdate.Row[T]{}, t.opError("modify-many", keys[order[0]], err)
+	}
+	// A connection released inside its transaction is closed, not reused.
+	defer conn.Release()
+	rollback := func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK") }
+	br := conn.SendBatch(ctx, b)
+	stored := make([]rowupdate.Row[T], len(writes))
+	at, cur := -1, rowupdate.Row[T]{}
+	var conflict error
+	_, err = br.Exec()
+	for _, i := range order {
+		if err != nil {
+			break
+		}
+		var out, c T
+		var r tableResult
+		out, c, r, err = t.scanWrite(br.QueryRow())
+		switch {
+		case err != nil:
+		case r.written:
+			stored[i] = rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}
+		case at < 0:
+			at, cur, conflict = i, rowupdate.Row[T]{Value: c, Version: cas.Version(max(derefOr(r.version, 0), 0))}, r.conflict(keys[i], writes[i].Expected)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || at >= 0 {
+		rollback()
+		if err != nil {
+			return nil, -1, rowupdate.Row[T]{}, t.writeError(ctx, "modify-many", keys[order[0]], err)
+		}
+		return nil, at, cur, conflict
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return nil, -1, rowupdate.Row[T]{}, t.writeError(ctx, "modify-many", keys[order[0]], err)
+	}
+	return stored, -1, rowupdate.Row[T]{}, nil
+}
+
+// derefOr returns *p, or def when p is nil.
+func derefOr(p *int64, def int64) int64 {
+	if p == nil {
+		return def
+	}
+	return *p
+}

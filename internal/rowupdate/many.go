@@ -238,19 +238,13 @@ func (tr *TableRows[T]) key(key any, op string) (Key[T], error) {
 	}, nil
 }
 
-// commitInOrder is the Commit of a SQL table's bridge: in one
+// CommitInOrder is the Commit of a SQL table's bridge: in one
 // transaction (runTx), each write is an Insert (Expected 0) or an Update
 // at Expected, in key order so that concurrent transactions lock rows in
 // one order. A conflict ends it (runTx rolls back) with the write's index
 // and the current row.
-func commitInOrder[T any](ctx context.Context, t Table[T], writes []Write[T]) (stored []Row[T], at int, cur Row[T], err error) {
-	order := make([]int, len(writes))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		return cmpKeys(writes[a].Key, writes[b].Key)
-	})
+func CommitInOrder[T any](ctx context.Context, t Table[T], writes []Write[T]) (stored []Row[T], at int, cur Row[T], err error) {
+	order := KeyOrder(writes)
 	stored = make([]Row[T], len(writes))
 	at = -1
 	err = t.RunTx(ctx, func(in Table[T]) error {
@@ -283,8 +277,18 @@ func commitInOrder[T any](ctx context.Context, t Table[T], writes []Write[T]) (s
 	return stored, -1, Row[T]{}, nil
 }
 
-// cmpKeys orders key values: numbers by value, anything else by its text.
-func cmpKeys(a, b any) int {
+// KeyOrder returns the indexes of writes in key order (CmpKeys).
+func KeyOrder[T any](writes []Write[T]) []int {
+	order := make([]int, len(writes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return CmpKeys(writes[a].Key, writes[b].Key) })
+	return order
+}
+
+// CmpKeys orders key values: numbers by value, anything else by its text.
+func CmpKeys(a, b any) int {
 	av, bv := reflect.ValueOf(a), reflect.ValueOf(b)
 	switch {
 	case av.CanInt() && bv.CanInt():

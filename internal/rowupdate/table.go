@@ -35,6 +35,10 @@ type Table[T any] struct {
 	// GetMany, if set, reads the rows of keys in one round trip, in any
 	// order; a key without a row has none.
 	GetMany func(ctx context.Context, keys []any) ([]T, error)
+	// CommitMany, if set, replaces the commit built on RunTx (see
+	// CommitInOrder) with the table's own, for example one that sends
+	// the writes in one round trip.
+	CommitMany func(ctx context.Context, writes []Write[T]) ([]Row[T], int, Row[T], error)
 }
 
 // TableRows is the bridge of a SQL repository table: Rows whose reads go
@@ -105,11 +109,14 @@ func readManyFor[T any](t Table[T]) func(ctx context.Context, keys []any) ([]Row
 
 // commitFor is the Driver.Commit of t, nil when t has no RunTx.
 func commitFor[T any](t Table[T]) func(ctx context.Context, writes []Write[T]) ([]Row[T], int, Row[T], error) {
-	if t.RunTx == nil {
+	switch {
+	case t.CommitMany != nil:
+		return t.CommitMany
+	case t.RunTx == nil:
 		return nil
 	}
 	return func(ctx context.Context, writes []Write[T]) ([]Row[T], int, Row[T], error) {
-		return commitInOrder(ctx, t, writes)
+		return CommitInOrder(ctx, t, writes)
 	}
 }
 
