@@ -217,9 +217,14 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	}
 	return c.run(ctx, func(ctx context.Context) error {
 		if exclusiveAt > 0 && lost >= exclusiveAt && len(lastKeys) > 0 {
-			err := txnExclusive(ctx, ec, s, cache, lastKeys, fn, &turns)
+			keys, err := txnExclusive(ctx, ec, s, cache, lastKeys, fn, &turns)
 			if errors.Is(err, cas.ErrConflict) {
 				lost++
+				if len(keys) > 0 {
+					// fn may have touched other keys this time: hold
+					// those next.
+					lastKeys = keys
+				}
 			}
 			return err
 		}
@@ -309,7 +314,9 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 // that no writer elsewhere can make it lose again. fn reads the held
 // keys from what the store read under its hold (other keys as usual) and
 // its writes become the commit's ops.
-func txnExclusive(ctx context.Context, ec cas.ExclusiveCommitter, s cas.Store, cache *Cache, keys []string, fn func(tx *Tx) error, turns *txTurns) error {
+//
+// It returns the keys the attempt's fn touched (nil when fn did not run).
+func txnExclusive(ctx context.Context, ec cas.ExclusiveCommitter, s cas.Store, cache *Cache, keys []string, fn func(tx *Tx) error, turns *txTurns) ([]string, error) {
 	var tx *Tx
 	var ops []cas.Op
 	vs, err := ec.CommitExclusive(ctx, keys, func(cur []cas.Item) ([]cas.Op, error) {
@@ -325,16 +332,20 @@ func txnExclusive(ctx context.Context, ec cas.ExclusiveCommitter, s cas.Store, c
 		ops, err = tx.ops()
 		return ops, err
 	})
+	var touched []string
+	if tx != nil {
+		touched = tx.keys()
+	}
 	if err != nil {
 		var ce *cas.ConflictError
 		if errors.As(err, &ce) && cache != nil {
 			cache.forget(ce.Key)
 		}
-		return err
+		return touched, err
 	}
 	tx.noteWritten(ops, vs, cache)
 	turns.attempted(lineMinUnit, tx.written)
-	return nil
+	return touched, nil
 }
 
 // keys returns the keys the attempt read or wrote, sorted.

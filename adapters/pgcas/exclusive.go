@@ -224,47 +224,41 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ops[a].Key, ops[b].Key) })
 	id := newWriteID()
+	// The statements Commit sends, each marking its own failure (a check
+	// locks what it checked, FOR SHARE; checking an absence inserts a
+	// tombstone, the only way to lock it); in this transaction no guard
+	// is needed: the results decide COMMIT or ROLLBACK.
 	b = &pgx.Batch{}
 	for _, i := range order {
 		o := ops[i]
-		switch o.Kind {
-		case cas.OpCheck:
-			b.Queue(s.sqlGet, o.Key)
-		case cas.OpDelete:
-			sql, args := s.writeSQL("compare-and-delete", o.Key, o.Expected, nil, 0, false, id)
-			b.Queue(sql, args...)
+		value := o.Value
+		if value == nil {
+			value = []byte{}
+		}
+		switch {
+		case o.Kind == cas.OpCheck && o.Expected == 0:
+			b.Queue(s.commitCheckNone, o.Key, id)
+		case o.Kind == cas.OpCheck:
+			b.Queue(s.commitCheck, o.Key, pgVersion(o.Expected))
+		case o.Kind == cas.OpDelete:
+			b.Queue(s.commitDelete, o.Key, id, pgVersion(o.Expected))
+		case o.Expected == 0:
+			b.Queue(s.commitCreate, o.Key, value, id)
 		default:
-			sql, args := s.writeSQL("compare-and-swap", o.Key, o.Expected, o.Value, 0, false, id)
-			b.Queue(sql, args...)
+			b.Queue(s.commitSwap, o.Key, value, id, pgVersion(o.Expected))
 		}
 	}
 	br = conn.SendBatch(ctx, b)
 	results := make([]result, len(ops))
 	failed := -1
 	for _, i := range order {
-		o, r := ops[i], &results[i]
-		if o.Kind == cas.OpCheck {
-			var value []byte
-			var version int64
-			err = br.QueryRow().Scan(&value, &version)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				err = nil
-			case err == nil && value != nil:
-				r.curVersion, r.curValue = &version, value
-			}
-			held := (r.curVersion == nil && o.Expected == 0) || (r.curVersion != nil && cas.Version(*r.curVersion) == o.Expected)
-			if err == nil && !held && (failed < 0 || i < failed) {
-				failed = i
-			}
-		} else {
-			err = br.QueryRow().Scan(&r.newVersion, &r.curVersion, &r.curValue, &r.curToken)
-			if err == nil && r.newVersion == nil && (failed < 0 || i < failed) {
-				failed = i // a write that did not apply (deletes return the deleted version)
-			}
-		}
-		if err != nil {
+		r := &results[i]
+		var flag *string
+		if err = br.QueryRow().Scan(&r.newVersion, &r.curVersion, &r.curValue, &r.curToken, &flag); err != nil {
 			break
+		}
+		if flag != nil && (failed < 0 || i < failed) {
+			failed = i
 		}
 	}
 	if cerr := br.Close(); err == nil {

@@ -167,10 +167,13 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 // commitIn runs a commit's statements on q, in a transaction. stage names
 // the statement that failed ("" for a conflict found by the checks).
 func (s *Store) commitIn(ctx context.Context, q Querier, ops []cas.Op, order []int, id writeid.ID) ([]cas.Version, string, error) {
-	if s.d != SQLite && !s.inTx && checkedApplies(ops) {
+	if s.d == MySQL && !s.inTx && checkedApplies(ops) {
 		// Only in a transaction of its own: a short count leaves some
 		// rows written until the rollback, which a caller's transaction
-		// would keep.
+		// would keep. MySQL/MariaDB only: InnoDB looks the IN list's
+		// keys up in key order, taking the row locks in the order the
+		// locking read below takes them; PostgreSQL's UPDATE scans rows
+		// in heap order, which deadlocks against key-ordered lockers.
 		return s.commitChecked(ctx, q, ops, id)
 	}
 	keys := make([]any, len(order))
@@ -275,9 +278,10 @@ func checkedApplies(ops []cas.Op) bool {
 }
 
 // commitChecked is the commit of ops that all write keys expected live,
-// in one statement instead of a locking read and a write: the UPDATE
-// writes the rows still at their expected versions (a row lock on each,
-// taken in key order as the IN list is scanned) and counts them. All of
+// in one statement instead of a locking read and a write (MySQL/MariaDB):
+// the UPDATE writes the rows still at their expected versions (a row lock
+// on each, taken in key order as InnoDB looks the IN list up) and counts
+// them. All of
 // them: done. Fewer: errCheckedShort, on which Commit rolls back and
 // reads the conflict's current item (checkedConflict).
 func (s *Store) commitChecked(ctx context.Context, q Querier, ops []cas.Op, id writeid.ID) (vs []cas.Version, stage string, err error) {

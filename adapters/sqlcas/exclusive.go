@@ -44,10 +44,17 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	if err != nil {
 		return 0, s.readError(op, key, err)
 	}
+	// Every path out rolls back, a panic in fn included, unless the
+	// transaction reached its COMMIT (see CommitExclusive).
+	ended := false
+	defer func() {
+		if !ended {
+			tx.rollback()
+		}
+	}()
 	if s.d == Postgres && !s.inTx {
 		ms := strconv.FormatInt(max(s.exclusiveTimeout.Milliseconds(), 1), 10)
 		if _, err := tx.q.ExecContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", ms); err != nil {
-			tx.rollback()
 			return 0, s.readError(op, key, err)
 		}
 	}
@@ -56,7 +63,6 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
-		tx.rollback()
 		return 0, s.readError(op, key, err)
 	default:
 		c.exists = true
@@ -64,20 +70,18 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	cur := c.item(key)
 	next, write, err := fn(cur)
 	if err != nil || !write {
-		tx.rollback()
 		return cur.Version, err
 	}
 	if err := s.limits.Put(ctx, key, next); err != nil {
-		tx.rollback()
 		return 0, err
 	}
 	in := *s
 	in.q, in.inTx = tx.q, true
 	v, err := in.write(ctx, "compare-and-swap", key, cur.Version, next, 0, false)
 	if err != nil {
-		tx.rollback()
 		return 0, s.exclusiveError(op, key, cur.Version, err)
 	}
+	ended = true
 	if err := tx.commit(ctx); err != nil {
 		return 0, s.exclusiveError(op, key, cur.Version, err)
 	}
@@ -129,20 +133,37 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	if err != nil {
 		return nil, s.readError(op, sorted[0], err)
 	}
+	// Every path out rolls back, a panic in fn included, unless the
+	// transaction reached its COMMIT: a transaction left open would hold
+	// its locks (SQLite's write lock, InnoDB's row locks) until its
+	// connection dies.
+	ended := false
+	defer func() {
+		if !ended {
+			tx.rollback()
+		}
+	}()
 	if s.d == Postgres && !s.inTx {
 		ms := strconv.FormatInt(max(s.exclusiveTimeout.Milliseconds(), 1), 10)
 		if _, err := tx.q.ExecContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", ms); err != nil {
-			tx.rollback()
 			return nil, s.readError(op, sorted[0], err)
 		}
 	}
+	// A placeholder (a version-0 tombstone) for every key without a row,
+	// before the locking read, as Commit does: an absence has no row to
+	// lock, and two holders creating one key would otherwise deadlock.
+	id := s.ids.Next()
+	ph := make([]any, 0, 2*len(sorted))
 	args := make([]any, len(sorted))
 	for i, k := range sorted {
 		args[i] = k
+		ph = append(ph, k, id[:])
+	}
+	if _, err := tx.q.ExecContext(ctx, s.cm.placeholders(len(sorted)), ph...); err != nil {
+		return nil, s.readError(op, sorted[0], err)
 	}
 	rows, err := tx.q.QueryContext(ctx, s.cm.lockRead(len(sorted)), args...)
 	if err != nil {
-		tx.rollback()
 		return nil, s.readError(op, sorted[0], err)
 	}
 	found := make(map[string]cas.Item, len(keys))
@@ -155,7 +176,6 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 		)
 		if err := rows.Scan(&k, &version, &value, &dead); err != nil {
 			rows.Close()
-			tx.rollback()
 			return nil, s.readError(op, sorted[0], err)
 		}
 		if !dead {
@@ -166,7 +186,6 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 		}
 	}
 	if err := rows.Err(); err != nil {
-		tx.rollback()
 		return nil, s.readError(op, sorted[0], err)
 	}
 	rows.Close()
@@ -180,16 +199,13 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	}
 	ops, err := fn(cur)
 	if err != nil || len(ops) == 0 {
-		tx.rollback()
 		return nil, err
 	}
 	if err := s.limits.Commit(ctx, ops); err != nil {
-		tx.rollback()
 		return nil, err
 	}
 	for _, o := range ops {
 		if err := checkVersion("commit", o.Key, o.Expected); err != nil {
-			tx.rollback()
 			return nil, err
 		}
 	}
@@ -198,17 +214,16 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ops[a].Key, ops[b].Key) })
-	id := s.ids.Next()
 	in := *s
 	in.inTx = true // the checks and writes of Commit, in this transaction
 	vs, stage, err := in.commitIn(ctx, tx.q, ops, order, id)
 	if err != nil {
-		tx.rollback()
 		if stage == "" {
 			return nil, err
 		}
 		return nil, s.exclusiveError(op, ops[0].Key, ops[0].Expected, err)
 	}
+	ended = true
 	if err := tx.commit(ctx); err != nil {
 		if !answered(err) && !notSent(err) && !s.inTx {
 			if vs, ok := s.resolveCommit(ctx, ops, id); ok {

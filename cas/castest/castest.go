@@ -95,6 +95,7 @@ func Run(t *testing.T, h Harness) {
 		{"Basic", basicTests},
 		{"Input", inputTests},
 		{"Commit", commitTests},
+		{"CommitShapes", commitShapesTests},
 		{"Fenced", fencedTests},
 		{"Concurrency", concurrencyTests},
 		{"Exclusive", exclusiveTests},

@@ -112,6 +112,32 @@ var exclusiveCommitTests = []test{
 		}
 		wantItem(t, s, "b", "2", mustVersion(t, s, "b"))
 	}},
+	{"PanicInFnReleases", func(t *testing.T, h *Harness, s cas.Store) {
+		// A panic in fn leaves the keys free: a later write of them goes
+		// through at once, not after a lock times out.
+		ec := exclusiveCommitter(t, s)
+		ctx := context.Background()
+		v := mustCreate(t, s, "a", "1")
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("fn's panic did not reach the caller")
+				}
+			}()
+			_, _ = ec.CommitExclusive(ctx, []string{"a"}, func([]cas.Item) ([]cas.Op, error) { panic("castest: fn panics") })
+		}()
+		if ex, ok := s.(cas.Exclusive); ok {
+			func() {
+				defer func() { _ = recover() }()
+				_, _ = ex.UpdateExclusive(ctx, "a", func(cas.Item) ([]byte, bool, error) { panic("castest: fn panics") })
+			}()
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := s.CompareAndSwap(wctx, "a", v, []byte("2")); err != nil {
+			t.Fatalf("a write after fn panicked: %v (the keys are still held)", err)
+		}
+	}},
 	{"EscalatedTransfersAcrossStores", func(t *testing.T, h *Harness, s cas.Store) {
 		// Several stores of one backend stand for several processes,
 		// their transactions moving units between two hot keys: every
