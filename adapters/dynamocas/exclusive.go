@@ -66,7 +66,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	if err != nil {
 		return 0, err
 	}
-	next, write, err := fn(st.item)
+	next, write, err := ctxwait.Guard(func() { s.releaseHold(ctx, key, token) }, func() ([]byte, bool, error) { return fn(st.item) })
 	if err == nil && write {
 		err = s.limits.Put(ctx, key, next)
 	}

@@ -59,7 +59,9 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 		}
 		cur = rowupdate.Row[T]{Value: v, Version: cas.Version(raw)}
 	}
-	next, write, err := fn(cur)
+	next, write, err := ctxwait.Guard(func() {
+		releaseHold(ctx, t.cli, t.cfg.Table, kav, t.cfg.HoldAttribute, t.cfg.HoldUntilAttribute, token, DefaultResolveTimeout)
+	}, func() (T, bool, error) { return fn(cur) })
 	var w *tableWrite
 	if err == nil && write {
 		if cur.Version == 0 {

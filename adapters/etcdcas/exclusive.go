@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -90,7 +91,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 			return 0, err
 		}
 	}
-	next, write, err := fn(cur)
+	next, write, err := ctxwait.Guard(release, func() ([]byte, bool, error) { return fn(cur) })
 	if err != nil || !write {
 		release()
 		return cur.Version, err
@@ -140,4 +141,150 @@ func (s *Store) dropLease(lease clientv3.LeaseID) {
 		s.lease = 0
 	}
 	s.leaseMu.Unlock()
+}
+
+var _ cas.ExclusiveCommitter = (*Store)(nil)
+
+// CommitExclusive implements cas.ExclusiveCommitter with the hold keys of
+// UpdateExclusive: one transaction creates the hold of every key at once
+// (all or none, so holders cannot deadlock; while another update holds
+// one of them it waits, polling) and reads the keys; fn runs; one
+// transaction checks every op's version and that every hold is still
+// this call's, applies the ops and deletes the holds. A holder that stops
+// answering loses the keys when the lease expires; its late commit is
+// refused. Both transactions count against --max-txn-ops: at most half
+// of Limits.MaxCommitOps keys, and ops plus keys at most MaxCommitOps.
+func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
+	const op = "exclusive commit"
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	maxOps := s.limits.WithDefaults().MaxCommitOps
+	switch {
+	case len(keys) == 0:
+		return nil, fmt.Errorf("etcdcas: %s: %w: no keys", op, cas.ErrInvalidCommit)
+	case 2*len(keys) > maxOps:
+		return nil, fmt.Errorf("etcdcas: %s: %w: %d keys, at most %d (two transaction operations each)", op, cas.ErrTooLarge, len(keys), maxOps/2)
+	}
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	token := hex.EncodeToString(raw[:])
+	hks := make([]string, len(keys))
+	for i, k := range keys {
+		hks[i] = s.holdKey(k)
+	}
+	held, committed := false, false
+	// Every path out that did not commit ends the holds this call has, a
+	// panic in fn included (best effort: they expire with their lease).
+	defer func() {
+		if !held || committed {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
+		defer cancel()
+		dels := make([]clientv3.Op, len(hks))
+		for i, hk := range hks {
+			dels[i] = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(hk), "=", token)}, []clientv3.Op{clientv3.OpDelete(hk)}, nil)
+		}
+		_, _ = s.cli.Txn(rctx).Then(dels...).Commit()
+	}()
+	cur := make([]cas.Item, len(keys))
+	var poll ctxwait.Poll
+	for {
+		lease, err := s.holdLease(ctx)
+		if err != nil {
+			return nil, &readError{key: keys[0], err: err}
+		}
+		cmps := make([]clientv3.Cmp, len(keys))
+		then := make([]clientv3.Op, 0, 2*len(keys))
+		for i := range keys {
+			cmps[i] = clientv3.Compare(clientv3.CreateRevision(hks[i]), "=", 0)
+			then = append(then, clientv3.OpPut(hks[i], token, clientv3.WithLease(lease)))
+		}
+		for _, k := range keys {
+			then = append(then, clientv3.OpGet(s.dataKey(k)))
+		}
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(then...).Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.dropLease(lease) // expired meanwhile: take another
+			continue
+		}
+		if err != nil {
+			held = true // the answer may have been lost: the holds may exist
+			return nil, &readError{key: keys[0], err: err}
+		}
+		if held = resp.Succeeded; held {
+			for i, k := range keys {
+				cur[i] = cas.Item{Key: k}
+				if kvs := resp.Responses[len(keys)+i].GetResponseRange().Kvs; len(kvs) > 0 {
+					if cur[i], _, err = s.item(k, kvs[0]); err != nil {
+						return nil, err
+					}
+				}
+			}
+			break
+		}
+		if err := poll.Wait(ctx); err != nil {
+			return nil, err
+		}
+	}
+	ops, err := fn(cur)
+	if err != nil || len(ops) == 0 {
+		return nil, err
+	}
+	if err := s.limits.Commit(ctx, ops); err != nil {
+		return nil, err
+	}
+	if len(ops)+len(keys) > maxOps {
+		return nil, fmt.Errorf("etcdcas: %s: %w: %d ops and %d holds in one transaction, at most %d", op, cas.ErrTooLarge, len(ops), len(keys), maxOps)
+	}
+	cmps := make([]clientv3.Cmp, 0, len(ops)+len(keys))
+	var writes, reads []clientv3.Op
+	var id writeID
+	firstPut := -1
+	for i, o := range ops {
+		dk := s.dataKey(o.Key)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(dk), "=", int64(o.Expected)))
+		reads = append(reads, clientv3.OpGet(dk))
+		switch o.Kind {
+		case cas.OpPut:
+			if firstPut < 0 {
+				firstPut, id = i, s.ids.Next()
+			}
+			writes = append(writes, clientv3.OpPut(dk, encodeEnvelope(id, o.Value)))
+		case cas.OpDelete:
+			writes = append(writes, clientv3.OpDelete(dk))
+		}
+	}
+	for _, hk := range hks {
+		cmps = append(cmps, clientv3.Compare(clientv3.Value(hk), "=", token))
+		writes = append(writes, clientv3.OpDelete(hk))
+	}
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(writes...).Else(reads...).Commit()
+	if err != nil {
+		rev, rerr := s.resolveCommit(ctx, ops, firstPut, id, err)
+		if rerr != nil {
+			return nil, rerr
+		}
+		committed = true
+		return commitVersions(ops, rev), nil
+	}
+	if !resp.Succeeded {
+		for i, o := range ops {
+			rr := (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
+			var rev int64
+			if len(rr.Kvs) > 0 {
+				rev = rr.Kvs[0].ModRevision
+			}
+			if rev != int64(o.Expected) {
+				return nil, s.conflict(o.Key, o.Expected, rr)
+			}
+		}
+		// Every version matched: a hold was lost (its lease expired
+		// while fn ran). Nothing was written.
+		return nil, &cas.ConflictError{Key: ops[0].Key, Expected: ops[0].Expected,
+			Err: fmt.Errorf("etcdcas: the exclusive hold outlived its lease (Config.ExclusiveTTL %v); nothing was written", s.exclusiveTTL)}
+	}
+	committed = true
+	return commitVersions(ops, resp.Header.Revision), nil
 }

@@ -101,7 +101,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 		defer cancel()
 		_, _ = runOnce(rctx, s.cli, unholdScript, keys, token)
 	}
-	next, write, err := fn(cur)
+	next, write, err := ctxwait.Guard(release, func() ([]byte, bool, error) { return fn(cur) })
 	if err != nil || !write {
 		release()
 		return cur.Version, err

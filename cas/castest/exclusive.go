@@ -143,6 +143,27 @@ var exclusiveTests = []test{
 		wantItem(t, s, "k", "held", d.v)
 	}},
 	{"HolderPausedPastItsBound", testHolderPaused},
+	{"PanicInFnReleases", func(t *testing.T, h *Harness, s cas.Store) {
+		// A panic in fn ends the hold at once: a write of the key goes
+		// through well within the hold's bound (2 s by default on every
+		// adapter), not after it expires.
+		ex := exclusive(t, s)
+		ctx := context.Background()
+		v := mustCreate(t, s, "k", "1")
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("fn's panic did not reach the caller")
+				}
+			}()
+			_, _ = ex.UpdateExclusive(ctx, "k", func(cas.Item) ([]byte, bool, error) { panic("castest: fn panics") })
+		}()
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := s.CompareAndSwap(wctx, "k", v, []byte("2")); err != nil {
+			t.Fatalf("a write after fn panicked: %v (the key is still held)", err)
+		}
+	}},
 	{"EscalatedIncrementsAcrossStores", func(t *testing.T, h *Harness, s cas.Store) {
 		// Several stores of one backend stand for several processes:
 		// their calls take no turns with each other's. Every call

@@ -53,3 +53,18 @@ func WhileHeld[T any](ctx context.Context, held error, send func() (T, error)) (
 		}
 	}
 }
+
+// Guard calls fn and, if fn panics, calls release before the panic goes
+// on: for a holder of an exclusive hold whose fn panics, so that the hold
+// ends at once rather than when it expires.
+func Guard[T, U any](release func(), fn func() (T, U, error)) (T, U, error) {
+	done := false
+	defer func() {
+		if !done {
+			release()
+		}
+	}()
+	a, b, err := fn()
+	done = true
+	return a, b, err
+}
