@@ -238,24 +238,7 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	if len(ops)+len(keys) > maxOps {
 		return nil, fmt.Errorf("etcdcas: %s: %w: %d ops and %d holds in one transaction, at most %d", op, cas.ErrTooLarge, len(ops), len(keys), maxOps)
 	}
-	cmps := make([]clientv3.Cmp, 0, len(ops)+len(keys))
-	var writes, reads []clientv3.Op
-	var id writeID
-	firstPut := -1
-	for i, o := range ops {
-		dk := s.dataKey(o.Key)
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(dk), "=", int64(o.Expected)))
-		reads = append(reads, clientv3.OpGet(dk))
-		switch o.Kind {
-		case cas.OpPut:
-			if firstPut < 0 {
-				firstPut, id = i, s.ids.Next()
-			}
-			writes = append(writes, clientv3.OpPut(dk, encodeEnvelope(id, o.Value)))
-		case cas.OpDelete:
-			writes = append(writes, clientv3.OpDelete(dk))
-		}
-	}
+	cmps, writes, reads, id, firstPut := s.commitTxn(ops)
 	for _, hk := range hks {
 		cmps = append(cmps, clientv3.Compare(clientv3.Value(hk), "=", token))
 		writes = append(writes, clientv3.OpDelete(hk))
@@ -270,15 +253,8 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 		return commitVersions(ops, rev), nil
 	}
 	if !resp.Succeeded {
-		for i, o := range ops {
-			rr := (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
-			var rev int64
-			if len(rr.Kvs) > 0 {
-				rev = rr.Kvs[0].ModRevision
-			}
-			if rev != int64(o.Expected) {
-				return nil, s.conflict(o.Key, o.Expected, rr)
-			}
+		if err := s.commitConflict(ops, resp); err != nil {
+			return nil, err
 		}
 		// Every version matched: a hold was lost (its lease expired
 		// while fn ran). Nothing was written.

@@ -362,10 +362,31 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	if err := s.limits.Commit(ctx, ops); err != nil {
 		return nil, err
 	}
-	cmps := make([]clientv3.Cmp, 0, len(ops))
-	var writes, reads []clientv3.Op
-	var id writeID
-	firstPut := -1
+	cmps, writes, reads, id, firstPut := s.commitTxn(ops)
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(writes...).Else(reads...).Commit()
+	if err != nil {
+		rev, rerr := s.resolveCommit(ctx, ops, firstPut, id, err)
+		if rerr != nil {
+			return nil, rerr
+		}
+		return commitVersions(ops, rev), nil
+	}
+	if !resp.Succeeded {
+		if err := s.commitConflict(ops, resp); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("etcdcas: commit refused but every version matched on read-back")
+	}
+	return commitVersions(ops, resp.Header.Revision), nil
+}
+
+// commitTxn builds a commit's transaction: a compare of every op's
+// version, its writes (puts carry one write id, that of the first put,
+// firstPut -1 when there is none) and, for a refusal, a read-back of
+// every key.
+func (s *Store) commitTxn(ops []cas.Op) (cmps []clientv3.Cmp, writes, reads []clientv3.Op, id writeID, firstPut int) {
+	cmps = make([]clientv3.Cmp, 0, len(ops))
+	firstPut = -1
 	for i, op := range ops {
 		dk := s.dataKey(op.Key)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(dk), "=", int64(op.Expected)))
@@ -380,28 +401,24 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 			writes = append(writes, clientv3.OpDelete(dk))
 		}
 	}
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(writes...).Else(reads...).Commit()
-	if err != nil {
-		rev, rerr := s.resolveCommit(ctx, ops, firstPut, id, err)
-		if rerr != nil {
-			return nil, rerr
+	return cmps, writes, reads, id, firstPut
+}
+
+// commitConflict returns the conflict of a refused commit (the first op
+// whose key's read-back is not at its version), nil when every version
+// matched.
+func (s *Store) commitConflict(ops []cas.Op, resp *clientv3.TxnResponse) error {
+	for i, op := range ops {
+		rr := (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
+		var cur int64
+		if len(rr.Kvs) > 0 {
+			cur = rr.Kvs[0].ModRevision
 		}
-		return commitVersions(ops, rev), nil
-	}
-	if !resp.Succeeded {
-		for i, op := range ops {
-			rr := (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
-			var cur int64
-			if len(rr.Kvs) > 0 {
-				cur = rr.Kvs[0].ModRevision
-			}
-			if cur != int64(op.Expected) {
-				return nil, s.conflict(op.Key, op.Expected, rr)
-			}
+		if cur != int64(op.Expected) {
+			return s.conflict(op.Key, op.Expected, rr)
 		}
-		return nil, fmt.Errorf("etcdcas: commit refused but every version matched on read-back")
 	}
-	return commitVersions(ops, resp.Header.Revision), nil
+	return nil
 }
 
 func commitVersions(ops []cas.Op, rev int64) []cas.Version {

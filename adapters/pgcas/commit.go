@@ -1,7 +1,6 @@
 package pgcas
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/opsort"
 )
 
 // Commit implements cas.Committer: one implicit transaction, sent as one
@@ -31,11 +31,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	if err := s.limits.Commit(ctx, ops); err != nil {
 		return nil, err
 	}
-	order := make([]int, len(ops))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ops[a].Key, ops[b].Key) })
+	order := opsort.Order(ops)
 	id := newWriteID()
 	for run := 1; ; run++ {
 		vs, rerun, err := s.commitOnce(ctx, ops, order, id, run < maxWriteRuns)

@@ -1,11 +1,9 @@
 package pgcas
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/opsort"
 )
 
 // DefaultExclusiveTimeout is Config.ExclusiveTimeout's default.
@@ -218,11 +217,7 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 		rollback()
 		return nil, err
 	}
-	order := make([]int, len(ops))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ops[a].Key, ops[b].Key) })
+	order := opsort.Order(ops)
 	id := newWriteID()
 	// The statements Commit sends, each marking its own failure (a check
 	// locks what it checked, FOR SHARE; checking an absence inserts a

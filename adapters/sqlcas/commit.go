@@ -2,7 +2,6 @@ package sqlcas
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -13,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/opsort"
 	"github.com/occkit/occkit/internal/writeid"
 )
 
@@ -130,11 +130,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 			return nil, err
 		}
 	}
-	order := make([]int, len(ops))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ops[a].Key, ops[b].Key) })
+	order := opsort.Order(ops)
 	id := s.ids.Next()
 
 	tx, err := s.begin(ctx)

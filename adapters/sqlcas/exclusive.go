@@ -1,7 +1,6 @@
 package sqlcas
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/opsort"
 )
 
 // DefaultExclusiveTimeout is Config.ExclusiveTimeout's default.
@@ -209,11 +209,7 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 			return nil, err
 		}
 	}
-	order := make([]int, len(ops))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ops[a].Key, ops[b].Key) })
+	order := opsort.Order(ops)
 	in := *s
 	in.inTx = true // the checks and writes of Commit, in this transaction
 	vs, stage, err := in.commitIn(ctx, tx.q, ops, order, id)
