@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -62,38 +63,9 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	_, _ = rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
 	keys := []string{s.dataKey(key)}
-	ttl := strconv.FormatInt(s.exclusiveTTL.Milliseconds(), 10)
-	cur := cas.Item{Key: key}
-	wait := 200 * time.Microsecond
-	for {
-		// Taking a hold twice with one token is harmless: it may be sent
-		// again.
-		res, err := runOnce(ctx, s.cli, holdScript, keys, token, ttl)
-		if err != nil {
-			return 0, &readError{key: key, err: err}
-		}
-		r, err := parseReply(res)
-		if err != nil {
-			return 0, err
-		}
-		if r.status == "ok" {
-			if len(r.fields) >= 2 {
-				v, err := parseVersion(r.field(0))
-				if err != nil {
-					return 0, err
-				}
-				cur.Version, cur.Value = cas.Version(v), []byte(r.field(1))
-			}
-			break
-		}
-		if r.status != "held" {
-			return 0, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
-		}
-		left, _ := strconv.ParseInt(r.field(0), 10, 64)
-		if ctxwait.Sleep(ctx, min(wait, time.Duration(left+1)*time.Millisecond)) != nil {
-			return 0, ctx.Err()
-		}
-		wait = min(2*wait, 10*time.Millisecond)
+	cur, err := s.takeHold(ctx, key, token)
+	if err != nil {
+		return 0, err
 	}
 	release := func() {
 		// Best effort: the hold expires anyway.
@@ -115,4 +87,103 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 		release()
 	}
 	return v, err
+}
+
+// takeHold takes key's hold with token, waiting (polling) while another
+// update holds it, and returns the key's state. Taking a hold twice with
+// one token is harmless: it may be sent again.
+func (s *Store) takeHold(ctx context.Context, key, token string) (cas.Item, error) {
+	keys := []string{s.dataKey(key)}
+	ttl := strconv.FormatInt(s.exclusiveTTL.Milliseconds(), 10)
+	cur := cas.Item{Key: key}
+	var poll ctxwait.Poll
+	for {
+		res, err := runOnce(ctx, s.cli, holdScript, keys, token, ttl)
+		if err != nil {
+			return cur, &readError{key: key, err: err}
+		}
+		r, err := parseReply(res)
+		if err != nil {
+			return cur, err
+		}
+		if r.status == "ok" {
+			if len(r.fields) >= 2 {
+				v, err := parseVersion(r.field(0))
+				if err != nil {
+					return cur, err
+				}
+				cur.Version, cur.Value = cas.Version(v), []byte(r.field(1))
+			}
+			return cur, nil
+		}
+		if r.status != "held" {
+			return cur, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
+		}
+		if poll.Wait(ctx) != nil {
+			return cur, ctx.Err()
+		}
+	}
+}
+
+var _ cas.ExclusiveCommitter = (*Store)(nil)
+
+// CommitExclusive implements cas.ExclusiveCommitter with the holds of
+// UpdateExclusive: it takes the hold of every key in key order (so that
+// two callers cannot wait for each other), reads them as it does, calls
+// fn, and commits fn's ops with Commit's script carrying the holds'
+// token, which its own holds let through and which ends them. The holds
+// of keys fn did not write end right after. Meanwhile other writes of
+// the keys wait (CompareAndSwap, CompareAndDelete) or are refused
+// (Commit). A holder that stops answering loses the keys after
+// Config.ExclusiveTTL by the server's clock.
+func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
+	const op = "exclusive commit"
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("rediscas: %s: %w: no keys", op, cas.ErrInvalidCommit)
+	}
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	token := hex.EncodeToString(raw[:])
+	var held []string
+	written := map[string]bool{}
+	// Every path out ends the holds the commit did not end, a panic in
+	// fn included (best effort: they expire anyway).
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
+		defer cancel()
+		for _, k := range held {
+			if !written[k] {
+				_, _ = runOnce(rctx, s.cli, unholdScript, []string{s.dataKey(k)}, token)
+			}
+		}
+	}()
+	found := make(map[string]cas.Item, len(keys))
+	for _, k := range slices.Sorted(slices.Values(keys)) {
+		held = append(held, k) // before: a lost answer may have taken it
+		it, err := s.takeHold(ctx, k, token)
+		if err != nil {
+			return nil, err
+		}
+		found[k] = it
+	}
+	cur := make([]cas.Item, len(keys))
+	for i, k := range keys {
+		cur[i] = found[k]
+	}
+	ops, err := fn(cur)
+	if err != nil || len(ops) == 0 {
+		return nil, err
+	}
+	vs, err := s.commit(ctx, ops, token)
+	if err == nil {
+		for _, o := range ops {
+			if o.Kind != cas.OpCheck {
+				written[o.Key] = true // the commit ended their holds
+			}
+		}
+	}
+	return vs, err
 }

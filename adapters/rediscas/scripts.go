@@ -129,24 +129,25 @@ return {'ok', '0'}
 //	ARGV[1] write id, ARGV[2] tombstone TTL (ms), ARGV[3] index of the op
 //	whose history is searched for the write id (the first put, else the
 //	first delete, else 0), ARGV[4] how many bytes of old history to keep,
-//	then four per op: kind ("c", "p", "d"), expected version, expected
-//	version as 8 bytes, value
+//	ARGV[5] the token of the exclusive commit writing (its holds let it
+//	through, and its writes end them) or "", then four per op: kind ("c",
+//	"p", "d"), expected version, expected version as 8 bytes, value
 //
 // Replies: {"ok", version of the puts} | {"okraw", the same as 8 bytes} |
 // {"conflict", op index, "0"} | {"conflict", op index, version, value}.
 const commitSrc = findSrc + `
-local id, ttl, marker, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local id, ttl, marker, keep, mine = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local nops = #KEYS - 1
 if marker > 0 then
   local st = redis.call('HMGET', KEYS[marker + 1], 'n', 'h')
-  local done = find(st[2] or '', id, ARGV[5 + (marker - 1) * 4] == 'p', st[1])
+  local done = find(st[2] or '', id, ARGV[6 + (marker - 1) * 4] == 'p', st[1])
   if done then return done end
 end
 local state = {}
 for i = 1, nops do
-  local a = 5 + (i - 1) * 4
+  local a = 6 + (i - 1) * 4
   local st = redis.call('HMGET', KEYS[i + 1], 'v', 'n', 'h', 'f', 'x', 'xe')
-  if held(st[5], st[6], '') then return {'conflict', tostring(i), st[2] or '0', st[1] or ''} end
+  if held(st[5], st[6], mine) then return {'conflict', tostring(i), st[2] or '0', st[1] or ''} end
   if not st[1] then
     if ARGV[a + 1] ~= '0' then return {'conflict', tostring(i), '0'} end
   elseif st[2] ~= ARGV[a + 1] then
@@ -155,12 +156,12 @@ for i = 1, nops do
   state[i] = st
 end
 local ver = '0'
-if marker > 0 and ARGV[5 + (marker - 1) * 4] == 'p' then
+if marker > 0 and ARGV[6 + (marker - 1) * 4] == 'p' then
   redis.call('INCR', KEYS[1])
   ver = redis.call('GET', KEYS[1])
 end
 for i = 1, nops do
-  local a = 5 + (i - 1) * 4
+  local a = 6 + (i - 1) * 4
   local h = KEYS[i + 1]
   local hist = id .. ARGV[a + 2] .. string.sub(state[i][3] or '', 1, keep)
   if ARGV[a] == 'p' then
@@ -170,6 +171,9 @@ for i = 1, nops do
     redis.call('HDEL', h, 'v', 'n')
     redis.call('HSET', h, 'h', hist)
     if not state[i][4] then redis.call('PEXPIRE', h, ttl) end
+  end
+  if ARGV[a] ~= 'c' and mine ~= '' and state[i][5] == mine then
+    redis.call('HDEL', h, 'x', 'xe')
   end
 end
 return {'ok', ver}

@@ -349,15 +349,22 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 // every operation applies or none does. All keys of a store share its
 // prefix, so on a Redis Cluster they share the prefix's hash tag and slot.
 func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	return s.commit(ctx, ops, "")
+}
+
+// commit is Commit by the exclusive commit holding its keys with token
+// (holds with that token let it through, and it ends them), or by no
+// one ("").
+func (s *Store) commit(ctx context.Context, ops []cas.Op, token string) ([]cas.Version, error) {
 	if err := s.limits.Commit(ctx, ops); err != nil {
 		return nil, err
 	}
 	id := s.ids.Next()
 	keys := make([]string, 0, 1+len(ops))
 	keys = append(keys, s.counter)
-	args := make([]any, 0, 4+4*len(ops))
+	args := make([]any, 0, 5+4*len(ops))
 	marker, firstDelete := 0, 0
-	args = append(args, string(id[:]), s.ttlMs, "", s.keep)
+	args = append(args, string(id[:]), s.ttlMs, "", s.keep, token)
 	for i, op := range ops {
 		keys = append(keys, s.dataKey(op.Key))
 		var kind string
