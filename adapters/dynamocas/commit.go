@@ -47,9 +47,16 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	if err := s.limits.Commit(ctx, ops); err != nil {
 		return nil, err
 	}
+	return s.commit(ctx, ops, nil, nil)
+}
+
+// commit is Commit by the exclusive commit holding the keys of held with
+// token hold (the ops on those keys are conditional on it, and their
+// writes end it), or by no one (nil).
+func (s *Store) commit(ctx context.Context, ops []cas.Op, hold []byte, held map[string]cas.Item) ([]cas.Version, error) {
 	bases := make([]uint64, len(ops))
 	for attempt := 1; ; attempt++ {
-		c := s.buildCommit(ops, bases)
+		c := s.buildCommit(ops, bases, hold, held)
 		vs, rebase, err := s.sendCommit(ctx, c)
 		if !rebase {
 			return vs, err
@@ -74,7 +81,7 @@ func firstCreate(ops []cas.Op) string {
 	return ops[0].Key
 }
 
-func (s *Store) buildCommit(ops []cas.Op, bases []uint64) *commit {
+func (s *Store) buildCommit(ops []cas.Op, bases []uint64, hold []byte, held map[string]cas.Item) *commit {
 	c := &commit{ops: ops, bases: bases, id: s.ids.Next(), versions: make([]cas.Version, len(ops))}
 	items := make([]types.TransactWriteItem, len(ops))
 	for i, op := range ops {
@@ -86,6 +93,10 @@ func (s *Store) buildCommit(ops []cas.Op, bases []uint64) *commit {
 			c.versions[i] = cas.Version(bases[i] + 1)
 		default:
 			cond = s.versionCond(e, uint64(op.Expected))
+		}
+		_, mine := held[op.Key]
+		if mine {
+			cond = s.holdCond(e, hold) + " AND " + cond
 		}
 		switch op.Kind {
 		case cas.OpCheck:
@@ -104,9 +115,16 @@ func (s *Store) buildCommit(ops []cas.Op, bases []uint64) *commit {
 				c.versions[i] = op.Expected + 1
 			}
 			upd := s.putUpdate(e, op.Value, c.id, uint64(c.versions[i]), false, 0)
+			if mine {
+				upd += ", " + s.releaseUpdate(e)
+			}
 			items[i].Update = s.txUpdate(op.Key, upd, cond, e)
 		case cas.OpDelete:
-			items[i].Update = s.txUpdate(op.Key, s.deleteUpdate(e, c.id, uint64(op.Expected)), cond, e)
+			upd := s.deleteUpdate(e, c.id, uint64(op.Expected))
+			if mine {
+				upd += ", " + s.releaseUpdate(e)
+			}
+			items[i].Update = s.txUpdate(op.Key, upd, cond, e)
 		}
 	}
 	c.in = &dynamodb.TransactWriteItemsInput{TransactItems: items, ClientRequestToken: aws.String(c.id.String())}

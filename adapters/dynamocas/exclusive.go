@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -159,4 +161,65 @@ func releaseHold(ctx context.Context, cli *dynamodb.Client, table string, kav ma
 func heldAt(av map[string]types.AttributeValue, until string) bool {
 	end, err := numberAttr(av, until)
 	return err == nil && int64(end) >= time.Now().UnixMilli()
+}
+
+var _ cas.ExclusiveCommitter = (*Store)(nil)
+
+// CommitExclusive implements cas.ExclusiveCommitter with the holds of
+// UpdateExclusive: it takes the hold of every key in key order (two
+// callers cannot wait for each other), reads the items as it does, calls
+// fn, and sends fn's ops as Commit does, every op on a held key also
+// conditional on the hold's token, every write of one ending it (an op on
+// a key not held is committed as Commit would); the holds of keys fn did
+// not write end right after. It needs a server with
+// TransactWriteItems (DynamoDB, minidyn; not dynalite).
+func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
+	if err := s.limits.GetMany(ctx, keys); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("dynamocas: exclusive commit: %w: no keys", cas.ErrInvalidCommit)
+	}
+	token := make([]byte, holdTokenLen)
+	_, _ = rand.Read(token)
+	var held []string
+	written := map[string]bool{}
+	// Every path out ends the holds the commit did not end, a panic in
+	// fn included (best effort: they expire anyway).
+	defer func() {
+		for _, k := range held {
+			if !written[k] {
+				s.releaseHold(ctx, k, token)
+			}
+		}
+	}()
+	found := make(map[string]cas.Item, len(keys))
+	for _, k := range slices.Sorted(slices.Values(keys)) {
+		held = append(held, k) // before: a lost answer may have taken it
+		st, err := s.takeHold(ctx, k, token)
+		if err != nil {
+			return nil, err
+		}
+		found[k] = st.item
+	}
+	cur := make([]cas.Item, len(keys))
+	for i, k := range keys {
+		cur[i] = found[k]
+	}
+	ops, err := fn(cur)
+	if err != nil || len(ops) == 0 {
+		return nil, err
+	}
+	if err := s.limits.Commit(ctx, ops); err != nil {
+		return nil, err
+	}
+	vs, err := s.commit(ctx, ops, token, found)
+	if err == nil {
+		for _, o := range ops {
+			if o.Kind != cas.OpCheck {
+				written[o.Key] = true // the commit ended their holds
+			}
+		}
+	}
+	return vs, err
 }
