@@ -169,6 +169,18 @@ func (l Limits) GetMany(ctx context.Context, keys []string) error {
 	return nil
 }
 
+// Add validates an Adder.Add: the context is not nil or done and the key
+// is valid.
+func (l Limits) Add(ctx context.Context, key string) error {
+	if ctx == nil {
+		return &KeyError{Op: "add", Key: key, Err: ErrNilContext}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.CheckKey("add", key)
+}
+
 // Put validates a CompareAndSwap: the context is not nil or done, the key
 // is valid and the value fits.
 func (l Limits) Put(ctx context.Context, key string, value []byte) error {

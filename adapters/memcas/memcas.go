@@ -95,6 +95,7 @@ var (
 	_ cas.Committer   = (*Store)(nil)
 	_ cas.Lister      = (*Store)(nil)
 	_ cas.BatchGetter = (*Store)(nil)
+	_ cas.Adder       = (*Store)(nil)
 )
 
 // Limits returns the limits the store enforces.
@@ -188,6 +189,33 @@ func (s *Store) put(ctx context.Context, key string, expected cas.Version, token
 	sh.m[key] = e
 	sh.mu.Unlock()
 	return e.version, nil
+}
+
+// Add implements cas.Adder: the key's shard is locked for the check and
+// the write, so concurrent deltas of one key never conflict.
+func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
+	if err := s.limits.Add(ctx, key); err != nil {
+		return 0, 0, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[key]
+	var cur int64
+	if e.version != 0 {
+		var err error
+		if cur, err = cas.ParseInt(key, e.value); err != nil {
+			return 0, 0, err
+		}
+	}
+	if !b.Allows(cur, n) {
+		return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b, Current: cur, HasCurrent: true}
+	}
+	next := cur + n
+	e.value = cas.FormatInt(next)
+	e.version = cas.Version(s.clock.Add(1))
+	sh.m[key] = e
+	return next, e.version, nil
 }
 
 // CompareAndDelete implements cas.Store.

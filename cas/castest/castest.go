@@ -101,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 		{"Exclusive", exclusiveTests},
 		{"GetMany", getManyTests},
 		{"ExclusiveCommit", exclusiveCommitTests},
+		{"Delta", deltaTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
