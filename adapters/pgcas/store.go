@@ -46,6 +46,13 @@ type Config struct {
 	// session idle in its transaction for longer, which frees the row.
 	// Zero means DefaultExclusiveTimeout.
 	ExclusiveTimeout time.Duration
+	// DeltaTable is the table that records the ids of applied deltas (see
+	// Store.Add), in Schema. Empty means Table + "_deltas".
+	DeltaTable string
+	// DeltaRetention is how long an applied delta's id is kept: a delta
+	// sent again after a lost reply within it is refused as a duplicate.
+	// Zero means DefaultDeltaRetention; it is never below 40 seconds.
+	DeltaRetention time.Duration
 }
 
 // Store is a cas.Store on a PostgreSQL table. It implements cas.Store,
@@ -80,6 +87,7 @@ type Store struct {
 	sqlLockMany    string // CommitExclusive's read
 
 	exclusiveTimeout time.Duration
+	delta            deltaState
 }
 
 var (
@@ -87,6 +95,7 @@ var (
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
 	_ cas.BatchGetter = (*Store)(nil)
+	_ cas.Adder       = (*Store)(nil)
 )
 
 // New returns a Store on cfg's table, reached through pool. It does not
@@ -112,6 +121,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		s.exclusiveTimeout = DefaultExclusiveTimeout
 	}
 	s.prepareSQL()
+	s.delta.retention = deltaRetention(cfg)
+	if s.delta.table, s.delta.err = deltaTableName(cfg); s.delta.err == nil {
+		s.delta.rawName = cfg.DeltaTable
+		if s.delta.rawName == "" {
+			s.delta.rawName = name + "_deltas"
+		}
+		s.prepareDelta()
+	} else {
+		s.delta.table = ""
+		s.delta.err = fmt.Errorf("no delta table: %w (set Config.DeltaTable)", s.delta.err)
+	}
 	return s, nil
 }
 
@@ -165,7 +185,16 @@ func (s *Store) DDL() string {
     version     bigint GENERATED ALWAYS AS IDENTITY,  -- from the table's own sequence: never reused
     fence_token bigint NOT NULL DEFAULT 0,            -- largest fencing token that has written the key
     write_id    uuid   NOT NULL                       -- the last write's id, to resolve lost replies
-)`, s.table)
+)`, s.table) + s.deltaDDLTail()
+}
+
+// deltaDDLTail returns the delta table's DDL after a statement separator,
+// or nothing when the store has no delta table.
+func (s *Store) deltaDDLTail() string {
+	if ddl := s.deltaDDL(); ddl != "" {
+		return ";\n" + ddl
+	}
+	return ""
 }
 
 // CreateTable creates the store's table if it does not exist (see DDL).

@@ -90,8 +90,11 @@ func TestHostileTableName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(names, []string{hostile, "y"}) {
-		t.Fatalf("tables = %q, want the hostile name as one table, and y untouched", names)
+	if _, _, err := s.Add(ctx, "n", 1, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(names, []string{hostile, hostile + "_deltas", "y"}) {
+		t.Fatalf("tables = %q, want the hostile name as one table, its delta table, and y untouched", names)
 	}
 }
 

@@ -1,0 +1,241 @@
+package pgcas
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// DefaultDeltaRetention is how long a Store keeps the ids of applied deltas
+// when Config.DeltaRetention is zero.
+const DefaultDeltaRetention = 10 * time.Minute
+
+// deltaPruneEvery is how many deltas of a Store run between two prunes of
+// its delta table: each prune removes what aged out since the last.
+const deltaPruneEvery = 256
+
+// deltaResolveFor bounds how long Add keeps trying to learn the outcome of
+// a delta whose reply was lost (a restarting server included) before it
+// returns a *cas.AmbiguousError. It stays far below the retention, so the
+// delta's id is still there to refuse a second application.
+const deltaResolveFor = 20 * time.Second
+
+// deltaState is a Store's delta machinery, set up by New.
+type deltaState struct {
+	table     string // the delta table, quoted; "" when err is set
+	rawName   string // its name, as the server's errors give it
+	err       error  // why the store has no delta table name
+	retention time.Duration
+	sqlAdd    string
+	sqlDone   string // the recorded outcome of a delta id
+	runs      atomic.Uint64
+}
+
+// deltaTableName returns the quoted delta table of a store on table.
+func deltaTableName(cfg Config) (string, error) {
+	name := cfg.DeltaTable
+	if name == "" {
+		t := cfg.Table
+		if t == "" {
+			t = DefaultTable
+		}
+		name = t + "_deltas"
+	}
+	return quoteTable(cfg.Schema, name, "")
+}
+
+// deltaDDL returns the delta table's DDL.
+func (s *Store) deltaDDL() string {
+	if s.delta.table == "" {
+		return ""
+	}
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+    write_id uuid PRIMARY KEY,                     -- a delta's id, time-ordered: applied at most once
+    key      text COLLATE "C" NOT NULL,
+    version  bigint NOT NULL,                      -- the version and value the delta made
+    value    bigint NOT NULL,
+    at       timestamptz NOT NULL DEFAULT now()    -- pruned after Config.DeltaRetention
+)`, s.delta.table)
+}
+
+// prepareDelta builds the delta statements.
+//
+// $1 key, $2 n, $3 write id, $4 lowest and $5 highest current value the
+// delta accepts, $6 whether an absent key may be created (0 lies in
+// [$4, $5]), $7 the id below which recorded deltas are pruned (all zeros:
+// none) and $8 the retention in seconds.
+//
+// The update's condition is evaluated on the latest committed row after
+// waiting for its lock (READ COMMITTED re-checks it), so concurrent deltas
+// of one key queue on the row and never conflict. Only a value that is the
+// canonical decimal text of an integer takes part: anything else matches
+// no branch of the CASE, is NULL, and leaves the row alone. The insert of
+// the delta's id into the delta table makes the statement fail with a
+// unique violation, rolling the whole statement back, when the same delta
+// was already applied: that is how a delta sent again after a lost reply
+// is applied at most once.
+func (s *Store) prepareDelta() {
+	d := &s.delta
+	if d.table == "" {
+		return
+	}
+	t := s.table
+	num := `(CASE WHEN r.value IS NULL THEN 0
+          WHEN octet_length(r.value) <= 20 AND encode(r.value, 'escape') ~ '^(0|-?[1-9][0-9]{0,18})$'
+          THEN encode(r.value, 'escape')::numeric END)`
+	d.sqlAdd = `WITH u AS (
+    UPDATE ` + t + ` AS r SET value = convert_to((` + num + ` + $2::bigint)::text, 'UTF8'), version = DEFAULT, write_id = $3::uuid
+    WHERE r.key = $1 AND ` + num + ` BETWEEN $4::bigint AND $5::bigint
+    RETURNING r.version, r.value),
+i AS (
+    INSERT INTO ` + t + ` (key, value, write_id)
+    SELECT $1, convert_to($2::bigint::text, 'UTF8'), $3::uuid
+    WHERE $6::boolean AND NOT EXISTS (SELECT FROM u) AND NOT EXISTS (SELECT FROM ` + t + ` WHERE key = $1)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING version, value),
+a AS (SELECT version, value FROM u UNION ALL SELECT version, value FROM i),
+rec AS (
+    INSERT INTO ` + d.table + ` (write_id, key, version, value)
+    SELECT $3::uuid, $1, version, encode(value, 'escape')::bigint FROM a),
+p AS (
+    DELETE FROM ` + d.table + ` WHERE write_id < $7::uuid AND at < now() - make_interval(secs => $8::float8)),
+cur AS (
+    SELECT version, value FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT FROM a) FOR SHARE)
+SELECT a.version, a.value, c.version, c.value
+FROM (SELECT) one LEFT JOIN a ON true LEFT JOIN cur c ON true`
+	d.sqlDone = `SELECT version, value FROM ` + d.table + ` WHERE write_id = $1`
+}
+
+// deltaID is a delta's write id: the time it was made (Unix nanoseconds,
+// big-endian, so that ids sort by time) and 8 random bytes.
+type deltaID [16]byte
+
+func newDeltaID(now time.Time) deltaID {
+	var id deltaID
+	binary.BigEndian.PutUint64(id[:8], uint64(now.UnixNano()))
+	_, _ = rand.Read(id[8:])
+	return id
+}
+
+// String returns the id in UUID form, as the delta table shows it.
+func (id deltaID) String() string { return writeID(id).String() }
+
+// Add implements cas.Adder with one statement: the row is updated in
+// place by the server (an absent key is inserted), the delta's id is
+// recorded in the delta table, and when the bounds refuse the delta the
+// key's current row comes back in the same round trip. Concurrent deltas
+// of one key wait for each other on the row and never conflict.
+//
+// When the reply is lost, Add sends the same delta again, with the same
+// id, until it gets an answer (for up to 20 seconds): the delta table
+// refuses a second application of an id, so the answer is either the
+// delta applied now or the record of its first application. Only when no
+// answer comes does Add return a *cas.AmbiguousError naming the id. The
+// delta table (Config.DeltaTable) must exist: CreateTable makes it.
+func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
+	if err := s.limits.Add(ctx, key); err != nil {
+		return 0, 0, err
+	}
+	if s.delta.err != nil {
+		return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: s.delta.err}
+	}
+	lo, hi := b.Before(n)
+	create := lo <= 0 && 0 <= hi
+	start := time.Now()
+	id := newDeltaID(start)
+	var prune deltaID
+	if s.delta.runs.Add(1)%deltaPruneEvery == 0 {
+		prune = newDeltaID(start.Add(-s.delta.retention))
+		clear(prune[8:])
+	}
+	var lost error // the error that lost the first reply, while resolving
+	for run := 1; ; run++ {
+		var (
+			newVer, curVer *int64
+			newVal, curVal []byte
+		)
+		err := s.pool.QueryRow(ctx, s.delta.sqlAdd, key, n, id, lo, hi, create, prune, s.delta.retention.Seconds()).
+			Scan(&newVer, &newVal, &curVer, &curVal)
+		switch {
+		case err == nil && newVer != nil:
+			v, perr := cas.ParseInt(key, newVal)
+			if perr != nil {
+				return 0, 0, fmt.Errorf("pgcas: add %q: the server wrote %q: %w", key, newVal, perr)
+			}
+			return v, cas.Version(*newVer), nil
+		case err == nil && curVer == nil && create && run < maxWriteRuns+2:
+			// The insert lost to a create committed after the statement's
+			// snapshot: nothing was written; run it again to meet the row.
+			continue
+		case err == nil:
+			var cur int64
+			if curVer != nil && curVal != nil {
+				var perr error
+				if cur, perr = cas.ParseInt(key, curVal); perr != nil {
+					return 0, 0, perr
+				}
+			}
+			return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b, Current: cur, HasCurrent: true}
+		}
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.TableName == s.delta.rawName:
+			// An earlier run of this delta was applied: its record says how.
+			return s.deltaDone(ctx, key, id, err)
+		case errors.As(err, &pgErr) && pgErr.Code == codeUndefinedTable && lost == nil:
+			return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf(
+				"the delta table %s is missing (create it with Store.CreateTable, or the DDL of Store.DDL): %w", s.delta.table, err)}
+		case errors.As(err, &pgErr) && lost == nil:
+			if transientCodes[pgErr.Code] {
+				return 0, 0, &transientError{op: "add", key: key, why: "not applied", err: err}
+			}
+			return 0, 0, fmt.Errorf("pgcas: add %q: %w", key, err)
+		case lost == nil && !sent(err):
+			return 0, 0, &transientError{op: "add", key: key, why: "not sent", err: err}
+		}
+		// The reply was lost (or a resolving run failed): send the delta
+		// again under the same id until an answer comes.
+		if lost == nil {
+			lost = err
+		}
+		if ctx.Err() != nil || time.Since(start) > deltaResolveFor {
+			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: lost}
+		}
+		wait := time.NewTimer(min(time.Duration(run)*20*time.Millisecond, time.Second))
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: lost}
+		case <-wait.C:
+		}
+	}
+}
+
+// deltaDone returns the recorded outcome of delta id.
+func (s *Store) deltaDone(ctx context.Context, key string, id deltaID, cause error) (int64, cas.Version, error) {
+	var ver, v int64
+	if err := s.pool.QueryRow(ctx, s.delta.sqlDone, id).Scan(&ver, &v); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = cause
+		}
+		return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: err}
+	}
+	return v, cas.Version(ver), nil
+}
+
+// deltaRetention is the retention a Config asks for.
+func deltaRetention(cfg Config) time.Duration {
+	if cfg.DeltaRetention > 0 {
+		return max(cfg.DeltaRetention, 2*deltaResolveFor)
+	}
+	return DefaultDeltaRetention
+}

@@ -1,0 +1,146 @@
+package pgcas_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/pgtest"
+)
+
+// sameTable returns a store on s's table reached through a pool of its
+// own, without faults: another process writing the same keys.
+func sameTable(t *testing.T, s *pgcas.Store) *pgcas.Store {
+	t.Helper()
+	var schema string
+	if err := s.Pool().QueryRow(context.Background(), "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	o, err := pgcas.New(pgtest.Pool(t), pgcas.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// Fault: the reply to a delta is lost after it applied, while other
+// writers keep adding to the key. Add sends the delta again under its id;
+// the delta table refuses the second application, and the call returns
+// the outcome of the first: the value counts the delta once.
+func TestDeltaLostReplyAppliedOnce(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	s := faultyStore(t, &f)
+	other := sameTable(t, s)
+	if _, _, err := s.Add(ctx, "stock-lost", 1000, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var others int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, _, err := other.Add(ctx, "stock-lost", -1, cas.AtLeast(0)); err != nil {
+				t.Errorf("other writer: %v", err)
+				return
+			}
+			others++
+		}
+	}()
+	for i := range 5 {
+		f.LoseReply("stock-lost")
+		left, ver, err := s.Add(ctx, "stock-lost", -10, cas.AtLeast(0))
+		if err != nil || ver == 0 || left < 0 {
+			t.Fatalf("delta with a lost reply: %d at %d, %v; want it resolved", left, ver, err)
+		}
+		if f.Fired() != i+1 {
+			t.Fatalf("the fault fired %d times, want %d", f.Fired(), i+1)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	it, err := other.Get(ctx, "stock-lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1000 - 50 - others; string(it.Value) != strconv.FormatInt(want, 10) {
+		t.Fatalf("stock = %s after 5 lost-reply deltas of -10 and %d of -1, want %d: a delta applied twice or not at all", it.Value, others, want)
+	}
+}
+
+// Fault: the reply to a delta that its bound refused is lost. Sent again,
+// it is refused again: a *cas.BoundError, nothing written.
+func TestDeltaLostReplyRefused(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	s := faultyStore(t, &f)
+	_, v1, err := s.Add(ctx, "k-refused", 3, cas.Bounds{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.LoseReply("k-refused")
+	_, _, err = s.Add(ctx, "k-refused", -4, cas.AtLeast(0))
+	wantFired(t, &f)
+	if !errors.Is(err, cas.ErrBound) {
+		t.Fatalf("err = %v, want ErrBound", err)
+	}
+	it, _ := s.Get(ctx, "k-refused")
+	if it.Version != v1 || string(it.Value) != "3" {
+		t.Fatalf("get = %+v, want 3 at v%d", it, v1)
+	}
+}
+
+// Fault: the connection breaks before the delta is sent: nothing applied,
+// a retryable error, not an ambiguous one.
+func TestDeltaFailedSendNotApplied(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	s := faultyStore(t, &f)
+	_, v1, _ := s.Add(ctx, "k-unsent", 3, cas.Bounds{})
+	f.FailSend("k-unsent")
+	_, _, err := s.Add(ctx, "k-unsent", 1, cas.Bounds{})
+	wantFired(t, &f)
+	if err == nil || errors.Is(err, cas.ErrAmbiguous) || !pgcas.Retryable(err) {
+		t.Fatalf("err = %v, want a retryable error", err)
+	}
+	it, _ := s.Get(ctx, "k-unsent")
+	if it.Version != v1 || string(it.Value) != "3" {
+		t.Fatalf("get = %+v, want 3 at v%d", it, v1)
+	}
+}
+
+// Without its delta table a store says which table is missing and how to
+// make it.
+func TestDeltaTableMissing(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	s, err := pgcas.New(pool, pgcas.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "CREATE TABLE occkit_cas (key text COLLATE \"C\" PRIMARY KEY, value bytea, version bigint GENERATED ALWAYS AS IDENTITY, fence_token bigint NOT NULL DEFAULT 0, write_id uuid NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.Add(ctx, "k", 1, cas.Bounds{})
+	if err == nil || !strings.Contains(err.Error(), `"occkit_cas_deltas" is missing`) || !strings.Contains(err.Error(), "CreateTable") {
+		t.Fatalf("err = %v, want one naming the missing delta table and CreateTable", err)
+	}
+	if err := s.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := s.Add(ctx, "k", 1, cas.Bounds{}); err != nil || v != 1 {
+		t.Fatalf("after CreateTable: %d, %v", v, err)
+	}
+}
