@@ -68,6 +68,11 @@ type Config struct {
 	// at most, by the server's clock: a holder that stops answering loses
 	// it then. Zero means DefaultExclusiveTTL.
 	ExclusiveTTL time.Duration
+	// DeltaRetention is how long the record of an applied delta (Add) is
+	// kept, under the prefix: a delta sent again after a lost answer within
+	// it reports its first outcome instead of applying twice. Zero means
+	// DefaultDeltaRetention; it is never below twice ResolveTimeout.
+	DeltaRetention time.Duration
 }
 
 // Store is a cas.Store, cas.FencedStore and cas.Committer on Redis. It is
@@ -83,6 +88,8 @@ type Store struct {
 	ids     *writeIDs
 
 	exclusiveTTL time.Duration
+	deltas       string // prefix of delta records
+	deltaTTL     string // their TTL in milliseconds
 }
 
 var (
@@ -90,6 +97,7 @@ var (
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
 	_ cas.BatchGetter = (*Store)(nil)
+	_ cas.Adder       = (*Store)(nil)
 )
 
 // New returns a Store that keeps its keys under cfg.Prefix on the Redis
@@ -144,6 +152,8 @@ func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
 		ids:     newWriteIDs(),
 
 		exclusiveTTL: cmp.Or(cfg.ExclusiveTTL, DefaultExclusiveTTL),
+		deltas:       cfg.Prefix + "a:",
+		deltaTTL:     strconv.FormatInt(max(cmp.Or(cfg.DeltaRetention, DefaultDeltaRetention), 2*cfg.ResolveTimeout).Milliseconds(), 10),
 	}, nil
 }
 

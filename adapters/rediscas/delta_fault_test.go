@@ -1,0 +1,68 @@
+package rediscas_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/occkit/occkit/adapters/rediscas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/redistest"
+)
+
+// TestDeltaDroppedConnection: the answer of a delta is lost after the
+// server ran it, and other clients then write the key more times than its
+// history holds. Add sends the delta again under its write id: its record
+// makes the script report the first outcome, and the value counts the
+// delta once. A refused delta whose answer is lost is refused again.
+func TestDeltaDroppedConnection(t *testing.T) {
+	s, other, f, admin := faultyStore(t, rediscas.Config{History: 2})
+	ctx := redistest.Ctx(t, 20*time.Second)
+	if _, _, err := s.Add(ctx, "stock", 100, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	counter := func() uint64 { n, _ := admin.Get(ctx, s.CounterKey()).Uint64(); return n }
+	before := counter()
+	f.LoseReply(s.DataKey("stock"), func() {
+		for range 5 {
+			if _, _, err := other.Add(context.Background(), "stock", -1, cas.AtLeast(0)); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	left, ver, err := s.Add(ctx, "stock", -10, cas.AtLeast(0))
+	if err != nil || f.Fired() != 1 {
+		t.Fatalf("delta with a lost answer: %d at v%d, %v (faults fired %d); want success", left, ver, err, f.Fired())
+	}
+	if left != 90 && left != 85 {
+		t.Fatalf("the delta returned %d, want 90 (applied before the others) or 85", left)
+	}
+	wantValue(t, s, "stock", "85", 0)
+	if got := counter() - before; got != 6 {
+		t.Fatalf("the counter moved %d times for 6 deltas", got)
+	}
+
+	f.LoseReply(s.DataKey("stock"), nil)
+	_, _, err = s.Add(ctx, "stock", -86, cas.AtLeast(0))
+	if !errors.Is(err, cas.ErrBound) || f.Fired() != 2 {
+		t.Fatalf("refused delta with a lost answer: %v, want ErrBound", err)
+	}
+	wantValue(t, s, "stock", "85", 0)
+}
+
+// TestDeltaFailedSend: the connection breaks before the delta is sent:
+// the client sends it again on a new connection, and it applies once.
+func TestDeltaFailedSend(t *testing.T) {
+	s, _, f, _ := faultyStore(t, rediscas.Config{})
+	ctx := redistest.Ctx(t, 20*time.Second)
+	if _, _, err := s.Add(ctx, "n", 3, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	f.FailSend(s.DataKey("n"))
+	v, _, err := s.Add(ctx, "n", 1, cas.Bounds{})
+	if err != nil || v != 4 || f.Fired() != 1 {
+		t.Fatalf("delta whose send failed: %d, %v (fired %d); want it sent again and applied once", v, err, f.Fired())
+	}
+	wantValue(t, s, "n", "4", 0)
+}
