@@ -18,10 +18,15 @@ const (
 	slotID
 	slotExpected
 	slotToken
+	slotN   // a delta's n
+	slotLo  // the lowest current value a delta accepts
+	slotHi  // the highest
+	slotVer // a version recorded
+	slotVal // an integer value recorded
 	numSlots
 )
 
-var slotNames = [numSlots]string{"@k", "@v", "@id", "@exp", "@tok"}
+var slotNames = [numSlots]string{"@k", "@v", "@id", "@exp", "@tok", "@n", "@lo", "@hi", "@ver", "@val"}
 
 // stmt is a compiled statement: its text and, for each placeholder in
 // order, the slot it takes its value from.

@@ -36,6 +36,15 @@ type Config struct {
 	// server ends a session idle in its transaction for longer. Zero
 	// means DefaultExclusiveTimeout. MySQL and SQLite have no such bound.
 	ExclusiveTimeout time.Duration
+	// DeltaTable is the table that records the ids of applied deltas (see
+	// Store.Add). Empty means Table + "_deltas".
+	DeltaTable string
+	// DeltaRetention is how long an applied delta's record is kept: a
+	// delta sent again after a lost reply within it is refused as a
+	// duplicate. Zero means DefaultDeltaRetention; it is never below 40
+	// seconds. Records are pruned by the age their ids carry, taken from
+	// the writers' clocks.
+	DeltaRetention time.Duration
 }
 
 // Querier runs statements: a *sql.DB, a *sql.Conn, a *sql.Tx, and sqlx's
@@ -85,6 +94,7 @@ type Store struct {
 	st     *statements
 	cm     *commitStatements
 	ids    *writeid.Source
+	deltas *deltaStatements
 
 	exclusiveTimeout time.Duration
 }
@@ -94,6 +104,7 @@ var (
 	_ cas.FencedStore = (*Store)(nil)
 	_ cas.Committer   = (*Store)(nil)
 	_ cas.BatchGetter = (*Store)(nil)
+	_ cas.Adder       = (*Store)(nil)
 )
 
 // New returns a Store on cfg's table, reached through db. It does not talk
@@ -130,6 +141,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}
 	s.st = newStatements(s.d, table)
 	s.cm = newCommitStatements(s.d, table)
+	s.deltas = newDeltaStatements(s.d, table, name, cfg, s.limits.MaxKeyBytes)
 	return s, nil
 }
 
@@ -178,14 +190,27 @@ func (s *Store) DB() *sql.DB { return s.db }
 // String returns "sqlcas:", the dialect and the table's quoted name.
 func (s *Store) String() string { return "sqlcas:" + s.d.String() + ":" + s.table }
 
-// DDL returns the statement CreateTable runs, for a migration tool.
-func (s *Store) DDL() string { return s.d.ddl(s.table, s.limits.MaxKeyBytes) }
+// DDL returns the statements CreateTable runs, for a migration tool: the
+// store's table and its delta table, separated by ";".
+func (s *Store) DDL() string {
+	ddl := s.d.ddl(s.table, s.limits.MaxKeyBytes)
+	if s.deltas.ddl != "" {
+		ddl += ";\n" + s.deltas.ddl
+	}
+	return ddl
+}
 
-// CreateTable creates the store's table if it does not exist (see DDL).
-// It does not change an existing table.
+// CreateTable creates the store's table and its delta table if they do
+// not exist (see DDL), one statement at a time. It does not change an
+// existing table.
 func (s *Store) CreateTable(ctx context.Context) error {
-	if _, err := s.q.ExecContext(ctx, s.DDL()); err != nil {
+	if _, err := s.q.ExecContext(ctx, s.d.ddl(s.table, s.limits.MaxKeyBytes)); err != nil {
 		return fmt.Errorf("sqlcas: create table %s: %w", s.table, err)
+	}
+	if s.deltas.ddl != "" {
+		if _, err := s.q.ExecContext(ctx, s.deltas.ddl); err != nil {
+			return fmt.Errorf("sqlcas: create table %s: %w", s.deltas.table, err)
+		}
 	}
 	return nil
 }

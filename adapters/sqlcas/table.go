@@ -395,7 +395,10 @@ func (t *Table[T]) draw(ctx context.Context, q Querier) (int64, error) {
 }
 
 // duplicate reports a unique violation.
-func (t *Table[T]) duplicate(err error) bool {
+func (t *Table[T]) duplicate(err error) bool { return isDuplicate(err) }
+
+// isDuplicate reports a unique violation.
+func isDuplicate(err error) bool {
 	if me, ok := asMySQL(err); ok {
 		return me.Number == mysqlDupEntry
 	}

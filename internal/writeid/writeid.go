@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // Len is the length of an id.
@@ -41,5 +42,25 @@ func (s *Source) Next() ID {
 	var id ID
 	copy(id[:8], s.prefix[:])
 	binary.BigEndian.PutUint64(id[8:], s.n.Add(1))
+	return id
+}
+
+// Timed returns an id that sorts by time: now in Unix nanoseconds
+// (8 bytes, big-endian), then 8 random bytes. Records keyed by such ids
+// can be pruned by age with a range of the key.
+func Timed(now time.Time) ID {
+	var id ID
+	binary.BigEndian.PutUint64(id[:8], uint64(now.UnixNano()))
+	if _, err := rand.Read(id[8:]); err != nil {
+		panic(fmt.Sprintf("writeid: reading random bytes: %v", err))
+	}
+	return id
+}
+
+// Before returns the smallest id Timed makes at t: every id made before t
+// sorts below it.
+func Before(t time.Time) ID {
+	var id ID
+	binary.BigEndian.PutUint64(id[:8], uint64(t.UnixNano()))
 	return id
 }

@@ -1,0 +1,287 @@
+package sqlcas
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/writeid"
+)
+
+// DefaultDeltaRetention is how long a Store keeps the records of applied
+// deltas when Config.DeltaRetention is zero.
+const DefaultDeltaRetention = 10 * time.Minute
+
+// deltaPruneEvery is how many deltas of a Store run between two prunes of
+// its delta table.
+const deltaPruneEvery = 256
+
+// deltaResolveFor bounds how long Add keeps sending a delta whose reply was
+// lost before it returns a *cas.AmbiguousError; far below the retention.
+const deltaResolveFor = 20 * time.Second
+
+// deltaStatements are a Store's delta SQL.
+type deltaStatements struct {
+	table   string // the delta table, quoted; "" when err is set
+	err     error
+	ddl     string
+	update  stmt // the delta, where the current value is within bounds
+	insert  stmt // an absent key, created with value @n
+	read    stmt // version, value of the key (in the delta's transaction)
+	record  stmt // the delta's record
+	done    stmt // version, value recorded for a delta id
+	prune   stmt // records older than the retention
+	runs    atomic.Uint64
+	keepFor time.Duration
+}
+
+// deltaNum is the SQL of the key's current integer value: 0 for a
+// tombstone, NULL for a value that is not the canonical decimal text of
+// an int64 (so that no bound matches it), per dialect.
+func deltaNum(d Dialect) string {
+	switch d {
+	case MySQL:
+		return `IF(value IS NULL, 0, IF(LENGTH(value) <= 20 AND CONVERT(value USING ascii) REGEXP '^(0|-?[1-9][0-9]{0,18})$', CAST(value AS DECIMAL(20,0)), NULL))`
+	case SQLite:
+		return `(CASE WHEN value IS NULL THEN 0 WHEN length(value) <= 20 AND CAST(CAST(CAST(value AS TEXT) AS INTEGER) AS TEXT) = CAST(value AS TEXT) THEN CAST(CAST(value AS TEXT) AS INTEGER) END)`
+	}
+	return `(CASE WHEN value IS NULL THEN 0 WHEN octet_length(value) <= 20 AND encode(value, 'escape') ~ '^(0|-?[1-9][0-9]{0,18})$' THEN encode(value, 'escape')::numeric END)`
+}
+
+// deltaText is the SQL of num + @n as the stored value.
+func deltaText(d Dialect, num string) string {
+	switch d {
+	case MySQL:
+		return `CAST(` + num + ` + @n AS CHAR)`
+	case SQLite:
+		return `CAST(CAST(` + num + ` + @n AS TEXT) AS BLOB)`
+	}
+	return `convert_to((` + num + ` + @n::bigint)::text, 'UTF8')`
+}
+
+func newDeltaStatements(d Dialect, data, name string, cfg Config, maxKey int) *deltaStatements {
+	ds := &deltaStatements{keepFor: DefaultDeltaRetention}
+	if cfg.DeltaRetention > 0 {
+		ds.keepFor = max(cfg.DeltaRetention, 2*deltaResolveFor)
+	}
+	dname := cfg.DeltaTable
+	if dname == "" {
+		dname = name + "_deltas"
+	}
+	table, err := d.quote(dname)
+	if err != nil {
+		ds.err = fmt.Errorf("no delta table: %w (set Config.DeltaTable)", err)
+		return ds
+	}
+	ds.table = table
+	switch d {
+	case MySQL:
+		ds.ddl = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+    write_id BINARY(16) NOT NULL PRIMARY KEY, -- a delta's id, time-ordered: applied at most once
+    k        VARBINARY(%d) NOT NULL,
+    version  BIGINT NOT NULL,                  -- the version and value the delta made
+    value    BIGINT NOT NULL
+) ENGINE=InnoDB`, table, maxKey)
+	case SQLite:
+		ds.ddl = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+    write_id BLOB    NOT NULL PRIMARY KEY, -- a delta's id, time-ordered: applied at most once
+    k        TEXT    NOT NULL,
+    version  INTEGER NOT NULL,             -- the version and value the delta made
+    value    INTEGER NOT NULL
+)`, table)
+	default:
+		ds.ddl = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+    write_id bytea  PRIMARY KEY,           -- a delta's id, time-ordered: applied at most once
+    k        text   COLLATE "C" NOT NULL,
+    version  bigint NOT NULL,              -- the version and value the delta made
+    value    bigint NOT NULL
+)`, table)
+	}
+	num := deltaNum(d)
+	lo, hi := "@lo", "@hi"
+	if d == Postgres {
+		lo, hi = "@lo::bigint", "@hi::bigint"
+	}
+	onData := func(t string) stmt { return compile(d, t, data) }
+	onDeltas := func(t string) stmt { return compile(d, t, table) }
+	ds.update = onData(`UPDATE {T} SET value = ` + deltaText(d, num) + `, version = version + 1, write_id = @id
+WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
+	ds.insert = onData(`INSERT INTO {T} (k, value, version, write_id, fence_token) VALUES (@k, @v, 1, @id, 0)`)
+	ds.read = onData(`SELECT version, value FROM {T} WHERE k = @k`)
+	ds.record = onDeltas(`INSERT INTO {T} (write_id, k, version, value) VALUES (@id, @k, @ver, @val)`)
+	ds.done = onDeltas(`SELECT version, value FROM {T} WHERE write_id = @id`)
+	ds.prune = onDeltas(`DELETE FROM {T} WHERE write_id < @id`)
+	return ds
+}
+
+// Add implements cas.Adder. The delta runs in one transaction of the
+// store's own (SQLite: BEGIN IMMEDIATE): an UPDATE that adds n on the
+// server where the current value lies within the bounds (an INSERT when
+// the key is absent), a read of the new row, and the delta's record in
+// the delta table (Config.DeltaTable), keyed by its write id. Concurrent
+// deltas of one key wait for each other on the row and never conflict.
+// MySQL and PostgreSQL: five round trips with BEGIN and COMMIT.
+//
+// When the reply is lost, Add runs the delta again, under the same write
+// id, until an answer comes (for up to 20 seconds): the record refuses a
+// second application (a duplicate key), and Add returns the recorded
+// outcome. Only when no answer comes does it return a *cas.AmbiguousError.
+// Inside the caller's transaction (With) a lost connection loses the
+// transaction, and the error is returned as it is. The delta table must
+// exist: CreateTable makes it.
+func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
+	if err := s.limits.Add(ctx, key); err != nil {
+		return 0, 0, err
+	}
+	ds := s.deltas
+	if ds.err != nil {
+		return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: ds.err}
+	}
+	lo, hi := b.Before(n)
+	if lo > hi {
+		return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b}
+	}
+	start := time.Now()
+	id := writeid.Timed(start)
+	vals := [numSlots]any{slotKey: key, slotValue: cas.FormatInt(n), slotID: id[:], slotN: n, slotLo: lo, slotHi: hi}
+	var lost error
+	var p ctxwait.Poll
+	for {
+		v, ver, err := s.addOnce(ctx, ds, key, n, b, &vals)
+		switch {
+		case err == nil:
+			if ds.runs.Add(1)%deltaPruneEvery == 0 && !s.inTx {
+				cut := writeid.Before(time.Now().Add(-ds.keepFor))
+				pv := [numSlots]any{slotID: cut[:]}
+				_, _ = s.q.ExecContext(ctx, ds.prune.text, ds.prune.args(&pv)...)
+			}
+			return v, ver, nil
+		case errors.Is(err, errDeltaDone):
+			// Applied by an earlier run: its record says how.
+			v, ver, rerr := s.deltaDone(ctx, ds, id)
+			if rerr == nil {
+				return v, ver, nil
+			}
+			if lost == nil {
+				lost = err
+			}
+		case errors.Is(err, cas.ErrBound), errors.Is(err, cas.ErrNotInteger), errors.Is(err, errDeltaRace):
+			if errors.Is(err, errDeltaRace) {
+				continue // a create raced with another: nothing applied
+			}
+			return 0, 0, err
+		case lost == nil && answered(err):
+			if s.missingTable(err) {
+				return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf(
+					"table %s or its delta table %s does not exist (create them with CreateTable, or the DDL of Store.DDL): %w", s.table, ds.table, err)}
+			}
+			return 0, 0, s.serverError("add", key, 0, err)
+		case lost == nil && notSent(err):
+			return 0, 0, &transientError{op: "add", key: key, why: "not sent", err: err}
+		case s.inTx && !errors.Is(err, errDeltaDone):
+			return 0, 0, fmt.Errorf("sqlcas: add %q inside the caller's transaction: %w", key, err)
+		}
+		// The reply was lost: run the delta again under the same id.
+		if lost == nil {
+			lost = err
+		}
+		if ctx.Err() != nil || time.Since(start) > deltaResolveFor || p.Wait(ctx) != nil {
+			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: lost}
+		}
+	}
+}
+
+var (
+	// errDeltaDone: the delta's id is recorded: it was applied before.
+	errDeltaDone = errors.New("sqlcas: delta already applied")
+	// errDeltaRace: the key's create lost to another; nothing applied.
+	errDeltaRace = errors.New("sqlcas: delta's create raced")
+)
+
+// addOnce runs one transaction of a delta.
+func (s *Store) addOnce(ctx context.Context, ds *deltaStatements, key string, n int64, b cas.Bounds, vals *[numSlots]any) (int64, cas.Version, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	fail := func(err error) (int64, cas.Version, error) {
+		tx.rollback()
+		return 0, 0, err
+	}
+	res, err := tx.q.ExecContext(ctx, ds.update.text, ds.update.args(vals)...)
+	if err != nil {
+		return fail(err)
+	}
+	applied, err := res.RowsAffected()
+	if err != nil {
+		return fail(err)
+	}
+	if applied == 0 {
+		var c current
+		err := tx.q.QueryRowContext(ctx, s.st.lockRow.text, key).Scan(&c.version, &c.value, &c.token, &c.dead)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			if !b.Allows(0, n) {
+				return fail(&cas.BoundError{Key: key, Add: n, Bounds: b, HasCurrent: true})
+			}
+			if _, err := tx.q.ExecContext(ctx, ds.insert.text, ds.insert.args(vals)...); err != nil {
+				if isDuplicate(err) || isConflict(err) {
+					return fail(errDeltaRace)
+				}
+				return fail(err)
+			}
+		case err != nil:
+			return fail(err)
+		default:
+			var cur int64
+			if !c.dead {
+				if cur, err = cas.ParseInt(key, c.value); err != nil {
+					return fail(err)
+				}
+			}
+			if b.Allows(cur, n) {
+				// Changed between the update and the read: try again.
+				return fail(errDeltaRace)
+			}
+			return fail(&cas.BoundError{Key: key, Add: n, Bounds: b, Current: cur, HasCurrent: true})
+		}
+	}
+	var (
+		ver int64
+		raw []byte
+	)
+	if err := tx.q.QueryRowContext(ctx, ds.read.text, ds.read.args(vals)...).Scan(&ver, &raw); err != nil {
+		return fail(err)
+	}
+	v, err := cas.ParseInt(key, raw)
+	if err != nil {
+		return fail(fmt.Errorf("sqlcas: add %q: the server wrote %q: %w", key, raw, err))
+	}
+	rv := *vals
+	rv[slotVer], rv[slotVal] = ver, v
+	if _, err := tx.q.ExecContext(ctx, ds.record.text, ds.record.args(&rv)...); err != nil {
+		if isDuplicate(err) {
+			return fail(fmt.Errorf("%w: %w", errDeltaDone, err))
+		}
+		return fail(err)
+	}
+	if err := tx.commit(ctx); err != nil {
+		return 0, 0, err
+	}
+	return v, cas.Version(ver), nil
+}
+
+// deltaDone reads the recorded outcome of delta id.
+func (s *Store) deltaDone(ctx context.Context, ds *deltaStatements, id writeid.ID) (int64, cas.Version, error) {
+	var ver, v int64
+	vals := [numSlots]any{slotID: id[:]}
+	if err := s.q.QueryRowContext(ctx, ds.done.text, ds.done.args(&vals)...).Scan(&ver, &v); err != nil {
+		return 0, 0, err
+	}
+	return v, cas.Version(ver), nil
+}
