@@ -72,6 +72,10 @@ func (s *Store) decode(key string, av map[string]types.AttributeValue) (state, e
 	switch v := av[s.names.value].(type) {
 	case *types.AttributeValueMemberB:
 		value = append([]byte{}, v.Value...)
+	case *types.AttributeValueMemberN:
+		// Written by a delta (Add): its decimal text, as JSON[int64]
+		// writes it.
+		value = []byte(v.Value)
 	case *types.AttributeValueMemberS:
 		if v.Value != "" {
 			return st, s.foreign(key, fmt.Errorf("value attribute %q is a non-empty string", s.names.value))

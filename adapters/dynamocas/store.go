@@ -107,6 +107,7 @@ var (
 	_ cas.Committer   = (*Store)(nil)
 	_ cas.Exclusive   = (*Store)(nil)
 	_ cas.BatchGetter = (*Store)(nil)
+	_ cas.Adder       = (*Store)(nil)
 )
 
 // New returns a Store on cfg.Table, reached through cli. It does not talk

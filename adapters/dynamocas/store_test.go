@@ -46,6 +46,7 @@ type fencedExclusive interface {
 	cas.FencedStore
 	cas.Exclusive
 	cas.BatchGetter
+	cas.Adder
 	Table() string
 }
 
