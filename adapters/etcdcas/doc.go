@@ -34,6 +34,14 @@
 // token checked first. Commit is one transaction with a compare per
 // operation.
 //
+// # Deltas
+//
+// etcd has no server-side arithmetic, so the Store does not implement
+// cas.Adder: occ.Add on it is a read and a ModRevision-conditioned write,
+// retried on conflict (occ.Update with cas.JSON[int64]'s encoding). It is
+// exact, but concurrent deltas of one key conflict as read-modify-writes
+// do; the stores that implement cas.Adder do not.
+//
 // # Limits
 //
 // Requests must fit etcd's --max-request-bytes (1.5 MiB by default) and

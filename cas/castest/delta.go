@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
 )
 
 // adder returns s as a cas.Adder, or skips the test, visibly.
@@ -157,6 +158,46 @@ var deltaTests = []test{
 	{"ConcurrentExact", testDeltaConcurrent},
 	{"ConcurrentStockNeverNegative", testDeltaStock},
 	{"ConcurrentMixedWithUpdates", testDeltaMixed},
+	{"OccAddStock", testOccAddStock},
+}
+
+// testOccAddStock sells more than the stock through occ.Add, which uses
+// the store's deltas or, on a store without them, a version loop: exactly
+// the stock is sold on either path, and the value ends at 0.
+func testOccAddStock(t *testing.T, h *Harness, s cas.Store) {
+	ctx := context.Background()
+	total := h.workers() * h.opsPerWorker()
+	stock := int64(total / 2)
+	if _, _, err := occ.Add(ctx, s, "stock", stock, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var sold, refused int64
+	var wg sync.WaitGroup
+	for range h.workers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range h.opsPerWorker() {
+				_, _, err := occ.Add(ctx, s, "stock", -1, cas.AtLeast(0), occ.WithMaxAttempts(1000))
+				mu.Lock()
+				switch {
+				case err == nil:
+					sold++
+				case errors.Is(err, cas.ErrBound):
+					refused++
+				default:
+					t.Errorf("occ.Add: %v", err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if sold != stock || sold+refused != int64(total) {
+		t.Fatalf("sold %d and refused %d of %d with %d in stock", sold, refused, total, stock)
+	}
+	wantValue(t, s, "stock", 0)
 }
 
 // testDeltaConcurrent runs workers adding 1 to one key: every delta
