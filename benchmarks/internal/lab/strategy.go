@@ -35,6 +35,10 @@ const (
 	// Lock is a pessimistic baseline: a lock held across read, work and
 	// write (names start with "lock-").
 	kindLock
+	// Reference marks a measure of the server's physical limit that is
+	// not a safe choice (blind-write): reported, never a rival or a
+	// yardstick in the goal checks but its own (deltas ≥ 0.8× it).
+	kindReference
 )
 
 func (k strategyKind) String() string {
@@ -47,6 +51,8 @@ func (k strategyKind) String() string {
 		return "adaptive"
 	case kindLock:
 		return "lock"
+	case kindReference:
+		return "reference"
 	}
 	return "unknown"
 }
@@ -114,12 +120,12 @@ type valueReader interface {
 
 // strategySpecs are the lab's strategies: one list, written out, instead
 // of registrations. Tests may append their own before opening a lab.
-var strategySpecs = slices.Concat(coreStrategies, tableStrategies, gormStrategies, httpStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies, mysqlStrategies)
+var strategySpecs = slices.Concat(coreStrategies, tableStrategies, gormStrategies, httpStrategies, postgresStrategies, etcdStrategies, redisStrategies, redlockStrategies, zookeeperStrategies, mysqlStrategies, deltaStrategies)
 
 // strategyOrder is the order of the strategies in tables and
 // charts; others follow by name.
 var strategyOrder = []string{
-	"occ", "occ-no-turns", "occ-no-exclusive", "occ-cached", "occ-combine", "occ-table", "occ-table-combine", "occ-table-txn", "occ-gorm", "occ-http", "occ-http-modify", "occ-txn", "occ-txn-serial-reads", "hybrid", "adaptive",
+	"occ", "occ-no-turns", "occ-no-exclusive", "occ-cached", "occ-combine", "occ-table", "occ-table-combine", "occ-table-txn", "occ-gorm", "occ-http", "occ-http-modify", "occ-txn", "occ-txn-serial-reads", "hybrid", "adaptive", "delta", "blind-write",
 	"lock-local", "lock-pg-for-update", "lock-pg-advisory", "lock-etcd-mutex",
 	"lock-redis", "lock-redlock", "lock-zookeeper", "lock-mysql-for-update", "lock-mysql-get-lock", "lock-http",
 }

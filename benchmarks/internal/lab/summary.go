@@ -57,15 +57,17 @@ func summarize(cells []Result, goals []goalCheck) Summary {
 			s.Violations++
 			continue
 		}
-		if spec.Kind == kindLock {
+		switch spec.Kind {
+		case kindReference:
+		case kindLock:
 			s.FailedLocks += c.TotalFailedOps
-		} else {
+		default:
 			s.FailedOcc += c.TotalFailedOps
 			if c.TotalFailedOps > 0 {
 				s.FailedCells = append(s.FailedCells, fmt.Sprintf("%s %s %s %s%s: %d", c.Backend, c.Workload, c.Point(), c.Strategy, setupSuffix(c), c.TotalFailedOps))
 			}
 		}
-		if spec.HTTP || c.Strategy == "lock-local" || strings.HasSuffix(c.Strategy, "-control") {
+		if spec.HTTP || spec.Kind == kindReference || c.Strategy == "lock-local" || strings.HasSuffix(c.Strategy, "-control") {
 			continue
 		}
 		k := fmt.Sprintf("%s %s %s%s", c.Backend, c.Workload, c.Point(), setupSuffix(c))
