@@ -59,9 +59,24 @@ func (b Bounds) Limits() (lo, hi int64) {
 // on the server, so that the server never computes a sum that overflows.
 func (b Bounds) Before(n int64) (lo, hi int64) {
 	min, max := b.Limits()
-	// v+n >= min  <=>  v >= min-n ; v+n <= max  <=>  v <= max-n, with the
-	// differences saturated to the int64 range (v is an int64 anyway).
-	lo, hi = subSat(min, n), subSat(max, n)
+	// v+n >= min  <=>  v >= min-n ;  v+n <= max  <=>  v <= max-n. A
+	// difference below the int64 range puts no limit on v (every v is
+	// above it); one above the range allows no v at all, and the other
+	// way round for the upper limit.
+	lo, under, over := sub(min, n)
+	switch {
+	case under:
+		lo = math.MinInt64
+	case over:
+		return 1, 0 // empty
+	}
+	hi, under, over = sub(max, n)
+	switch {
+	case over:
+		hi = math.MaxInt64
+	case under:
+		return 1, 0 // empty
+	}
 	return lo, hi
 }
 
@@ -71,16 +86,17 @@ func (b Bounds) Allows(v, n int64) bool {
 	return lo <= v && v <= hi
 }
 
-// subSat returns a-b saturated to [MinInt64, MaxInt64].
-func subSat(a, b int64) int64 {
-	d := a - b
+// sub returns a-b and whether the exact difference lies below or above
+// the int64 range (the result is then meaningless).
+func sub(a, b int64) (d int64, under, over bool) {
+	d = a - b
 	switch {
-	case b > 0 && d > a: // wrapped below MinInt64
-		return math.MinInt64
-	case b < 0 && d < a: // wrapped above MaxInt64
-		return math.MaxInt64
+	case b > 0 && d > a:
+		return d, true, false
+	case b < 0 && d < a:
+		return d, false, true
 	}
-	return d
+	return d, false, false
 }
 
 // String returns the bounds as an interval, "[0, +inf)" say.

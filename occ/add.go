@@ -49,6 +49,14 @@ func Add(ctx context.Context, s cas.Store, key string, n int64, b cas.Bounds, op
 		c.maxAttempts = DefaultMaxAttempts
 	}
 	c.op, c.key = "add", key
+	if c.noTurns || ctx == nil {
+		return addOnce(ctx, &c, a, key, n, b)
+	}
+	return addBatched(ctx, &c, a, key, n, b)
+}
+
+// addOnce is one delta, retried as the options say.
+func addOnce(ctx context.Context, c *config, a cas.Adder, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
 	var (
 		v   int64
 		ver cas.Version

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/occkit/occkit/adapters/memcas"
 	"github.com/occkit/occkit/cas"
@@ -103,5 +105,124 @@ func TestAddBothPaths(t *testing.T) {
 				t.Fatalf("add to a text value: %v", err)
 			}
 		})
+	}
+}
+
+// slowAdder is a cas.Adder whose deltas take a while on the way, as over a
+// network, and that counts them.
+type slowAdder struct {
+	*memcas.Store
+	writes atomic.Int64
+}
+
+func (s *slowAdder) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
+	s.writes.Add(1)
+	time.Sleep(200 * time.Microsecond)
+	return s.Store.Add(ctx, key, n, b)
+}
+
+// TestAddBatches runs concurrent sales and restocks of one key, each with
+// its own bounds, through the batching of occ.Add: the key ends at the
+// sum of the deltas that succeeded, every success saw a value within its
+// bounds, fewer writes reached the store than deltas succeeded, and WithTurns(false) sends every delta.
+func TestAddBatches(t *testing.T) {
+	for _, turns := range []bool{true, false} {
+		t.Run(fmt.Sprintf("turns=%v", turns), func(t *testing.T) {
+			ctx := context.Background()
+			s := &slowAdder{Store: memcas.New()}
+			if _, _, err := occ.Add(ctx, s, "k", 300, cas.Bounds{}); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var sum int64 = 300
+			ok, refused := 0, 0
+			var wg sync.WaitGroup
+			for g := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 50 {
+						n, b := int64(-1), cas.AtLeast(0)
+						switch {
+						case g%4 == 3 && i%5 == 0:
+							n, b = 7, cas.AtMost(305) // a restock that must not overfill
+						case g%4 == 2:
+							n, b = -3, cas.Between(10, 1000) // a bigger sale that keeps a reserve
+						}
+						v, _, err := occ.Add(ctx, s, "k", n, b, occ.WithTurns(turns))
+						mu.Lock()
+						switch {
+						case err == nil:
+							ok++
+							sum += n
+							if mn, has := b.Min(); has && v < mn {
+								t.Errorf("delta %d within %s left %d", n, b, v)
+							}
+							if mx, has := b.Max(); has && v > mx {
+								t.Errorf("delta %d within %s left %d", n, b, v)
+							}
+						case errors.Is(err, cas.ErrBound):
+							refused++
+						default:
+							t.Errorf("add: %v", err)
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			it, err := s.Get(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := cas.ParseInt("k", it.Value); got != sum {
+				t.Fatalf("k = %d, but the successful deltas sum to %d", got, sum)
+			}
+			writes := s.writes.Load() - 1
+			t.Logf("%d deltas succeeded, %d refused, %d writes", ok, refused, writes)
+			if turns && writes >= int64(ok) {
+				t.Fatalf("%d writes for %d deltas: nothing was batched", writes, ok)
+			}
+			if !turns && writes != int64(ok+refused) {
+				t.Fatalf("WithTurns(false): %d writes for %d deltas", writes, ok+refused)
+			}
+		})
+	}
+}
+
+// TestAddBatchCancelledWaiter: a delta whose context ends while it waits
+// in its key's queue leaves it and is not applied.
+func TestAddBatchCancelledWaiter(t *testing.T) {
+	s := &slowAdder{Store: memcas.New()}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	cancelled := 0
+	var mu sync.Mutex
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx := ctx
+			if i%2 == 1 {
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(ctx, time.Duration(i)*50*time.Microsecond)
+				defer cancel()
+			}
+			_, _, err := occ.Add(cctx, s, "k", 1, cas.Bounds{})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+			case errors.Is(err, context.DeadlineExceeded):
+				cancelled++
+			default:
+				t.Errorf("add: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	it, _ := s.Get(ctx, "k")
+	if got, _ := cas.ParseInt("k", it.Value); got != int64(40-cancelled) {
+		t.Fatalf("k = %d after %d deltas of which %d were cancelled", got, 40, cancelled)
 	}
 }

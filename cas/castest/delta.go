@@ -101,6 +101,9 @@ var deltaTests = []test{
 		wantBound(t, err, "bottom", -1, math.MinInt64)
 		_, _, err = a.Add(ctx, "bottom", math.MinInt64, cas.Bounds{})
 		wantBound(t, err, "bottom", math.MinInt64, math.MinInt64)
+		// A result below a bound near the top of the range.
+		_, _, err = a.Add(ctx, "top", -5, cas.Between(math.MaxInt64-1, math.MaxInt64))
+		wantBound(t, err, "top", -5, math.MaxInt64)
 		wantItem(t, s, "top", strconv.FormatInt(math.MaxInt64, 10), top)
 		wantItem(t, s, "bottom", strconv.FormatInt(math.MinInt64, 10), bottom)
 		mustAdd(t, a, "top", math.MinInt64, cas.Bounds{}, -1)

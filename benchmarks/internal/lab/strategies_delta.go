@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -27,6 +28,14 @@ var deltaStrategies = []strategySpec{
 		About:     "occ.Add: the server adds to the value in one write, refusing a result below the bound (inventory: cas.AtLeast(0)); no read, no version to race on, a lost reply resolved by write id; there is no critical section to spend the cell's work time in",
 		SingleKey: true,
 		DefaultOn: func(b string, multiKey bool) bool { return !multiKey && b != "etcd" },
+		New:       newDelta,
+	},
+	{
+		Name:      "delta-unbatched",
+		Kind:      kindOptimistic,
+		About:     "delta with occ.WithTurns(false): every delta is its own write, none batched with the process's others; the A/B of batching (only when asked for)",
+		SingleKey: true,
+		DefaultOn: func(string, bool) bool { return false },
 		New:       newDelta,
 	},
 	{
@@ -59,9 +68,16 @@ func newDelta(_ context.Context, h *harness) (cellStrategy, error) {
 	if _, _, err := deltaOf(operation{w: h.Workload}); err != nil {
 		return nil, err
 	}
+	perWorker := make([][]occ.Option, h.Cell.Workers)
+	for w := range perWorker {
+		perWorker[w] = h.Options(w)
+		if h.Cell.Strategy == "delta-unbatched" {
+			perWorker[w] = append(slices.Clone(perWorker[w]), occ.WithTurns(false))
+		}
+	}
 	return strategyFunc(func(ctx context.Context, w int, op operation) error {
 		n, b, _ := deltaOf(op)
-		_, _, err := occ.Add(ctx, h.Store, op.Keys[0], n, b, h.Options(w)...)
+		_, _, err := occ.Add(ctx, h.Store, op.Keys[0], n, b, perWorker[w]...)
 		if errors.Is(err, cas.ErrBound) {
 			return errDeclined
 		}
