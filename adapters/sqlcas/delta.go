@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,17 +28,20 @@ const deltaResolveFor = 20 * time.Second
 
 // deltaStatements are a Store's delta SQL.
 type deltaStatements struct {
-	table   string // the delta table, quoted; "" when err is set
-	err     error
-	ddl     string
-	update  stmt // the delta, where the current value is within bounds
-	insert  stmt // an absent key, created with value @n
-	read    stmt // version, value of the key (in the delta's transaction)
-	record  stmt // the delta's record
-	done    stmt // version, value recorded for a delta id
-	prune   stmt // records older than the retention
-	runs    atomic.Uint64
-	keepFor time.Duration
+	table  string // the delta table, quoted; "" when err is set
+	err    error
+	ddl    string
+	update stmt // the delta, where the current value is within bounds
+	insert stmt // an absent key, created with value @n
+	read   stmt // version, value of the key (in the delta's transaction)
+	record stmt // the delta's record
+	// recordLast is MySQL's record after its update: the version and
+	// value the update left in LAST_INSERT_ID and a session variable.
+	recordLast stmt
+	done       stmt // version, value recorded for a delta id
+	prune      stmt // records older than the retention
+	runs       atomic.Uint64
+	keepFor    time.Duration
 }
 
 // deltaNum is the SQL of the key's current integer value: 0 for a
@@ -111,6 +115,22 @@ func newDeltaStatements(d Dialect, data, name string, cfg Config, maxKey int) *d
 	onDeltas := func(t string) stmt { return compile(d, t, table) }
 	ds.update = onData(`UPDATE {T} SET value = ` + deltaText(d, num) + `, version = version + 1, write_id = @id
 WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
+	if d == MySQL {
+		// MySQL has no RETURNING: the update reports the new version
+		// through LAST_INSERT_ID(expr), the insert id of its OK packet,
+		// and keeps the new value in a session variable, which the
+		// record's insert stores and reports the same way (insert ids
+		// are unsigned 64-bit: Go's int64 reads a negative value back). Value
+		// comes before version: the assignments run left to right, and
+		// the condition's columns must be read before they change.
+		ds.update = onData(`UPDATE {T} SET value = CAST({VAR} := (` + num + ` + @n) AS CHAR), version = LAST_INSERT_ID(version + 1), write_id = @id
+WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
+		ds.recordLast = onDeltas(`INSERT INTO {T} (write_id, k, version, value) VALUES (@id, @k, IF(LAST_INSERT_ID({VAR}) IS NULL, 0, @ver), {VAR})`)
+		// A session variable is not a template parameter: named after
+		// compiling.
+		ds.update.text = strings.ReplaceAll(ds.update.text, "{VAR}", "@occkit_delta")
+		ds.recordLast.text = strings.ReplaceAll(ds.recordLast.text, "{VAR}", "@occkit_delta")
+	}
 	ds.insert = onData(`INSERT INTO {T} (k, value, version, write_id, fence_token) VALUES (@k, @v, 1, @id, 0)`)
 	ds.read = onData(`SELECT version, value FROM {T} WHERE k = @k`)
 	ds.record = onDeltas(`INSERT INTO {T} (write_id, k, version, value) VALUES (@id, @k, @ver, @val)`)
@@ -250,6 +270,30 @@ func (s *Store) addOnce(ctx context.Context, ds *deltaStatements, key string, n 
 			}
 			return fail(&cas.BoundError{Key: key, Add: n, Bounds: b, Current: cur, HasCurrent: true})
 		}
+	}
+	if applied > 0 && s.d == MySQL {
+		// Four round trips: BEGIN, the update, the record, COMMIT.
+		ver, err := res.LastInsertId()
+		if err != nil {
+			return fail(err)
+		}
+		rv := *vals
+		rv[slotVer] = ver
+		rec, err := tx.q.ExecContext(ctx, ds.recordLast.text, ds.recordLast.args(&rv)...)
+		if err != nil {
+			if isDuplicate(err) {
+				return fail(fmt.Errorf("%w: %w", errDeltaDone, err))
+			}
+			return fail(err)
+		}
+		v, err := rec.LastInsertId()
+		if err != nil {
+			return fail(err)
+		}
+		if err := tx.commit(ctx); err != nil {
+			return 0, 0, err
+		}
+		return v, cas.Version(ver), nil
 	}
 	var (
 		ver int64
