@@ -16,6 +16,7 @@ const (
 	codeDeadlockDetected     = "40P01" // deadlock_detected
 	codeUniqueViolation      = "23505" // unique_violation
 	codeUndefinedTable       = "42P01" // undefined_table
+	codeNumericOutOfRange    = "22003" // numeric_value_out_of_range
 )
 
 // SQLSTATE codes of a server that refuses a session or ends it for reasons

@@ -83,6 +83,7 @@ type Table[T any] struct {
 	sqlUpd  string
 	sqlUpdF string
 	sqlDel  string
+	sqlTail string // the end of a conditional write: the row read when the write matched none, the flags
 
 	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
 
@@ -179,11 +180,12 @@ func (t *Table[T]) prepareSQL() {
 	if t.fence >= 0 {
 		fence = "c." + t.cols[t.fence].quoted + "::bigint"
 	}
-	tail := `, cur AS (
+	t.sqlTail = `, cur AS (
     SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = $1 AND NOT EXISTS (SELECT FROM w) FOR SHARE)
 SELECT w.` + k + ` IS NOT NULL, c.` + k + ` IS NOT NULL, c.` + v + `::bigint, ` + fence + `,
     ` + t.qualified("w") + `, ` + t.qualified("c") + `
 FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
+	tail := t.sqlTail
 	update := func(where, extraSet string) string {
 		s := set
 		if extraSet != "" {

@@ -105,6 +105,7 @@ func Run[K any](t *testing.T, h Harness[K]) {
 	t.Run("CallersTransactionRolledBack", h.rolledBack)
 	t.Run("ModifyMany", h.modifyMany)
 	t.Run("ModifyManyTransfers", h.modifyManyTransfers)
+	t.Run("Add", h.add)
 }
 
 func ctxFor(t *testing.T) context.Context {

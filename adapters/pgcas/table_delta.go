@@ -1,0 +1,94 @@
+package pgcas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// Add adds n to the integer column of the row with key, if the result lies
+// within b, and returns the row as stored: a bounded delta of one column
+// (the stock of an items row), in one statement,
+//
+//	UPDATE items SET stock = stock + $n, version = nextval(...)
+//	WHERE id = $key AND stock BETWEEN $lo AND $hi RETURNING ...
+//
+// so concurrent deltas of one row wait for each other on the row and
+// never conflict. The row gets a new version, so a concurrent Modify or
+// Update of it conflicts as usual. A result outside b (or the column's
+// type) fails with a *cas.BoundError carrying the current value, and a
+// NULL column with cas.ErrNotInteger; nothing is written. A missing row
+// fails with an error matching cas.ErrNotFound: Add does not insert. The
+// column is named as in T's db tags; it may not be the key, version or
+// fence column, and its field must be a signed integer.
+//
+// A row of an application's table carries no write id: a lost reply is a
+// *cas.AmbiguousError, never retried (see occ.Add for deltas of a store's
+// keys, which are resolved).
+func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b cas.Bounds) (T, error) {
+	var zero T
+	if ctx == nil {
+		return zero, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: cas.ErrNilContext}
+	}
+	col, err := t.deltaColumn(column)
+	if err != nil {
+		return zero, err
+	}
+	lo, hi := b.Before(n)
+	if lo > hi {
+		return zero, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b}
+	}
+	c := t.cols[col].quoted
+	sql := `WITH w AS (
+    UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + $2::bigint, ` + t.cols[t.version].quoted + ` = ` + t.nextval + `
+    WHERE ` + t.cols[t.key].quoted + ` = $1 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint
+    RETURNING ` + t.selCols + `)` + t.sqlTail
+	out, cur, r, err := t.run(ctx, sql, key, n, lo, hi)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == codeNumericOutOfRange:
+		// Past the range of the column's type: a bound of its own.
+		return zero, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b}
+	case err != nil:
+		return zero, t.writeError(ctx, "add", key, err)
+	case r.written:
+		return out, nil
+	case !r.exists:
+		return zero, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
+	}
+	f := reflect.ValueOf(&cur).Elem().FieldByIndex(t.cols[col].index)
+	if f.Kind() == reflect.Pointer {
+		if f.IsNil() {
+			return cur, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: column %s is NULL", cas.ErrNotInteger, column)}
+		}
+		f = f.Elem()
+	}
+	return cur, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b, Current: f.Int(), HasCurrent: true}
+}
+
+// deltaColumn returns the index of the column a delta may change.
+func (t *Table[T]) deltaColumn(name string) (int, error) {
+	for i, c := range t.cols {
+		if c.name != name {
+			continue
+		}
+		if !t.writable(i) {
+			return 0, fmt.Errorf("pgcas: Add: column %q of %s is the key, version or fence column", name, t.name)
+		}
+		ft := reflect.TypeFor[T]().FieldByIndex(c.index).Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch ft.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			return i, nil
+		}
+		return 0, fmt.Errorf("pgcas: Add: column %q of %s maps to a %v, not a signed integer", name, t.name, ft)
+	}
+	return 0, fmt.Errorf("pgcas: Add: %s has no column %q (columns are named by T's db tags)", t.name, name)
+}

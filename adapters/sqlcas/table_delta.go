@@ -1,0 +1,153 @@
+package sqlcas
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// Add adds n to the integer column of the row with key, if the result lies
+// within b, and returns the row as stored: a bounded delta of one column
+// (the stock of an items row),
+//
+//	UPDATE items SET stock = stock + ?, version = version + 1
+//	WHERE id = ? AND stock BETWEEN ? AND ?
+//
+// so concurrent deltas of one row wait for each other on the row and never
+// conflict. PostgreSQL and SQLite: one statement (RETURNING the row).
+// MySQL: a transaction of its own (BEGIN, the UPDATE, a SELECT of the row
+// as stored, COMMIT), or the caller's (With). The row gets a new version,
+// so a concurrent Modify or Update of it conflicts as usual. A result
+// outside b (or the column's type) fails with a *cas.BoundError carrying
+// the current value, a NULL column with cas.ErrNotInteger; nothing is
+// written. A missing row fails with an error matching cas.ErrNotFound:
+// Add does not insert. The column is named as in T's db tags; it may not
+// be the key, version or fence column, and its field must be a signed
+// integer. A lost reply is a *cas.AmbiguousError (an application's row
+// has no write id).
+func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b cas.Bounds) (T, error) {
+	var zero T
+	if ctx == nil {
+		return zero, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: cas.ErrNilContext}
+	}
+	col, err := t.deltaColumn(column)
+	if err != nil {
+		return zero, err
+	}
+	lo, hi := b.Before(n)
+	if lo > hi {
+		return zero, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b}
+	}
+	c, k, v := t.cols[col].quoted, t.cols[t.key].quoted, t.cols[t.version].quoted
+	var (
+		out     T
+		applied bool
+	)
+	switch t.d {
+	case Postgres, SQLite:
+		query := `UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + ?, ` + v + ` = ` + v + ` + 1
+WHERE ` + k + ` = ? AND ` + c + ` BETWEEN ? AND ? RETURNING ` + t.selCols
+		args := []any{n, key, lo, hi}
+		if t.d == Postgres {
+			query = `UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + $1::bigint, ` + v + ` = ` + v + ` + 1
+WHERE ` + k + ` = $2 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint RETURNING ` + t.selCols
+		}
+		err = t.q.QueryRowContext(ctx, query, args...).Scan(t.targets(&out)...)
+		applied = err == nil
+		if errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
+	default: // MySQL
+		out, applied, err = t.addMySQL(ctx, key, c, k, v, n, lo, hi)
+	}
+	switch {
+	case err != nil && isOutOfRange(err):
+		return zero, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b}
+	case err != nil:
+		return zero, t.writeError("add", key, err, true)
+	case applied:
+		return out, nil
+	}
+	cur, err := t.get(ctx, t.q, t.sqlCur, "add", key)
+	if err != nil {
+		return zero, err
+	}
+	f := reflect.ValueOf(&cur).Elem().FieldByIndex(t.cols[col].index)
+	if f.Kind() == reflect.Pointer {
+		if f.IsNil() {
+			return cur, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: column %s is NULL", cas.ErrNotInteger, column)}
+		}
+		f = f.Elem()
+	}
+	if b.Allows(f.Int(), n) {
+		// Changed between the update and the read: the update saw a value
+		// outside the bounds; report the one it saw as unknown.
+		return cur, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b}
+	}
+	return cur, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b, Current: f.Int(), HasCurrent: true}
+}
+
+// addMySQL is Add's transaction on MySQL, which has no RETURNING.
+func (t *Table[T]) addMySQL(ctx context.Context, key any, c, k, v string, n, lo, hi int64) (T, bool, error) {
+	var out T
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return out, false, err
+	}
+	res, err := tx.q.ExecContext(ctx, `UPDATE `+t.name+` SET `+c+` = `+c+` + ?, `+v+` = `+v+` + 1
+WHERE `+k+` = ? AND `+c+` BETWEEN ? AND ?`, n, key, lo, hi)
+	if err != nil {
+		tx.rollback()
+		return out, false, err
+	}
+	if affected, err := res.RowsAffected(); err != nil || affected == 0 {
+		tx.rollback()
+		return out, false, err
+	}
+	if err := tx.q.QueryRowContext(ctx, t.sqlGet, key).Scan(t.targets(&out)...); err != nil {
+		tx.rollback()
+		return out, false, err
+	}
+	if err := tx.commit(ctx); err != nil {
+		return out, false, err
+	}
+	return out, true, nil
+}
+
+// deltaColumn returns the index of the column a delta may change.
+func (t *Table[T]) deltaColumn(name string) (int, error) {
+	for i, c := range t.cols {
+		if c.name != name {
+			continue
+		}
+		if !t.writable(i) {
+			return 0, fmt.Errorf("sqlcas: Add: column %q of %s is the key, version or fence column", name, t.name)
+		}
+		ft := reflect.TypeFor[T]().FieldByIndex(c.index).Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch ft.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			return i, nil
+		}
+		return 0, fmt.Errorf("sqlcas: Add: column %q of %s maps to a %v, not a signed integer", name, t.name, ft)
+	}
+	return 0, fmt.Errorf("sqlcas: Add: %s has no column %q (columns are named by T's db tags)", t.name, name)
+}
+
+// isOutOfRange reports a value out of its column type's range (MySQL
+// 1264 and 1690, PostgreSQL 22003; SQLite converts to a float instead).
+func isOutOfRange(err error) bool {
+	if me, ok := asMySQL(err); ok {
+		return me.Number == 1264 || me.Number == 1690
+	}
+	if pe, ok := asPg(err); ok {
+		return pe.Code == "22003"
+	}
+	return false
+}
