@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,7 +71,7 @@ func TestFaultsShort(t *testing.T) {
 	p.settle = 300 * time.Millisecond
 	p.out = t.TempDir()
 
-	e := newEnv(2*p.workers, t.Logf)
+	e := newEnv(3*p.workers, t.Logf)
 	t.Cleanup(e.close)
 	backends, skipped := openBackends(ctx, e, func(string) bool { return true })
 	for _, s := range skipped {
@@ -115,8 +116,16 @@ func TestFaultsShort(t *testing.T) {
 					}
 					checkLeaseRun(t, runs[0])
 				} else {
-					if len(runs) != 2 {
-						t.Fatalf("%d workloads ran, want counter and transfer", len(runs))
+					want := []string{"counter", "transfer", "delta"}
+					if b.name == "etcd" {
+						want = want[:2] // no server-side arithmetic
+					}
+					var got []string
+					for _, r := range runs {
+						got = append(got, r.Workload)
+					}
+					if len(got) != len(want) || !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
+						t.Fatalf("workloads %v ran, want %v", got, want)
 					}
 					for _, r := range runs {
 						checkRun(t, r)
@@ -258,10 +267,13 @@ func checkRun(t *testing.T, r Run) {
 	if r.Lost != 0 || r.Duplicated != 0 {
 		t.Errorf("%s: %d lost, %d duplicated", r.Workload, r.Lost, r.Duplicated)
 	}
-	if r.Linearizable == nil || !*r.Linearizable {
+	// A delta workload with an ambiguous delta has no checkable history
+	// (its value is unknown): the sums above decide.
+	unchecked := r.Workload == "delta" && r.Ambiguous > 0 && strings.HasPrefix(r.LinearizabilityNote, "not checked: ")
+	if !unchecked && (r.Linearizable == nil || !*r.Linearizable) {
 		t.Errorf("%s: linearizable %s: %s", r.Workload, fmtVerdict(r.Linearizable), r.LinearizabilityNote)
 	}
-	if r.CheckedCalls == 0 {
+	if !unchecked && r.CheckedCalls == 0 {
 		t.Errorf("%s: no call checked for linearizability", r.Workload)
 	}
 	if r.Workload == "transfer" && (r.Conserved == nil || !*r.Conserved || r.Explained == nil || !*r.Explained) {

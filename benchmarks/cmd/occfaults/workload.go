@@ -46,6 +46,7 @@ type workload struct {
 	transfers                        []transferCall
 	succeeded, ambiguous, failed     int64
 	reads, readsFailed, unrecordable int64
+	unknown                          int64 // recorded calls whose effect is unknown (ambiguous deltas)
 	errs                             map[string]int
 }
 
@@ -57,6 +58,7 @@ type worker struct {
 	transfers                        []transferCall
 	succeeded, ambiguous, failed     int64
 	reads, readsFailed, unrecordable int64
+	unknown                          int64
 	errs                             map[string]int
 }
 
@@ -97,6 +99,7 @@ func (wl *workload) merge(wk *worker) {
 	wl.reads += wk.reads
 	wl.readsFailed += wk.readsFailed
 	wl.unrecordable += wk.unrecordable
+	wl.unknown += wk.unknown
 	for k, n := range wk.errs {
 		wl.errs[k] += n
 	}
@@ -203,6 +206,55 @@ func counterCall(wl *workload, counters *cas.Typed[int64], opts []occ.Option) fu
 			ret = linearcheck.EndOfTime
 		}
 		wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Write, Outcome: o, Call: call, Return: ret, Read: read, Wrote: wrote})
+	}
+}
+
+func deltaKey(i int, gen int64) string {
+	return "delta-" + strconv.Itoa(i) + ".g" + strconv.FormatInt(gen, 10)
+}
+
+// deltaCall returns the function a worker of the delta workload calls:
+// occ.Add of 1 to a counter, on a store that applies deltas itself. A
+// delta that succeeded read the value below the one it returned; an
+// ambiguous one's values are unknown (the run's history is then left
+// unchecked, and its sums decide).
+func deltaCall(wl *workload, store cas.Store, opts []occ.Option) func(ctx context.Context, wk *worker) {
+	return func(ctx context.Context, wk *worker) {
+		gen, rec := wl.next()
+		key := deltaKey(wk.rng.IntN(numCounters), gen)
+		ctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		if wk.rng.IntN(readEvery) == 0 {
+			call := wl.now()
+			it, err := store.Get(ctx, key)
+			ret := wl.now()
+			var n int64
+			if err == nil {
+				n, err = cas.ParseInt(key, it.Value)
+			}
+			if err != nil && !errors.Is(err, cas.ErrNotFound) {
+				wk.readsFailed++
+				return
+			}
+			wk.reads++
+			if rec {
+				wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: counterState(n, err == nil)})
+			}
+			return
+		}
+		call := wl.now()
+		v, _, err := occ.Add(ctx, store, key, 1, cas.Bounds{}, opts...)
+		ret := wl.now()
+		o := classify(err)
+		wk.count(o, err)
+		switch {
+		case !rec || o == linearcheck.Failed:
+		case o == linearcheck.Ambiguous:
+			wk.unknown++
+		default:
+			wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Write, Outcome: o, Call: call, Return: ret,
+				Read: counterState(v-1, v > 1), Wrote: counterState(v, true)})
+		}
 	}
 }
 
