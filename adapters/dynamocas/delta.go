@@ -167,8 +167,14 @@ func (s *Store) addInPlace(ctx context.Context, key string, n, lo, hi int64) (in
 		// The answer was lost: the delta applied if the item still
 		// carries its write id.
 		amb := &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: err}
+		if ctx.Err() != nil {
+			return 0, 0, nil, amb
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
 		item, rerr := s.cli.GetItem(rctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: s.keyAV(key), ConsistentRead: aws.Bool(true)})
+		for rerr != nil && ctxwait.Sleep(rctx, 50*time.Millisecond) == nil {
+			item, rerr = s.cli.GetItem(rctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: s.keyAV(key), ConsistentRead: aws.Bool(true)})
+		}
 		cancel()
 		if rerr != nil {
 			return 0, 0, nil, amb

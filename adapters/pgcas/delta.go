@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
@@ -24,10 +23,11 @@ const DefaultDeltaRetention = 10 * time.Minute
 const deltaPruneEvery = 256
 
 // deltaResolveFor bounds how long Add keeps trying to learn the outcome of
-// a delta whose reply was lost (a restarting server included) before it
-// returns a *cas.AmbiguousError. It stays far below the retention, so the
-// delta's id is still there to refuse a second application.
-const deltaResolveFor = 20 * time.Second
+// a delta whose reply was lost (a restarting server included), past the
+// caller's deadline if need be, before it returns a *cas.AmbiguousError.
+// It stays far below the retention, so the delta's id is still there to
+// refuse a second application.
+const deltaResolveFor = 10 * time.Second
 
 // deltaState is a Store's delta machinery, set up by New.
 type deltaState struct {
@@ -136,7 +136,8 @@ func (id deltaID) String() string { return writeID(id).String() }
 // of one key wait for each other on the row and never conflict.
 //
 // When the reply is lost, Add sends the same delta again, with the same
-// id, until it gets an answer (for up to 20 seconds): the delta table
+// id, until it gets an answer (for up to 10 seconds, past ctx's deadline
+// if need be; at once ambiguous if ctx had ended): the delta table
 // refuses a second application of an id, so the answer is either the
 // delta applied now or the record of its first application. Only when no
 // answer comes does Add return a *cas.AmbiguousError naming the id. The
@@ -190,7 +191,10 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		switch {
 		case errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.TableName == s.delta.rawName:
 			// An earlier run of this delta was applied: its record says how.
-			return s.deltaDone(ctx, key, id, err)
+			var ver, v int64
+			if err = s.pool.QueryRow(ctx, s.delta.sqlDone, id).Scan(&ver, &v); err == nil {
+				return v, cas.Version(ver), nil
+			}
 		case errors.As(err, &pgErr) && pgErr.Code == codeUndefinedTable && lost == nil:
 			return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf(
 				"the delta table %s is missing (create it with Store.CreateTable, or the DDL of Store.DDL): %w", s.delta.table, err)}
@@ -203,11 +207,19 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			return 0, 0, &transientError{op: "add", key: key, why: "not sent", err: err}
 		}
 		// The reply was lost (or a resolving run failed): send the delta
-		// again under the same id until an answer comes.
+		// again under the same id until an answer comes, also past the
+		// caller's deadline (for up to deltaResolveFor), unless the caller
+		// had given up before the reply was lost.
 		if lost == nil {
+			if ctx.Err() != nil {
+				return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: err}
+			}
 			lost = err
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), deltaResolveFor)
+			defer cancel()
 		}
-		if ctx.Err() != nil || time.Since(start) > deltaResolveFor {
+		if ctx.Err() != nil {
 			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: lost}
 		}
 		wait := time.NewTimer(min(time.Duration(run)*20*time.Millisecond, time.Second))
@@ -218,18 +230,6 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		case <-wait.C:
 		}
 	}
-}
-
-// deltaDone returns the recorded outcome of delta id.
-func (s *Store) deltaDone(ctx context.Context, key string, id deltaID, cause error) (int64, cas.Version, error) {
-	var ver, v int64
-	if err := s.pool.QueryRow(ctx, s.delta.sqlDone, id).Scan(&ver, &v); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = cause
-		}
-		return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: err}
-	}
-	return v, cas.Version(ver), nil
 }
 
 // deltaRetention is the retention a Config asks for.

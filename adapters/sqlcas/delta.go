@@ -23,8 +23,9 @@ const DefaultDeltaRetention = 10 * time.Minute
 const deltaPruneEvery = 256
 
 // deltaResolveFor bounds how long Add keeps sending a delta whose reply was
-// lost before it returns a *cas.AmbiguousError; far below the retention.
-const deltaResolveFor = 20 * time.Second
+// lost, past the caller's deadline if need be, before it returns a
+// *cas.AmbiguousError; far below the retention.
+const deltaResolveFor = 10 * time.Second
 
 // deltaStatements are a Store's delta SQL.
 type deltaStatements struct {
@@ -148,7 +149,8 @@ WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
 // MySQL and PostgreSQL: five round trips with BEGIN and COMMIT.
 //
 // When the reply is lost, Add runs the delta again, under the same write
-// id, until an answer comes (for up to 20 seconds): the record refuses a
+// id, until an answer comes (for up to 10 seconds, past ctx's deadline
+// if need be; at once ambiguous if ctx had ended): the record refuses a
 // second application (a duplicate key), and Add returns the recorded
 // outcome. Only when no answer comes does it return a *cas.AmbiguousError.
 // Inside the caller's transaction (With) a lost connection loses the
@@ -206,11 +208,19 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		case s.inTx && !errors.Is(err, errDeltaDone):
 			return 0, 0, fmt.Errorf("sqlcas: add %q inside the caller's transaction: %w", key, err)
 		}
-		// The reply was lost: run the delta again under the same id.
+		// The reply was lost: run the delta again under the same id, also
+		// past the caller's deadline (for up to deltaResolveFor), unless
+		// the caller had given up before the reply was lost.
 		if lost == nil {
+			if ctx.Err() != nil {
+				return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: err}
+			}
 			lost = err
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), deltaResolveFor)
+			defer cancel()
 		}
-		if ctx.Err() != nil || time.Since(start) > deltaResolveFor || p.Wait(ctx) != nil {
+		if p.Wait(ctx) != nil {
 			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: lost}
 		}
 	}
