@@ -36,6 +36,9 @@ type deltaStatements struct {
 	insert stmt // an absent key, created with value @n
 	read   stmt // version, value of the key (in the delta's transaction)
 	record stmt // the delta's record
+	// updateReturning and insertReturning are SQLite's delta, without a
+	// record.
+	updateReturning, insertReturning stmt
 	// recordLast is MySQL's record after its update: the version and
 	// value the update left in LAST_INSERT_ID and a session variable.
 	recordLast stmt
@@ -79,7 +82,7 @@ func newDeltaStatements(d Dialect, data, name string, cfg Config, maxKey int) *d
 		dname = name + "_deltas"
 	}
 	table, err := d.quote(dname)
-	if err != nil {
+	if err != nil && d != SQLite { // SQLite needs no delta table
 		ds.err = fmt.Errorf("no delta table: %w (set Config.DeltaTable)", err)
 		return ds
 	}
@@ -93,12 +96,7 @@ func newDeltaStatements(d Dialect, data, name string, cfg Config, maxKey int) *d
     value    BIGINT NOT NULL
 ) ENGINE=InnoDB`, table, maxKey)
 	case SQLite:
-		ds.ddl = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-    write_id BLOB    NOT NULL PRIMARY KEY, -- a delta's id, time-ordered: applied at most once
-    k        TEXT    NOT NULL,
-    version  INTEGER NOT NULL,             -- the version and value the delta made
-    value    INTEGER NOT NULL
-)`, table)
+		// In process, no reply is lost: no records, no table.
 	default:
 		ds.ddl = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
     write_id bytea  PRIMARY KEY,           -- a delta's id, time-ordered: applied at most once
@@ -133,6 +131,14 @@ WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
 		ds.recordLast.text = strings.ReplaceAll(ds.recordLast.text, "{VAR}", "@occkit_delta")
 	}
 	ds.insert = onData(`INSERT INTO {T} (k, value, version, write_id, fence_token) VALUES (@k, @v, 1, @id, 0)`)
+	if d == SQLite {
+		// In process: no reply can be lost, so no record is kept, and a
+		// delta is one statement (RETURNING), an absent key's a second.
+		ds.updateReturning = onData(`UPDATE {T} SET value = ` + deltaText(d, num) + `, version = version + 1, write_id = @id
+WHERE k = @k AND ` + num + ` BETWEEN @lo AND @hi RETURNING version, value`)
+		ds.insertReturning = onData(`INSERT INTO {T} (k, value, version, write_id, fence_token) VALUES (@k, @v, 1, @id, 0)
+ON CONFLICT (k) DO NOTHING RETURNING version, value`)
+	}
 	ds.read = onData(`SELECT version, value FROM {T} WHERE k = @k`)
 	ds.record = onDeltas(`INSERT INTO {T} (write_id, k, version, value) VALUES (@id, @k, @ver, @val)`)
 	ds.done = onDeltas(`SELECT version, value FROM {T} WHERE write_id = @id`)
@@ -140,14 +146,17 @@ WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
 	return ds
 }
 
-// Add implements cas.Adder. The delta runs in one transaction of the
-// store's own (SQLite: BEGIN IMMEDIATE): an UPDATE that adds n on the
-// server where the current value lies within the bounds (an INSERT when
-// the key is absent), a read of the new row, and the delta's record in
-// the delta table (Config.DeltaTable), keyed by its write id. Concurrent
-// deltas of one key wait for each other on the row and never conflict.
-// MySQL and PostgreSQL: five round trips with BEGIN and COMMIT.
-//
+// Add implements cas.Adder. On MySQL and PostgreSQL the delta runs in one
+// transaction of the store's own: an UPDATE that adds n on the server
+// where the current value lies within the bounds (an INSERT when the key
+// is absent), the new row (MySQL: reported by the UPDATE itself through
+// LAST_INSERT_ID and a session variable; PostgreSQL: read back), and the
+// delta's record in the delta table (Config.DeltaTable), keyed by its
+// write id: four round trips on MySQL, five on PostgreSQL, with BEGIN and
+// COMMIT. On SQLite, in process, where no reply can be lost, it is one
+// UPDATE ... RETURNING (an INSERT ... RETURNING for an absent key) and
+// keeps no record. Concurrent deltas of one key wait for each other on the
+// row and never conflict.//
 // When the reply is lost, Add runs the delta again, under the same write
 // id, until an answer comes (for up to 10 seconds, past ctx's deadline
 // if need be; at once ambiguous if ctx had ended): the record refuses a
@@ -155,7 +164,7 @@ WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
 // outcome. Only when no answer comes does it return a *cas.AmbiguousError.
 // Inside the caller's transaction (With) a lost connection loses the
 // transaction, and the error is returned as it is. The delta table must
-// exist: CreateTable makes it.
+// exist (not on SQLite): CreateTable makes it.
 func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
 	if err := s.limits.Add(ctx, key); err != nil {
 		return 0, 0, err
@@ -174,7 +183,11 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	var lost error
 	var p ctxwait.Poll
 	for {
-		v, ver, err := s.addOnce(ctx, ds, key, n, b, &vals)
+		addOnce := s.addOnce
+		if s.d == SQLite {
+			addOnce = s.addInProcess
+		}
+		v, ver, err := addOnce(ctx, ds, key, n, b, &vals)
 		switch {
 		case err == nil:
 			if ds.runs.Add(1)%deltaPruneEvery == 0 && !s.inTx {
@@ -326,6 +339,49 @@ func (s *Store) addOnce(ctx context.Context, ds *deltaStatements, key string, n 
 	}
 	if err := tx.commit(ctx); err != nil {
 		return 0, 0, err
+	}
+	return v, cas.Version(ver), nil
+}
+
+// addInProcess is a delta on SQLite, in the database's own process: the
+// update, or for an absent key the insert, each one statement that
+// returns the new row. A refused delta reads the row to say why.
+func (s *Store) addInProcess(ctx context.Context, ds *deltaStatements, key string, n int64, b cas.Bounds, vals *[numSlots]any) (int64, cas.Version, error) {
+	var (
+		ver int64
+		raw []byte
+	)
+	err := s.q.QueryRowContext(ctx, ds.updateReturning.text, ds.updateReturning.args(vals)...).Scan(&ver, &raw)
+	if errors.Is(err, sql.ErrNoRows) {
+		c, rerr := s.readCurrent(ctx, key)
+		switch {
+		case rerr != nil:
+			return 0, 0, rerr
+		case c.exists:
+			var cur int64
+			if !c.dead {
+				if cur, err = cas.ParseInt(key, c.value); err != nil {
+					return 0, 0, err
+				}
+			}
+			if b.Allows(cur, n) {
+				return 0, 0, errDeltaRace // changed since the update: again
+			}
+			return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b, Current: cur, HasCurrent: true}
+		case !b.Allows(0, n):
+			return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b, HasCurrent: true}
+		}
+		err = s.q.QueryRowContext(ctx, ds.insertReturning.text, ds.insertReturning.args(vals)...).Scan(&ver, &raw)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, 0, errDeltaRace // created meanwhile
+		}
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	v, err := cas.ParseInt(key, raw)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqlcas: add %q: the server wrote %q: %w", key, raw, err)
 	}
 	return v, cas.Version(ver), nil
 }
