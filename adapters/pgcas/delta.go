@@ -35,7 +35,9 @@ type deltaState struct {
 	rawName   string // its name, as the server's errors give it
 	err       error  // why the store has no delta table name
 	retention time.Duration
-	sqlAdd    string
+	sqlAdd    string // the delta of an existing row
+	sqlAddNew string // the delta that creates an absent key
+	sqlPrune  string // the records that aged out
 	sqlDone   string // the recorded outcome of a delta id
 	runs      atomic.Uint64
 }
@@ -70,9 +72,7 @@ func (s *Store) deltaDDL() string {
 // prepareDelta builds the delta statements.
 //
 // $1 key, $2 n, $3 write id, $4 lowest and $5 highest current value the
-// delta accepts, $6 whether an absent key may be created (0 lies in
-// [$4, $5]), $7 the id below which recorded deltas are pruned (all zeros:
-// none) and $8 the retention in seconds.
+// delta accepts (sqlAdd; sqlAddNew takes the first three).
 //
 // The update's condition is evaluated on the latest committed row after
 // waiting for its lock (READ COMMITTED re-checks it), so concurrent deltas
@@ -92,26 +92,30 @@ func (s *Store) prepareDelta() {
 	num := `(CASE WHEN r.value IS NULL THEN 0
           WHEN octet_length(r.value) <= 20 AND encode(r.value, 'escape') ~ '^(0|-?[1-9][0-9]{0,18})$'
           THEN encode(r.value, 'escape')::numeric END)`
+	// The update of an existing row, its record, and the current row when
+	// the bounds refused it.
 	d.sqlAdd = `WITH u AS (
     UPDATE ` + t + ` AS r SET value = convert_to((` + num + ` + $2::bigint)::text, 'UTF8'), version = DEFAULT, write_id = $3::uuid
     WHERE r.key = $1 AND ` + num + ` BETWEEN $4::bigint AND $5::bigint
     RETURNING r.version, r.value),
-i AS (
-    INSERT INTO ` + t + ` (key, value, write_id)
-    SELECT $1, convert_to($2::bigint::text, 'UTF8'), $3::uuid
-    WHERE $6::boolean AND NOT EXISTS (SELECT FROM u) AND NOT EXISTS (SELECT FROM ` + t + ` WHERE key = $1)
-    ON CONFLICT (key) DO NOTHING
-    RETURNING version, value),
-a AS (SELECT version, value FROM u UNION ALL SELECT version, value FROM i),
 rec AS (
     INSERT INTO ` + d.table + ` (write_id, key, version, value)
-    SELECT $3::uuid, $1, version, encode(value, 'escape')::bigint FROM a),
-p AS (
-    DELETE FROM ` + d.table + ` WHERE write_id < $7::uuid AND at < now() - make_interval(secs => $8::float8)),
+    SELECT $3::uuid, $1, version, encode(value, 'escape')::bigint FROM u),
 cur AS (
-    SELECT version, value FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT FROM a) FOR SHARE)
-SELECT a.version, a.value, c.version, c.value
-FROM (SELECT) one LEFT JOIN a ON true LEFT JOIN cur c ON true`
+    SELECT version, value FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT FROM u) FOR SHARE)
+SELECT u.version, u.value, c.version, c.value
+FROM (SELECT) one LEFT JOIN u ON true LEFT JOIN cur c ON true`
+	// The insert of an absent key (sent when sqlAdd found no row), its
+	// record, and the current row when a create won the race.
+	d.sqlAddNew = `WITH i AS (
+    INSERT INTO ` + t + ` (key, value, write_id) VALUES ($1, convert_to($2::bigint::text, 'UTF8'), $3::uuid)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING version, value),
+rec AS (
+    INSERT INTO ` + d.table + ` (write_id, key, version, value)
+    SELECT $3::uuid, $1, version, $2::bigint FROM i)
+SELECT i.version, i.value, NULL::bigint, NULL::bytea FROM (SELECT) one LEFT JOIN i ON true`
+	d.sqlPrune = `DELETE FROM ` + d.table + ` WHERE write_id < $1::uuid AND at < now() - make_interval(secs => $2::float8)`
 	d.sqlDone = `SELECT version, value FROM ` + d.table + ` WHERE write_id = $1`
 }
 
@@ -153,29 +157,36 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	create := lo <= 0 && 0 <= hi
 	start := time.Now()
 	id := newDeltaID(start)
-	var prune deltaID
-	if s.delta.runs.Add(1)%deltaPruneEvery == 0 {
-		prune = newDeltaID(start.Add(-s.delta.retention))
-		clear(prune[8:])
-	}
 	var lost error // the error that lost the first reply, while resolving
+	insert := false
 	for run := 1; ; run++ {
 		var (
 			newVer, curVer *int64
 			newVal, curVal []byte
+			err            error
 		)
-		err := s.pool.QueryRow(ctx, s.delta.sqlAdd, key, n, id, lo, hi, create, prune, s.delta.retention.Seconds()).
-			Scan(&newVer, &newVal, &curVer, &curVal)
+		if insert {
+			err = s.pool.QueryRow(ctx, s.delta.sqlAddNew, key, n, id).Scan(&newVer, &newVal, &curVer, &curVal)
+		} else {
+			err = s.pool.QueryRow(ctx, s.delta.sqlAdd, key, n, id, lo, hi).Scan(&newVer, &newVal, &curVer, &curVal)
+		}
 		switch {
 		case err == nil && newVer != nil:
 			v, perr := cas.ParseInt(key, newVal)
 			if perr != nil {
 				return 0, 0, fmt.Errorf("pgcas: add %q: the server wrote %q: %w", key, newVal, perr)
 			}
+			if s.delta.runs.Add(1)%deltaPruneEvery == 0 {
+				cut := newDeltaID(start.Add(-s.delta.retention))
+				clear(cut[8:])
+				_, _ = s.pool.Exec(ctx, s.delta.sqlPrune, cut, s.delta.retention.Seconds())
+			}
 			return v, cas.Version(*newVer), nil
-		case err == nil && curVer == nil && create && run < maxWriteRuns+2:
-			// The insert lost to a create committed after the statement's
-			// snapshot: nothing was written; run it again to meet the row.
+		case err == nil && (insert || curVer == nil && create) && run < 2*maxWriteRuns:
+			// No row: insert it. Or the insert found one (created
+			// meanwhile, or by this delta's first run, whose record
+			// then refuses the update): update it.
+			insert = !insert
 			continue
 		case err == nil:
 			var cur int64
