@@ -36,6 +36,8 @@ type deltaStatements struct {
 	insert stmt // an absent key, created with value @n
 	read   stmt // version, value of the key (in the delta's transaction)
 	record stmt // the delta's record
+	// proc is MySQL's delta procedure (nil: none).
+	proc *mysqlProcedure
 	// updateReturning and insertReturning are SQLite's delta, without a
 	// record.
 	updateReturning, insertReturning stmt
@@ -115,6 +117,7 @@ func newDeltaStatements(d Dialect, data, name string, cfg Config, maxKey int) *d
 	ds.update = onData(`UPDATE {T} SET value = ` + deltaText(d, num) + `, version = version + 1, write_id = @id
 WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
 	if d == MySQL {
+		ds.proc = newMySQLProcedure(name, data, table, maxKey)
 		// MySQL has no RETURNING: the update reports the new version
 		// through LAST_INSERT_ID(expr), the insert id of its OK packet,
 		// and keeps the new value in a session variable, which the
@@ -184,8 +187,13 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	var p ctxwait.Poll
 	for {
 		addOnce := s.addOnce
-		if s.d == SQLite {
+		switch {
+		case s.d == SQLite:
 			addOnce = s.addInProcess
+		case s.d == MySQL && ds.proc != nil && !s.inTx:
+			// Not inside the caller's transaction: the procedure's
+			// START TRANSACTION would commit it.
+			addOnce = s.addViaProcedure
 		}
 		v, ver, err := addOnce(ctx, ds, key, n, b, &vals)
 		switch {

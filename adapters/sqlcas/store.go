@@ -197,6 +197,9 @@ func (s *Store) DDL() string {
 	if s.deltas.ddl != "" {
 		ddl += ";\n" + s.deltas.ddl
 	}
+	if s.deltas.proc != nil {
+		ddl += ";\n" + s.deltas.proc.ddl
+	}
 	return ddl
 }
 
@@ -211,6 +214,9 @@ func (s *Store) CreateTable(ctx context.Context) error {
 		if _, err := s.q.ExecContext(ctx, s.deltas.ddl); err != nil {
 			return fmt.Errorf("sqlcas: create table %s: %w", s.deltas.table, err)
 		}
+	}
+	if s.deltas.proc != nil {
+		return s.deltas.proc.create(ctx, s.q)
 	}
 	return nil
 }
