@@ -14,6 +14,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/rowupdate"
 )
 
 // Add adds n to the number attribute column of the item with key, if the
@@ -138,15 +139,10 @@ func (t *Table[T]) deltaAttribute(name string) error {
 		if attr != name || !f.IsExported() {
 			continue
 		}
-		ft := f.Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
+		if err := rowupdate.DeltaField(rt, f.Index); err != nil {
+			return fmt.Errorf("dynamocas: Add: attribute %q of %s %w", name, t.cfg.Table, err)
 		}
-		switch ft.Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			return nil
-		}
-		return fmt.Errorf("dynamocas: Add: attribute %q of %s maps to a %v, not a signed integer", name, t.cfg.Table, ft)
+		return nil
 	}
 	return fmt.Errorf("dynamocas: Add: %v has no field for attribute %q of %s", rt, name, t.cfg.Table)
 }

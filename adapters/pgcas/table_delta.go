@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
 )
 
 // Add adds n to the integer column of the row with key, if the result lies
@@ -61,14 +62,7 @@ func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b c
 	case !r.exists:
 		return zero, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
 	}
-	f := reflect.ValueOf(&cur).Elem().FieldByIndex(t.cols[col].index)
-	if f.Kind() == reflect.Pointer {
-		if f.IsNil() {
-			return cur, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: column %s is NULL", cas.ErrNotInteger, column)}
-		}
-		f = f.Elem()
-	}
-	return cur, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b, Current: f.Int(), HasCurrent: true}
+	return cur, rowupdate.DeltaRefused(&cur, t.cols[col].index, fmt.Sprint(key), column, n, b)
 }
 
 // deltaColumn returns the index of the column a delta may change.
@@ -80,15 +74,10 @@ func (t *Table[T]) deltaColumn(name string) (int, error) {
 		if !t.writable(i) {
 			return 0, fmt.Errorf("pgcas: Add: column %q of %s is the key, version or fence column", name, t.name)
 		}
-		ft := reflect.TypeFor[T]().FieldByIndex(c.index).Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
+		if err := rowupdate.DeltaField(reflect.TypeFor[T](), c.index); err != nil {
+			return 0, fmt.Errorf("pgcas: Add: column %q of %s %w", name, t.name, err)
 		}
-		switch ft.Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			return i, nil
-		}
-		return 0, fmt.Errorf("pgcas: Add: column %q of %s maps to a %v, not a signed integer", name, t.name, ft)
+		return i, nil
 	}
 	return 0, fmt.Errorf("pgcas: Add: %s has no column %q (columns are named by T's db tags)", t.name, name)
 }

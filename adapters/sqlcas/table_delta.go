@@ -8,6 +8,7 @@ import (
 	"reflect"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
 )
 
 // Add adds n to the integer column of the row with key, if the result lies
@@ -76,19 +77,7 @@ WHERE ` + k + ` = $2 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint RETURNING `
 	if err != nil {
 		return zero, err
 	}
-	f := reflect.ValueOf(&cur).Elem().FieldByIndex(t.cols[col].index)
-	if f.Kind() == reflect.Pointer {
-		if f.IsNil() {
-			return cur, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: column %s is NULL", cas.ErrNotInteger, column)}
-		}
-		f = f.Elem()
-	}
-	if b.Allows(f.Int(), n) {
-		// Changed between the update and the read: the update saw a value
-		// outside the bounds; report the one it saw as unknown.
-		return cur, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b}
-	}
-	return cur, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b, Current: f.Int(), HasCurrent: true}
+	return cur, rowupdate.DeltaRefused(&cur, t.cols[col].index, fmt.Sprint(key), column, n, b)
 }
 
 // addMySQL is Add's transaction on MySQL, which has no RETURNING.
@@ -127,15 +116,10 @@ func (t *Table[T]) deltaColumn(name string) (int, error) {
 		if !t.writable(i) {
 			return 0, fmt.Errorf("sqlcas: Add: column %q of %s is the key, version or fence column", name, t.name)
 		}
-		ft := reflect.TypeFor[T]().FieldByIndex(c.index).Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
+		if err := rowupdate.DeltaField(reflect.TypeFor[T](), c.index); err != nil {
+			return 0, fmt.Errorf("sqlcas: Add: column %q of %s %w", name, t.name, err)
 		}
-		switch ft.Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			return i, nil
-		}
-		return 0, fmt.Errorf("sqlcas: Add: column %q of %s maps to a %v, not a signed integer", name, t.name, ft)
+		return i, nil
 	}
 	return 0, fmt.Errorf("sqlcas: Add: %s has no column %q (columns are named by T's db tags)", t.name, name)
 }

@@ -244,6 +244,39 @@ func Roles(rt reflect.Type, cols []Column, keyCol, versionCol, fenceCol string) 
 	return key, version, fence, nil
 }
 
+// DeltaField checks that the field at index of struct type rt can take a
+// column delta (Table.Add): a signed integer, or a pointer to one (NULL
+// in the database). The error names the field's type.
+func DeltaField(rt reflect.Type, index []int) error {
+	ft := rt.FieldByIndex(index).Type
+	if ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	switch ft.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return nil
+	}
+	return fmt.Errorf("maps to a %v, not a signed integer", ft)
+}
+
+// DeltaRefused is the error of a column delta the database refused, from
+// the row as it is now: a *cas.BoundError with the column's current value
+// (without it when the value allows the delta: it changed since), or an
+// error matching cas.ErrNotInteger for a NULL column.
+func DeltaRefused[T any](cur *T, index []int, key string, column string, n int64, b cas.Bounds) error {
+	f := reflect.ValueOf(cur).Elem().FieldByIndex(index)
+	if f.Kind() == reflect.Pointer {
+		if f.IsNil() {
+			return &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf("%w: column %s is NULL", cas.ErrNotInteger, column)}
+		}
+		f = f.Elem()
+	}
+	if b.Allows(f.Int(), n) {
+		return &cas.BoundError{Key: key, Add: n, Bounds: b}
+	}
+	return &cas.BoundError{Key: key, Add: n, Bounds: b, Current: f.Int(), HasCurrent: true}
+}
+
 // ZeroVersion is the error of a table's Update of a row whose version
 // field is 0 (op "update": a row never read) or of a Delete expecting
 // version 0 (op "delete"), refused before anything is sent.
