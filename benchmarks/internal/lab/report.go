@@ -127,10 +127,30 @@ func NewReport(l *Lab, g Grid, outcomes []outcome, planSkips []skip, started tim
 		dur = append(dur, b.Name+": "+b.Durability)
 	}
 	r.Meta.Durability = strings.Join(dur, "; ")
+	markBlindWrite(r.Cells)
 	r.Meta.Goals = checkGoals(r.Cells)
 	r.Meta.Pooled = poolRounds(r.Meta.Goals)
 	r.Meta.Summary = summarize(r.Cells, r.Meta.Goals)
 	return r
+}
+
+// markBlindWrite sets each cell's throughput as a fraction of the
+// blind-write cell at its point, where one ran.
+func markBlindWrite(cells []Result) {
+	key := func(c Result) string {
+		return fmt.Sprintf("%s|%s|%v|%s", c.Backend, c.Workload, c.Point(), setupSuffix(c))
+	}
+	blind := map[string]float64{}
+	for _, c := range cells {
+		if c.Strategy == "blind-write" && c.InvariantOK && c.Throughput > 0 {
+			blind[key(c)] = c.Throughput
+		}
+	}
+	for i := range cells {
+		if b, ok := blind[key(cells[i])]; ok {
+			cells[i].OfBlindWrite = cells[i].Throughput / b
+		}
+	}
 }
 
 // LoadAverage returns the machine's load averages over 1, 5 and 15
@@ -151,15 +171,19 @@ func LoadAverage() string {
 // skipped and failed cells and any invariant violation.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	ew := &errWriter{w: w}
-	ew.printf("| backend | workload | point | strategy | ops/s | p50 ms | p99 ms | p99.9 ms | max ms | attempts/op | failed | fenced | committers | invariant |\n")
-	ew.printf("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	ew.printf("| backend | workload | point | strategy | ops/s | ÷ blind-write | p50 ms | p99 ms | p99.9 ms | max ms | attempts/op | failed | fenced | committers | invariant |\n")
+	ew.printf("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, c := range r.Cells {
 		inv := "ok"
 		if !c.InvariantOK {
 			inv = "**VIOLATED**"
 		}
-		ew.printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %d | %d | %d/%d | %s |\n",
-			c.Backend, c.Workload, c.Point(), c.Strategy, rate(c.Throughput),
+		ofBlind := "–"
+		if c.OfBlindWrite > 0 {
+			ofBlind = fmt.Sprintf("%.2f", c.OfBlindWrite)
+		}
+		ew.printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %d | %d | %d/%d | %s |\n",
+			c.Backend, c.Workload, c.Point(), c.Strategy, rate(c.Throughput), ofBlind,
 			msStr(c.P50Ms), msStr(c.P99Ms), msStr(c.P999Ms), msStr(c.MaxMs), c.AttemptsPerOp, c.FailedOps, c.FenceRejections,
 			c.WorkersCommitted, c.Workers, inv)
 	}
@@ -331,9 +355,9 @@ seed {{.Meta.Seed}}; at most {{.Meta.MaxAttempts}} attempts per operation.</p>
 retries and lock waits included (an operation that started in the window counts however long it took);
 attempts/op counts every attempt of every operation per committed one; "workers committed" counts the workers that committed
 at least once within the window (a starved worker did not).</p>
-<table><tr><th>backend</th><th>workload</th><th>point</th><th>strategy</th><th>ops/s</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>attempts/op</th><th>failed</th><th>declined</th><th>fenced</th><th>workers committed</th><th>invariant</th></tr>
+<table><tr><th>backend</th><th>workload</th><th>point</th><th>strategy</th><th>ops/s</th><th>÷ blind-write</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>attempts/op</th><th>failed</th><th>declined</th><th>fenced</th><th>workers committed</th><th>invariant</th></tr>
 {{range .Cells}}<tr{{if not .InvariantOK}} class="bad"{{end}}><td>{{.Backend}}</td><td>{{.Workload}}</td><td>{{.Point}}</td><td>{{.Strategy}}</td>
-<td class="n">{{rate .Throughput}}</td><td class="n">{{ms .P50Ms}}</td><td class="n">{{ms .P99Ms}}</td><td class="n">{{ms .P999Ms}}</td><td class="n">{{ms .MaxMs}}</td>
+<td class="n">{{rate .Throughput}}</td><td class="n">{{if gt .OfBlindWrite 0.0}}{{f2 .OfBlindWrite}}{{else}}–{{end}}</td><td class="n">{{ms .P50Ms}}</td><td class="n">{{ms .P99Ms}}</td><td class="n">{{ms .P999Ms}}</td><td class="n">{{ms .MaxMs}}</td>
 <td class="n">{{f2 .AttemptsPerOp}}</td><td class="n">{{.FailedOps}}</td><td class="n">{{.DeclinedOps}}</td><td class="n">{{.FenceRejections}}</td><td class="n">{{.WorkersCommitted}}/{{.Workers}}</td>
 <td>{{if .InvariantOK}}ok{{else}}VIOLATED: {{.Invariant}}{{end}}</td></tr>
 {{end}}</table>

@@ -118,6 +118,10 @@ type Result struct {
 	// --repeat (RunGrid's repeat): the other figures are those of the
 	// median round.
 	Runs []float64 `json:"runs,omitempty"`
+	// OfBlindWrite is the throughput as a fraction of blind-write's at
+	// the same point (the server's physical limit), when blind-write ran
+	// there; 0 otherwise.
+	OfBlindWrite float64 `json:"of_blind_write,omitempty"`
 }
 
 // Point identifies a result's grid point within its backend and

@@ -43,3 +43,20 @@ func TestSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkBlindWrite: a cell's fraction of blind-write is set only at
+// the points where blind-write ran, and from that point's cell.
+func TestMarkBlindWrite(t *testing.T) {
+	cells := []Result{
+		{Backend: "postgres", Workload: "inventory", Workers: 8, Keys: 1, Strategy: "blind-write", Throughput: 1000, InvariantOK: true},
+		{Backend: "postgres", Workload: "inventory", Workers: 8, Keys: 1, Strategy: "delta", Throughput: 800, InvariantOK: true},
+		{Backend: "postgres", Workload: "inventory", Workers: 8, Keys: 1000, Strategy: "delta", Throughput: 500, InvariantOK: true},
+		{Backend: "postgres", Workload: "inventory", Workers: 8, Keys: 1, Procs: 8, Strategy: "delta", Throughput: 900, InvariantOK: true},
+	}
+	markBlindWrite(cells)
+	for i, want := range []float64{1, 0.8, 0, 0} {
+		if got := cells[i].OfBlindWrite; got != want {
+			t.Errorf("cell %d (%s %d keys, %d procs): %v of blind-write, want %v", i, cells[i].Strategy, cells[i].Keys, cells[i].Procs, got, want)
+		}
+	}
+}
