@@ -18,6 +18,9 @@ import (
 //	UPDATE items SET stock = stock + ?, version = version + 1
 //	WHERE id = ? AND stock BETWEEN ? AND ?
 //
+// (on PostgreSQL the version is drawn from the table's sequence, as
+// Update's are)
+//
 // so concurrent deltas of one row wait for each other on the row and never
 // conflict. PostgreSQL and SQLite: one statement (RETURNING the row).
 // MySQL: a transaction of its own (BEGIN, the UPDATE, a SELECT of the row
@@ -54,7 +57,9 @@ func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b c
 WHERE ` + k + ` = ? AND ` + c + ` BETWEEN ? AND ? RETURNING ` + t.selCols
 		args := []any{n, key, lo, hi}
 		if t.d == Postgres {
-			query = `UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + $1::bigint, ` + v + ` = ` + v + ` + 1
+			// Versions come from the table's sequence, as Update's do: a
+			// version + 1 here could be drawn again by an Update (ABA).
+			query = `UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + $1::bigint, ` + v + ` = ` + t.nextval + `
 WHERE ` + k + ` = $2 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint RETURNING ` + t.selCols
 		}
 		err = t.q.QueryRowContext(ctx, query, args...).Scan(t.targets(&out)...)

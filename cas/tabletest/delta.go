@@ -37,6 +37,16 @@ func (h Harness[K]) add(t *testing.T) {
 	if cur, err := tbl.Get(ctx, h.Key("item")); err != nil || cur != got {
 		t.Fatalf("get after add = %+v, %v; want %+v", cur, err, got)
 	}
+	// Versions are never reused: a write after a delta (and a delta after
+	// a write) gets a version above the one before.
+	up, err := tbl.Update(ctx, Row{ID: "item", N: got.N, Version: got.Version})
+	if err != nil || tbl.VersionOf(up) <= tbl.VersionOf(got) {
+		t.Fatalf("update after a delta = %+v, %v; want a version above the delta's %d", up, err, tbl.VersionOf(got))
+	}
+	got, err = a.Add(ctx, h.Key("item"), "n", 0, cas.Bounds{})
+	if err != nil || tbl.VersionOf(got) <= tbl.VersionOf(up) || got.N != 2 {
+		t.Fatalf("add 0 after an update = %+v, %v; want n 2 at a version above %d", got, err, tbl.VersionOf(up))
+	}
 	// A Modify that read the row before the delta conflicts: Update with
 	// the old version is refused.
 	if _, err := tbl.Update(ctx, Row{ID: "item", N: 100, Version: in.Version}); !errors.Is(err, cas.ErrConflict) {
