@@ -15,16 +15,18 @@ import (
 // when Config.DeltaRetention is zero.
 const DefaultDeltaRetention = 10 * time.Minute
 
-// addScript is Add. The arithmetic is Redis's own HINCRBY (exact 64-bit
-// integers; Lua's numbers are doubles), the bounds are compared as
-// decimal text, and the delta's record (a string key with a TTL, under the
+// addScript is Add. The arithmetic is Lua's where its numbers (doubles)
+// are exact, both operands below 10^15, and Redis's own HINCRBY (exact
+// 64-bit integers) otherwise; the bounds are compared as decimal text,
+// and the delta's record (a string key with a TTL, under the
 // store's prefix, so in the data's slot) makes a delta sent again after a
 // lost answer report its first outcome instead of applying twice.
 //
 //	KEYS[1] data hash, KEYS[2] version counter, KEYS[3] the delta's record
 //	ARGV[1] n, ARGV[2] lowest and ARGV[3] highest current value accepted,
 //	ARGV[4] the write id (16 bytes), ARGV[5] how many bytes of old history
-//	to keep, ARGV[6] the record's TTL (ms)
+//	to keep, ARGV[6] the record's TTL (ms), ARGV[7] "1" when the delta is
+//	sent again (only then can its record exist)
 //
 // Replies: {"ok", version, value} | {"done", version, value} |
 // {"bound", value or ""} | {"notint", value} | {"held", version or "0", value}.
@@ -49,10 +51,12 @@ local function be8(n)
   end
   return s
 end
-local done = redis.call('GET', KEYS[3])
-if done then
-  local sep = string.find(done, ':', 1, true)
-  return {'done', string.sub(done, 1, sep - 1), string.sub(done, sep + 1)}
+if ARGV[7] == '1' then
+  local done = redis.call('GET', KEYS[3])
+  if done then
+    local sep = string.find(done, ':', 1, true)
+    return {'done', string.sub(done, 1, sep - 1), string.sub(done, sep + 1)}
+  end
 end
 local h = KEYS[1]
 local st = redis.call('HMGET', h, 'v', 'n', 'h', 'x', 'xe')
@@ -64,13 +68,20 @@ end
 if cmp(cur, ARGV[2]) < 0 or cmp(cur, ARGV[3]) > 0 then
   return {'bound', st[1] or ''}
 end
-redis.call('HINCRBY', h, 'v', ARGV[1])
-local v = redis.call('HGET', h, 'v')
-redis.call('INCR', KEYS[2])
-local ver = redis.call('GET', KEYS[2])
 local hist = ARGV[4] .. be8(tonumber(st[2] or '0')) .. string.sub(st[3] or '', 1, tonumber(ARGV[5]))
-redis.call('HSET', h, 'n', ver, 'h', hist)
-redis.call('PERSIST', h)
+local ver = redis.call('INCR', KEYS[2])
+if ver < 2^53 then ver = string.format('%d', ver) else ver = redis.call('GET', KEYS[2]) end
+local v
+if #cur <= 15 and #ARGV[1] <= 15 then
+  -- Below 2^53 Lua's numbers are exact: one HSET.
+  v = string.format('%d', tonumber(cur) + tonumber(ARGV[1]))
+  redis.call('HSET', h, 'v', v, 'n', ver, 'h', hist)
+else
+  redis.call('HINCRBY', h, 'v', ARGV[1])
+  v = redis.call('HGET', h, 'v')
+  redis.call('HSET', h, 'n', ver, 'h', hist)
+end
+if not st[1] then redis.call('PERSIST', h) end
 redis.call('SET', KEYS[3], ver .. ':' .. v, 'PX', ARGV[6])
 return {'ok', ver, v}
 `
@@ -98,7 +109,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	}
 	id := s.ids.Next()
 	keys := []string{s.dataKey(key), s.counter, s.deltaKey(id)}
-	args := []any{n, lo, hi, string(id[:]), s.keep, s.deltaTTL}
+	args := []any{n, lo, hi, string(id[:]), s.keep, s.deltaTTL, "0"}
 	type result struct {
 		v   int64
 		ver cas.Version
@@ -152,7 +163,8 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		return out.v, out.ver, err
 	}
 	// The answer was lost: send the delta again under the same id until
-	// one comes back.
+	// one comes back; its record may exist now.
+	args[len(args)-1] = "1"
 	amb := &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: err}
 	if ctx.Err() != nil {
 		return 0, 0, amb
