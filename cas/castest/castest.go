@@ -102,6 +102,7 @@ func Run(t *testing.T, h Harness) {
 		{"GetMany", getManyTests},
 		{"ExclusiveCommit", exclusiveCommitTests},
 		{"Delta", deltaTests},
+		{"Lister", listerTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
