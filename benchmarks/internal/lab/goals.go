@@ -45,8 +45,8 @@ const (
 	goalHighOCC     = "high contention: occ (with backoff) ≥ 0.5× the best cross-process lock, every worker commits"
 	goalAdaptiveAll = "every point: adaptive ≥ 0.95× the best of occ, occ-combine and the best cross-process lock"
 
-	// Issue 15's goals, against the best lock that works across
-	// processes (every lock-* but lock-local, the single-process
+	// Hot keys: combining and the version cache, against the best lock
+	// that works across processes (every lock-* but lock-local, the single-process
 	// reference).
 	goalCombineHot   = "1 key, 8 workers, no work: occ-combine ≥ 3× the best cross-process lock, p99.9 ≤ its p99.9, 8/8 workers commit"
 	goalCombineWork  = "1–16 keys, 1 ms of work: occ-combine ≥ 1.0× the best cross-process lock"
@@ -223,7 +223,7 @@ func checkGoals(results []Result) []goalCheck {
 				}
 			}
 		}
-		// Issue 15's goals for occ-combine and occ-cached.
+		// The hot-key goals of occ-combine and occ-cached.
 		against := func(goal, name string, need float64, extra func(r Result, c *goalCheck)) {
 			r, ok := g.byName[name]
 			if !ok {

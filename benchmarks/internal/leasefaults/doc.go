@@ -1,5 +1,5 @@
 // Package leasefaults runs the two lease faults of occkit's fault suite
-// (issue 9) against a lease lock and a fenced store on one backend, and
+// (make faults: a paused holder, a clock jump) against a lease lock and a fenced store on one backend, and
 // checks that a holder whose lease ended without it knowing cannot get a
 // stale write in: the fencing token checked by the write, not the lease,
 // is what keeps it out.
