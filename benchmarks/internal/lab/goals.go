@@ -46,8 +46,8 @@ const (
 	goalAdaptiveAll = "every point: adaptive ≥ 0.95× the best of occ, occ-combine and the best cross-process lock"
 
 	// Hot keys: combining and the version cache, against the best lock
-	// that works across processes (every lock-* but lock-local, the single-process
-	// reference).
+	// that works across processes (every lock-* but lock-local, the
+	// single-process reference).
 	goalCombineHot   = "1 key, 8 workers, no work: occ-combine ≥ 3× the best cross-process lock, p99.9 ≤ its p99.9, 8/8 workers commit"
 	goalCombineWork  = "1–16 keys, 1 ms of work: occ-combine ≥ 1.0× the best cross-process lock"
 	goalCombineCool  = "1000 keys: occ-combine ≥ 0.95× occ"
