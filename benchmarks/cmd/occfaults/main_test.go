@@ -346,6 +346,21 @@ func (s *buggyStore) CompareAndSwap(ctx context.Context, key string, expected ca
 	return s.Store.CompareAndSwap(ctx, key, expected, value)
 }
 
+func (s *buggyStore) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
+	switch {
+	case s.strikes("acknowledged-not-applied"):
+		it, _ := s.Store.Get(ctx, key)
+		cur, _ := cas.ParseInt(key, it.Value)
+		return cur + n, it.Version + 1, nil
+	case s.strikes("applied-reported-failed"):
+		if _, _, err := s.Store.Add(ctx, key, n, b); err != nil {
+			return 0, 0, err
+		}
+		return 0, 0, errBuggy
+	}
+	return s.Store.Add(ctx, key, n, b)
+}
+
 func (s *buggyStore) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
 	switch {
 	case s.strikes("acknowledged-not-applied"):
@@ -388,19 +403,19 @@ func TestRunCatchesBuggyStores(t *testing.T) {
 	tests := []struct {
 		bug string
 		// caught reports whether the run's rows show the bug.
-		caught func(counter, transfer Run) bool
+		caught func(counter, delta, transfer Run) bool
 	}{
-		{"acknowledged-not-applied", func(c, tr Run) bool {
-			return c.Lost > 0 && !*c.Linearizable && tr.Lost > 0 && !*tr.Explained
+		{"acknowledged-not-applied", func(c, d, tr Run) bool {
+			return c.Lost > 0 && !*c.Linearizable && d.Lost > 0 && tr.Lost > 0 && !*tr.Explained
 		}},
-		{"applied-reported-failed", func(c, tr Run) bool {
-			return c.Duplicated > 0 && !*c.Linearizable && tr.Duplicated > 0 && !*tr.Explained
+		{"applied-reported-failed", func(c, d, tr Run) bool {
+			return c.Duplicated > 0 && !*c.Linearizable && d.Duplicated > 0 && tr.Duplicated > 0 && !*tr.Explained
 		}},
-		{"stale-read", func(c, tr Run) bool {
-			return !*c.Linearizable && !*tr.Linearizable
+		{"stale-read", func(c, d, tr Run) bool {
+			return !*c.Linearizable && !*d.Linearizable && !*tr.Linearizable
 		}},
-		{"half-commit", func(c, tr Run) bool {
-			return !c.Bad() && !*tr.Explained && tr.Bad()
+		{"half-commit", func(c, d, tr Run) bool {
+			return !c.Bad() && !d.Bad() && !*tr.Explained && tr.Bad()
 		}},
 	}
 	p := defaultParams(300 * time.Millisecond)
@@ -413,10 +428,16 @@ func TestRunCatchesBuggyStores(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(runs) != 2 {
-				t.Fatalf("%d workloads ran, want counter and transfer", len(runs))
+			byName := map[string]Run{}
+			for _, r := range runs {
+				byName[r.Workload] = r
 			}
-			c, tr := runs[0], runs[1]
+			c, okC := byName["counter"]
+			d, okD := byName["delta"]
+			tr, okT := byName["transfer"]
+			if len(runs) != 3 || !okC || !okD || !okT {
+				t.Fatalf("%d workloads ran, want counter, delta and transfer", len(runs))
+			}
 			for _, r := range runs {
 				if r.Linearizable == nil || r.Explained == nil && r.Workload == "transfer" {
 					t.Fatalf("%s: no verdict: %s", r.Workload, r.LinearizabilityNote)
@@ -424,7 +445,7 @@ func TestRunCatchesBuggyStores(t *testing.T) {
 				t.Logf("%s: %d ops, lost %d, duplicated %d, linearizable %s, explained %s; %s; %v",
 					r.Workload, r.Ops, r.Lost, r.Duplicated, fmtVerdict(r.Linearizable), fmtVerdict(r.Explained), r.LinearizabilityNote, r.Problems)
 			}
-			if !tt.caught(c, tr) {
+			if !tt.caught(c, d, tr) {
 				t.Fatal("the bug went unnoticed")
 			}
 		})
