@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -47,6 +48,46 @@ var tableStrategies = []strategySpec{
 		},
 	},
 	tableTxnStrategy,
+	{
+		Name:      "delta-table",
+		Kind:      kindOptimistic,
+		About:     "Table[T].Add (pgcas, sqlcas, dynamocas) of the n column of the application's own table: the repository's bounded delta, one statement (inventory: within cas.AtLeast(0)); no read, no conflict",
+		SingleKey: true,
+		OwnTable:  true,
+		DefaultOn: func(b string, multiKey bool) bool { return !multiKey && tableBackends[b] },
+		New:       newDeltaTable,
+	},
+}
+
+// newDeltaTable makes a delta-table cell: the table made and seeded as
+// occ-table's, every operation one Table.Add.
+func newDeltaTable(ctx context.Context, h *harness) (cellStrategy, error) {
+	if _, _, err := deltaOf(operation{w: h.Workload}); err != nil {
+		return nil, err
+	}
+	ts, err := newTableStrategy(ctx, h, false)
+	if err != nil {
+		return nil, err
+	}
+	t := ts.(tableStrategy).t
+	return deltaTableStrategy{tableStrategy: ts.(tableStrategy), add: t.add}, nil
+}
+
+// deltaTableStrategy performs an operation as one Table.Add of its row,
+// and reads values as occ-table does.
+type deltaTableStrategy struct {
+	tableStrategy
+	add func(ctx context.Context, key string, n int64, b cas.Bounds) (tableRow, error)
+}
+
+// Do adds the operation's delta to its row; a refusal is "sold out".
+func (s deltaTableStrategy) Do(ctx context.Context, w int, op operation) error {
+	n, b, _ := deltaOf(op)
+	_, err := s.add(ctx, op.Keys[0], n, b)
+	if errors.Is(err, cas.ErrBound) {
+		return errDeclined
+	}
+	return err
 }
 
 // tableTxnStrategy is the repository path for multi-key workloads.
@@ -94,6 +135,8 @@ type appTable struct {
 	modifyMany func(ctx context.Context, keys []string, mutate func(cur []tableRow, exists []bool) ([]tableRow, error), opts ...occ.Option) ([]tableRow, error)
 	get        func(ctx context.Context, key string) (tableRow, error)
 	newCache   func(maxEntries int) *occ.Cache
+	// add is Table.Add of the n column: a bounded delta of the row.
+	add func(ctx context.Context, key string, n int64, b cas.Bounds) (tableRow, error)
 }
 
 // openAppTable returns the cell's table, <NS>_rows, over the backend's
@@ -171,6 +214,9 @@ func openAppTable(ctx context.Context, h *harness) (appTable, error) {
 				return tbl.Get(ctx, dynamocas.Key{Partition: key})
 			},
 			newCache: tbl.NewCache,
+			add: func(ctx context.Context, key string, n int64, b cas.Bounds) (tableRow, error) {
+				return tbl.Add(ctx, dynamocas.Key{Partition: key}, "n", n, b)
+			},
 		}
 		create = func(ctx context.Context) error {
 			// A table whose partition key is the row's id: the
@@ -295,6 +341,7 @@ type anyKeyTable interface {
 	ModifyMany(ctx context.Context, keys []any, mutate func([]tableRow, []bool) ([]tableRow, error), opts ...occ.Option) ([]tableRow, error)
 	Get(ctx context.Context, key any) (tableRow, error)
 	NewCache(maxEntries int) *occ.Cache
+	Add(ctx context.Context, key any, column string, n int64, b cas.Bounds) (tableRow, error)
 }
 
 // sqlAppTable is the appTable of a pgcas or sqlcas table.
@@ -312,5 +359,8 @@ func sqlAppTable(tbl anyKeyTable) appTable {
 		},
 		get:      func(ctx context.Context, key string) (tableRow, error) { return tbl.Get(ctx, key) },
 		newCache: tbl.NewCache,
+		add: func(ctx context.Context, key string, n int64, b cas.Bounds) (tableRow, error) {
+			return tbl.Add(ctx, key, "n", n, b)
+		},
 	}
 }
