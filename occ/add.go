@@ -2,6 +2,7 @@ package occ
 
 import (
 	"context"
+	"reflect"
 
 	"github.com/occkit/occkit/cas"
 )
@@ -49,7 +50,9 @@ func Add(ctx context.Context, s cas.Store, key string, n int64, b cas.Bounds, op
 		c.maxAttempts = DefaultMaxAttempts
 	}
 	c.op, c.key = "add", key
-	if c.noTurns || ctx == nil {
+	if c.noTurns || ctx == nil || !reflect.TypeOf(a).Comparable() {
+		// A store whose type cannot key a map (a struct value holding a
+		// map or a slice) has no line: its deltas go one by one.
 		return addOnce(ctx, &c, a, key, n, b)
 	}
 	return addBatched(ctx, &c, a, key, n, b)

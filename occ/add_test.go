@@ -226,3 +226,32 @@ func TestAddBatchCancelledWaiter(t *testing.T) {
 		t.Fatalf("k = %d after %d deltas of which %d were cancelled", got, 40, cancelled)
 	}
 }
+
+// mapStore is a cas.Adder whose type cannot key a map: a struct value
+// holding a map.
+type mapStore struct {
+	*memcas.Store
+	tags map[string]string
+}
+
+// TestAddUncomparableStore: occ.Add on a store value that cannot be a map
+// key works (one delta at a time) instead of panicking.
+func TestAddUncomparableStore(t *testing.T) {
+	s := mapStore{Store: memcas.New(), tags: map[string]string{}}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				if _, _, err := occ.Add(context.Background(), s, "k", 1, cas.Bounds{}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if v, _, err := occ.Add(context.Background(), s, "k", 0, cas.Bounds{}); err != nil || v != 100 {
+		t.Fatalf("k = %d, %v; want 100", v, err)
+	}
+}
