@@ -169,16 +169,25 @@ func (l Limits) GetMany(ctx context.Context, keys []string) error {
 	return nil
 }
 
-// Add validates an Adder.Add: the context is not nil or done and the key
-// is valid.
-func (l Limits) Add(ctx context.Context, key string) error {
+// Add validates an Adder.Add of n within b: the context is not nil or
+// done and the key is valid. It returns the range [lo, hi] of current
+// values the delta accepts (b.Before(n)), and a *BoundError when there is
+// none, so that a delta no value allows is refused before anything is
+// sent.
+func (l Limits) Add(ctx context.Context, key string, n int64, b Bounds) (lo, hi int64, err error) {
 	if ctx == nil {
-		return &KeyError{Op: "add", Key: key, Err: ErrNilContext}
+		return 0, 0, &KeyError{Op: "add", Key: key, Err: ErrNilContext}
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, 0, err
 	}
-	return l.CheckKey("add", key)
+	if err := l.CheckKey("add", key); err != nil {
+		return 0, 0, err
+	}
+	if lo, hi = b.Before(n); lo > hi {
+		return 0, 0, &BoundError{Key: key, Add: n, Bounds: b}
+	}
+	return lo, hi, nil
 }
 
 // Put validates a CompareAndSwap: the context is not nil or done, the key

@@ -35,12 +35,9 @@ import (
 // *cas.AmbiguousError and does not send it again, since a second send
 // could apply it twice.
 func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
-	if err := s.limits.Add(ctx, key); err != nil {
+	lo, hi, err := s.limits.Add(ctx, key, n, b)
+	if err != nil {
 		return 0, 0, err
-	}
-	lo, hi := b.Before(n)
-	if lo > hi {
-		return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b}
 	}
 	for {
 		v, ver, st, err := s.addInPlace(ctx, key, n, lo, hi)

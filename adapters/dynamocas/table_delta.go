@@ -36,8 +36,10 @@ import (
 // *cas.AmbiguousError (an application's item has no write id).
 func (t *Table[T]) Add(ctx context.Context, key Key, column string, n int64, b cas.Bounds) (T, error) {
 	var zero T
-	if ctx == nil {
-		return zero, &cas.KeyError{Op: "add", Key: keyString(key), Err: cas.ErrNilContext}
+	ks := keyString(key)
+	lo, hi, err := rowupdate.DeltaRange(ctx, ks, n, b)
+	if err != nil {
+		return zero, err
 	}
 	if err := t.deltaAttribute(column); err != nil {
 		return zero, err
@@ -45,11 +47,6 @@ func (t *Table[T]) Add(ctx context.Context, key Key, column string, n int64, b c
 	kav, err := t.keyAV("add", key)
 	if err != nil {
 		return zero, err
-	}
-	ks := keyString(key)
-	lo, hi := b.Before(n)
-	if lo > hi {
-		return zero, &cas.BoundError{Key: ks, Add: n, Bounds: b}
 	}
 	in := &dynamodb.UpdateItemInput{
 		TableName:           aws.String(t.cfg.Table),

@@ -167,7 +167,7 @@ func (s *Store) put(ctx context.Context, key string, expected cas.Version, token
 // Add implements cas.Adder: the key's shard is locked for the check and
 // the write, so concurrent deltas of one key never conflict.
 func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
-	if err := s.limits.Add(ctx, key); err != nil {
+	if _, _, err := s.limits.Add(ctx, key, n, b); err != nil {
 		return 0, 0, err
 	}
 	sh := s.shard(key)

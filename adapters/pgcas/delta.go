@@ -147,13 +147,13 @@ func (id deltaID) String() string { return writeID(id).String() }
 // answer comes does Add return a *cas.AmbiguousError naming the id. The
 // delta table (Config.DeltaTable) must exist: CreateTable makes it.
 func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
-	if err := s.limits.Add(ctx, key); err != nil {
+	lo, hi, err := s.limits.Add(ctx, key, n, b)
+	if err != nil {
 		return 0, 0, err
 	}
 	if s.delta.err != nil {
 		return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: s.delta.err}
 	}
-	lo, hi := b.Before(n)
 	create := lo <= 0 && 0 <= hi
 	start := time.Now()
 	id := newDeltaID(start)

@@ -99,13 +99,9 @@ var addScript = newScript(addSrc)
 // exclusive update holds the key, the delta waits for it, as plain writes
 // do.
 func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
-	if err := s.limits.Add(ctx, key); err != nil {
+	lo, hi, err := s.limits.Add(ctx, key, n, b)
+	if err != nil {
 		return 0, 0, err
-	}
-	lo, hi := b.Before(n)
-	if lo > hi {
-		// No current value is allowed: refused without a round trip.
-		return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b}
 	}
 	id := s.ids.Next()
 	keys := []string{s.dataKey(key), s.counter, s.deltaKey(id)}

@@ -169,16 +169,13 @@ ON CONFLICT (k) DO NOTHING RETURNING version, value`)
 // transaction, and the error is returned as it is. The delta table must
 // exist (not on SQLite): CreateTable makes it.
 func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
-	if err := s.limits.Add(ctx, key); err != nil {
+	lo, hi, err := s.limits.Add(ctx, key, n, b)
+	if err != nil {
 		return 0, 0, err
 	}
 	ds := s.deltas
 	if ds.err != nil {
 		return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: ds.err}
-	}
-	lo, hi := b.Before(n)
-	if lo > hi {
-		return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b}
 	}
 	start := time.Now()
 	id := writeid.Timed(start)

@@ -35,16 +35,13 @@ import (
 // has no write id).
 func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b cas.Bounds) (T, error) {
 	var zero T
-	if ctx == nil {
-		return zero, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: cas.ErrNilContext}
+	lo, hi, err := rowupdate.DeltaRange(ctx, fmt.Sprint(key), n, b)
+	if err != nil {
+		return zero, err
 	}
 	col, err := t.deltaColumn(column)
 	if err != nil {
 		return zero, err
-	}
-	lo, hi := b.Before(n)
-	if lo > hi {
-		return zero, &cas.BoundError{Key: fmt.Sprint(key), Add: n, Bounds: b}
 	}
 	c, k, v := t.cols[col].quoted, t.cols[t.key].quoted, t.cols[t.version].quoted
 	var (

@@ -259,6 +259,23 @@ func DeltaField(rt reflect.Type, index []int) error {
 	return fmt.Errorf("maps to a %v, not a signed integer", ft)
 }
 
+// DeltaRange validates a column delta (Table.Add) of n within b on the
+// row with key (as text): a context that is not nil or done. It returns
+// the range of current values the delta accepts, and a *cas.BoundError
+// when there is none, so that nothing is sent for it.
+func DeltaRange(ctx context.Context, key string, n int64, b cas.Bounds) (lo, hi int64, err error) {
+	if ctx == nil {
+		return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: cas.ErrNilContext}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	if lo, hi = b.Before(n); lo > hi {
+		return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b}
+	}
+	return lo, hi, nil
+}
+
 // DeltaRefused is the error of a column delta the database refused, from
 // the row as it is now: a *cas.BoundError with the column's current value
 // (without it when the value allows the delta: it changed since), or an
