@@ -104,15 +104,17 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		return 0, 0, err
 	}
 	id := s.ids.Next()
-	keys := []string{s.dataKey(key), s.counter, s.deltaKey(id)}
+	dk := s.dataKey(key)
+	keys := []string{dk, s.counterOf(dk), s.deltaKey(id, dk)}
 	args := []any{n, lo, hi, string(id[:]), s.keep, s.deltaTTL, "0"}
 	type result struct {
 		v   int64
 		ver cas.Version
 	}
 	send := func(ctx context.Context) (result, error) {
-		res, err := runOnce(ctx, s.cli, addScript, keys, args...)
-		if err != nil {
+		res, err := s.run(ctx, addScript, keys, args...)
+		rep := replication(err)
+		if err != nil && rep == nil {
 			return result{}, err
 		}
 		r, err := parseReply(res)
@@ -128,6 +130,10 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			v, err := strconv.ParseInt(r.field(1), 10, 64)
 			if err != nil {
 				return result{}, fmt.Errorf("rediscas: bad value %q in reply: %w", r.field(1), err)
+			}
+			if rep != nil {
+				// Applied, but a failover could still lose it.
+				return result{}, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: rep}
 			}
 			return result{v, cas.Version(ver)}, nil
 		case "bound":
@@ -152,6 +158,9 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		return result{}, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
 	}
 	out, err := ctxwait.WhileHeld(ctx, errHeld, func() (result, error) { return send(ctx) })
+	if errors.Is(err, cas.ErrAmbiguous) {
+		return 0, 0, err
+	}
 	if err == nil || !mayHaveApplied(err) || isAnswer(err) {
 		if err != nil && !isAnswer(err) {
 			return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: wrapErr(err)}
@@ -170,7 +179,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	wait := 10 * time.Millisecond
 	for {
 		out, rerr := ctxwait.WhileHeld(rctx, errHeld, func() (result, error) { return send(rctx) })
-		if rerr == nil || isAnswer(rerr) {
+		if rerr == nil || isAnswer(rerr) || errors.Is(rerr, cas.ErrAmbiguous) {
 			return out.v, out.ver, rerr
 		}
 		if !mayHaveApplied(rerr) && !Retryable(rerr) {
@@ -189,5 +198,12 @@ func isAnswer(err error) bool {
 	return errors.Is(err, cas.ErrBound) || errors.Is(err, cas.ErrNotInteger)
 }
 
-// deltaKey is the key of a delta's record.
-func (s *Store) deltaKey(id writeID) string { return s.deltas + string(id[:]) }
+// deltaKey is the key of a delta's record, in the slot of the data hash
+// dataKey when the store spreads its keys over a cluster's slots (the
+// slot's tag comes before the write id, whose raw bytes may hold braces).
+func (s *Store) deltaKey(id writeID, dataKey string) string {
+	if s.perSlot {
+		return s.deltas + slotTags()[hashSlot(dataKey)] + string(id[:])
+	}
+	return s.deltas + string(id[:])
+}

@@ -48,21 +48,51 @@
 //
 // # Redis Cluster
 //
-// The scripts touch a key's hash and the store's counter together (Commit:
-// every key of the commit), so all of a store's keys must be in one slot:
-// with a ClusterClient or a Ring, New requires a hash tag in the prefix
-// ("{orders}:"). A store is then one slot, on one shard; spread load with
-// several stores (prefixes). Reads go to primaries: do not route them to
-// replicas (ClusterOptions.ReadOnly), or Get may return stale versions.
+// New takes a *redis.ClusterClient (any redis.UniversalClient) in one of
+// two layouts:
+//
+//   - A prefix without a brace ("occkit:"): keys spread over the
+//     cluster's slots, each key's hash on the master of its slot. Every
+//     script runs on one node over keys of one slot, and declares each of
+//     them: a key's hash, the version counter of its slot
+//     (<prefix>version{<tag>}, one per slot in use, where <tag> is a short
+//     hash tag of that slot) and, for deltas, a record in the same slot.
+//     Versions of a key still strictly increase over its whole life: a key
+//     stays in its slot, and its slot's counter only grows. A commit (and
+//     an exclusive commit, and so occ.Txn) must keep to one slot: give the
+//     keys of one commit a common hash tag ("{order:7}:head",
+//     "{order:7}:line:1"). A commit over several slots is refused with a
+//     *CrossSlotError (errors.Is(err, ErrCrossSlot)) before anything is
+//     sent, never with the server's CROSSSLOT.
+//   - A prefix with a hash tag ("{orders}:"): every key of the store, and
+//     its one counter, in that tag's slot, on one master; any keys commit
+//     together. Spread load with several stores (prefixes).
+//
+// A prefix with a brace but no whole tag is refused. A *redis.Ring has no
+// slots: it needs a prefix with a hash tag. Reads go to masters: do not
+// route them to replicas (ClusterOptions.ReadOnly), or Get may return
+// stale versions (a stale version only makes the conditional write
+// conflict, but reads of the outcome of a lost answer must see the
+// master).
 //
 // # Durability
 //
 // The store is as durable as the server. Redis replicates asynchronously:
-// a failover can lose acknowledged writes, including increments of the
-// version counter, after which versions (and lock tokens) can be handed out
-// again. Run Redis with persistence (appendonly yes, appendfsync always for
-// the strictest setting) and without automatic failover, or accept that
-// risk, when versions must never repeat.
+// a failover can lose acknowledged writes, including increments of a
+// version counter, after which versions (and lock tokens) can be handed
+// out again. Config.WaitReplicas closes most of that gap: each write is
+// sent in one pipeline with a replicated no-op of its slot's counter and
+// WAIT, on the connection of the slot's master, and a write that fewer
+// replicas acknowledged within Config.WaitTimeout returns a
+// *cas.AmbiguousError holding a *ReplicationError (it applied on the
+// master; whether it survives a failover is not known). WAIT does not
+// make Redis strongly consistent (a replica that acknowledged may still
+// not be the one promoted), but with one replica per master and
+// WaitReplicas 1 a write reported done is on two servers. Otherwise run
+// Redis with persistence (appendonly yes, appendfsync always for the
+// strictest setting) and without automatic failover, or accept the risk,
+// when versions must never repeat. docs/redis.md has the failover
+// measurements.
 //
 // # Limits
 //

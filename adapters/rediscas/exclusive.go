@@ -144,6 +144,9 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("rediscas: %s: %w: no keys", op, cas.ErrInvalidCommit)
 	}
+	if err := s.checkSlots(op, keys); err != nil {
+		return nil, err
+	}
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])

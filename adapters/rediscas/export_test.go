@@ -12,3 +12,6 @@ func (s *Store) CounterKey() string { return s.counter }
 
 // LockKey returns the Redis key of key's lock: Prefix + "{" + key + "}".
 func (l *Locker) LockKey(key string) string { return l.lockKey(key) }
+
+// HashSlot returns the Redis Cluster hash slot of a Redis key.
+var HashSlot = hashSlot

@@ -2,6 +2,7 @@ package rediscas
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/occkit/occkit/cas"
@@ -19,6 +20,22 @@ type pending struct {
 	// script reply as the caller's result.
 	send   func(context.Context) (any, error)
 	answer func(reply) (cas.Version, error)
+}
+
+// interpret turns a script's answer res into the caller's result. When
+// the write waited for replicas and too few acknowledged (rerr is a
+// *ReplicationError), an applied write is ambiguous: a failover could
+// still lose it. A refusal stays a refusal: it wrote nothing.
+func (w pending) interpret(res any, rerr error) (cas.Version, error) {
+	r, err := parseReply(res)
+	if err != nil {
+		return 0, err
+	}
+	ver, err := w.answer(r)
+	if err == nil && rerr != nil {
+		return 0, &cas.AmbiguousError{Op: w.op, Key: w.key, WriteID: w.id.String(), Err: rerr}
+	}
+	return ver, err
 }
 
 // failedWrite turns the error of a write into the error the caller gets.
@@ -55,14 +72,13 @@ func (s *Store) failedWrite(ctx context.Context, w pending, err error) (cas.Vers
 		wait := 10 * time.Millisecond
 		for {
 			res, rerr := w.send(rctx)
-			if rerr == nil {
-				r, perr := parseReply(res)
-				if perr != nil {
+			if rerr == nil || replication(rerr) != nil {
+				if _, perr := parseReply(res); perr != nil {
 					return 0, amb
 				}
-				ver, aerr := w.answer(r)
-				if aerr == nil {
-					return ver, nil
+				ver, aerr := w.interpret(res, rerr)
+				if aerr == nil || errors.Is(aerr, cas.ErrAmbiguous) {
+					return ver, aerr
 				}
 				refused = aerr
 				break
@@ -82,6 +98,11 @@ func (s *Store) failedWrite(ctx context.Context, w pending, err error) (cas.Vers
 	}
 	switch ver, out := st.decide(w); out {
 	case applied:
+		if s.waitReplicas > 0 {
+			// Read from whichever server served the key: nothing says
+			// its replicas have the write.
+			return 0, amb
+		}
 		return ver, nil
 	case notApplied:
 		if refused != nil {

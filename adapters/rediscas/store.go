@@ -68,6 +68,18 @@ type Config struct {
 	// at most, by the server's clock: a holder that stops answering loses
 	// it then. Zero means DefaultExclusiveTTL.
 	ExclusiveTTL time.Duration
+	// WaitReplicas, when above zero, makes every write wait until that
+	// many replicas have acknowledged it (Redis's WAIT, sent with the
+	// write on the same connection), at most WaitTimeout (default
+	// DefaultWaitTimeout). A write applied on the master but acknowledged
+	// by fewer replicas returns a *cas.AmbiguousError holding a
+	// *ReplicationError: a failover could still lose it. Redis replicates
+	// asynchronously, so without it a failover can lose writes the
+	// store reported as done (see the package documentation). It costs
+	// the replicas' round trip on every write.
+	WaitReplicas int
+	// WaitTimeout bounds WaitReplicas's wait (default DefaultWaitTimeout).
+	WaitTimeout time.Duration
 	// DeltaRetention is how long the record of an applied delta (Add) is
 	// kept, under the prefix: a delta sent again after a lost answer within
 	// it reports its first outcome instead of applying twice. Zero means
@@ -90,6 +102,10 @@ type Store struct {
 	exclusiveTTL time.Duration
 	deltas       string // prefix of delta records
 	deltaTTL     string // their TTL in milliseconds
+
+	perSlot      bool // a cluster with keys spread over slots: a counter per slot
+	waitReplicas int  // Config.WaitReplicas
+	waitTimeout  time.Duration
 }
 
 var (
@@ -133,8 +149,25 @@ func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
 	case cfg.History < 1 || cfg.History > MaxHistory:
 		return nil, fmt.Errorf("rediscas: History %d is outside [1, %d]", cfg.History, MaxHistory)
 	}
-	if sharded(cli) && !hasHashTag(cfg.Prefix) {
-		return nil, fmt.Errorf("rediscas: %T spreads keys over slots: Config.Prefix %q needs a hash tag, such as \"{occkit}:\", so that a store's keys and its version counter share one slot", cli, cfg.Prefix)
+	perSlot := false
+	switch cli.(type) {
+	case *redis.Ring:
+		// A Ring places keys by their hash on independent servers: a
+		// script over keys of several servers would not be atomic.
+		if !hasHashTag(cfg.Prefix) {
+			return nil, fmt.Errorf("rediscas: %T spreads keys over servers: Config.Prefix %q needs a hash tag, such as \"{occkit}:\", so that a store's keys and its version counter live on one server", cli, cfg.Prefix)
+		}
+	case *redis.ClusterClient:
+		perSlot = !hasHashTag(cfg.Prefix)
+		if perSlot && strings.ContainsAny(cfg.Prefix, "{}") {
+			return nil, fmt.Errorf("rediscas: Config.Prefix %q has a brace but no hash tag: on a Redis Cluster a prefix either has a whole hash tag (\"{orders}:\", every key in one slot) or no brace at all (keys spread over slots)", cfg.Prefix)
+		}
+	}
+	if cfg.WaitReplicas < 0 || cfg.WaitTimeout < 0 {
+		return nil, fmt.Errorf("rediscas: negative WaitReplicas %d or WaitTimeout %v", cfg.WaitReplicas, cfg.WaitTimeout)
+	}
+	if _, ring := cli.(*redis.Ring); ring && cfg.WaitReplicas > 0 {
+		return nil, fmt.Errorf("rediscas: WaitReplicas needs a client of one server or of a Redis Cluster, not a %T", cli)
 	}
 	return &Store{
 		cli:     cli,
@@ -154,21 +187,15 @@ func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
 		exclusiveTTL: cmp.Or(cfg.ExclusiveTTL, DefaultExclusiveTTL),
 		deltas:       cfg.Prefix + "a:",
 		deltaTTL:     strconv.FormatInt(max(cmp.Or(cfg.DeltaRetention, DefaultDeltaRetention), 2*cfg.ResolveTimeout).Milliseconds(), 10),
+		perSlot:      perSlot,
+		waitReplicas: cfg.WaitReplicas,
+		waitTimeout:  cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout),
 	}, nil
 }
 
 // hardLimits are Redis's: no bulk string over 512 MiB, commits within
 // the client query buffer.
 var hardLimits = cas.Limits{MaxKeyBytes: MaxValueLimit, MaxValueBytes: MaxValueLimit, MaxCommitBytes: MaxCommitBytes}
-
-// sharded reports whether cli spreads keys over several servers by slot.
-func sharded(cli redis.UniversalClient) bool {
-	switch cli.(type) {
-	case *redis.ClusterClient, *redis.Ring:
-		return true
-	}
-	return false
-}
 
 // hasHashTag reports whether s contains a Redis Cluster hash tag: a "{"
 // followed, later, by a "}" with at least one byte between them.
@@ -275,9 +302,10 @@ func (s *Store) CompareAndSwapFenced(ctx context.Context, key string, expected c
 // writes, or "".
 func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence string, token uint64, value []byte, holder string) (cas.Version, error) {
 	w := pending{op: "compare-and-swap", key: key, expected: expected, id: s.ids.Next()}
-	keys := []string{s.dataKey(key), s.counter}
+	dk := s.dataKey(key)
+	keys := []string{dk, s.counterOf(dk)}
 	args := []any{formatVersion(expected), value, historyEntry(w.id, uint64(expected)), fence, s.keep, holder}
-	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, putScript, keys, args...) }
+	w.send = func(ctx context.Context) (any, error) { return s.run(ctx, putScript, keys, args...) }
 	w.answer = func(r reply) (cas.Version, error) {
 		switch r.status {
 		case "ok":
@@ -302,14 +330,10 @@ func (s *Store) put(ctx context.Context, key string, expected cas.Version, fence
 // write sends w and interprets its answer, resolving a lost one.
 func (s *Store) write(ctx context.Context, w pending) (cas.Version, error) {
 	res, err := w.send(ctx)
-	if err != nil {
+	if err != nil && replication(err) == nil {
 		return s.failedWrite(ctx, w, err)
 	}
-	r, err := parseReply(res)
-	if err != nil {
-		return 0, err
-	}
-	return w.answer(r)
+	return w.interpret(res, err)
 }
 
 func formatVersion(v cas.Version) string { return strconv.FormatUint(uint64(v), 10) }
@@ -338,7 +362,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 	w := pending{op: "compare-and-delete", key: key, expected: expected, del: true, id: s.ids.Next()}
 	keys := []string{s.dataKey(key)}
 	args := []any{formatVersion(expected), historyEntry(w.id, uint64(expected)), s.ttlMs, s.keep}
-	w.send = func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, deleteScript, keys, args...) }
+	w.send = func(ctx context.Context) (any, error) { return s.run(ctx, deleteScript, keys, args...) }
 	w.answer = func(r reply) (cas.Version, error) {
 		switch r.status {
 		case "ok":
@@ -356,8 +380,10 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 
 // Commit implements cas.Committer with one script over the version counter
 // and every key of ops: it checks every version, then writes, so either
-// every operation applies or none does. All keys of a store share its
-// prefix, so on a Redis Cluster they share the prefix's hash tag and slot.
+// every operation applies or none does. On a Redis Cluster whose store
+// spreads keys over slots (a prefix without a hash tag), the keys of one
+// commit must share a slot: a commit over several slots is refused with
+// a *CrossSlotError (ErrCrossSlot) before anything is sent.
 func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
 	return s.commit(ctx, ops, "")
 }
@@ -369,9 +395,22 @@ func (s *Store) commit(ctx context.Context, ops []cas.Op, token string) ([]cas.V
 	if err := s.limits.Commit(ctx, ops); err != nil {
 		return nil, err
 	}
+	if s.perSlot {
+		op := "commit"
+		if token != "" {
+			op = "exclusive commit"
+		}
+		keys := make([]string, len(ops))
+		for i, o := range ops {
+			keys[i] = o.Key
+		}
+		if err := s.checkSlots(op, keys); err != nil {
+			return nil, err
+		}
+	}
 	id := s.ids.Next()
 	keys := make([]string, 0, 1+len(ops))
-	keys = append(keys, s.counter)
+	keys = append(keys, s.counterOf(s.dataKey(ops[0].Key)))
 	args := make([]any, 0, 5+4*len(ops))
 	marker, firstDelete := 0, 0
 	args = append(args, string(id[:]), s.ttlMs, "", s.keep, token)
@@ -402,7 +441,7 @@ func (s *Store) commit(ctx context.Context, ops []cas.Op, token string) ([]cas.V
 		marker = firstDelete
 	}
 	args[2] = strconv.Itoa(marker)
-	send := func(ctx context.Context) (any, error) { return runOnce(ctx, s.cli, commitScript, keys, args...) }
+	send := func(ctx context.Context) (any, error) { return s.run(ctx, commitScript, keys, args...) }
 	answer := func(r reply) (cas.Version, error) {
 		switch r.status {
 		case "ok":
@@ -419,8 +458,8 @@ func (s *Store) commit(ctx context.Context, ops []cas.Op, token string) ([]cas.V
 	}
 	if marker == 0 {
 		// Only checks: nothing is written, so an answer lost is an error,
-		// never an ambiguous outcome.
-		res, err := send(ctx)
+		// never an ambiguous outcome, and nothing waits for replicas.
+		res, err := runOnce(ctx, s.cli, commitScript, keys, args...)
 		if err != nil {
 			return nil, &cas.KeyError{Op: "commit", Key: ops[0].Key, Err: wrapErr(err)}
 		}

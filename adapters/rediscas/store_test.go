@@ -184,11 +184,24 @@ func TestNewConfig(t *testing.T) {
 
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cc.Close()
-	if _, err := rediscas.New(cc, rediscas.Config{Prefix: "orders:"}); err == nil {
-		t.Error("a cluster store without a hash tag in its prefix was accepted")
+	if _, err := rediscas.New(cc, rediscas.Config{Prefix: "orders{:"}); err == nil {
+		t.Error("a cluster store with a brace but no hash tag in its prefix was accepted")
 	}
-	if _, err := rediscas.New(cc, rediscas.Config{Prefix: "{orders}:"}); err != nil {
-		t.Errorf("a cluster store with a hash tag: %v", err)
+	for _, p := range []string{"orders:", "{orders}:"} {
+		if _, err := rediscas.New(cc, rediscas.Config{Prefix: p}); err != nil {
+			t.Errorf("a cluster store with prefix %q: %v", p, err)
+		}
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	if _, err := rediscas.New(ring, rediscas.Config{Prefix: "orders:"}); err == nil {
+		t.Error("a Ring store without a hash tag in its prefix was accepted")
+	}
+	if _, err := rediscas.New(ring, rediscas.Config{Prefix: "{orders}:", WaitReplicas: 1}); err == nil {
+		t.Error("a Ring store waiting for replicas was accepted")
+	}
+	if _, err := rediscas.New(cli, rediscas.Config{WaitReplicas: -1}); err == nil {
+		t.Error("negative WaitReplicas accepted")
 	}
 }
 

@@ -71,11 +71,16 @@ func Client(t testing.TB, configure ...func(*redis.Options)) *redis.Client {
 // ends.
 func Prefix(t testing.TB) string {
 	t.Helper()
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	p := "occkit-test:" + hex.EncodeToString(b[:]) + ":"
+	p := newPrefix()
 	t.Cleanup(func() { DeleteKeys(t, p) })
 	return p
+}
+
+// newPrefix returns "occkit-test:<random>:".
+func newPrefix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "occkit-test:" + hex.EncodeToString(b[:]) + ":"
 }
 
 // DeleteKeys deletes every key that starts with prefix (which must not
