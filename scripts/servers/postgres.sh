@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # PostgreSQL for the tests of adapters/pgcas (and anything else that reads
-# OCCKIT_PG_URL).
+# OCCKIT_PG_URL), and its streaming replica (OCCKIT_PG_REPLICA_URL).
 #
 # Sourced by scripts/test.sh: installs PostgreSQL 15 if it is missing,
 # starts a throwaway server (its own initdb, 127.0.0.1 only, a free port,
 # fsync off, unix socket inside its directory) under $OCCKIT_RUN_DIR, exports
 # OCCKIT_PG_URL and appends its stop command to the array `cleanups`. When
-# OCCKIT_PG_URL is already set, that server is used and nothing is started.
+# OCCKIT_PG_URL is already set, that server is used and nothing is started
+# (set OCCKIT_PG_REPLICA_URL too, for the tests that read from a replica).
 #
-# Run on its own (`bash scripts/servers/postgres.sh`), it starts the same
-# server, leaves it running and prints the two lines to use it:
+# The replica is a hot standby of that server: pg_basebackup -R through a
+# replication slot, as the role occkit_replicator (pg_hba.conf lets it
+# stream from 127.0.0.1), asynchronous streaming, a free port of its own,
+# exported as OCCKIT_PG_REPLICA_URL. The script returns once the replica
+# streams and has replayed a record the primary wrote after it started.
+# It is started when OCCKIT_PG_REPLICA=1: the default when the script is
+# sourced (make test; it adds about two seconds), not when it is run on
+# its own (the lab's PostgreSQL runs alone) unless asked with --replica.
+# One stop command stops both.
+#
+# Run on its own (`bash scripts/servers/postgres.sh [--replica]`), it
+# starts the same server(s), leaves them running and prints the lines to
+# use them:
 #   export OCCKIT_PG_URL=postgres://...
-#   stop: <command that stops it and removes its directory>
-# and a third, for fault-injection runs (benchmarks/cmd/occfaults):
-#   restart: <command that restarts it on the same port and data, after
-#            $OCCKIT_RESTART_DOWN seconds down (default 1)>
+#   export OCCKIT_PG_REPLICA_URL=postgres://...    (with --replica)
+#   stop: <command that stops them and removes their directories>
+# and one more, for fault-injection runs (benchmarks/cmd/occfaults):
+#   restart: <command that restarts the primary on the same port and data,
+#            after $OCCKIT_RESTART_DOWN seconds down (default 1); a
+#            replica reconnects by itself>
 
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -26,6 +40,8 @@ occkit_pg_main() {
     echo "postgres: using OCCKIT_PG_URL from the environment; starting nothing" >&2
     return 0
   fi
+  # A replica URL left in the environment would name another server's.
+  unset OCCKIT_PG_REPLICA_URL
 
   if [ ! -x "$pgbin/postgres" ]; then
     occkit_pg_install || return 1
@@ -48,6 +64,8 @@ occkit_pg_main() {
   chmod 0755 "$dir"
   mkdir -p "$dir/sock"
   chown -R postgres:postgres "$dir"
+
+  local replica="${OCCKIT_PG_REPLICA:-1}"
 
   local as_pg=()
   if [ "$(id -u)" -eq 0 ]; then
@@ -72,7 +90,21 @@ synchronous_commit = off
 full_page_writes = off
 max_connections = 200
 shared_buffers = 128MB
+# A streaming replica may follow it (PostgreSQL 15's defaults, stated).
+wal_level = replica
+max_wal_senders = 4
+max_replication_slots = 4
 EOF
+  if [ "$replica" = 1 ]; then
+    # With synchronous_commit off, a commit's WAL reaches the replica once
+    # the WAL writer has written it, after up to wal_writer_delay (200 ms
+    # by default): 10 ms keeps the replica's lag near what a primary
+    # with synchronous_commit on would give it.
+    echo "wal_writer_delay = 10ms" >>"$dir/data/postgresql.conf"
+  fi
+  # The replica's role may stream from 127.0.0.1 (the first matching line
+  # wins: this one, whatever initdb wrote below it).
+  sed -i "1i host replication $OCCKIT_PG_REPLICATOR 127.0.0.1/32 trust" "$dir/data/pg_hba.conf"
 
   # A free port: ask the kernel for one, then start on it; if another
   # process takes it in between, start again on a new one.
@@ -94,6 +126,16 @@ EOF
 
   local stop
   stop="$(printf '%q ' "${as_pg[@]}" "$pgbin/pg_ctl" -D "$dir/data" -m immediate -w stop)>/dev/null 2>&1; rm -rf $(printf '%q' "$remove")"
+  if [ "$replica" = 1 ]; then
+    local rdir
+    rdir="$(mktemp -d "$run_dir/postgres-replica.XXXXXX")"
+    # The replica stops first (it would keep calling a stopped primary).
+    stop="$(printf '%q ' "${as_pg[@]}" "$pgbin/pg_ctl" -D "$rdir/data" -m immediate -w stop)>/dev/null 2>&1; rm -rf $(printf '%q' "$rdir"); $stop"
+    if ! occkit_pg_replica "$dir" "$port" "$rdir"; then
+      eval "$stop" || true
+      return 1
+    fi
+  fi
   # The restart command (for fault runs): a clean stop (sessions are
   # terminated; everything committed is kept), $OCCKIT_RESTART_DOWN seconds
   # down (default 1), then a start on the same port with the same data.
@@ -105,6 +147,103 @@ EOF
   OCCKIT_PG_STOP="$stop"
   OCCKIT_PG_RESTART="$restart"
   echo "postgres: PostgreSQL 15 on 127.0.0.1:$port (data in $dir)" >&2
+}
+
+# The role the replica streams as.
+OCCKIT_PG_REPLICATOR=occkit_replicator
+
+# occkit_pg_replica PRIMARY_DIR PRIMARY_PORT REPLICA_DIR starts a hot
+# standby of the primary in REPLICA_DIR (which the caller's stop command
+# stops and removes), exports OCCKIT_PG_REPLICA_URL, and returns once the
+# replica streams and has replayed a record the primary wrote after it
+# started.
+occkit_pg_replica() {
+  local pdir=$1 pport=$2 rdir=$3 pgbin=/usr/lib/postgresql/15/bin
+  local as_pg=()
+  if [ "$(id -u)" -eq 0 ]; then
+    as_pg=(runuser -u postgres --)
+  elif [ "$(id -un)" != postgres ]; then
+    as_pg=(sudo -u postgres --)
+  fi
+  # psql on a unix socket (-h DIR -p PORT follow), one bare value out.
+  local psql=("${as_pg[@]}" "$pgbin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -U postgres -d postgres)
+
+  chmod 0755 "$rdir"
+  chown postgres:postgres "$rdir"
+  "${as_pg[@]}" mkdir -p "$rdir/sock"
+
+  "${psql[@]}" -h "$pdir/sock" -p "$pport" \
+    -c "CREATE ROLE $OCCKIT_PG_REPLICATOR WITH REPLICATION LOGIN" >"$rdir/setup.log" 2>&1 || {
+    echo "postgres: creating the replication role failed:" >&2
+    cat "$rdir/setup.log" >&2
+    return 1
+  }
+  # -R writes standby.signal and primary_conninfo; -C -S makes the slot
+  # that keeps the primary's WAL until the replica has it; -X stream
+  # copies the WAL written during the copy; -N: no fsync (throwaway).
+  "${as_pg[@]}" "$pgbin/pg_basebackup" -h 127.0.0.1 -p "$pport" -U "$OCCKIT_PG_REPLICATOR" \
+    -D "$rdir/data" -R -C -S occkit_replica -X stream -c fast -N >>"$rdir/setup.log" 2>&1 || {
+    echo "postgres: pg_basebackup for the replica failed:" >&2
+    cat "$rdir/setup.log" >&2
+    return 1
+  }
+  # The copied postgresql.conf is the primary's; later lines win.
+  cat >>"$rdir/data/postgresql.conf" <<EOF
+
+# occkit test replica: a hot standby of the server above, streaming.
+unix_socket_directories = '$rdir/sock'
+shared_buffers = 32MB
+hot_standby = on
+# The primary's vacuum keeps the rows the replica's reads still see,
+# instead of the replica cancelling those reads.
+hot_standby_feedback = on
+cluster_name = 'occkit_replica'
+wal_receiver_status_interval = 1s
+wal_retrieve_retry_interval = 1s
+EOF
+
+  local port="" attempt
+  for attempt in 1 2 3 4 5; do
+    port="$(occkit_free_port)"
+    if "${as_pg[@]}" "$pgbin/pg_ctl" -D "$rdir/data" -l "$rdir/server.log" -w -t 60 \
+      -o "-p $port" start >/dev/null 2>&1; then
+      break
+    fi
+    echo "postgres: replica start on port $port failed (attempt $attempt), retrying" >&2
+    port=""
+  done
+  if [ -z "$port" ]; then
+    echo "postgres: could not start the replica; its log:" >&2
+    cat "$rdir/server.log" >&2 || true
+    return 1
+  fi
+
+  # A record written now (a WAL message: no table, nothing to drop); the
+  # replica has caught up once it has replayed up to its end.
+  local lsn
+  lsn="$("${psql[@]}" -h "$pdir/sock" -p "$pport" -c "SELECT pg_logical_emit_message(false, 'occkit', 'replica probe')")" || {
+    echo "postgres: writing the replica's probe record failed" >&2
+    return 1
+  }
+  local i streaming="" replayed=""
+  for ((i = 0; i < 300; i++)); do
+    streaming="$("${psql[@]}" -h "$pdir/sock" -p "$pport" \
+      -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'occkit_replica' AND state = 'streaming'" 2>/dev/null || true)"
+    replayed="$("${psql[@]}" -h "$rdir/sock" -p "$port" \
+      -c "SELECT pg_is_in_recovery() AND pg_last_wal_replay_lsn() >= '$lsn'::pg_lsn" 2>/dev/null || true)"
+    if [ "$streaming" = 1 ] && [ "$replayed" = t ]; then
+      break
+    fi
+    sleep 0.1
+  done
+  if [ "$streaming" != 1 ] || [ "$replayed" != t ]; then
+    echo "postgres: the replica did not catch up in 30 s (streaming: '$streaming', replayed: '$replayed'); its log:" >&2
+    tail -n 30 "$rdir/server.log" >&2 || true
+    return 1
+  fi
+  OCCKIT_PG_REPLICA_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+  export OCCKIT_PG_REPLICA_URL
+  echo "postgres: streaming replica on 127.0.0.1:$port (data in $rdir)" >&2
 }
 
 # occkit_pg_install installs Debian's postgresql-15 without starting the
@@ -123,9 +262,21 @@ occkit_pg_install() {
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   # Run on its own: start, print how to use and stop it, leave it running.
   set -euo pipefail
-  unset OCCKIT_PG_URL
+  unset OCCKIT_PG_URL OCCKIT_PG_REPLICA_URL
+  OCCKIT_PG_REPLICA="${OCCKIT_PG_REPLICA:-0}"
+  case "${1:-}" in
+  "") ;;
+  --replica) OCCKIT_PG_REPLICA=1 ;;
+  *)
+    echo "usage: bash $0 [--replica]" >&2
+    exit 2
+    ;;
+  esac
   occkit_pg_main
   echo "export OCCKIT_PG_URL='$OCCKIT_PG_URL'"
+  if [ -n "${OCCKIT_PG_REPLICA_URL:-}" ]; then
+    echo "export OCCKIT_PG_REPLICA_URL='$OCCKIT_PG_REPLICA_URL'"
+  fi
   echo "stop: $OCCKIT_PG_STOP"
   echo "restart: $OCCKIT_PG_RESTART"
 else
