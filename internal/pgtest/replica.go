@@ -1,0 +1,145 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// EnvReplicaURL is the environment variable holding the URL of a hot
+// standby streaming from the server of EnvURL (make test starts one; see
+// scripts/servers/postgres.sh).
+const EnvReplicaURL = "OCCKIT_PG_REPLICA_URL"
+
+// ReplicaURL returns the replica's URL from OCCKIT_PG_REPLICA_URL, or fails
+// the test: a test that reads from a replica never passes without one.
+func ReplicaURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(EnvReplicaURL)
+	if u == "" {
+		t.Fatalf("%s is not set: this test needs a streaming replica of the server of %s. Run `make test` "+
+			"(it starts both), or start both with `bash scripts/servers/postgres.sh --replica` and "+
+			"export the %s and %s it prints", EnvReplicaURL, EnvURL, EnvURL, EnvReplicaURL)
+	}
+	return u
+}
+
+// ReplicaPool returns a pool on the replica whose connections work in the
+// schema of primary, a pool made by Pool or Open from Config (the
+// schema's first entry in its search_path), after letting each configure
+// function adjust its configuration. The schema and the tables in it
+// appear on the replica once it has replayed their creation: call
+// CatchUp after creating them. The pool is closed when the test ends.
+func ReplicaPool(t testing.TB, primary *pgxpool.Pool, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(ReplicaURL(t))
+	if err != nil {
+		t.Fatalf("pgtest: parse %s: %v", EnvReplicaURL, err)
+	}
+	if sp, ok := primary.Config().ConnConfig.RuntimeParams["search_path"]; ok {
+		cfg.ConnConfig.RuntimeParams["search_path"] = sp
+	}
+	for _, f := range configure {
+		f(cfg)
+	}
+	pool := Open(t, cfg)
+	var standby bool
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
+		t.Fatalf("pgtest: %s: %v", EnvReplicaURL, err)
+	}
+	if !standby {
+		t.Fatalf("pgtest: %s names a server that is not a standby (pg_is_in_recovery() is false)", EnvReplicaURL)
+	}
+	return pool
+}
+
+// CatchUp waits until the replica has replayed everything the primary had
+// written when it was called, and fails the test if that takes longer
+// than a minute (replay paused with PauseReplay, say).
+func CatchUp(t testing.TB, primary, replica *pgxpool.Pool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := WaitReplayed(ctx, primary, replica); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+}
+
+// WaitReplayed waits until the replica has replayed everything the primary
+// had written when it was called, or ctx ends. It writes one WAL record on
+// the primary (a logical message: no table, nothing to clean up) and waits
+// for the replica to replay past its end.
+func WaitReplayed(ctx context.Context, primary, replica *pgxpool.Pool) error {
+	var lsn string
+	if err := primary.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'occkit', 'pgtest catch-up')::text`).Scan(&lsn); err != nil {
+		return fmt.Errorf("write the catch-up record on the primary: %w", err)
+	}
+	for {
+		var done bool
+		err := replica.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&done)
+		switch {
+		case err != nil:
+			return fmt.Errorf("the replica's replay position: %w", err)
+		case done:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the replica has not replayed up to %s: %w", lsn, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// PauseReplay pauses the replica's replay of the primary's WAL
+// (pg_wal_replay_pause): it keeps receiving WAL but its reads see the
+// state at the pause until ResumeReplay. It returns when the pause has
+// taken effect. The replay is resumed when the test ends, whatever
+// happens: one replica serves every test.
+func PauseReplay(t testing.TB, replica *pgxpool.Pool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.Cleanup(func() { ResumeReplay(t, replica) })
+	if _, err := replica.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
+		t.Fatalf("pgtest: pause the replica's replay: %v", err)
+	}
+	for {
+		var state string
+		if err := replica.QueryRow(ctx, `SELECT pg_get_wal_replay_pause_state()`).Scan(&state); err != nil {
+			t.Fatalf("pgtest: the replica's replay state: %v", err)
+		}
+		if state == "paused" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pgtest: the replica's replay did not pause: state %q", state)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// ResumeReplay resumes the replica's replay (pg_wal_replay_resume). It
+// runs on a connection of its own, so that it works while the test's
+// pool is closing or exhausted.
+func ResumeReplay(t testing.TB, replica *pgxpool.Pool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, replica.Config().ConnConfig.Copy())
+	if err == nil {
+		defer conn.Close(context.WithoutCancel(ctx))
+		_, err = conn.Exec(ctx, `SELECT pg_wal_replay_resume()`)
+	}
+	if err != nil {
+		t.Errorf("pgtest: resume the replica's replay: %v", err)
+	}
+}
