@@ -129,6 +129,42 @@
 // UpdateFenced or Delete is always a *cas.AmbiguousError, with an empty
 // WriteID.
 //
+// # Reads from a replica
+//
+// [Config].ReadPool (and [TableConfig].ReadPool) sends the reads of the
+// optimistic loop to a streaming replica, a hot standby, to take them off
+// the primary: Get and GetMany (occ.Update's read, occ.Txn's reads), and
+// a Table's Get and the reads of Modify and ModifyMany. Everything else
+// goes to the primary: every write, the current row a conflict carries
+// (read by the write statement itself), the read that resolves a lost
+// reply, commits, deltas, exclusive updates and everything inside a
+// transaction.
+//
+//	primary, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	replica, _ := pgxpool.New(ctx, os.Getenv("REPLICA_URL"))
+//	store, _ := pgcas.New(primary, pgcas.Config{ReadPool: replica})
+//
+// This is safe because every write is conditional on the version its read
+// returned, and that condition is checked on the primary. A replica that
+// lags returns an older row, with the version it had then: the write
+// expecting that version finds another one on the primary and fails with
+// a *cas.ConflictError carrying the primary's current row, from which
+// occ.Update tries again at once, without reading the replica again.
+// Versions are drawn from the primary's sequence and never reused, so a
+// stale version can never match a newer row (no ABA). Nothing is lost and
+// nothing is applied twice: replica lag costs conflicts, and so retries and
+// round trips, never correctness. Conflicts rise with the lag and with
+// how often a key is written; a key written a few times a second by
+// several processes gains little from a replica that lags by a second.
+//
+// A caller that reads from a replica may not see its own writes (a Get
+// just after a CompareAndSwap may return the older row) and may see a key
+// as absent that exists on the primary. A replica cancels a read that
+// conflicts with the replay of the primary's changes (SQLSTATE 40001,
+// "conflict with recovery"; hot_standby_feedback avoids most): [Retryable]
+// accepts it, like any failed read. A table or schema exists on a replica
+// only once the replica has replayed its creation.
+//
 // # Limits
 //
 // Keys and values are checked by [cas.Limits] before anything is sent:

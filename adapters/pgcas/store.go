@@ -53,6 +53,17 @@ type Config struct {
 	// sent again after a lost reply within it is refused as a duplicate.
 	// Zero means DefaultDeltaRetention; it is never below 40 seconds.
 	DeltaRetention time.Duration
+	// ReadPool, if set, is where Get and GetMany read: a pool on a
+	// streaming replica of the pool's server (a hot standby), with the
+	// same table on its search_path. Everything else goes to New's pool,
+	// the primary: every write, the read that resolves a lost reply, the
+	// current row a conflict carries, commits, deltas and exclusive
+	// updates. A replica's state may lag the primary's: a version read
+	// there that is no longer current only makes the conditional write
+	// that follows it conflict, and that conflict carries the primary's
+	// current row (see "Reads from a replica" in the package
+	// documentation). Nil means New's pool.
+	ReadPool *pgxpool.Pool
 }
 
 // Store is a cas.Store on a PostgreSQL table. It implements cas.Store,
@@ -61,6 +72,7 @@ type Config struct {
 // borrows one from the pool for each call.
 type Store struct {
 	pool   *pgxpool.Pool
+	read   *pgxpool.Pool // Get and GetMany: Config.ReadPool, or pool
 	limits cas.Limits
 	table  string // quoted, schema-qualified when Config.Schema is set
 	name   string // the configuration's table name, for messages
@@ -116,7 +128,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if name == "" {
 		name = DefaultTable
 	}
-	s := &Store{pool: pool, limits: cfg.Limits.WithDefaults(), table: table, name: name, exclusiveTimeout: cfg.ExclusiveTimeout}
+	s := &Store{pool: pool, read: pool, limits: cfg.Limits.WithDefaults(), table: table, name: name, exclusiveTimeout: cfg.ExclusiveTimeout}
+	if cfg.ReadPool != nil {
+		s.read = cfg.ReadPool
+	}
 	if s.exclusiveTimeout <= 0 {
 		s.exclusiveTimeout = DefaultExclusiveTimeout
 	}
@@ -174,8 +189,17 @@ func (s *Store) Limits() cas.Limits { return s.limits }
 // String returns "pgcas:" and the table's quoted name.
 func (s *Store) String() string { return "pgcas:" + s.table }
 
-// Pool returns the pool the store uses.
+// Pool returns the pool the store writes through (New's).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// ReadPool returns Config.ReadPool, the pool Get and GetMany read from,
+// or nil when they read from Pool.
+func (s *Store) ReadPool() *pgxpool.Pool {
+	if s.read == s.pool {
+		return nil
+	}
+	return s.read
+}
 
 // DDL returns the statements CreateTable runs, for a migration tool.
 func (s *Store) DDL() string {
@@ -340,7 +364,8 @@ func checkToken(key string, token uint64) error {
 	return nil
 }
 
-// Get implements cas.Store. It is one SELECT.
+// Get implements cas.Store. It is one SELECT, on Config.ReadPool when
+// set.
 func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
 		return cas.Item{}, err
@@ -349,7 +374,7 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 		value   []byte
 		version int64
 	)
-	err := s.pool.QueryRow(ctx, s.sqlGet, key).Scan(&value, &version)
+	err := s.read.QueryRow(ctx, s.sqlGet, key).Scan(&value, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
 	}
@@ -363,7 +388,7 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 }
 
 // GetMany implements cas.BatchGetter with one SELECT ... WHERE key =
-// ANY($1): one round trip, one snapshot.
+// ANY($1): one round trip, one snapshot, on Config.ReadPool when set.
 func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
 	if err := s.limits.GetMany(ctx, keys); err != nil {
 		return nil, err
@@ -377,7 +402,7 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 		out[i] = cas.Item{Key: k}
 		at[k] = i
 	}
-	rows, err := s.pool.Query(ctx, s.sqlGetMany, keys)
+	rows, err := s.read.Query(ctx, s.sqlGetMany, keys)
 	if err != nil {
 		return nil, readError("get-many", keys[0], err)
 	}

@@ -39,6 +39,17 @@ type TableConfig struct {
 	// "<Table>_<VersionColumn>_seq", the name a bigserial version column
 	// gets. It must exist and must not CYCLE.
 	VersionSequence string
+	// ReadPool, if set, is where Get and the reads of Modify and
+	// ModifyMany go: a pool on a streaming replica of the pool's server
+	// (a hot standby), with the table on its search_path. Every write,
+	// the current row a conflict carries, the exclusive update's locking
+	// read and everything in a transaction go to NewTable's pool, the
+	// primary. A version read on a replica that lags only makes the write
+	// that follows it conflict; the retry starts from the current row the
+	// conflict carried, read on the primary (see "Reads from a replica"
+	// in the package documentation). Versions are drawn from the
+	// primary's sequence. Nil means NewTable's pool.
+	ReadPool *pgxpool.Pool
 }
 
 // Table is a repository over a table of the application's own whose rows
@@ -87,7 +98,8 @@ type Table[T any] struct {
 
 	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
 
-	q    querier      // where reads and writes run: pool, or an exclusive update's connection
+	q    querier      // where writes run: pool, or an exclusive update's connection, or a transaction
+	rq   querier      // where Get and getMany read: TableConfig.ReadPool or q (always q inside a transaction)
 	keys *keyIndexSet // the key's unique indexes, shared by copies of the Table
 }
 
@@ -114,7 +126,10 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	if rt.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("pgcas: NewTable: %v is not a struct", rt)
 	}
-	t := &Table[T]{pool: pool, q: pool, keys: &keyIndexSet{}, name: name, key: -1, version: -1, fence: -1}
+	t := &Table[T]{pool: pool, q: pool, rq: pool, keys: &keyIndexSet{}, name: name, key: -1, version: -1, fence: -1}
+	if cfg.ReadPool != nil {
+		t.rq = cfg.ReadPool
+	}
 	cols, err := t.addFields(rt)
 	if err == nil {
 		t.key, t.version, t.fence, err = rowupdate.Roles(rt, cols, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
@@ -223,10 +238,10 @@ func (t *Table[T]) qualified(alias string) string {
 }
 
 // Get returns the row with key, its version field filled in, or an error
-// matching cas.ErrNotFound.
+// matching cas.ErrNotFound. It reads on TableConfig.ReadPool when set.
 func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
 	var row T
-	rows, err := t.q.Query(ctx, t.sqlGet, key)
+	rows, err := t.rq.Query(ctx, t.sqlGet, key)
 	if err != nil {
 		return row, t.opError("get", key, err)
 	}
@@ -689,8 +704,18 @@ func unquoteIdentifier(s string) []string {
 // written).
 func (t *Table[T]) VersionOf(row T) cas.Version { return t.versionOf(&row) }
 
-// Pool returns the pool the Table was made with.
+// Pool returns the pool the Table was made with, which it writes
+// through.
 func (t *Table[T]) Pool() *pgxpool.Pool { return t.pool }
+
+// ReadPool returns TableConfig.ReadPool, or nil when the Table reads from
+// Pool.
+func (t *Table[T]) ReadPool() *pgxpool.Pool {
+	if p, ok := t.rq.(*pgxpool.Pool); ok && p != t.pool {
+		return p
+	}
+	return nil
+}
 
 // getMany reads the rows of keys in one statement (in any order; absent
 // keys have none).
@@ -699,7 +724,7 @@ func (t *Table[T]) getMany(ctx context.Context, keys []any) ([]T, error) {
 	for i := range keys {
 		ph[i] = fmt.Sprintf("$%d", i+1)
 	}
-	rows, err := t.q.Query(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
+	rows, err := t.rq.Query(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
 	if err != nil {
 		return nil, t.opError("get", keys[0], err)
 	}

@@ -79,7 +79,7 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 		return cur, err
 	}
 	in := *t
-	in.q = conn
+	in.q, in.rq = conn, conn
 	var out T
 	if cur.Version == 0 {
 		out, err = in.Insert(ctx, next)
@@ -114,7 +114,7 @@ func (t *Table[T]) runTx(ctx context.Context, fn func(in rowupdate.Table[T]) err
 		return t.opError("modify-many", "", err)
 	}
 	in := *t
-	in.q = tx
+	in.q, in.rq = tx, tx
 	if err := fn(in.rowTable()); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err

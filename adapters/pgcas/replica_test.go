@@ -1,0 +1,239 @@
+package pgcas_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/pgtest"
+	"github.com/occkit/occkit/occ"
+)
+
+// The tests of reads from a streaming replica (Config.ReadPool,
+// TableConfig.ReadPool) need OCCKIT_PG_REPLICA_URL, a hot standby of the
+// server of OCCKIT_PG_URL (make test starts both), and fail without it.
+
+// replicaStore returns a store on a fresh table of pool's schema whose
+// reads go to a pool on the replica, once the replica has the table.
+func replicaStore(t testing.TB, pool *pgxpool.Pool, cfg pgcas.Config) *pgcas.Store {
+	t.Helper()
+	cfg.ReadPool = pgtest.ReplicaPool(t, pool)
+	s, err := pgcas.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.CatchUp(t, pool, cfg.ReadPool)
+	return s
+}
+
+// conflictCounter is an occ observer counting conflicts and calls.
+type conflictCounter struct{ conflicts, calls atomic.Int64 }
+
+func (c *conflictCounter) ObserveAttempt(_ context.Context, a occ.Attempt) {
+	if a.Outcome == occ.OutcomeConflict {
+		c.conflicts.Add(1)
+	}
+}
+
+func (c *conflictCounter) ObserveCall(context.Context, occ.Call) { c.calls.Add(1) }
+
+// TestReplicaReads checks where a store with a ReadPool reads and writes:
+// while the replica's replay is paused, Get and GetMany return the state
+// at the pause, a write expecting a version read there conflicts with the
+// primary's current row, and each occ.Update after the first conflicts
+// once and then succeeds from that row: nothing lost, nothing doubled.
+func TestReplicaReads(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	s := replicaStore(t, pool, pgcas.Config{})
+	if s.ReadPool() == nil || s.ReadPool() == s.Pool() {
+		t.Fatalf("ReadPool() = %p, want the replica's pool (Pool() is %p)", s.ReadPool(), s.Pool())
+	}
+	if o, _ := pgcas.New(pool, pgcas.Config{}); o.ReadPool() != nil {
+		t.Fatal("ReadPool() of a store without one is not nil")
+	}
+	v1 := mustPut(t, s, "k", 0, "1")
+	if _, err := s.CompareAndSwap(ctx, "n", 0, []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.CatchUp(t, pool, s.ReadPool())
+	if it, err := s.Get(ctx, "k"); err != nil || it.Version != v1 {
+		t.Fatalf("get after catch-up = %+v, %v; want version %d", it, err, v1)
+	}
+
+	pgtest.PauseReplay(t, s.ReadPool())
+	v2 := mustPut(t, s, "k", v1, "2")
+	mustPut(t, s, "new", 0, "x")
+	it, err := s.Get(ctx, "k")
+	if err != nil || it.Version != v1 || string(it.Value) != "1" {
+		t.Fatalf("get with replay paused = %+v, %v; want the replica's {1, v%d}", it, err, v1)
+	}
+	if _, err := s.Get(ctx, "new"); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("get of a key created after the pause = %v; want ErrNotFound from the replica", err)
+	}
+	items, err := s.GetMany(ctx, []string{"k", "new"})
+	if err != nil || items[0].Version != v1 || items[1].Version != 0 {
+		t.Fatalf("get-many with replay paused = %+v, %v; want k at v%d, new absent", items, err, v1)
+	}
+
+	// The stale version conflicts on the primary, and the conflict carries
+	// the primary's row.
+	_, err = s.CompareAndSwap(ctx, "k", v1, []byte("3"))
+	var ce *cas.ConflictError
+	if !errors.As(err, &ce) || !ce.HasCurrent || ce.Current.Version != v2 || string(ce.Current.Value) != "2" {
+		t.Fatalf("write at the replica's version = %v; want a conflict carrying {2, v%d}", err, v2)
+	}
+	if _, err := s.CompareAndSwap(ctx, "new", 0, []byte("y")); !errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("create of a key the replica does not have yet = %v; want a conflict", err)
+	}
+
+	const updates = 5
+	var obs conflictCounter
+	counters := cas.NewTyped(s, cas.JSON[int]())
+	for i := range updates {
+		n, _, err := occ.Update(ctx, counters, "n", increment, occ.WithObserver(&obs))
+		if err != nil || n != i+1 {
+			t.Fatalf("update %d = %d, %v; want %d", i, n, err, i+1)
+		}
+	}
+	// The first update writes the version the replica has; each later one
+	// reads it again, conflicts, and writes from the conflict's row.
+	if got := obs.conflicts.Load(); got != updates-1 {
+		t.Errorf("%d updates from a paused replica had %d conflicts, want %d", updates, got, updates-1)
+	}
+	pgtest.ResumeReplay(t, s.ReadPool())
+	pgtest.CatchUp(t, pool, s.ReadPool())
+	if n, _, err := counters.Get(ctx, "n"); err != nil || n != updates {
+		t.Fatalf("counter after catch-up = %d, %v; want %d", n, err, updates)
+	}
+	if it, err := s.Get(ctx, "k"); err != nil || it.Version != v2 {
+		t.Fatalf("get after catch-up = %+v, %v; want version %d", it, err, v2)
+	}
+}
+
+func mustPut(t *testing.T, s cas.Store, key string, expected cas.Version, value string) cas.Version {
+	t.Helper()
+	v, err := s.CompareAndSwap(context.Background(), key, expected, []byte(value))
+	if err != nil {
+		t.Fatalf("put %q at %d: %v", key, expected, err)
+	}
+	return v
+}
+
+// TestReplicaTableReads is TestReplicaReads for a Table: Get and the reads
+// of Modify and ModifyMany come from the replica, every write and the
+// current row of a conflict from the primary.
+func TestReplicaTableReads(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	replica := pgtest.ReplicaPool(t, pool)
+	if _, err := pool.Exec(ctx, inventoryDDL); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "inventory", KeyColumn: "sku", ReadPool: replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tbl.ReadPool() != replica {
+		t.Fatal("ReadPool() is not TableConfig.ReadPool")
+	}
+	a, err := tbl.Insert(ctx, item{SKU: "a", Name: "lamp", Stock: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Insert(ctx, item{SKU: "b", Name: "desk", Stock: 100}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.CatchUp(t, pool, replica)
+
+	pgtest.PauseReplay(t, replica)
+	a.Stock--
+	if a, err = tbl.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tbl.Get(ctx, "a"); err != nil || got.Stock != 100 || got.Version == a.Version {
+		t.Fatalf("get with replay paused = %+v, %v; want the replica's row (stock 100)", got, err)
+	}
+
+	const updates = 4
+	var obs conflictCounter
+	for range updates {
+		if _, err := tbl.Modify(ctx, "a", func(it item, _ bool) (item, error) {
+			it.Stock--
+			return it, nil
+		}, occ.WithObserver(&obs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := obs.conflicts.Load(); got != updates {
+		t.Errorf("%d modifies from a paused replica had %d conflicts, want %d (each read the replica's stale row)", updates, got, updates)
+	}
+	// A transfer: both rows read on the replica (a is stale), written in one
+	// transaction on the primary, which refuses the stale one and runs
+	// mutate again.
+	var runs int
+	moved, err := tbl.ModifyMany(ctx, []any{"a", "b"}, func(cur []item, _ []bool) ([]item, error) {
+		runs++
+		cur[0].Stock -= 10
+		cur[1].Stock += 10
+		return cur, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs < 2 || moved[0].Stock != 100-1-updates-10 || moved[1].Stock != 110 {
+		t.Fatalf("transfer from stale reads: %d runs, rows %+v; want at least 2 runs and stocks %d, 110", runs, moved, 100-1-updates-10)
+	}
+	pgtest.ResumeReplay(t, replica)
+	pgtest.CatchUp(t, pool, replica)
+	for _, want := range []item{moved[0], moved[1]} {
+		if got, err := tbl.Get(ctx, want.SKU); err != nil || got != want {
+			t.Fatalf("get %s after catch-up = %+v, %v; want %+v", want.SKU, got, err, want)
+		}
+	}
+}
+
+// TestReplicaReadErrors: a read the replica cannot serve is returned, not
+// sent to the primary instead; a table the replica has not replayed yet
+// is one (the caller creates tables, then waits for the replica).
+func TestReplicaReadErrors(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	replica := pgtest.ReplicaPool(t, pool)
+	pgtest.PauseReplay(t, replica)
+	s, err := pgcas.New(pool, pgcas.Config{ReadPool: replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, "k", 0, "v")
+	if _, err := s.Get(ctx, "k"); err == nil || errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("get from a replica without the table = %v; want the replica's error", err)
+	}
+	if _, err := s.GetMany(ctx, []string{"k"}); err == nil {
+		t.Fatal("get-many from a replica without the table succeeded")
+	}
+	// Writes and commits never touch the replica.
+	if _, err := s.Commit(ctx, []cas.Op{cas.Put("k2", 0, []byte("w"))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Add(ctx, "n", 1, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateExclusive(ctx, "k", func(cur cas.Item) ([]byte, bool, error) {
+		return slices.Concat(cur.Value, []byte("!")), true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
