@@ -46,9 +46,11 @@ func (o Outcome) String() string {
 
 // Attempt describes one call of the function.
 type Attempt struct {
-	// Op is "retry", "update" or "txn".
+	// Op is "retry", "update", "txn" or "add", or the op given to WithOp
+	// (such as "hybrid.update").
 	Op string
-	// Key is the key of an Update; empty for Retry and Txn.
+	// Key is the key of an Update or Add, or the key given to WithOp;
+	// empty for Retry and Txn.
 	Key string
 	// Number is 1 for the first attempt.
 	Number  int
@@ -99,6 +101,79 @@ func (f ObserverFuncs) ObserveCall(ctx context.Context, c Call) {
 	}
 }
 
+// CallStart describes a Retry, Update, Txn or Add call about to make its
+// first attempt.
+type CallStart struct {
+	// Op and Key are those its Attempts and its Call will carry.
+	Op  string
+	Key string
+}
+
+// CallStarter is an optional interface of an Observer: one that needs to
+// know when a call starts (to open a trace span for it, say) implements
+// it. StartCall is called once per call, on the caller's goroutine, before
+// the call's first attempt, and always followed by exactly one
+// ObserveCall for the same call (unless a panic leaves the call). It
+// returns the context the call goes on with: the function (Retry's fn,
+// Txn's fn, Update's reads and writes) runs with it, and the observers'
+// methods for this call get it. It must be ctx or a context derived from
+// ctx that only adds values (context.WithValue, trace.ContextWithSpan):
+// the call's cancellation stays ctx's. A nil result keeps ctx.
+//
+// A call that goes on in a Combiner's batch (see Combiner) keeps the
+// context StartCall returned for its observers, but the batch's reads and
+// writes run with the batch's own context.
+type CallStarter interface {
+	StartCall(ctx context.Context, s CallStart) context.Context
+}
+
+// WaitKind says why a call waited between two attempts.
+type WaitKind uint8
+
+// Kinds of waits.
+const (
+	// WaitBackOff: the call backed off after a failed attempt, as the
+	// BackOff (or the default, counted in attempt times) said.
+	WaitBackOff WaitKind = iota
+	// WaitTurn: the call queued for its turn at a key that is hot in this
+	// process (see Update's turns).
+	WaitTurn
+)
+
+// String returns "backoff" or "turn".
+func (k WaitKind) String() string {
+	switch k {
+	case WaitBackOff:
+		return "backoff"
+	case WaitTurn:
+		return "turn"
+	}
+	return "unknown"
+}
+
+// Wait describes one wait of a call between attempts, reported when it
+// ends.
+type Wait struct {
+	Op  string
+	Key string
+	// After is the number of attempts the call had made when it began to
+	// wait (0 for a call that queued for its turn before its first
+	// attempt).
+	After int
+	Kind  WaitKind
+	// Duration is how long the call waited: the backoff's wait, or less
+	// when the context ended it. A retry sent at once from the state a
+	// conflict carried does not wait and is not reported.
+	Duration time.Duration
+}
+
+// WaitObserver is an optional interface of an Observer that wants to know
+// about the waits between attempts. ObserveWait runs on the caller's
+// goroutine after each wait and must be quick.
+type WaitObserver interface {
+	ObserveWait(ctx context.Context, w Wait)
+}
+
 // observers tells two observers, a first.
 type observers [2]Observer
 
@@ -110,4 +185,31 @@ func (o observers) ObserveAttempt(ctx context.Context, a Attempt) {
 func (o observers) ObserveCall(ctx context.Context, c Call) {
 	o[0].ObserveCall(ctx, c)
 	o[1].ObserveCall(ctx, c)
+}
+
+func (o observers) StartCall(ctx context.Context, s CallStart) context.Context {
+	return startCall(startCall(ctx, o[0], s), o[1], s)
+}
+
+func (o observers) ObserveWait(ctx context.Context, w Wait) {
+	observeWait(ctx, o[0], w)
+	observeWait(ctx, o[1], w)
+}
+
+// startCall tells o that a call starts, if it wants to know, and returns
+// the context the call goes on with.
+func startCall(ctx context.Context, o Observer, s CallStart) context.Context {
+	if cs, ok := o.(CallStarter); ok {
+		if n := cs.StartCall(ctx, s); n != nil {
+			return n
+		}
+	}
+	return ctx
+}
+
+// observeWait tells o about w, if it wants to know.
+func observeWait(ctx context.Context, o Observer, w Wait) {
+	if wo, ok := o.(WaitObserver); ok {
+		wo.ObserveWait(ctx, w)
+	}
 }

@@ -31,6 +31,7 @@ type Option struct {
 	cache      *Cache
 	combiner   *Combiner
 	off        bool
+	op, key    string
 }
 
 type optionKind uint8
@@ -48,6 +49,7 @@ const (
 	optCombiner
 	optTurns
 	optExclusiveAfter
+	optOp
 )
 
 type config struct {
@@ -76,6 +78,12 @@ type config struct {
 	unit        time.Duration // the call's attempt time, the default backoff's unit (0: not timed yet)
 	op          string
 	key         string
+	opName      string // WithOp's op and key, for Retry
+	opKey       string
+	// obsCtx is the context the call's observers get: the one their
+	// StartCall returned (set when a call with an observer starts; a call
+	// that goes on in a combiner's batch keeps it).
+	obsCtx context.Context
 
 	// Lines (turn.go): store is set by Update for the calls that take
 	// part (those with the default backoff).
@@ -135,6 +143,8 @@ func (c *config) apply(opts []Option) {
 			c.noTurns = o.off
 		case optExclusiveAfter:
 			c.exclusiveAfter, c.exclusiveSet = o.n, true
+		case optOp:
+			c.opName, c.opKey = o.op, o.key
 		}
 	}
 }
@@ -166,6 +176,15 @@ func WithRetryable(f func(err error) bool) Option { return Option{kind: optRetry
 // WithObserver reports every attempt and every call to o. Several
 // WithObserver options add up: each observer is told, in the order given.
 func WithObserver(o Observer) Option { return Option{kind: optObserver, observer: o} }
+
+// WithOp makes a Retry call report op and key to its observers (the Op
+// and Key of its Attempts, its Call, its CallStart and its Waits) instead
+// of "retry" and no key: for operations built on Retry, such as
+// hybrid.Update ("hybrid.update", with its key) and hybrid.Txn
+// ("hybrid.txn"). Keep the number of ops small: metric observers make op
+// an attribute. An empty op leaves "retry". Update, Txn and Add report
+// their own op and key and ignore WithOp; the last WithOp given wins.
+func WithOp(op, key string) Option { return Option{kind: optOp, op: op, key: key} }
 
 // WithTurns(false) keeps an Update or Txn call out of its process's turns
 // at a hot key (see Update and Txn): it neither queues in the key's line

@@ -63,6 +63,9 @@ func Retry(ctx context.Context, fn func(ctx context.Context) error, opts ...Opti
 	var c config
 	c.apply(opts)
 	c.op = "retry"
+	if c.opName != "" {
+		c.op, c.key = c.opName, c.opKey
+	}
 	return c.run(ctx, fn)
 }
 
@@ -80,6 +83,9 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 	if ctx == nil {
 		return fmt.Errorf("occ: %s: %w", c.op, cas.ErrNilContext)
 	}
+	if first == 1 && c.observer != nil {
+		ctx = c.startCall(ctx)
+	}
 	if err := ctx.Err(); err != nil {
 		return c.finish(ctx, start, first-1, OutcomeGaveUp, &GiveUpError{Reason: err, Attempts: first - 1, Last: c.lastErr})
 	}
@@ -91,7 +97,14 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if c.store != nil && c.line == nil && linesOpen.Load() != 0 && !c.leftLine {
 			// The key is hot in this process: queue for its turn instead
 			// of barging in ahead of the calls that have waited longer.
+			var w0 time.Time
+			if c.observer != nil {
+				w0 = time.Now()
+			}
 			queued, jerr := c.joinLine(ctx, false)
+			if queued && c.observer != nil {
+				c.observeWait(ctx, Wait{Op: c.op, Key: c.key, After: attempt - 1, Kind: WaitTurn, Duration: time.Since(w0)})
+			}
 			if jerr != nil {
 				return c.finish(ctx, start, attempt-1, OutcomeGaveUp, &GiveUpError{Reason: jerr, Attempts: attempt - 1, Last: c.lastErr})
 			}
@@ -176,7 +189,14 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			return errEscalate
 		}
 		if c.store != nil && c.line == nil && outcome == OutcomeConflict && c.unit >= lineMinUnit {
+			var w0 time.Time
+			if c.observer != nil {
+				w0 = time.Now()
+			}
 			queued, jerr := c.joinLine(ctx, true)
+			if queued && c.observer != nil {
+				c.observeWait(ctx, Wait{Op: c.op, Key: c.key, After: attempt, Kind: WaitTurn, Duration: time.Since(w0)})
+			}
 			if jerr != nil {
 				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: jerr, Attempts: attempt, Last: err})
 			}
@@ -214,7 +234,15 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if c.budget != nil && !c.budget.withdraw() {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})
 		}
-		if waitErr := c.wait(ctx, d); waitErr != nil {
+		var w0 time.Time
+		if c.observer != nil {
+			w0 = time.Now()
+		}
+		waitErr := c.wait(ctx, d)
+		if c.observer != nil {
+			c.observeWait(ctx, Wait{Op: c.op, Key: c.key, After: attempt, Kind: WaitBackOff, Duration: time.Since(w0)})
+		}
+		if waitErr != nil {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: waitErr, Attempts: attempt, Last: err})
 		}
 		c.waited = true
@@ -241,6 +269,9 @@ func (c *config) finish(ctx context.Context, start time.Time, attempts int, outc
 		c.leaveLine()
 	}
 	if c.observer != nil {
+		if c.obsCtx != nil {
+			ctx = c.obsCtx
+		}
 		call := Call{Op: c.op, Key: c.key, Attempts: attempts, Outcome: outcome, Err: err, Latency: time.Since(start)}
 		c.observer.ObserveCall(ctx, call)
 		if c.observer2 != nil {
@@ -250,8 +281,41 @@ func (c *config) finish(ctx context.Context, start time.Time, attempts int, outc
 	return err
 }
 
+// startCall tells the call's observers that implement CallStarter that
+// the call starts, and returns (and keeps, for the observers) the context
+// it goes on with.
+func (c *config) startCall(ctx context.Context) context.Context {
+	s := CallStart{Op: c.op, Key: c.key}
+	ctx = startCall(ctx, c.observer, s)
+	if c.observer2 != nil {
+		ctx = startCall(ctx, c.observer2, s)
+	}
+	c.obsCtx = ctx
+	return ctx
+}
+
+// observeWait tells the call's observers that implement WaitObserver
+// about w. The holder of a turn leaves its line if an observer panics.
+func (c *config) observeWait(ctx context.Context, w Wait) {
+	if c.obsCtx != nil {
+		ctx = c.obsCtx
+	}
+	done := false
+	if c.line != nil {
+		defer c.leaveUnless(&done)
+	}
+	observeWait(ctx, c.observer, w)
+	if c.observer2 != nil {
+		observeWait(ctx, c.observer2, w)
+	}
+	done = true
+}
+
 // observeAttempt tells the call's observers about a.
 func (c *config) observeAttempt(ctx context.Context, a Attempt) {
+	if c.obsCtx != nil {
+		ctx = c.obsCtx
+	}
 	c.observer.ObserveAttempt(ctx, a)
 	if c.observer2 != nil {
 		c.observer2.ObserveAttempt(ctx, a)
