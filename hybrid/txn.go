@@ -33,7 +33,7 @@ func Txn(ctx context.Context, l Locker, s cas.Store, keys []string, fn func(tx *
 		return fmt.Errorf("hybrid: txn: %w: no keys to lease", cas.ErrInvalidCommit)
 	}
 	sorted := slices.Compact(slices.Sorted(slices.Values(keys)))
-	opts = append(opts[:len(opts):len(opts)], occ.WithRetryable(retryWithNewLease))
+	opts = append(opts[:len(opts):len(opts)], occ.WithRetryable(retryWithNewLease), occ.WithOp(OpTxn, ""))
 	return occ.Retry(ctx, func(ctx context.Context) error {
 		leases := make([]Lease, 0, len(sorted))
 		defer func() {

@@ -58,7 +58,7 @@ func Update[T any](ctx context.Context, l Locker, s *cas.Typed[T], key string, m
 		written T
 		version cas.Version
 	)
-	opts = append(opts[:len(opts):len(opts)], occ.WithRetryable(retryWithNewLease))
+	opts = append(opts[:len(opts):len(opts)], occ.WithRetryable(retryWithNewLease), occ.WithOp(OpUpdate, key))
 	err := occ.Retry(ctx, func(ctx context.Context) error {
 		lease, err := l.Acquire(ctx, key)
 		if err != nil {
@@ -110,6 +110,14 @@ func Update[T any](ctx context.Context, l Locker, s *cas.Typed[T], key string, m
 	}
 	return written, version, nil
 }
+
+// The ops Update and Txn report to occ's observers (occ.Attempt.Op,
+// occ.Call.Op): their attempts are the calls of occ.Retry's function, one
+// lease (or set of leases) each, and Update's carry its key.
+const (
+	OpUpdate = "hybrid.update"
+	OpTxn    = "hybrid.txn"
+)
 
 // retryWithNewLease classifies the failures a fresh lease can cure.
 func retryWithNewLease(err error) bool {

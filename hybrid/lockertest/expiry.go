@@ -32,6 +32,11 @@ var expiryTests = []test{
 			t.Skip("skipped: the locker does not renew its leases (see LostLease for their expiry)")
 		}
 		ls := h.lockers(t, 2)
+		rc, counts := ls[0].(hybrid.RenewalCounter)
+		var renewed uint64
+		if counts {
+			renewed = rc.Renewals()
+		}
 		g := h.acquire(t, ls[0], "k")
 		// Another process waits three TTLs for the lease in vain: the
 		// holder keeps it.
@@ -50,6 +55,13 @@ var expiryTests = []test{
 		if e, ok := g.(hybrid.ExpiringLease); ok {
 			if left := time.Until(e.Expires()); left <= 0 || left > h.TTL {
 				t.Fatalf("a lease held for %v expires in %v, want within (0, %v]: renewals move its expiry", hold, left, h.TTL)
+			}
+		}
+		// A locker that counts its renewals counted those that kept the
+		// lease.
+		if counts {
+			if n := rc.Renewals(); n <= renewed {
+				t.Fatalf("Renewals() = %d after a lease was held for %v, %d before: want more", n, hold, renewed)
 			}
 		}
 		release(t, g)

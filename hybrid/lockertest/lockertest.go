@@ -1,7 +1,8 @@
 // Package lockertest is the conformance suite every hybrid.Locker runs, as
 // cas/castest is for stores: fencing tokens that grow with every grant of a
 // key, release by grant (a stale release frees nothing of a newer holder),
-// expiry and renewal, a lost lease's Context cancelled with a cause
+// expiry and renewal (counted, by a locker that is a
+// hybrid.RenewalCounter), a lost lease's Context cancelled with a cause
 // matching hybrid.ErrLeaseLost, nil and cancelled contexts refused without
 // a panic, mutual exclusion under concurrent acquirers, waiters woken by a
 // release, Close, and fencing: a superseded holder's fenced write refused
