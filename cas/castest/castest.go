@@ -17,6 +17,17 @@
 //
 // Capabilities the store lacks (cas.Committer, cas.FencedStore) skip their
 // tests with t.Skip and the reason, so they show in go test -v output.
+//
+// A store that reads from a follower or a replica sets
+// Harness.StaleReads: the suite then waits for its writes to show
+// instead of expecting the next read to see them, checks that every read
+// returned a state its key really had, and checks that stale reads cost
+// conflicts, never updates (Concurrency/StaleReadsAreSafe).
+//
+// Fault tests of an adapter reuse the linearizability check: a [History]
+// records the calls made through the stores it wraps (occ.Update's
+// included), and [CheckHistory] checks them against [Model], resolving
+// ambiguous writes with what the test found out afterwards.
 package castest
 
 import (
@@ -60,6 +71,18 @@ type Harness struct {
 	// Workers and OpsPerWorker size the concurrency tests (defaults 8 and
 	// 40). Slow backends may lower them.
 	Workers, OpsPerWorker int
+
+	// StaleReads says that Get and GetMany may return a state older than
+	// the latest acknowledged write (a follower or a replica answers
+	// them). Each read must still return a state its key had (a value
+	// with the version it was written at, or absent), from a write made
+	// before the read returned, and reads must catch up with the writes
+	// within a few seconds once writing stops. Writes, and the current
+	// state a conflict carries, stay current. The suite then polls its
+	// read-backs (for up to five seconds) until the writes show, checks
+	// reads apart from the linearizable history of the writes
+	// (Concurrency/Linearizable), and runs Concurrency/StaleReadsAreSafe.
+	StaleReads bool
 }
 
 func (h *Harness) workers() int {
@@ -139,25 +162,114 @@ func mustSwap(t *testing.T, s cas.Store, k string, expected cas.Version, v strin
 	return ver
 }
 
-// wantItem checks that k holds value v at version ver.
-func wantItem(t *testing.T, s cas.Store, k string, v string, ver cas.Version) {
+// staleReadWait bounds how long a read-back of a store with
+// Harness.StaleReads polls for the state the test wrote.
+const staleReadWait = 5 * time.Second
+
+// notStale marks a read-back failure that no stale read explains: a
+// state the key cannot have had, or an error. settle gives up on it at
+// once.
+type notStale struct{ error }
+
+func (e notStale) Unwrap() error { return e.error }
+
+// wrong returns a read-back failure that no stale read explains.
+func wrong(format string, args ...any) error { return notStale{fmt.Errorf(format, args...)} }
+
+// settle runs check, which reads the store and returns what is wrong
+// (nil: nothing). When reads are current it runs once. With StaleReads it
+// runs again every 10 ms while it fails with an error a stale read
+// explains (one not made by wrong), for up to staleReadWait. t fails
+// with check's last error.
+func (h *Harness) settle(t *testing.T, check func() error) {
 	t.Helper()
-	it, err := s.Get(context.Background(), k)
-	if err != nil {
-		t.Fatalf("get %q: %v", k, err)
-	}
-	if it.Key != k || string(it.Value) != v || it.Version != ver {
-		t.Fatalf("get %q = {%q, %q, v%d}, want {%q, %q, v%d}", k, it.Key, it.Value, it.Version, k, v, ver)
+	deadline := time.Now().Add(staleReadWait)
+	for polls := 1; ; polls++ {
+		err := check()
+		if err == nil {
+			return
+		}
+		var ns notStale
+		switch {
+		case !h.StaleReads || errors.As(err, &ns):
+			t.Fatal(err)
+		case time.Now().After(deadline):
+			t.Fatalf("%v (still after %d reads in %v: reads that never catch up)", err, polls, staleReadWait)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// wantAbsent checks that k does not exist.
-func wantAbsent(t *testing.T, s cas.Store, k string) {
+// wantItem checks that k holds value v at version ver. With StaleReads,
+// reads of older states (absent, or a lower version) are read again.
+func wantItem(t *testing.T, h *Harness, s cas.Store, k string, v string, ver cas.Version) {
 	t.Helper()
-	it, err := s.Get(context.Background(), k)
-	if !errors.Is(err, cas.ErrNotFound) {
-		t.Fatalf("get %q = %+v, %v; want ErrNotFound", k, it, err)
+	h.settle(t, func() error {
+		it, err := s.Get(context.Background(), k)
+		switch {
+		case errors.Is(err, cas.ErrNotFound):
+			return fmt.Errorf("get %q: %w; want {%q, v%d}", k, err, v, ver)
+		case err != nil:
+			return wrong("get %q: %w", k, err)
+		case it.Key == k && string(it.Value) == v && it.Version == ver:
+			return nil
+		case it.Key == k && it.Version < ver:
+			return fmt.Errorf("get %q = {%q, %q, v%d}, want {%q, %q, v%d}", k, it.Key, it.Value, it.Version, k, v, ver)
+		}
+		return wrong("get %q = {%q, %q, v%d}, want {%q, %q, v%d}", k, it.Key, it.Value, it.Version, k, v, ver)
+	})
+}
+
+// getAt reads k and returns what the read returned; with StaleReads it
+// reads again while the read shows a state older than version ver (for
+// up to staleReadWait).
+func getAt(h *Harness, s cas.Store, k string, ver cas.Version) (cas.Item, error) {
+	deadline := time.Now().Add(staleReadWait)
+	for {
+		it, err := s.Get(context.Background(), k)
+		older := errors.Is(err, cas.ErrNotFound) || (err == nil && it.Version < ver)
+		if !h.StaleReads || !older || time.Now().After(deadline) {
+			return it, err
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// wantLatest checks that k holds value v, at whatever version: after
+// concurrent writers, when the test knows the value it must end at but
+// not the version. With StaleReads, other values are read again.
+func wantLatest(t *testing.T, h *Harness, s cas.Store, k string, v string) {
+	t.Helper()
+	h.settle(t, func() error {
+		it, err := s.Get(context.Background(), k)
+		switch {
+		case errors.Is(err, cas.ErrNotFound):
+			return fmt.Errorf("get %q: %w; want %q", k, err, v)
+		case err != nil:
+			return wrong("get %q: %w", k, err)
+		case it.Key != k:
+			return wrong("get %q returned key %q", k, it.Key)
+		case string(it.Value) != v:
+			return fmt.Errorf("get %q = %q at v%d, want %q", k, it.Value, it.Version, v)
+		}
+		return nil
+	})
+}
+
+// wantAbsent checks that k does not exist. With StaleReads, a read that
+// still finds k is read again.
+func wantAbsent(t *testing.T, h *Harness, s cas.Store, k string) {
+	t.Helper()
+	h.settle(t, func() error {
+		it, err := s.Get(context.Background(), k)
+		switch {
+		case errors.Is(err, cas.ErrNotFound):
+			return nil
+		case err != nil:
+			return wrong("get %q = %+v, %v; want ErrNotFound", k, it, err)
+		}
+		return fmt.Errorf("get %q = %+v; want ErrNotFound", k, it)
+	})
 }
 
 // wantConflict checks that err is a *ConflictError for k and, when the

@@ -32,8 +32,8 @@ var commitTests = []test{
 		if len(vs) != 2 || vs[0] <= a || vs[1] == 0 {
 			t.Fatalf("commit versions = %v, want two new versions (a above %d)", vs, a)
 		}
-		wantItem(t, s, "a", "A2", vs[0])
-		wantItem(t, s, "b", "B1", vs[1])
+		wantItem(t, h, s, "a", "A2", vs[0])
+		wantItem(t, h, s, "b", "B1", vs[1])
 	}},
 	{"CheckDeleteAndPut", func(t *testing.T, h *Harness, s cas.Store) {
 		c := committer(t, s)
@@ -50,9 +50,9 @@ var commitTests = []test{
 		if len(vs) != 3 || vs[0] != a || vs[1] != 0 || vs[2] == 0 {
 			t.Fatalf("commit versions = %v, want [%d 0 new]", vs, a)
 		}
-		wantItem(t, s, "a", "A", a)
-		wantAbsent(t, s, "b")
-		wantItem(t, s, "c", "C", vs[2])
+		wantItem(t, h, s, "a", "A", a)
+		wantAbsent(t, h, s, "b")
+		wantItem(t, h, s, "c", "C", vs[2])
 	}},
 	{"CheckAbsent", func(t *testing.T, h *Harness, s cas.Store) {
 		c := committer(t, s)
@@ -60,8 +60,8 @@ var commitTests = []test{
 		if err != nil {
 			t.Fatalf("commit checking an absent key: %v", err)
 		}
-		wantItem(t, s, "x", "X", vs[1])
-		wantAbsent(t, s, "none")
+		wantItem(t, h, s, "x", "X", vs[1])
+		wantAbsent(t, h, s, "none")
 	}},
 	{"FailedCheckAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
 		c := committer(t, s)
@@ -74,9 +74,9 @@ var commitTests = []test{
 			cas.Put("c", 0, []byte("C")),
 		})
 		wantConflict(t, h, err, "b", b, b2, "B2")
-		wantItem(t, s, "a", "A", a)
-		wantItem(t, s, "b", "B2", b2)
-		wantAbsent(t, s, "c")
+		wantItem(t, h, s, "a", "A", a)
+		wantItem(t, h, s, "b", "B2", b2)
+		wantAbsent(t, h, s, "c")
 	}},
 	{"FailedPutAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
 		c := committer(t, s)
@@ -87,8 +87,8 @@ var commitTests = []test{
 			cas.Put("b", 0, []byte("B2")), // b exists: conflict
 		})
 		wantConflict(t, h, err, "b", 0, b, "B")
-		wantItem(t, s, "a", "A", a)
-		wantItem(t, s, "b", "B", b)
+		wantItem(t, h, s, "a", "A", a)
+		wantItem(t, h, s, "b", "B", b)
 	}},
 	// Writes of live keys only (a transfer's shape), one of them stale:
 	// nothing applies, and the conflict names the stale key with its
@@ -105,16 +105,16 @@ var commitTests = []test{
 			cas.Put("b", b1, []byte("B3")), // stale
 		})
 		wantConflict(t, h, err, "b", b1, b2, "B2")
-		wantItem(t, s, "a", "A", a)
-		wantItem(t, s, "b", "B2", b2)
-		wantItem(t, s, "d", "D", d)
+		wantItem(t, h, s, "a", "A", a)
+		wantItem(t, h, s, "b", "B2", b2)
+		wantItem(t, h, s, "d", "D", d)
 		// The stale key first in ops order, last in key order.
 		_, err = c.Commit(context.Background(), []cas.Op{
 			cas.Put("b", b1, []byte("B3")),
 			cas.Put("a", a, []byte("A2")),
 		})
 		wantConflict(t, h, err, "b", b1, b2, "B2")
-		wantItem(t, s, "a", "A", a)
+		wantItem(t, h, s, "a", "A", a)
 	}},
 	{"FailedDeleteAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
 		c := committer(t, s)
@@ -123,7 +123,7 @@ var commitTests = []test{
 			cas.Delete("gone", 5),
 		})
 		wantConflict(t, h, err, "gone", 5, 0, "")
-		wantAbsent(t, s, "a")
+		wantAbsent(t, h, s, "a")
 	}},
 	{"NoABAAcrossCommits", func(t *testing.T, h *Harness, s cas.Store) {
 		c := committer(t, s)
@@ -167,8 +167,8 @@ var commitTests = []test{
 				if _, err := c.Commit(ctx, tc.ops); !errors.Is(err, tc.want) {
 					t.Fatalf("commit: %v, want %v", err, tc.want)
 				}
-				wantAbsent(t, s, "k")
-				wantAbsent(t, s, "k0")
+				wantAbsent(t, h, s, "k")
+				wantAbsent(t, h, s, "k0")
 			})
 		}
 	}},
@@ -183,7 +183,7 @@ var commitTests = []test{
 			t.Fatalf("commit of %d ops (the limit): %v", len(ops), err)
 		}
 		for i := range ops {
-			wantItem(t, s, ops[i].Key, "v", vs[i])
+			wantItem(t, h, s, ops[i].Key, "v", vs[i])
 		}
 	}},
 }

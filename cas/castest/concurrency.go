@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/occkit/occkit/cas"
@@ -21,6 +20,7 @@ var concurrencyTests = []test{
 	{"TxnConservesTotal", testTransfers},
 	{"Linearizable", testLinearizable},
 	{"CombinedIncrements", testCombinedIncrements},
+	{"StaleReadsAreSafe", testStaleReadsAreSafe},
 }
 
 // testIncrements runs workers doing occ.Update increments on a few keys and
@@ -53,18 +53,32 @@ func testIncrements(t *testing.T, h *Harness, s cas.Store) {
 		}()
 	}
 	wg.Wait()
-	total := 0
-	for _, k := range keys {
-		n, _, err := counters.Get(ctx, k)
-		if err != nil && !errors.Is(err, cas.ErrNotFound) {
-			t.Fatalf("get %s: %v", k, err)
+	wantSum(t, h, counters, keys, ok.Load(), gaveUp.Load())
+}
+
+// wantSum checks that the counters keys sum to the number of increments
+// that succeeded (ok; gaveUp gave up). A stale read shows less than the
+// sum, never more.
+func wantSum(t *testing.T, h *Harness, counters *cas.Typed[int], keys []string, ok, gaveUp int64) {
+	t.Helper()
+	h.settle(t, func() error {
+		total := 0
+		for _, k := range keys {
+			n, _, err := counters.Get(context.Background(), k)
+			if err != nil && !errors.Is(err, cas.ErrNotFound) {
+				return wrong("get %s: %w", k, err)
+			}
+			total += n
 		}
-		total += n
-	}
-	if int64(total) != ok.Load() {
-		t.Fatalf("counters sum to %d, but %d increments succeeded (%d gave up): updates lost or doubled", total, ok.Load(), gaveUp.Load())
-	}
-	if ok.Load() == 0 {
+		switch {
+		case int64(total) > ok:
+			return wrong("counters sum to %d, but %d increments succeeded (%d gave up): updates doubled", total, ok, gaveUp)
+		case int64(total) < ok:
+			return fmt.Errorf("counters sum to %d, but %d increments succeeded (%d gave up): updates lost", total, ok, gaveUp)
+		}
+		return nil
+	})
+	if ok == 0 {
 		t.Fatalf("no increment succeeded")
 	}
 }
@@ -103,10 +117,15 @@ func testTransfers(t *testing.T, h *Harness, s cas.Store) {
 						v *int
 					}{{fmt.Sprintf("acct%d", from), &a}, {fmt.Sprintf("acct%d", to), &b}} {
 						raw, ok, err := tx.Get(p.k)
-						if err != nil {
+						switch {
+						case err != nil:
 							return err
-						}
-						if !ok {
+						case !ok && h.StaleReads:
+							// A read from before the account was made: it
+							// counts as 0, and the commit, which checks
+							// the version read, conflicts.
+							continue
+						case !ok:
 							return fmt.Errorf("account %s vanished", p.k)
 						}
 						if err := codec.Unmarshal(raw, p.v); err != nil {
@@ -130,38 +149,38 @@ func testTransfers(t *testing.T, h *Harness, s cas.Store) {
 		}()
 	}
 	wg.Wait()
-	total := 0
-	for i := range accounts {
-		it, err := s.Get(ctx, fmt.Sprintf("acct%d", i))
-		if err != nil {
-			t.Fatal(err)
+	h.settle(t, func() error {
+		total := 0
+		for i := range accounts {
+			it, err := s.Get(ctx, fmt.Sprintf("acct%d", i))
+			if err != nil {
+				return wrong("get acct%d: %w", i, err)
+			}
+			var n int
+			if err := codec.Unmarshal(it.Value, &n); err != nil {
+				return wrong("acct%d: %w", i, err)
+			}
+			if n < 0 {
+				return wrong("account %d went negative: %d", i, n)
+			}
+			total += n
 		}
-		var n int
-		if err := codec.Unmarshal(it.Value, &n); err != nil {
-			t.Fatal(err)
+		if total != accounts*initial {
+			// Stale reads of two accounts may come from different moments.
+			return fmt.Errorf("total balance %d, want %d: a transfer was torn", total, accounts*initial)
 		}
-		if n < 0 {
-			t.Fatalf("account %d went negative: %d", i, n)
-		}
-		total += n
-	}
-	if total != accounts*initial {
-		t.Fatalf("total balance %d, want %d: a transfer was torn", total, accounts*initial)
-	}
+		return nil
+	})
 }
 
 // testLinearizable records a concurrent history of Get, CompareAndSwap and
 // CompareAndDelete on a few keys and checks it with porcupine against the
-// sequential specification in Model.
+// sequential specification in Model. With StaleReads the reads are
+// checked apart: each returned a state its key had.
 func testLinearizable(t *testing.T, h *Harness, s cas.Store) {
 	ctx := context.Background()
 	keys := []string{"lin0", "lin1", "lin2"}
-	start := time.Now()
-	now := func() int64 { return time.Since(start).Nanoseconds() }
-	var (
-		mu  sync.Mutex
-		ops []porcupine.Operation
-	)
+	hist := NewHistory()
 	var wg sync.WaitGroup
 	for w := range h.workers() {
 		wg.Add(1)
@@ -169,12 +188,6 @@ func testLinearizable(t *testing.T, h *Harness, s cas.Store) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 2))
 			seen := map[string]cas.Version{}
-			var mine []porcupine.Operation
-			defer func() {
-				mu.Lock()
-				ops = append(ops, mine...)
-				mu.Unlock()
-			}()
 			for i := range h.opsPerWorker() {
 				k := keys[rng.IntN(len(keys))]
 				in := Input{Key: k, Expected: seen[k]}
@@ -187,9 +200,7 @@ func testLinearizable(t *testing.T, h *Harness, s cas.Store) {
 				default:
 					in.Kind = OpDelete
 				}
-				call := now()
-				out := Apply(ctx, s, in)
-				ret := now()
+				out := hist.Apply(ctx, s, w, in)
 				if out.Err != nil {
 					t.Errorf("%s: unexpected error: %v", in, out.Err)
 					return
@@ -204,7 +215,6 @@ func testLinearizable(t *testing.T, h *Harness, s cas.Store) {
 				case in.Kind == OpDelete && !out.Conflict:
 					seen[k] = 0
 				}
-				mine = append(mine, porcupine.Operation{ClientId: w, Input: in, Call: call, Output: out, Return: ret})
 			}
 		}()
 	}
@@ -212,22 +222,66 @@ func testLinearizable(t *testing.T, h *Harness, s cas.Store) {
 	if t.Failed() {
 		return
 	}
-	res, info := porcupine.CheckOperationsVerbose(Model, ops, 60*time.Second)
-	switch res {
-	case porcupine.Ok:
-	case porcupine.Illegal:
-		t.Errorf("history of %d operations is not linearizable", len(ops))
-		if f, err := writeVisualization(t, info); err == nil {
-			t.Logf("visualization: %s", f)
-		}
-	default:
-		t.Errorf("linearizability check of %d operations timed out", len(ops))
+	CheckHistory(t, hist.Operations(), CheckOptions{StaleReads: h.StaleReads})
+}
+
+// testStaleReadsAreSafe runs occ.Update increments of two keys from the
+// harness's workers through the store and, with Reopen, three more stores
+// of the same keys (other processes, reading from other replicas), every
+// call recorded. The counters must end at the number of increments that
+// succeeded (a stale read costs a conflict, never an update), every read
+// must have returned a state its key had, from a write called before the
+// read returned, and the writes, with the current states their conflicts
+// carried, must be linearizable.
+func testStaleReadsAreSafe(t *testing.T, h *Harness, s cas.Store) {
+	if !h.StaleReads {
+		t.Skip("skipped: Harness.StaleReads is false (Linearizable checks reads that are current)")
 	}
+	ctx := context.Background()
+	hist := NewHistory()
+	stores := []cas.Store{hist.Store(s)}
+	if h.Reopen != nil {
+		for range 3 {
+			stores = append(stores, hist.Store(h.Reopen(t, s)))
+		}
+	}
+	keys := []string{"s0", "s1"}
+	var ok, gaveUp atomic.Int64
+	var wg sync.WaitGroup
+	for w := range h.workers() {
+		counters := cas.NewTyped(stores[w%len(stores)], cas.JSON[int]())
+		wg.Go(func() {
+			for i := range h.opsPerWorker() {
+				k := keys[(w+i)%len(keys)]
+				_, _, err := occ.Update(ctx, counters, k, func(n int, _ bool) (int, error) { return n + 1, nil },
+					occ.WithMaxAttempts(100))
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, occ.ErrAttemptsExhausted):
+					gaveUp.Add(1)
+				default:
+					t.Errorf("update %s: %v", k, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	rep := CheckHistory(t, hist.Operations(), CheckOptions{StaleReads: true})
+	if t.Failed() {
+		return
+	}
+	wantSum(t, h, cas.NewTyped(s, cas.JSON[int]()), keys, ok.Load(), gaveUp.Load())
+	t.Logf("%d increments through %d stores (%d gave up): %d writes, %d reads, %d of them seen stale", ok.Load(), len(stores), gaveUp.Load(), rep.Writes, rep.Reads, rep.Stale)
 }
 
 // writeVisualization saves porcupine's view of a failed check where it
 // outlives the test.
-func writeVisualization(t *testing.T, info porcupine.LinearizationInfo) (string, error) {
+func writeVisualization(info porcupine.LinearizationInfo) (string, error) {
 	f, err := os.CreateTemp("", "castest-linearizability-*.html")
 	if err != nil {
 		return "", err

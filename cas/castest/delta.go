@@ -3,6 +3,7 @@ package castest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -24,7 +25,7 @@ func adder(t *testing.T, s cas.Store) cas.Adder {
 }
 
 // mustAdd adds n to k within b and checks the answer against a Get.
-func mustAdd(t *testing.T, a cas.Adder, k string, n int64, b cas.Bounds, want int64) cas.Version {
+func mustAdd(t *testing.T, h *Harness, a cas.Adder, k string, n int64, b cas.Bounds, want int64) cas.Version {
 	t.Helper()
 	got, ver, err := a.Add(context.Background(), k, n, b)
 	if err != nil {
@@ -33,7 +34,7 @@ func mustAdd(t *testing.T, a cas.Adder, k string, n int64, b cas.Bounds, want in
 	if got != want || ver == 0 {
 		t.Fatalf("add %d to %q = %d at version %d, want %d at a version > 0", n, k, got, ver, want)
 	}
-	wantItem(t, a, k, strconv.FormatInt(want, 10), ver)
+	wantItem(t, h, a, k, strconv.FormatInt(want, 10), ver)
 	return ver
 }
 
@@ -58,37 +59,43 @@ func wantBound(t *testing.T, err error, k string, n int64, cur int64) {
 var deltaTests = []test{
 	{"CreatesAndAdds", func(t *testing.T, h *Harness, s cas.Store) {
 		a := adder(t, s)
-		v1 := mustAdd(t, a, "stock", 5, cas.Bounds{}, 5)
-		v2 := mustAdd(t, a, "stock", -2, cas.AtLeast(0), 3)
+		v1 := mustAdd(t, h, a, "stock", 5, cas.Bounds{}, 5)
+		v2 := mustAdd(t, h, a, "stock", -2, cas.AtLeast(0), 3)
 		if v2 <= v1 {
 			t.Fatalf("versions %d then %d: a delta must advance the version", v1, v2)
 		}
 		// An int64 codec reads what a delta wrote.
-		n, ver, err := cas.NewTyped(s, cas.JSON[int64]()).Get(context.Background(), "stock")
-		if err != nil || n != 3 || ver != v2 {
-			t.Fatalf("JSON[int64] reads %d at %d (%v), want 3 at %d", n, ver, err, v2)
-		}
+		h.settle(t, func() error {
+			n, ver, err := cas.NewTyped(s, cas.JSON[int64]()).Get(context.Background(), "stock")
+			switch {
+			case err == nil && n == 3 && ver == v2:
+				return nil
+			case (err == nil && ver < v2) || errors.Is(err, cas.ErrNotFound):
+				return fmt.Errorf("JSON[int64] reads %d at %d (%v), want 3 at %d", n, ver, err, v2)
+			}
+			return wrong("JSON[int64] reads %d at %d (%v), want 3 at %d", n, ver, err, v2)
+		})
 	}},
 	{"BoundRefusedWritesNothing", func(t *testing.T, h *Harness, s cas.Store) {
 		a := adder(t, s)
 		ctx := context.Background()
-		ver := mustAdd(t, a, "stock", 3, cas.AtLeast(0), 3)
+		ver := mustAdd(t, h, a, "stock", 3, cas.AtLeast(0), 3)
 		_, _, err := a.Add(ctx, "stock", -4, cas.AtLeast(0))
 		wantBound(t, err, "stock", -4, 3)
 		_, _, err = a.Add(ctx, "stock", 8, cas.AtMost(10))
 		wantBound(t, err, "stock", 8, 3)
 		_, _, err = a.Add(ctx, "stock", 1, cas.Between(-5, 3))
 		wantBound(t, err, "stock", 1, 3)
-		wantItem(t, s, "stock", "3", ver)
-		ver = mustAdd(t, a, "stock", -3, cas.AtLeast(0), 0) // exactly on the bound
-		mustAdd(t, a, "stock", 7, cas.AtMost(7), 7)
-		mustAdd(t, a, "stock", -9, cas.Between(-2, 7), -2)
+		wantItem(t, h, s, "stock", "3", ver)
+		ver = mustAdd(t, h, a, "stock", -3, cas.AtLeast(0), 0) // exactly on the bound
+		mustAdd(t, h, a, "stock", 7, cas.AtMost(7), 7)
+		mustAdd(t, h, a, "stock", -9, cas.Between(-2, 7), -2)
 		_ = ver
 		// An absent key counts as 0: a delta its bounds refuse creates
 		// nothing.
 		_, _, err = a.Add(ctx, "sold-out", -1, cas.AtLeast(0))
 		wantBound(t, err, "sold-out", -1, 0)
-		wantAbsent(t, s, "sold-out")
+		wantAbsent(t, h, s, "sold-out")
 	}},
 	{"Overflow", func(t *testing.T, h *Harness, s cas.Store) {
 		a := adder(t, s)
@@ -104,21 +111,21 @@ var deltaTests = []test{
 		// A result below a bound near the top of the range.
 		_, _, err = a.Add(ctx, "top", -5, cas.Between(math.MaxInt64-1, math.MaxInt64))
 		wantBound(t, err, "top", -5, math.MaxInt64)
-		wantItem(t, s, "top", strconv.FormatInt(math.MaxInt64, 10), top)
-		wantItem(t, s, "bottom", strconv.FormatInt(math.MinInt64, 10), bottom)
-		mustAdd(t, a, "top", math.MinInt64, cas.Bounds{}, -1)
-		mustAdd(t, a, "bottom", math.MaxInt64, cas.Bounds{}, -1)
+		wantItem(t, h, s, "top", strconv.FormatInt(math.MaxInt64, 10), top)
+		wantItem(t, h, s, "bottom", strconv.FormatInt(math.MinInt64, 10), bottom)
+		mustAdd(t, h, a, "top", math.MinInt64, cas.Bounds{}, -1)
+		mustAdd(t, h, a, "bottom", math.MaxInt64, cas.Bounds{}, -1)
 	}},
 	{"MixedWithCompareAndSwap", func(t *testing.T, h *Harness, s cas.Store) {
 		a := adder(t, s)
 		ctx := context.Background()
 		v1 := mustCreate(t, s, "n", "10")
-		v2 := mustAdd(t, a, "n", 1, cas.Bounds{}, 11)
+		v2 := mustAdd(t, h, a, "n", 1, cas.Bounds{}, 11)
 		// A write that read the key before the delta must conflict.
 		_, err := s.CompareAndSwap(ctx, "n", v1, []byte("100"))
 		wantConflict(t, h, err, "n", v1, v2, "11")
 		v3 := mustSwap(t, s, "n", v2, "20")
-		v4 := mustAdd(t, a, "n", 1, cas.Bounds{}, 21)
+		v4 := mustAdd(t, h, a, "n", 1, cas.Bounds{}, 21)
 		if v4 <= v3 {
 			t.Fatalf("versions %d then %d", v3, v4)
 		}
@@ -126,7 +133,7 @@ var deltaTests = []test{
 		if err := s.CompareAndDelete(ctx, "n", v4); err != nil {
 			t.Fatal(err)
 		}
-		if v5 := mustAdd(t, a, "n", 2, cas.Bounds{}, 2); v5 <= v4 {
+		if v5 := mustAdd(t, h, a, "n", 2, cas.Bounds{}, 2); v5 <= v4 {
 			t.Fatalf("delta after delete made version %d, not above %d", v5, v4)
 		}
 	}},
@@ -139,7 +146,7 @@ var deltaTests = []test{
 			if !errors.Is(err, cas.ErrNotInteger) {
 				t.Fatalf("add to %q holding %q: err = %v, want ErrNotInteger", k, v, err)
 			}
-			wantItem(t, s, k, v, ver)
+			wantItem(t, h, s, k, v, ver)
 		}
 	}},
 	{"Input", func(t *testing.T, h *Harness, s cas.Store) {
@@ -156,7 +163,7 @@ var deltaTests = []test{
 		if _, _, err := a.Add(context.Background(), "", 1, cas.Bounds{}); !errors.Is(err, cas.ErrInvalidKey) {
 			t.Fatalf("empty key: %v", err)
 		}
-		wantAbsent(t, s, "k")
+		wantAbsent(t, h, s, "k")
 	}},
 	{"ConcurrentExact", testDeltaConcurrent},
 	{"ConcurrentStockNeverNegative", testDeltaStock},
@@ -214,7 +221,7 @@ func testDeltaConcurrent(t *testing.T, h *Harness, s cas.Store) {
 			t.Fatalf("the deltas returned %d where %d was due: two deltas saw the same value", n, i+1)
 		}
 	}
-	wantValue(t, s, "hits", int64(total))
+	wantValue(t, h, s, "hits", int64(total))
 }
 
 // testDeltaStock runs more decrements bounded at 0 than there is stock:
@@ -223,7 +230,7 @@ func testDeltaConcurrent(t *testing.T, h *Harness, s cas.Store) {
 func testDeltaStock(t *testing.T, h *Harness, s cas.Store) {
 	a := adder(t, s)
 	stock := int64(h.workers() * h.opsPerWorker() / 3)
-	mustAdd(t, a, "stock", stock, cas.Bounds{}, stock)
+	mustAdd(t, h, a, "stock", stock, cas.Bounds{}, stock)
 	sellOut(t, h, s, stock, func() (int64, error) {
 		left, _, err := a.Add(context.Background(), "stock", -1, cas.AtLeast(0))
 		return left, err
@@ -265,7 +272,7 @@ func sellOut(t *testing.T, h *Harness, s cas.Store, stock int64, sell func() (le
 	if sold != stock || sold+refused != int64(total) {
 		t.Fatalf("sold %d and refused %d of %d with %d in stock", sold, refused, total, stock)
 	}
-	wantValue(t, s, "stock", 0)
+	wantValue(t, h, s, "stock", 0)
 }
 
 // testDeltaMixed mixes deltas with read-modify-write increments
@@ -314,17 +321,28 @@ func testDeltaMixed(t *testing.T, h *Harness, s cas.Store) {
 		}()
 	}
 	wg.Wait()
-	wantValue(t, s, "mixed", int64(total))
+	wantValue(t, h, s, "mixed", int64(total))
 }
 
-// wantValue checks that k holds the integer want.
-func wantValue(t *testing.T, s cas.Store, k string, want int64) {
+// wantValue checks that k holds the integer want (with StaleReads,
+// reading again while it holds another).
+func wantValue(t *testing.T, h *Harness, s cas.Store, k string, want int64) {
 	t.Helper()
-	it, err := s.Get(context.Background(), k)
-	if err != nil {
-		t.Fatalf("get %q: %v", k, err)
-	}
-	if got, err := cas.ParseInt(k, it.Value); err != nil || got != want {
-		t.Fatalf("%q holds %q (%v), want %d", k, it.Value, err, want)
-	}
+	h.settle(t, func() error {
+		it, err := s.Get(context.Background(), k)
+		switch {
+		case errors.Is(err, cas.ErrNotFound):
+			return fmt.Errorf("get %q: %w, want %d", k, err, want)
+		case err != nil:
+			return wrong("get %q: %w", k, err)
+		}
+		got, err := cas.ParseInt(k, it.Value)
+		switch {
+		case err != nil:
+			return wrong("%q holds %q (%v), want %d", k, it.Value, err, want)
+		case got != want:
+			return fmt.Errorf("%q holds %d, want %d", k, got, want)
+		}
+		return nil
+	})
 }

@@ -39,7 +39,7 @@ var exclusiveTests = []test{
 		if err != nil || v1 == 0 {
 			t.Fatalf("create: %d, %v", v1, err)
 		}
-		wantItem(t, s, "k", "one", v1)
+		wantItem(t, h, s, "k", "one", v1)
 		v2, err := ex.UpdateExclusive(ctx, "k", func(cur cas.Item) ([]byte, bool, error) {
 			if cur.Version != v1 || string(cur.Value) != "one" {
 				t.Errorf("fn saw %+v, want %q at %d", cur, "one", v1)
@@ -49,7 +49,7 @@ var exclusiveTests = []test{
 		if err != nil || v2 <= v1 {
 			t.Fatalf("update: %d, %v; want a version above %d", v2, err, v1)
 		}
-		wantItem(t, s, "k", "two", v2)
+		wantItem(t, h, s, "k", "two", v2)
 		// fn's error: returned as is, nothing written.
 		if _, err := ex.UpdateExclusive(ctx, "k", func(cas.Item) ([]byte, bool, error) {
 			return []byte("three"), true, errExclusiveFn
@@ -62,7 +62,7 @@ var exclusiveTests = []test{
 		}); err != nil || v != v2 {
 			t.Fatalf("no write: %d, %v; want %d", v, err, v2)
 		}
-		wantItem(t, s, "k", "two", v2)
+		wantItem(t, h, s, "k", "two", v2)
 		// A deleted key is absent again, at a version above its last.
 		if err := s.CompareAndDelete(ctx, "k", v2); err != nil {
 			t.Fatal(err)
@@ -88,7 +88,7 @@ var exclusiveTests = []test{
 		}); !errors.Is(err, cas.ErrTooLarge) {
 			t.Fatalf("oversized value: %v, want cas.ErrTooLarge", err)
 		}
-		wantItem(t, s, "k", "again", v3)
+		wantItem(t, h, s, "k", "again", v3)
 	}},
 	{"HoldsTheKey", func(t *testing.T, h *Harness, s cas.Store) {
 		// A write of the key while fn runs cannot get in between the
@@ -140,7 +140,7 @@ var exclusiveTests = []test{
 		if r.err == nil || !errors.Is(r.err, cas.ErrConflict) {
 			t.Fatalf("the rival write at version %d: %d, %v; want a conflict", v0, r.v, r.err)
 		}
-		wantItem(t, s, "k", "held", d.v)
+		wantItem(t, h, s, "k", "held", d.v)
 	}},
 	{"HolderPausedPastItsBound", testHolderPaused},
 	{"PanicInFnReleases", func(t *testing.T, h *Harness, s cas.Store) {
@@ -194,7 +194,7 @@ var exclusiveTests = []test{
 		}
 		wg.Wait()
 		want := h.workers() * per
-		wantItem(t, s, "n", strconv.Itoa(want-int(failed.Load())), mustVersion(t, s, "n"))
+		wantLatest(t, h, s, "n", strconv.Itoa(want-int(failed.Load())))
 		if failed.Load() > 0 {
 			t.Fatalf("%d of %d updates failed", failed.Load(), want)
 		}
@@ -252,18 +252,9 @@ func testHolderPaused(t *testing.T, h *Harness, s cas.Store) {
 	if err := <-paused; !errors.Is(err, cas.ErrConflict) {
 		t.Fatalf("the paused holder's write: %v, want a conflict (its hold ended, nothing written)", err)
 	}
-	wantItem(t, s, "n", "120", mustVersion(t, s, "n"))
+	wantLatest(t, h, s, "n", "120")
 	if firstDone >= 5*bound {
 		t.Fatalf("the others waited %v, until the holder resumed: the hold's bound (%v) freed nothing", firstDone, bound)
 	}
 	t.Logf("the others' first increment after %v (bound %v, pause %v)", firstDone, bound, 5*bound)
-}
-
-func mustVersion(t *testing.T, s cas.Store, k string) cas.Version {
-	t.Helper()
-	it, err := s.Get(context.Background(), k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return it.Version
 }

@@ -50,12 +50,12 @@ var fencedTests = []test{
 		v1 := fencedSwap(t, f, "k", 0, 5, "by 5")
 		_, err := f.CompareAndSwapFenced(ctx, "k", v1, 3, []byte("by 3"))
 		wantFenced(t, err, "k", 3)
-		wantItem(t, s, "k", "by 5", v1)
+		wantItem(t, h, s, "k", "by 5", v1)
 		v2 := fencedSwap(t, f, "k", v1, 5, "by 5 again")
 		v3 := fencedSwap(t, f, "k", v2, 7, "by 7")
 		_, err = f.CompareAndSwapFenced(ctx, "k", v3, 5, []byte("by 5, late"))
 		wantFenced(t, err, "k", 5)
-		wantItem(t, s, "k", "by 7", v3)
+		wantItem(t, h, s, "k", "by 7", v3)
 	}},
 	{"StaleTokenBeatsVersion", func(t *testing.T, h *Harness, s cas.Store) {
 		f := fenced(t, s)
@@ -64,7 +64,7 @@ var fencedTests = []test{
 		// was fenced off, not that it should retry.
 		_, err := f.CompareAndSwapFenced(context.Background(), "k", v1+1000, 2, []byte("x"))
 		wantFenced(t, err, "k", 2)
-		wantItem(t, s, "k", "by 9", v1)
+		wantItem(t, h, s, "k", "by 9", v1)
 	}},
 	{"VersionStillChecked", func(t *testing.T, h *Harness, s cas.Store) {
 		f := fenced(t, s)
@@ -72,7 +72,7 @@ var fencedTests = []test{
 		v2 := fencedSwap(t, f, "k", v1, 2, "two")
 		_, err := f.CompareAndSwapFenced(context.Background(), "k", v1, 3, []byte("three"))
 		wantConflict(t, h, err, "k", v1, v2, "two")
-		wantItem(t, s, "k", "two", v2)
+		wantItem(t, h, s, "k", "two", v2)
 	}},
 	{"PlainWriteKeepsFence", func(t *testing.T, h *Harness, s cas.Store) {
 		f := fenced(t, s)
@@ -80,7 +80,7 @@ var fencedTests = []test{
 		v2 := mustSwap(t, s, "k", v1, "plain")
 		_, err := f.CompareAndSwapFenced(context.Background(), "k", v2, 4, []byte("by 4"))
 		wantFenced(t, err, "k", 4)
-		wantItem(t, s, "k", "plain", v2)
+		wantItem(t, h, s, "k", "plain", v2)
 	}},
 	{"FenceSurvivesDelete", func(t *testing.T, h *Harness, s cas.Store) {
 		f := fenced(t, s)
@@ -91,7 +91,7 @@ var fencedTests = []test{
 		}
 		_, err := f.CompareAndSwapFenced(ctx, "k", 0, 4, []byte("by 4"))
 		wantFenced(t, err, "k", 4)
-		wantAbsent(t, s, "k")
+		wantAbsent(t, h, s, "k")
 		v2 := fencedSwap(t, f, "k", 0, 8, "by 8 again")
 		if v2 <= v1 {
 			t.Fatalf("re-created fenced key got version %d after %d", v2, v1)

@@ -42,7 +42,7 @@ var inputTests = []test{
 					if _, err := c.Commit(ctx, []cas.Op{cas.Put("fine", 0, nil), cas.Put(k, 0, []byte("v"))}); !errors.Is(err, cas.ErrInvalidKey) {
 						t.Errorf("commit: %v, want ErrInvalidKey", err)
 					}
-					wantAbsent(t, s, "fine")
+					wantAbsent(t, h, s, "fine")
 				}
 			})
 		}
@@ -50,7 +50,7 @@ var inputTests = []test{
 	{"LongestKey", func(t *testing.T, h *Harness, s cas.Store) {
 		k := strings.Repeat("k", h.Limits.MaxKeyBytes)
 		v := mustCreate(t, s, k, "v")
-		wantItem(t, s, k, "v", v)
+		wantItem(t, h, s, k, "v", v)
 	}},
 	{"ValueTooLarge", func(t *testing.T, h *Harness, s cas.Store) {
 		ctx := context.Background()
@@ -58,7 +58,7 @@ var inputTests = []test{
 		if _, err := s.CompareAndSwap(ctx, "k", 0, big); !errors.Is(err, cas.ErrTooLarge) {
 			t.Fatalf("create with %d bytes: %v, want ErrTooLarge", len(big), err)
 		}
-		wantAbsent(t, s, "k")
+		wantAbsent(t, h, s, "k")
 		v := mustCreate(t, s, "k", "small")
 		if _, err := s.CompareAndSwap(ctx, "k", v, big); !errors.Is(err, cas.ErrTooLarge) {
 			t.Fatalf("swap with %d bytes: %v, want ErrTooLarge", len(big), err)
@@ -68,7 +68,7 @@ var inputTests = []test{
 				t.Fatalf("fenced swap with %d bytes: %v, want ErrTooLarge", len(big), err)
 			}
 		}
-		wantItem(t, s, "k", "small", v)
+		wantItem(t, h, s, "k", "small", v)
 	}},
 	{"LargestValue", func(t *testing.T, h *Harness, s cas.Store) {
 		val := make([]byte, h.Limits.MaxValueBytes)
@@ -79,7 +79,7 @@ var inputTests = []test{
 		if err != nil {
 			t.Fatalf("create with %d bytes (the limit): %v", len(val), err)
 		}
-		it, err := s.Get(context.Background(), "k")
+		it, err := getAt(h, s, "k", v)
 		if err != nil || it.Version != v || string(it.Value) != string(val) {
 			t.Fatalf("get after largest write: %d bytes v%d, %v", len(it.Value), it.Version, err)
 		}
@@ -110,8 +110,8 @@ var inputTests = []test{
 				t.Errorf("commit: %v, want context.Canceled", err)
 			}
 		}
-		wantItem(t, s, "k", "one", v)
-		wantAbsent(t, s, "new")
+		wantItem(t, h, s, "k", "one", v)
+		wantAbsent(t, h, s, "new")
 	}},
 	{"NilContext", func(t *testing.T, h *Harness, s cas.Store) {
 		v := mustCreate(t, s, "k", "one")
@@ -135,7 +135,7 @@ var inputTests = []test{
 				t.Errorf("commit: %v, want cas.ErrNilContext", err)
 			}
 		}
-		wantItem(t, s, "k", "one", v)
+		wantItem(t, h, s, "k", "one", v)
 	}},
 	{"ExpiredDeadline", func(t *testing.T, h *Harness, s cas.Store) {
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
@@ -143,6 +143,6 @@ var inputTests = []test{
 		if _, err := s.CompareAndSwap(ctx, "k", 0, []byte("v")); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("compare-and-swap: %v, want context.DeadlineExceeded", err)
 		}
-		wantAbsent(t, s, "k")
+		wantAbsent(t, h, s, "k")
 	}},
 }

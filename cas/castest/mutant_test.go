@@ -27,6 +27,8 @@ const (
 	bugNoValidation  bug = "no-key-validation" // keys are not validated
 	bugStaleRead     bug = "stale-read"        // Get sometimes returns the previous state
 	bugNoCurrent     bug = "wrong-current"     // conflicts carry a wrong current version
+	bugTornRead      bug = "torn-read"         // a stale Get pairs the current value with the previous version
+	bugStuckRead     bug = "stuck-read"        // Get returns the key's first state written, forever
 )
 
 var mutants = []mutanttest.Case{
@@ -39,10 +41,54 @@ var mutants = []mutanttest.Case{
 	{Mutant: string(bugNoCurrent), Subtests: []string{"Basic/StaleVersionConflicts"}},
 }
 
-const mutantEnv = "CASTEST_MUTANT"
+// staleMutants run with Harness.StaleReads, on a store whose Get returns
+// the state before a key's last write for a while after it, as a lagging
+// replica does: the control, that store without a bug, must pass, and the
+// relaxed read-backs must still catch the bugs.
+var staleMutants = []mutanttest.Case{
+	{Mutant: string(bugReuseVersions), Subtests: []string{"Basic/NoABAAfterDeleteAndRecreate"}},
+	{Mutant: string(bugLostUpdate), Subtests: []string{"Concurrency/UpdateCountsEveryIncrement", "Concurrency/Linearizable", "Concurrency/StaleReadsAreSafe"}},
+	{Mutant: string(bugNoCurrent), Subtests: []string{"Basic/StaleVersionConflicts"}},
+	{Mutant: string(bugTornRead), Subtests: []string{"Concurrency/Linearizable", "Concurrency/StaleReadsAreSafe"}},
+	{Mutant: string(bugStuckRead), Subtests: []string{"Basic/SwapIncreasesVersion"}},
+}
+
+const (
+	mutantEnv      = "CASTEST_MUTANT"
+	staleMutantEnv = "CASTEST_STALE_MUTANT"
+)
 
 func TestSuiteCatchesMutants(t *testing.T) {
 	mutanttest.Run(t, mutantEnv, "TestMutant", mutants)
+}
+
+func TestSuiteCatchesMutantsWithStaleReads(t *testing.T) {
+	mutanttest.Run(t, staleMutantEnv, "TestStaleMutant", staleMutants)
+}
+
+// TestStaleReads runs the whole suite with Harness.StaleReads on the
+// lagging store without a bug.
+func TestStaleReads(t *testing.T) {
+	castest.Run(t, castest.Harness{
+		NewStore:       func(t *testing.T) cas.Store { return newLagging(bugNone) },
+		ReturnsCurrent: true,
+		StaleReads:     true,
+	})
+}
+
+// TestStaleMutant runs the suite with Harness.StaleReads against the
+// lagging store named by CASTEST_STALE_MUTANT; it only runs as a child of
+// TestSuiteCatchesMutantsWithStaleReads.
+func TestStaleMutant(t *testing.T) {
+	v, ok := mutanttest.Child(staleMutantEnv)
+	if !ok {
+		t.Skip("runs only as a child process of TestSuiteCatchesMutantsWithStaleReads")
+	}
+	castest.Run(t, castest.Harness{
+		NewStore:       func(t *testing.T) cas.Store { return newLagging(bug(v)) },
+		ReturnsCurrent: true,
+		StaleReads:     true,
+	})
 }
 
 // TestMutant runs the suite against the store named by CASTEST_MUTANT; it
@@ -63,20 +109,35 @@ type rec struct {
 	value   []byte
 	version cas.Version
 	token   uint64
+	written time.Time
 }
+
+// lagWindow is how long after a write of a key a lagging store may still
+// read the state before it.
+const lagWindow = 20 * time.Millisecond
 
 type mutantStore struct {
 	bug    bug
+	lag    bool // every third Get returns the state before the last write
 	mu     sync.Mutex
 	m      map[string]rec
 	clock  cas.Version
 	prev   map[string]rec
+	first  map[string]rec // each key's first state written
 	reads  int
 	limits cas.Limits
 }
 
 func newMutant(b bug) *mutantStore {
-	return &mutantStore{bug: b, m: map[string]rec{}, prev: map[string]rec{}, limits: cas.Limits{}.WithDefaults()}
+	return &mutantStore{bug: b, m: map[string]rec{}, prev: map[string]rec{}, first: map[string]rec{}, limits: cas.Limits{}.WithDefaults()}
+}
+
+// newLagging returns a store whose reads lag (legitimately, with
+// Harness.StaleReads), with bug b.
+func newLagging(b bug) *mutantStore {
+	s := newMutant(b)
+	s.lag = true
+	return s
 }
 
 func (s *mutantStore) checkKey(ctx context.Context, key string) error {
@@ -110,8 +171,24 @@ func (s *mutantStore) Get(ctx context.Context, key string) (cas.Item, error) {
 	defer s.mu.Unlock()
 	r := s.m[key]
 	s.reads++
-	if p, ok := s.prev[key]; ok && s.bug == bugStaleRead && s.reads%3 == 0 {
-		r = p
+	if f, ok := s.first[key]; ok && s.bug == bugStuckRead {
+		r = f
+	}
+	stale := s.bug == bugStaleRead && s.reads%3 == 0
+	if s.lag {
+		// A replica that applies writes up to lagWindow late, read half
+		// the time.
+		stale = s.reads%2 == 0 && time.Since(r.written) < lagWindow
+	}
+	if p, ok := s.prev[key]; ok && stale {
+		switch s.bug {
+		case bugTornRead:
+			if p.version != 0 {
+				r.version = p.version // with the current value
+			}
+		default:
+			r = p
+		}
 	}
 	if r.version == 0 {
 		return cas.Item{}, cas.ErrNotFound
@@ -155,7 +232,11 @@ func (s *mutantStore) put(ctx context.Context, key string, expected cas.Version,
 	if fenced {
 		r.token = max(r.token, token)
 	}
+	r.written = time.Now()
 	s.m[key] = r
+	if _, ok := s.first[key]; !ok {
+		s.first[key] = r
+	}
 	return r.version, nil
 }
 
@@ -173,7 +254,7 @@ func (s *mutantStore) CompareAndDelete(ctx context.Context, key string, expected
 		return s.conflict(key, expected, r)
 	}
 	s.prev[key] = r
-	s.m[key] = rec{token: r.token}
+	s.m[key] = rec{token: r.token, written: time.Now()}
 	return nil
 }
 
@@ -205,10 +286,11 @@ func (s *mutantStore) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, 
 		case cas.OpPut:
 			r.value = append([]byte{}, op.Value...)
 			r.version = s.nextVersion(r.version)
+			r.written = time.Now()
 			s.m[op.Key] = r
 			out[i] = r.version
 		case cas.OpDelete:
-			s.m[op.Key] = rec{token: r.token}
+			s.m[op.Key] = rec{token: r.token, written: time.Now()}
 		}
 	}
 	return out, nil
