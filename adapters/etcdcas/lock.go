@@ -65,11 +65,15 @@ type Locker struct {
 	sess    *session
 	closed  bool
 	seq     atomic.Uint64
+	renewed atomic.Uint64 // keep-alive responses: renewals of the sessions' leases
 	wg      sync.WaitGroup
 	closeCh chan struct{}
 }
 
-var _ hybrid.Locker = (*Locker)(nil)
+var (
+	_ hybrid.Locker         = (*Locker)(nil)
+	_ hybrid.RenewalCounter = (*Locker)(nil)
+)
 
 type session struct {
 	id      clientv3.LeaseID
@@ -130,6 +134,7 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 					s.cancel(errSessionLost)
 					return
 				}
+				l.renewed.Add(1)
 				// A conservative expiry: the renewal was sent before it
 				// was received.
 				s.expires.Store(time.Now().Add(time.Duration(resp.TTL)*time.Second - 100*time.Millisecond).UnixNano())
@@ -270,6 +275,12 @@ func (l *Locker) waitErr(ctx context.Context, s *session, err error) error {
 	}
 	return fmt.Errorf("etcdcas: waiting for lock: %w", err)
 }
+
+// Renewals implements hybrid.RenewalCounter: the keep-alive responses
+// the Locker has received for its sessions' etcd leases, each a renewal
+// of every grant of the session (about three per TTL while the Locker
+// holds a session).
+func (l *Locker) Renewals() uint64 { return l.renewed.Load() }
 
 // Close stops renewing the Locker's lease and revokes it, releasing every
 // grant. Leases it granted have their Context cancelled (the cause matches
