@@ -124,6 +124,26 @@
 // or roll back with the application's own statements. See Store.With for
 // what changes inside a transaction.
 //
+// # Reads from a replica
+//
+// [Config].ReadDB sends the Store's Get and GetMany (occ.Update's read,
+// occ.Txn's reads) to a replica; everything else stays on New's *sql.DB,
+// the primary, and so does everything a Store made by With runs. It is
+// tested against a PostgreSQL streaming replica (a hot standby):
+//
+//	primary := stdlib.OpenDB(*primaryConfig)
+//	replica := stdlib.OpenDB(*replicaConfig)
+//	store, _ := sqlcas.New(primary, sqlcas.Config{Dialect: sqlcas.Postgres, ReadDB: replica})
+//
+// A replica that lags returns an older row with its older version; the
+// conditional write expecting that version fails on the primary with a
+// *cas.ConflictError carrying the primary's current row, from which
+// occ.Update tries again at once. A key's versions only grow, on the
+// primary (tombstones keep them across a delete), so a stale version never
+// matches a newer row: lag costs conflicts, never lost or doubled
+// writes. A caller may not read its own writes back from a replica. A
+// [Table] reads from its *sql.DB only.
+//
 // # Limits
 //
 // Keys and values are checked by [cas.Limits] before anything is sent: by

@@ -45,6 +45,16 @@ type Config struct {
 	// seconds. Records are pruned by the age their ids carry, taken from
 	// the writers' clocks.
 	DeltaRetention time.Duration
+	// ReadDB, if set, is where Get and GetMany read when the store runs
+	// on New's *sql.DB (not on what With was given): a database on a
+	// replica of db's server, such as a PostgreSQL streaming replica (a
+	// hot standby), with the same table. Every write, the current row a
+	// conflict carries, the read that resolves a lost reply, commits,
+	// deltas and exclusive updates go to db, the primary. A version read
+	// on a replica that lags only makes the write that follows it
+	// conflict (see "Reads from a replica" in the package documentation).
+	// Nil means db.
+	ReadDB *sql.DB
 }
 
 // Querier runs statements: a *sql.DB, a *sql.Conn, a *sql.Tx, and sqlx's
@@ -87,6 +97,7 @@ type Store struct {
 	d      Dialect
 	db     *sql.DB // New's: own transactions and the resolution of lost replies
 	q      Querier // where statements run: db, or what With was given
+	rdb    *sql.DB // Config.ReadDB: where Get and GetMany read while q is db; nil: q
 	inTx   bool    // q is the caller's transaction
 	limits cas.Limits
 	table  string // quoted
@@ -132,7 +143,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlcas: New: MaxValueBytes %d over the limit of %d", cfg.Limits.MaxValueBytes, MaxValueBytesLimit)
 	}
 	s := &Store{
-		d: cfg.Dialect, db: db, q: db, limits: cfg.Limits.WithDefaults(),
+		d: cfg.Dialect, db: db, q: db, rdb: cfg.ReadDB, limits: cfg.Limits.WithDefaults(),
 		table: table, name: name, ids: writeid.NewSource(),
 		exclusiveTimeout: cfg.ExclusiveTimeout,
 	}
@@ -187,6 +198,19 @@ func (s *Store) Limits() cas.Limits { return s.limits }
 // DB returns the *sql.DB the store was made with.
 func (s *Store) DB() *sql.DB { return s.db }
 
+// ReadDB returns Config.ReadDB, or nil when the store reads from DB.
+func (s *Store) ReadDB() *sql.DB { return s.rdb }
+
+// reader is where Get and GetMany read: Config.ReadDB, unless the store
+// runs on what With was given (a transaction, a connection), which reads
+// and writes alike.
+func (s *Store) reader() Querier {
+	if s.rdb != nil && s.q == Querier(s.db) {
+		return s.rdb
+	}
+	return s.q
+}
+
 // String returns "sqlcas:", the dialect and the table's quoted name.
 func (s *Store) String() string { return "sqlcas:" + s.d.String() + ":" + s.table }
 
@@ -222,6 +246,7 @@ func (s *Store) CreateTable(ctx context.Context) error {
 }
 
 // Get returns the key's current item, or an error matching cas.ErrNotFound.
+// It reads on Config.ReadDB when set.
 func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
 		return cas.Item{}, err
@@ -230,7 +255,7 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 		value   []byte
 		version int64
 	)
-	err := s.q.QueryRowContext(ctx, s.st.get.text, key).Scan(&value, &version)
+	err := s.reader().QueryRowContext(ctx, s.st.get.text, key).Scan(&value, &version)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
@@ -244,7 +269,7 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 }
 
 // GetMany implements cas.BatchGetter with one SELECT ... WHERE k IN (...):
-// one round trip, one statement snapshot.
+// one round trip, one statement snapshot, on Config.ReadDB when set.
 func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
 	if err := s.limits.GetMany(ctx, keys); err != nil {
 		return nil, err
@@ -260,7 +285,7 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 		at[k] = i
 		args[i] = k
 	}
-	rows, err := s.q.QueryContext(ctx, s.cm.getMany(len(keys)), args...)
+	rows, err := s.reader().QueryContext(ctx, s.cm.getMany(len(keys)), args...)
 	if err != nil {
 		return nil, s.readError("get-many", keys[0], err)
 	}
