@@ -118,9 +118,14 @@ type Locker struct {
 	ttl    time.Duration
 	ttlMs  string
 	poll   time.Duration
+
+	renewed atomic.Uint64 // renewals that extended a grant
 }
 
-var _ hybrid.Locker = (*Locker)(nil)
+var (
+	_ hybrid.Locker         = (*Locker)(nil)
+	_ hybrid.RenewalCounter = (*Locker)(nil)
+)
 
 // NewLocker returns a Locker on the Redis server (or cluster) cli talks to.
 func NewLocker(cli redis.UniversalClient, cfg LockerConfig) (*Locker, error) {
@@ -217,6 +222,11 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 		}
 	}
 }
+
+// Renewals implements hybrid.RenewalCounter: how many times the
+// watchdogs of the Locker's leases have extended a grant (each lease
+// held is renewed every TTL/3).
+func (l *Locker) Renewals() uint64 { return l.renewed.Load() }
 
 // grant makes the Lease of a grant the server made at or after sent, and
 // starts its watchdog.
@@ -320,6 +330,7 @@ func (g *Lease) watch(holder context.Context) {
 		case g.ctx.Err() != nil:
 			return
 		case err == nil && n == 1:
+			g.l.renewed.Add(1)
 			g.expires.Store(sent.Add(g.l.ttl).UnixNano())
 			t.Reset(every)
 		case err == nil:
