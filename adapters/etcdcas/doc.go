@@ -34,6 +34,36 @@
 // token checked first. Commit is one transaction with a compare per
 // operation.
 //
+// # Reads from followers
+//
+// By default Get and GetMany are linearizable: the member the client
+// talks to first confirms with the leader (etcd's ReadIndex) that its
+// state is current. With Config.SerializableReads they are serializable
+// instead: the member answers from its own state at once. That saves, on
+// every read, a round trip from a follower to the leader and the leader's
+// round to a quorum (or, on the leader, its quorum round), and the reads
+// of a cluster spread over all its members instead of all loading the
+// leader; a member cut off from the leader still answers them. It costs
+// freshness: Get may return an older state of a key than the latest
+// acknowledged write (a follower's state lags the leader's by its apply
+// delay, usually milliseconds, and a partitioned member's until the
+// partition heals), though always a state the key really had, at the
+// version that state was written with.
+//
+// For occ that is safe. The write is conditional on the version read, and
+// only the leader decides it: a write made from a stale version conflicts,
+// and the *cas.ConflictError carries the key's current state read in the
+// same transaction, on the linearizable path, so occ.Update retries from
+// it without another read. A stale read costs one more write attempt;
+// nothing is lost or applied twice. The reads whose answer decides an
+// outcome stay linearizable whatever the setting: a conflict's current
+// state, the read-back that resolves a write whose answer was lost, the
+// reads of UpdateExclusive and CommitExclusive under their hold,
+// KeysWithPrefix, and the Locker's. Use SerializableReads where updates
+// dominate and a caller does not need Get to show the latest write (read
+// your writes is not kept across members); cas/castest runs the store this
+// way on a three-member cluster with Harness.StaleReads.
+//
 // # Deltas
 //
 // etcd has no server-side arithmetic, so the Store does not implement

@@ -45,7 +45,7 @@ func (s *Store) failedWrite(ctx context.Context, op, key string, expected cas.Ve
 	case applied:
 		return ver, nil
 	}
-	cur, gerr := s.Get(rctx, key)
+	cur, gerr := s.get(rctx, key) // linearizable: the conflict's current state
 	ce := &cas.ConflictError{Key: key, Expected: expected, Err: err}
 	switch {
 	case gerr == nil:

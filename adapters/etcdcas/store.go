@@ -49,6 +49,23 @@ type Config struct {
 	// leases under its minimum TTL, about 2 s with default flags). Zero
 	// means DefaultExclusiveTTL.
 	ExclusiveTTL time.Duration
+	// SerializableReads makes Get and GetMany serializable reads
+	// (clientv3.WithSerializable): the member the client talks to answers
+	// from its own state, without first confirming with the leader that it
+	// is current (etcd's ReadIndex: a round trip from a follower to the
+	// leader, and from the leader to a quorum). A read then costs one hop
+	// and no leader work, and keeps being answered while the member is
+	// cut off from the leader, but may return an older state of the key
+	// than the latest acknowledged write. That is safe for occ: a write
+	// made from a stale version conflicts, and the conflict carries the
+	// current state, so the retry starts from it; nothing is lost or
+	// written twice, and a stale read costs one more write attempt. Every
+	// other read stays linearizable: the read in a conflict (the Else of
+	// the write's transaction), the reads that resolve a write whose
+	// answer was lost, UpdateExclusive's and CommitExclusive's reads
+	// under their hold, KeysWithPrefix, and the Locker's. Leave it off
+	// when a caller needs Get to see its own or anyone's latest write.
+	SerializableReads bool
 }
 
 // Store is a cas.Store on etcd. It is safe for concurrent use.
@@ -60,6 +77,7 @@ type Store struct {
 	limits  cas.Limits
 	resolve time.Duration
 	ids     *writeIDs
+	reads   []clientv3.OpOption // of Get and GetMany: WithSerializable with Config.SerializableReads
 
 	exclusiveTTL time.Duration
 	leaseMu      sync.Mutex
@@ -110,6 +128,7 @@ func New(cli *clientv3.Client, cfg Config) (*Store, error) {
 		limits:       cfg.Limits.Or(defaults),
 		resolve:      cfg.ResolveTimeout,
 		ids:          newWriteIDs(),
+		reads:        readOpts(cfg.SerializableReads),
 	}, nil
 }
 
@@ -185,12 +204,26 @@ func (s *Store) item(key string, kv *mvccpb.KeyValue) (cas.Item, writeID, error)
 	return cas.Item{Key: key, Value: v, Version: cas.Version(kv.ModRevision)}, id, nil
 }
 
-// Get implements cas.Store with a linearizable read.
+// readOpts returns the options of Get's and GetMany's reads.
+func readOpts(serializable bool) []clientv3.OpOption {
+	if serializable {
+		return []clientv3.OpOption{clientv3.WithSerializable()}
+	}
+	return nil
+}
+
+// Get implements cas.Store with a linearizable read, or with
+// Config.SerializableReads a serializable one.
 func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
 		return cas.Item{}, err
 	}
-	resp, err := s.cli.Get(ctx, s.dataKey(key))
+	return s.get(ctx, key, s.reads...)
+}
+
+// get reads key with opts (none: a linearizable read).
+func (s *Store) get(ctx context.Context, key string, opts ...clientv3.OpOption) (cas.Item, error) {
+	resp, err := s.cli.Get(ctx, s.dataKey(key), opts...)
 	if err != nil {
 		return cas.Item{}, &readError{key: key, err: err}
 	}
@@ -202,7 +235,9 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 }
 
 // GetMany implements cas.BatchGetter with one etcd transaction of
-// Gets: one round trip, every key read at one revision.
+// Gets: one round trip, every key read at one revision (with
+// Config.SerializableReads, the member's revision: the items are one
+// state of the keys, possibly an older one).
 func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
 	if err := s.limits.GetMany(ctx, keys); err != nil {
 		return nil, err
@@ -214,8 +249,9 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 	gets := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
 		out[i] = cas.Item{Key: k}
-		gets[i] = clientv3.OpGet(s.dataKey(k))
+		gets[i] = clientv3.OpGet(s.dataKey(k), s.reads...)
 	}
+	// A transaction of serializable gets only is served by the member.
 	resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
 	if err != nil {
 		return nil, &readError{key: keys[0], err: err}
