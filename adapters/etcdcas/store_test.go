@@ -78,6 +78,63 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceCluster runs the suite on a three-member cluster with
+// serializable reads (Config.SerializableReads), as castest's StaleReads:
+// each store talks to one member only, the stores NewStore makes take
+// the members in turn, and Reopen and ShortHold return a store on a member
+// other than the store's, so that the cross-process tests write through
+// one member and read through another.
+func TestConformanceCluster(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	var clients []*clientv3.Client
+	for _, ep := range c.AllEndpoints() {
+		clients = append(clients, c.ClientOf(ep))
+	}
+	type placed struct {
+		prefix  string
+		member  int
+		reopens int
+	}
+	stores := map[cas.Store]*placed{}
+	var made int
+	open := func(t *testing.T, p *placed, member int, ttl time.Duration) *etcdcas.Store {
+		s, err := etcdcas.New(clients[member%len(clients)], etcdcas.Config{Prefix: p.prefix, SerializableReads: true, ExclusiveTTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// elsewhere returns a member other than p's, a different one each time.
+	elsewhere := func(p *placed) int {
+		p.reopens++
+		return p.member + 1 + (p.reopens-1)%(len(clients)-1)
+	}
+	probe := newStore(t, clients[0], etcdcas.Config{})
+	castest.Run(t, castest.Harness{
+		NewStore: func(t *testing.T) cas.Store {
+			p := &placed{prefix: fmt.Sprintf("test%d/", prefixes.Add(1)), member: made % len(clients)}
+			made++
+			s := open(t, p, p.member, 0)
+			stores[s] = p
+			return s
+		},
+		Reopen: func(t *testing.T, s cas.Store) cas.Store {
+			p := stores[s]
+			return open(t, p, elsewhere(p), 0)
+		},
+		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
+			const bound = 2 * time.Second // etcd's minimum lease TTL with default flags
+			p := stores[s]
+			return open(t, p, elsewhere(p), bound), bound
+		},
+		ReturnsCurrent: true,
+		StaleReads:     true,
+		Limits:         probe.Limits(),
+		Workers:        8,
+		OpsPerWorker:   40,
+	})
+}
+
 // TestConformanceSmallLimits runs the suite with a server configured with
 // small request and transaction limits, so that the limits the store
 // derives from its Config are checked against what the server accepts.
