@@ -2,7 +2,8 @@
 // contention lab (benchmarks/cmd/occbench) and the fault-injection runs
 // (benchmarks/cmd/occfaults), without package testing, so that the
 // programs do not link it: in-process etcd members and clusters (whose
-// leader can be crashed), a standalone ZooKeeper from Debian's package,
+// leader can be crashed, and whose members can be partitioned from each
+// other), a standalone ZooKeeper from Debian's package,
 // minidyn's DynamoDB-compatible server in process and SDK clients for any
 // such server, and PostgreSQL or Redis through the repository's
 // scripts/servers/<name>.sh run standalone (which can be restarted with
@@ -325,6 +326,42 @@ func (c *EtcdCluster) HardStop(i int) {
 		m.etcd.Close()
 		close(m.closed)
 	}()
+}
+
+// Isolate cuts member i off from the other members, both ways, as a
+// network partition between it and the rest would: each side's raft
+// transport drops every message it would send to the other (etcd's own
+// peer cut, EtcdServer.CutPeer, as etcd's integration tests partition a
+// cluster). Member i keeps serving its client port: it answers
+// serializable reads from its state as it was, while its writes and
+// linearizable reads fail once it sees no leader (after an election
+// timeout; if it led, the others elect another leader). Heal ends it.
+// Stopped members are left alone.
+func (c *EtcdCluster) Isolate(i int) { c.cut(i, true) }
+
+// Heal ends Isolate(i): the members exchange messages again, and member
+// i catches up with the log it missed.
+func (c *EtcdCluster) Heal(i int) { c.cut(i, false) }
+
+func (c *EtcdCluster) cut(i int, cut bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.members[i]
+	if m.stopped {
+		return
+	}
+	for j, o := range c.members {
+		if j == i || o.stopped {
+			continue
+		}
+		if cut {
+			m.etcd.Server.CutPeer(o.etcd.Server.MemberID())
+			o.etcd.Server.CutPeer(m.etcd.Server.MemberID())
+		} else {
+			m.etcd.Server.MendPeer(o.etcd.Server.MemberID())
+			o.etcd.Server.MendPeer(m.etcd.Server.MemberID())
+		}
+	}
 }
 
 // Close closes the clients made by NewClient, stops

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
 
@@ -89,5 +90,85 @@ func TestStartClusterNoProxy(t *testing.T) {
 	defer scancel()
 	if _, err := c.AwaitLeader(sctx); !errors.Is(err, ErrNoLeader) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("AwaitLeader with no member running: %v, want ErrNoLeader and DeadlineExceeded", err)
+	}
+}
+
+// TestIsolate: an isolated follower keeps answering serializable reads
+// from its old state while the other two accept writes, cannot serve a
+// linearizable read, and catches up once healed; an isolated leader is
+// replaced.
+func TestIsolate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := StartEtcdCluster(ctx, EtcdOptions{Members: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lead := c.Leader()
+	f, g := (lead+1)%3, (lead+2)%3
+	eps := c.AllEndpoints()
+	alone, err := c.NewClient(eps[f])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := c.NewClient(eps[lead], eps[g])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rest.Put(ctx, "k", "1"); err != nil {
+		t.Fatal(err)
+	}
+	// serializable reads k through the isolated member until it shows want.
+	serializable := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			resp, err := alone.Get(ctx, "k", clientv3.WithSerializable())
+			if err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("member %d reads %v, %v; want %q", f, resp, err, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	serializable("1")
+	c.Isolate(f)
+	if _, err := rest.Put(ctx, "k", "2"); err != nil {
+		t.Fatalf("a write to the majority: %v", err)
+	}
+	resp, err := alone.Get(ctx, "k", clientv3.WithSerializable())
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "1" {
+		t.Fatalf("the isolated member's serializable read: %v, %v; want the old value 1", resp, err)
+	}
+	lctx, lcancel := context.WithTimeout(ctx, time.Second)
+	_, err = alone.Get(lctx, "k")
+	lcancel()
+	if err == nil {
+		t.Fatal("the isolated member served a linearizable read")
+	}
+	c.Heal(f)
+	serializable("2")
+
+	c.Isolate(lead)
+	others, err := c.NewClient(eps[f], eps[g])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		_, err := others.Put(pctx, "k", "3")
+		pcancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the two members without the isolated leader take no write: %v", err)
+		}
+	}
+	c.Heal(lead)
+	if _, err := c.AwaitLeader(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
