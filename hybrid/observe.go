@@ -76,11 +76,14 @@ type RenewalCounter interface {
 // every Acquire (its wait, its token or error) and the end of every lease
 // (how long it was held; released or lost, and why). It watches each
 // lease's Context, so a loss is reported when the locker sees it, also if
-// the holder never calls Release. The leases it returns are
-// ExpiringLeases exactly when l's are, and keep the safety margin of a
-// WithSafetyMargin locker, in either order of wrapping; methods of l's
-// lease types beyond Lease and ExpiringLease (pgcas's Tx) are not
-// reachable through them, nor is l's Close: close l itself.
+// the holder never calls Release; a lease's Release returns once its end
+// has been reported, so what an observer counts is complete then.
+//
+// The leases it returns are ExpiringLeases exactly when l's are, and keep
+// the safety margin of a WithSafetyMargin locker, in either order of
+// wrapping; methods of l's lease types beyond Lease and ExpiringLease
+// (pgcas's Tx) are not reachable through them, nor is l's Close: close l
+// itself.
 //
 // The returned Locker is safe for concurrent use if l is.
 func ObserveLocker(l Locker, o LockObserver) Locker {
@@ -107,7 +110,7 @@ func (w observedLocker) Acquire(ctx context.Context, key string) (Lease, error) 
 	}
 	a.Token = g.Token()
 	w.o.ObserveAcquire(octx, a)
-	ol := &observedLease{Lease: g, o: w.o, key: key, granted: granted, ctx: context.WithoutCancel(octx)}
+	ol := &observedLease{Lease: g, o: w.o, key: key, granted: granted, ctx: context.WithoutCancel(octx), reported: make(chan struct{})}
 	ol.stop = context.AfterFunc(g.Context(), ol.ended)
 	if _, ok := g.(ExpiringLease); ok {
 		return observedExpiringLease{ol}, nil
@@ -123,7 +126,9 @@ type observedLease struct {
 	granted time.Time
 	ctx     context.Context // Acquire's values, for a loss seen by ended
 	stop    func() bool     // stops ended
-	done    atomic.Bool     // the end was reported
+	done    atomic.Bool     // the end is being reported
+	// reported is closed once the end has been reported.
+	reported chan struct{}
 }
 
 // ended runs when the lease's Context ends: a loss is reported at once;
@@ -141,6 +146,7 @@ func (g *observedLease) end(ctx context.Context, e LeaseEnd) {
 	if !g.done.CompareAndSwap(false, true) {
 		return
 	}
+	defer close(g.reported)
 	now := time.Now()
 	e.Key, e.Token, e.Held = g.key, g.Lease.Token(), now.Sub(g.granted)
 	if x, ok := g.Lease.(ExpiringLease); ok && e.Lost && !now.Before(x.Expires()) {
@@ -151,7 +157,8 @@ func (g *observedLease) end(ctx context.Context, e LeaseEnd) {
 
 // Release implements Lease. A lease already lost when it is called (its
 // Context ended with another cause than ErrLeaseReleased), or whose
-// Release reports the loss, is reported lost.
+// Release reports the loss, is reported lost. Release returns once the
+// lease's end has been reported, by whichever path saw it first.
 func (g *observedLease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return g.Lease.Release(ctx) // refused: the lease stays held
@@ -172,6 +179,7 @@ func (g *observedLease) Release(ctx context.Context) error {
 		e.Err = err
 	}
 	g.end(ctx, e)
+	<-g.reported
 	return err
 }
 

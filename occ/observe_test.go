@@ -18,7 +18,6 @@ type callKey struct{}
 // method got (0: not the one StartCall returned).
 type hookObserver struct {
 	mu      sync.Mutex
-	name    string
 	next    int
 	starts  []CallStart
 	waits   []Wait
