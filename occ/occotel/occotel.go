@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -52,15 +54,26 @@ func outcomeIndex(o occ.Outcome) int {
 	return int(o)
 }
 
-// knownOps are the Op values occ reports today; their attribute sets are
-// built by New. Any other Op gets its sets built on first use.
-var knownOps = []string{"retry", "update", "txn"}
+// knownOps are the Op values occ and hybrid report today; their attribute
+// sets are built by New. Any other Op gets its sets built on first use.
+var knownOps = []string{"retry", "update", "txn", "add", hybrid.OpUpdate, hybrid.OpTxn}
 
 // Option configures New.
 type Option func(*config)
 
 type config struct {
 	attrs []attribute.KeyValue
+	keys  bool
+}
+
+func newConfig(opts []Option) config {
+	var c config
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c)
+		}
+	}
+	return c
 }
 
 // WithAttributes adds constant attributes to every measurement, such as the
@@ -70,6 +83,16 @@ type config struct {
 // WithAttributes options add up.
 func WithAttributes(attrs ...attribute.KeyValue) Option {
 	return func(c *config) { c.attrs = append(c.attrs, attrs...) }
+}
+
+// WithKeys records the key of each call and lease: as the occ.key
+// attribute of a Tracer's spans and as the key attribute of a Locker's
+// metrics. Off by default: keys are unbounded, and as a metric attribute
+// each key is a time series of its own (and a key may name a customer).
+// Turn it on for a Locker only where its keys are few (a handful of hot
+// keys, a fixed set of jobs). Observer's occ.* metrics never carry keys.
+func WithKeys() Option {
+	return func(c *config) { c.keys = true }
 }
 
 // Observer records occ attempts and calls as OpenTelemetry metrics. Pass it
@@ -85,6 +108,7 @@ type Observer struct {
 	callDuration metric.Float64Histogram
 	giveups      metric.Int64Counter
 	rejections   metric.Int64Counter
+	fenced       metric.Int64Counter
 	switches     metric.Int64Counter
 	switchOpts   [2][]metric.AddOption // to optimistic, to locked
 
@@ -112,12 +136,7 @@ type opOptions struct {
 // New returns an Observer whose instruments are created by a meter named
 // ScopeName from mp; a nil mp means the global otel.GetMeterProvider().
 func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
-	var c config
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&c)
-		}
-	}
+	c := newConfig(opts)
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -150,6 +169,10 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.rejections, e = m.Int64Counter("occ.budget.rejections",
 		metric.WithUnit("{call}"),
 		metric.WithDescription("occ calls that gave up because the shared retry budget refused a retry."))
+	err = errors.Join(err, e)
+	o.fenced, e = m.Int64Counter("hybrid.fenced.writes",
+		metric.WithUnit("{write}"),
+		metric.WithDescription("Attempts whose write the store refused because their fencing token was stale (cas.ErrFenced): a lease lost before its write."))
 	err = errors.Join(err, e)
 	o.switches, e = m.Int64Counter("occ.adaptive.switches",
 		metric.WithUnit("{switch}"),
@@ -219,12 +242,17 @@ func (o *Observer) options(op string) *opOptions {
 }
 
 // ObserveAttempt implements occ.Observer: it counts the attempt in
-// occ.attempts and, when it failed with a conflict, in occ.conflicts.
+// occ.attempts; when it failed with a conflict, in occ.conflicts; when the
+// store refused its stale fencing token (cas.ErrFenced), in
+// hybrid.fenced.writes.
 func (o *Observer) ObserveAttempt(ctx context.Context, a occ.Attempt) {
 	p := o.options(a.Op)
 	o.attempts.Add(ctx, 1, p.outcome[outcomeIndex(a.Outcome)]...)
 	if a.Outcome == occ.OutcomeConflict {
 		o.conflicts.Add(ctx, 1, p.op...)
+	}
+	if a.Err != nil && a.Outcome != occ.OutcomeSuccess && errors.Is(a.Err, cas.ErrFenced) {
+		o.fenced.Add(ctx, 1, p.op...)
 	}
 }
 

@@ -1,0 +1,258 @@
+package occotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/occkit/occkit/hybrid"
+)
+
+// Attribute keys of the lock metrics and lease events.
+const (
+	keyLockOutcome = attribute.Key("outcome")
+	keyLockEnd     = attribute.Key("end")
+	keyLockCause   = attribute.Key("cause")
+	keyLockKey     = attribute.Key("key")
+
+	keyLeaseToken = attribute.Key("hybrid.lease.token")
+	keyLeaseWait  = attribute.Key("hybrid.lease.wait")
+	keyLeaseHeld  = attribute.Key("hybrid.lease.held")
+	keyLeaseCause = attribute.Key("hybrid.lease.cause")
+	keyLeaseError = attribute.Key("hybrid.lease.error")
+)
+
+// Names of the span events a Locker adds to the span of the context its
+// leases are acquired with (a Tracer's hybrid.update span, say).
+const (
+	EventLeaseAcquired = "hybrid.lease.acquired"
+	EventLeaseRefused  = "hybrid.lease.acquire_failed"
+	EventLeaseReleased = "hybrid.lease.released"
+	EventLeaseLost     = "hybrid.lease.lost"
+)
+
+// Values of the outcome attribute of hybrid.lock.acquire.duration.
+const (
+	acquireOK = iota
+	acquireCanceled
+	acquireError
+	numAcquireOutcomes
+)
+
+var acquireNames = [numAcquireOutcomes]string{acquireOK: "acquired", acquireCanceled: "canceled", acquireError: "error"}
+
+// Values of the end attribute of hybrid.lease.hold.duration.
+const (
+	endReleased = iota
+	endLost
+	endReleaseFailed
+	numEnds
+)
+
+var endNames = [numEnds]string{endReleased: "released", endLost: "lost", endReleaseFailed: "release_failed"}
+
+// Values of the cause attribute of hybrid.lease.lost.
+const (
+	causeExpired = iota
+	causeRevoked
+	numCauses
+)
+
+var causeNames = [numCauses]string{causeExpired: "expired", causeRevoked: "revoked"}
+
+// Locker returns l with its leases measured: every Acquire and every
+// lease's end are recorded as OpenTelemetry metrics of a meter named
+// ScopeName from mp (a nil mp means the global otel.GetMeterProvider()),
+// through hybrid.ObserveLocker. Use the returned Locker where l was used
+// (hybrid.Update, hybrid.Txn, hybrid.NewAdaptive):
+//
+//	locker, err := occotel.Locker(redisLocker, mp, occotel.WithAttributes(attribute.String("locker", "redis")))
+//
+// Instruments (constant attributes from WithAttributes on every one, and
+// key only with WithKeys):
+//
+//   - hybrid.lock.acquire.duration (s, histogram): how long Acquire took,
+//     the wait behind other holders included, with outcome "acquired",
+//     "canceled" (the caller's context ended first) or "error".
+//   - hybrid.lease.hold.duration (s, histogram): from the grant to the
+//     release, or to the loss, with end "released", "lost" or
+//     "release_failed" (Release failed: the lock stays until it expires).
+//   - hybrid.lease.lost ({lease}, counter): leases lost before their
+//     holder released them, seen when the locker cancels the lease's
+//     Context (at once, also if Release is never called) or when Release
+//     reports the loss, with cause "expired" (an expiring lease whose
+//     expiry had passed: its holder was paused or its renewals did not get
+//     through) or "revoked" (taken away before its expiry, or a lease with
+//     no expiry: its lock gone or held by another grant, its session or
+//     connection ended, the locker closed).
+//   - hybrid.lease.renewals ({renewal}, asynchronous counter): the
+//     renewals l reports, read at each collection, only if l is a
+//     hybrid.RenewalCounter (etcdcas.Locker and rediscas.Locker; pgcas and
+//     sqlcas leases are not renewed: they last as long as their
+//     connection, and NewLocalLocker's never are). Pass the locker that
+//     renews, not a wrapper of it; several Lockers whose attributes are
+//     equal add up.
+//
+// Writes refused at the store because their token was stale are counted
+// by an Observer given to hybrid.Update (hybrid.fenced.writes): the
+// locker does not see the writes.
+//
+// When the context given to Acquire carries a recording span (a Tracer's
+// hybrid.update span: hybrid.Update acquires with its call's context), the
+// grant ([EventLeaseAcquired], with the token and the wait), a failed
+// acquire ([EventLeaseRefused]), the release ([EventLeaseReleased]) and a
+// loss ([EventLeaseLost], with its cause) are added to it as events.
+//
+// Call Locker once per locker: each call creates its own instruments'
+// callbacks. The returned Locker is safe for concurrent use if l is.
+func Locker(l hybrid.Locker, mp metric.MeterProvider, opts ...Option) (hybrid.Locker, error) {
+	c := newConfig(opts)
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+	o := &lockObserver{attrs: c.attrs, keys: c.keys}
+	var err, e error
+	o.acquire, e = m.Float64Histogram("hybrid.lock.acquire.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Duration of lock acquisitions, the wait behind other holders included, by outcome: acquired, canceled or error."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	err = errors.Join(err, e)
+	o.hold, e = m.Float64Histogram("hybrid.lease.hold.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("How long leases were held, from the grant to their release or loss, by end: released, lost or release_failed."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	err = errors.Join(err, e)
+	o.lost, e = m.Int64Counter("hybrid.lease.lost",
+		metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases lost before their holder released them, by cause: expired (ran out unrenewed) or revoked (taken away before expiry)."))
+	err = errors.Join(err, e)
+	if rc, ok := l.(hybrid.RenewalCounter); ok {
+		renewOpts := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(c.attrs...))}
+		_, e = m.Int64ObservableCounter("hybrid.lease.renewals",
+			metric.WithUnit("{renewal}"),
+			metric.WithDescription("Renewals of leases (or of the sessions they live on) that succeeded."),
+			metric.WithInt64Callback(func(_ context.Context, obs metric.Int64Observer) error {
+				obs.Observe(int64(rc.Renewals()), renewOpts...)
+				return nil
+			}))
+		err = errors.Join(err, e)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("occotel: creating lock instruments: %w", err)
+	}
+	for i, name := range acquireNames {
+		o.acquireOpts[i] = o.recordOpts(keyLockOutcome.String(name))
+	}
+	for i, name := range endNames {
+		o.holdOpts[i] = o.recordOpts(keyLockEnd.String(name))
+	}
+	for i, name := range causeNames {
+		o.lostOpts[i] = []metric.AddOption{metric.WithAttributeSet(o.set(keyLockCause.String(name)))}
+	}
+	return hybrid.ObserveLocker(l, o), nil
+}
+
+// durationBuckets are the bucket boundaries, in seconds, of the duration
+// histograms: 100 µs to 10 s.
+var durationBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// lockObserver records a Locker's acquisitions and leases; it is the
+// hybrid.LockObserver of Locker.
+type lockObserver struct {
+	acquire, hold metric.Float64Histogram
+	lost          metric.Int64Counter
+
+	attrs []attribute.KeyValue
+	keys  bool
+	// Measurement options without key, built once.
+	acquireOpts [numAcquireOutcomes][]metric.RecordOption
+	holdOpts    [numEnds][]metric.RecordOption
+	lostOpts    [numCauses][]metric.AddOption
+}
+
+// set returns the attribute set of the constant attributes and kv.
+func (o *lockObserver) set(kv ...attribute.KeyValue) attribute.Set {
+	all := make([]attribute.KeyValue, 0, len(o.attrs)+len(kv))
+	all = append(all, o.attrs...)
+	all = append(all, kv...)
+	return attribute.NewSet(all...)
+}
+
+func (o *lockObserver) recordOpts(kv ...attribute.KeyValue) []metric.RecordOption {
+	return []metric.RecordOption{metric.WithAttributeSet(o.set(kv...))}
+}
+
+// withKey returns the options of a measurement of key: pre (no key) unless
+// keys are recorded.
+func withKey[O any](o *lockObserver, pre []O, key string, kv attribute.KeyValue, mk func(attribute.Set) O) []O {
+	if !o.keys {
+		return pre
+	}
+	return []O{mk(o.set(kv, keyLockKey.String(key)))}
+}
+
+func recordOption(s attribute.Set) metric.RecordOption { return metric.WithAttributeSet(s) }
+func addOption(s attribute.Set) metric.AddOption       { return metric.WithAttributeSet(s) }
+
+// ObserveAcquire implements hybrid.LockObserver.
+func (o *lockObserver) ObserveAcquire(ctx context.Context, a hybrid.Acquired) {
+	i := acquireOK
+	switch {
+	case a.Err == nil:
+	case errors.Is(a.Err, context.Canceled) || errors.Is(a.Err, context.DeadlineExceeded):
+		i = acquireCanceled
+	default:
+		i = acquireError
+	}
+	o.acquire.Record(ctx, a.Wait.Seconds(), withKey(o, o.acquireOpts[i], a.Key, keyLockOutcome.String(acquireNames[i]), recordOption)...)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		if a.Err != nil {
+			span.AddEvent(EventLeaseRefused, trace.WithAttributes(keyLeaseWait.Float64(a.Wait.Seconds()), keyLeaseError.String(a.Err.Error())))
+		} else {
+			span.AddEvent(EventLeaseAcquired, trace.WithAttributes(keyLeaseToken.Int64(int64(a.Token)), keyLeaseWait.Float64(a.Wait.Seconds())))
+		}
+	}
+}
+
+// ObserveLeaseEnd implements hybrid.LockObserver.
+func (o *lockObserver) ObserveLeaseEnd(ctx context.Context, e hybrid.LeaseEnd) {
+	end := endReleased
+	switch {
+	case e.Lost:
+		end = endLost
+	case e.Err != nil:
+		end = endReleaseFailed
+	}
+	o.hold.Record(ctx, e.Held.Seconds(), withKey(o, o.holdOpts[end], e.Key, keyLockEnd.String(endNames[end]), recordOption)...)
+	cause := causeRevoked
+	if e.Lost {
+		if e.Expired {
+			cause = causeExpired
+		}
+		o.lost.Add(ctx, 1, withKey(o, o.lostOpts[cause], e.Key, keyLockCause.String(causeNames[cause]), addOption)...)
+	}
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{keyLeaseToken.Int64(int64(e.Token)), keyLeaseHeld.Float64(e.Held.Seconds())}
+	switch {
+	case e.Lost:
+		attrs = append(attrs, keyLeaseCause.String(causeNames[cause]))
+		if e.Cause != nil {
+			attrs = append(attrs, keyLeaseError.String(e.Cause.Error()))
+		}
+		span.AddEvent(EventLeaseLost, trace.WithAttributes(attrs...))
+	case e.Err != nil:
+		attrs = append(attrs, keyLeaseError.String(e.Err.Error()))
+		span.AddEvent(EventLeaseReleased, trace.WithAttributes(attrs...))
+	default:
+		span.AddEvent(EventLeaseReleased, trace.WithAttributes(attrs...))
+	}
+}
