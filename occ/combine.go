@@ -789,7 +789,7 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 		if exclusiveAt > 0 && lost >= exclusiveAt {
 			// The batch has lost too often: this attempt holds the key
 			// (cas.Exclusive) from its read to its write.
-			haveHint = false
+			haveHint, c.exclusive = false, true
 			members := cb.startFlight(sh, q, batch)
 			var st runState
 			nv, err = ex.UpdateExclusive(ctx, key, func(it cas.Item) ([]byte, bool, error) {

@@ -127,8 +127,16 @@ func TestUpdateEscalatesToExclusive(t *testing.T) {
 			s := newRowLocked()
 			counters := cas.NewTyped(cas.Store(s), cas.JSON[int]())
 			var rivals atomic.Int64
-			var attempts int
-			obs := occ.ObserverFuncs{Attempt: func(_ context.Context, a occ.Attempt) { attempts = a.Number }}
+			var attempts, exclusiveAt int
+			obs := occ.ObserverFuncs{Attempt: func(_ context.Context, a occ.Attempt) {
+				attempts = a.Number
+				if a.Exclusive {
+					if exclusiveAt != 0 {
+						t.Errorf("attempts %d and %d both reported exclusive", exclusiveAt, a.Number)
+					}
+					exclusiveAt = a.Number
+				}
+			}}
 			var wg sync.WaitGroup
 			_, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
 				elsewhere(ctx, t, &wg, counters, &rivals)
@@ -141,8 +149,8 @@ func TestUpdateEscalatesToExclusive(t *testing.T) {
 			}
 			switch {
 			case tc.wantFail:
-				if !errors.Is(err, occ.ErrAttemptsExhausted) || s.holds.Load() != 0 {
-					t.Fatalf("escalation off: %v with %d exclusive attempts, want occ.ErrAttemptsExhausted and none", err, s.holds.Load())
+				if !errors.Is(err, occ.ErrAttemptsExhausted) || s.holds.Load() != 0 || exclusiveAt != 0 {
+					t.Fatalf("escalation off: %v with %d exclusive attempts (observed: attempt %d), want occ.ErrAttemptsExhausted and none", err, s.holds.Load(), exclusiveAt)
 				}
 				if got != int(rivals.Load()) {
 					t.Fatalf("counter %d, want the writer elsewhere's %d", got, rivals.Load())
@@ -154,6 +162,9 @@ func TestUpdateEscalatesToExclusive(t *testing.T) {
 				}
 				if err != nil || s.holds.Load() != 1 || attempts != want+1 {
 					t.Fatalf("Update: %v after %d attempts, %d exclusive; want success at attempt %d, the only exclusive one", err, attempts, s.holds.Load(), want+1)
+				}
+				if exclusiveAt != want+1 {
+					t.Fatalf("the observer saw attempt %d as exclusive, want %d (Attempt.Exclusive)", exclusiveAt, want+1)
 				}
 				if got != int(rivals.Load())+1 {
 					t.Fatalf("counter %d, want the writer elsewhere's %d + 1", got, rivals.Load())
@@ -170,14 +181,21 @@ func TestCombinedBatchEscalatesToExclusive(t *testing.T) {
 	s := newRowLocked()
 	counters := cas.NewTyped(cas.Store(s), cas.JSON[int]())
 	cb := occ.NewCombiner(occ.WithQueueFromStart())
-	var rivals, ok atomic.Int64
+	var rivals, ok, exclusive atomic.Int64
 	var wg, rivalsWG sync.WaitGroup
+	// The batches run under their leaders' options: each caller's
+	// observer, told of the batches it leads.
+	obs := occ.WithObserver(occ.ObserverFuncs{Attempt: func(_ context.Context, a occ.Attempt) {
+		if a.Exclusive {
+			exclusive.Add(1)
+		}
+	}})
 	for range 4 {
 		wg.Go(func() {
 			_, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
 				elsewhere(ctx, t, &rivalsWG, counters, &rivals)
 				return n + 1, nil
-			}, occ.WithCombiner(cb))
+			}, occ.WithCombiner(cb), obs)
 			if err != nil {
 				t.Errorf("combined Update: %v", err)
 				return
@@ -193,5 +211,8 @@ func TestCombinedBatchEscalatesToExclusive(t *testing.T) {
 	}
 	if s.holds.Load() == 0 {
 		t.Fatal("no batch ran exclusively")
+	}
+	if exclusive.Load() != s.holds.Load() {
+		t.Fatalf("%d attempts observed as exclusive, the store held the key %d times", exclusive.Load(), s.holds.Load())
 	}
 }

@@ -58,6 +58,11 @@ type Attempt struct {
 	// Err is the attempt's error (nil on success).
 	Err     error
 	Latency time.Duration
+	// Exclusive reports an attempt that ran exclusively after the call (or
+	// a combined batch, or a transaction) had lost too many writes in a
+	// row (WithExclusiveAfter): the store held the key, or the
+	// transaction's keys, from the read to the write.
+	Exclusive bool
 }
 
 // Call describes a whole Retry, Update or Txn call.

@@ -97,6 +97,7 @@ type config struct {
 	retryNow   bool // set by an attempt whose conflict carried the current state
 	retriedNow bool // the one immediate retry of the call was used
 	waited     bool // the loop waited before the current attempt
+	exclusive  bool // the current attempt runs exclusively (Attempt.Exclusive)
 }
 
 // apply sets c from opts. Options are data, not closures, so that c can

@@ -125,6 +125,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			t0 = time.Now()
 		}
 		var err error
+		c.exclusive = false
 		if c.line == nil {
 			err = fn(ctx)
 		} else {
@@ -155,7 +156,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			err, _ = unmarkPermanent(err)
 		}
 		if c.observer != nil {
-			a := Attempt{Op: c.op, Key: c.key, Number: attempt, Outcome: outcome, Err: err, Latency: time.Since(t0)}
+			a := Attempt{Op: c.op, Key: c.key, Number: attempt, Outcome: outcome, Err: err, Latency: time.Since(t0), Exclusive: c.exclusive}
 			if c.line == nil {
 				c.observeAttempt(ctx, a)
 			} else {

@@ -217,6 +217,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	}
 	return c.run(ctx, func(ctx context.Context) error {
 		if exclusiveAt > 0 && lost >= exclusiveAt && len(lastKeys) > 0 {
+			c.exclusive = true
 			keys, err := txnExclusive(ctx, ec, s, cache, lastKeys, fn, &turns)
 			if errors.Is(err, cas.ErrConflict) {
 				lost++

@@ -269,11 +269,20 @@ func TestTxnEscalates(t *testing.T) {
 		return r
 	}
 	r := setup()
-	if err := transfer(r, withSleep(func(context.Context, time.Duration) error { return nil })); err != nil {
+	var exclusiveAt []int
+	obs := WithObserver(ObserverFuncs{Attempt: func(_ context.Context, a Attempt) {
+		if a.Exclusive {
+			exclusiveAt = append(exclusiveAt, a.Number)
+		}
+	}})
+	if err := transfer(r, obs, withSleep(func(context.Context, time.Duration) error { return nil })); err != nil {
 		t.Fatalf("transfer: %v", err)
 	}
 	if r.exclusive.Load() != 1 {
 		t.Fatalf("%d exclusive commits, want 1", r.exclusive.Load())
+	}
+	if len(exclusiveAt) != 1 || exclusiveAt[0] != DefaultTxnExclusiveAfter+1 {
+		t.Fatalf("attempts observed as exclusive: %v, want [%d] (Attempt.Exclusive)", exclusiveAt, DefaultTxnExclusiveAfter+1)
 	}
 	items, _ := r.Store.GetMany(ctx, []string{"a", "b"})
 	if string(items[0].Value) != "9" || string(items[1].Value) != "11" {

@@ -103,7 +103,7 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			err error
 		)
 		if exclusiveAt > 0 && lost >= exclusiveAt {
-			c.handed = nil
+			c.handed, c.exclusive = nil, true
 			if c.writes != nil {
 				c.writes.Add(1)
 			}
