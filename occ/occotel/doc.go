@@ -52,6 +52,10 @@
 //     store refused because their fencing token was stale (cas.ErrFenced):
 //     a lease that was lost while its holder still wrote. hybrid.Update
 //     retries them with a new lease, so the data is safe; the lock is not.
+//   - occ.escalations ({attempt}, counter): attempts that ran exclusively
+//     (the store held the key, or a transaction's keys, from the read to
+//     the write) because the call had lost occ.DefaultExclusiveAfter
+//     writes in a row, or as many as occ.WithExclusiveAfter says.
 //   - occ.adaptive.switches ({switch}, counter): keys hybrid.Adaptive moved
 //     between its paths, with to = "locked" or "optimistic"
 //     ([Observer.AdaptiveSwitch]).
@@ -84,7 +88,7 @@
 // occ.WaitObserver: each call is a span ("occ.update", "hybrid.update",
 // ...) whose context the call's function runs with, so the store's spans
 // are its children; an event per attempt ([EventAttempt]: number,
-// outcome, duration, error, fenced) and per wait ([EventWait]: backoff or
+// outcome, duration, error, fenced, exclusive) and per wait ([EventWait]: backoff or
 // turn, with its duration); the outcome and the attempt count as
 // attributes when it ends. A [Locker] adds its lease events
 // ([EventLeaseAcquired], [EventLeaseReleased], [EventLeaseLost]) to the

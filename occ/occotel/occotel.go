@@ -109,6 +109,7 @@ type Observer struct {
 	giveups      metric.Int64Counter
 	rejections   metric.Int64Counter
 	fenced       metric.Int64Counter
+	escalations  metric.Int64Counter
 	switches     metric.Int64Counter
 	switchOpts   [2][]metric.AddOption // to optimistic, to locked
 
@@ -173,6 +174,10 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.fenced, e = m.Int64Counter("hybrid.fenced.writes",
 		metric.WithUnit("{write}"),
 		metric.WithDescription("Attempts whose write the store refused because their fencing token was stale (cas.ErrFenced): a lease lost before its write."))
+	err = errors.Join(err, e)
+	o.escalations, e = m.Int64Counter("occ.escalations",
+		metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts that ran exclusively, the store holding the key from read to write, because the call had lost too many writes in a row (occ.WithExclusiveAfter)."))
 	err = errors.Join(err, e)
 	o.switches, e = m.Int64Counter("occ.adaptive.switches",
 		metric.WithUnit("{switch}"),
@@ -244,7 +249,7 @@ func (o *Observer) options(op string) *opOptions {
 // ObserveAttempt implements occ.Observer: it counts the attempt in
 // occ.attempts; when it failed with a conflict, in occ.conflicts; when the
 // store refused its stale fencing token (cas.ErrFenced), in
-// hybrid.fenced.writes.
+// hybrid.fenced.writes; when it ran exclusively, in occ.escalations.
 func (o *Observer) ObserveAttempt(ctx context.Context, a occ.Attempt) {
 	p := o.options(a.Op)
 	o.attempts.Add(ctx, 1, p.outcome[outcomeIndex(a.Outcome)]...)
@@ -253,6 +258,9 @@ func (o *Observer) ObserveAttempt(ctx context.Context, a occ.Attempt) {
 	}
 	if a.Err != nil && a.Outcome != occ.OutcomeSuccess && errors.Is(a.Err, cas.ErrFenced) {
 		o.fenced.Add(ctx, 1, p.op...)
+	}
+	if a.Exclusive {
+		o.escalations.Add(ctx, 1, p.op...)
 	}
 }
 

@@ -28,6 +28,7 @@ const (
 	keyAttemptDuration = attribute.Key("occ.attempt.duration")
 	keyAttemptError    = attribute.Key("occ.attempt.error")
 	keyAttemptFenced   = attribute.Key("occ.attempt.fenced")
+	keyAttemptExcl     = attribute.Key("occ.attempt.exclusive")
 
 	keyWaitKind     = attribute.Key("occ.wait.kind")
 	keyWaitDuration = attribute.Key("occ.wait.duration")
@@ -61,8 +62,9 @@ const (
 //   - an event per attempt, [EventAttempt], with occ.attempt.number,
 //     occ.attempt.outcome ("success", "conflict", "retryable",
 //     "failed"), occ.attempt.duration (seconds), occ.attempt.error (the
-//     error's text) and occ.attempt.fenced (true when the store refused a
-//     stale fencing token);
+//     error's text), occ.attempt.fenced (true when the store refused a
+//     stale fencing token) and occ.attempt.exclusive (true when the
+//     attempt ran exclusively: occ.WithExclusiveAfter);
 //   - an event per wait between attempts, [EventWait], stamped when the
 //     wait began, with occ.wait.kind ("backoff", or "turn": queued behind
 //     this process's other calls of a hot key), occ.wait.duration
@@ -142,11 +144,14 @@ func (t *Tracer) ObserveAttempt(ctx context.Context, a occ.Attempt) {
 	if span == nil {
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs := make([]attribute.KeyValue, 0, 6)
 	attrs = append(attrs,
 		keyAttemptNumber.Int(a.Number),
 		keyAttemptOutcome.String(a.Outcome.String()),
 		keyAttemptDuration.Float64(a.Latency.Seconds()))
+	if a.Exclusive {
+		attrs = append(attrs, keyAttemptExcl.Bool(true))
+	}
 	if a.Err != nil {
 		attrs = append(attrs, keyAttemptError.String(a.Err.Error()))
 		if errors.Is(a.Err, cas.ErrFenced) {

@@ -3,7 +3,9 @@ package occotel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -394,4 +396,72 @@ func TestHybridTxnSpan(t *testing.T) {
 	wantAttr(t, "span", sp.Attributes, "occ.attempts", int64(1))
 	check(t, "lease acquired events", len(events(sp, occotel.EventLeaseAcquired)), 2)
 	check(t, "lease released events", len(events(sp, occotel.EventLeaseReleased)), 2)
+}
+
+// exclusiveStore is memcas with cas.Exclusive: UpdateExclusive reads and
+// writes the key under a mutex that its plain writes take too, as a row
+// lock would (the store's side of escalation; adapters with a real one
+// pass castest).
+type exclusiveStore struct {
+	*memcas.Store
+	mu sync.Mutex
+}
+
+func (s *exclusiveStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Store.CompareAndSwap(ctx, key, expected, value)
+}
+
+func (s *exclusiveStore) UpdateExclusive(ctx context.Context, key string, fn func(cas.Item) ([]byte, bool, error)) (cas.Version, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, err := s.Store.Get(ctx, key)
+	if errors.Is(err, cas.ErrNotFound) {
+		it, err = cas.Item{Key: key}, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	next, write, err := fn(it)
+	if err != nil || !write {
+		return it.Version, err
+	}
+	return s.Store.CompareAndSwap(ctx, key, it.Version, next)
+}
+
+// TestEscalation: an Update that loses two writes in a row with
+// WithExclusiveAfter(2) runs its third attempt exclusively: counted in
+// occ.escalations, and marked on its attempt event.
+func TestEscalation(t *testing.T) {
+	ctx := context.Background()
+	s := newSpans(t)
+	h := newHarness(t)
+	store := &exclusiveStore{Store: memcas.New()}
+	counters := cas.NewTyped(cas.Store(store), cas.JSON[int]())
+	interfere := 2
+	if _, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
+		if interfere > 0 {
+			interfere--
+			_, v, _ := counters.Get(ctx, "n")
+			if _, err := counters.CompareAndSwap(ctx, "n", v, n+1); err != nil {
+				return 0, err
+			}
+		}
+		return n + 1, nil
+	}, h.opts(occ.WithExclusiveAfter(2), occ.WithObserver(occotel.NewTracer(s.tp)))...); err != nil {
+		t.Fatal(err)
+	}
+	m := h.collect()
+	check(t, "escalations{update}", m.counter("occ.escalations", op("update")), 1)
+	check(t, "conflicts{update}", m.counter("occ.conflicts", op("update")), 2)
+	if mm, _ := m.find("occ.escalations"); mm.Unit != "{attempt}" || mm.Description == "" {
+		t.Errorf("occ.escalations: unit %q, description %q", mm.Unit, mm.Description)
+	}
+	evs := events(s.named("occ.update"), occotel.EventAttempt)
+	check(t, "attempt events", len(evs), 3)
+	for i, e := range evs {
+		_, marked := attr(e.Attributes, "occ.attempt.exclusive")
+		check(t, fmt.Sprintf("attempt %d marked exclusive", i+1), marked, i == 2)
+	}
 }
