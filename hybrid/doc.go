@@ -43,5 +43,16 @@
 // lease carries more than one batch per attempt, with hysteresis and
 // bounded statistics, kept only for the keys whose updates conflict.
 //
+// # Observing
+//
+// [ObserveLocker] wraps a Locker and tells a [LockObserver] about every
+// acquisition (its wait) and the end of every lease (how long it was
+// held; released or lost, and why); a Locker that renews in the
+// background counts its renewals ([RenewalCounter]). occ's observers see
+// Update's and Txn's attempts as ops [OpUpdate] and [OpTxn], and a write
+// refused for a stale token as an attempt whose error matches
+// cas.ErrFenced. Package occ/occotel turns all of it into OpenTelemetry
+// metrics and spans; docs/operations.md reads them.
+//
 // See docs/hybrid.md for when to use which.
 package hybrid

@@ -10,9 +10,9 @@
 // Everything else is an [Option]: [WithMaxAttempts], [WithBackOff] (any
 // github.com/cenkalti/backoff/v4 BackOff; the default, [DefaultBackOff], is
 // exponential from 1ms with jitter), [WithRetryable] for an adapter's
-// transient errors, [WithObserver] for metrics (package
+// transient errors, [WithObserver] for metrics and traces (package
 // [github.com/occkit/occkit/occ/occotel] turns them into OpenTelemetry
-// metrics) and [WithBudget], a retry [Budget] shared across goroutines that
+// metrics and spans) and [WithBudget], a retry [Budget] shared across goroutines that
 // keeps a conflict storm from multiplying the load. Two shared objects,
 // each one per process, make hot keys cheap: a [Cache] ([WithCache]) skips
 // the read of keys whose version the process knows, and a [Combiner]

@@ -79,7 +79,10 @@ type Call struct {
 
 // Observer is told about every attempt and every call. Its methods run on
 // the caller's goroutine, inside the loop, so they must be quick; an
-// Observer given to concurrent calls must be safe for concurrent use.
+// Observer given to concurrent calls must be safe for concurrent use. An
+// Observer may also implement CallStarter (to be told when a call starts,
+// and give it a context: a trace span) and WaitObserver (the waits
+// between attempts).
 type Observer interface {
 	ObserveAttempt(ctx context.Context, a Attempt)
 	ObserveCall(ctx context.Context, c Call)
