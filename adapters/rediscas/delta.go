@@ -115,7 +115,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		res, err := s.run(ctx, addScript, keys, args...)
 		rep := replication(err)
 		if err != nil && rep == nil {
-			return result{}, err
+			return result{}, s.noticeFailure(ctx, err)
 		}
 		r, err := parseReply(res)
 		if err != nil {

@@ -75,7 +75,7 @@ func (s *Store) run(ctx context.Context, sc *script, keys []string, args ...any)
 			}
 			continue
 		case err != nil:
-			return nil, err
+			return nil, s.noticeFailure(ctx, err)
 		}
 		res := cmd.Val()
 		switch n, werr := wait.Result(); {

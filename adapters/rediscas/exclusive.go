@@ -100,7 +100,7 @@ func (s *Store) takeHold(ctx context.Context, key, token string) (cas.Item, erro
 	for {
 		res, err := runOnce(ctx, s.cli, holdScript, keys, token, ttl)
 		if err != nil {
-			return cur, &readError{key: key, err: err}
+			return cur, &readError{key: key, err: s.noticeFailure(ctx, err)}
 		}
 		r, err := parseReply(res)
 		if err != nil {

@@ -61,6 +61,7 @@ func (w pending) interpret(res any, rerr error) (cas.Version, error) {
 //     flight, or Redis did not answer in time — is a *cas.AmbiguousError
 //     with the write id.
 func (s *Store) failedWrite(ctx context.Context, w pending, err error) (cas.Version, error) {
+	_ = s.noticeFailure(ctx, err)
 	if !mayHaveApplied(err) {
 		return 0, &cas.KeyError{Op: w.op, Key: w.key, Err: wrapErr(err)}
 	}

@@ -1,11 +1,14 @@
 package rediscas
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // slotCount is the number of hash slots of a Redis Cluster.
@@ -111,4 +114,23 @@ func (s *Store) counterOf(dataKey string) string {
 		return s.counter
 	}
 	return s.counter + slotTags()[hashSlot(dataKey)]
+}
+
+// noticeFailure makes a cluster client look up the cluster's slots again
+// when err says a node did not answer (not a reply of the server): after
+// a failover the dead master's slots are served by a promoted replica,
+// which go-redis otherwise learns of only from a MOVED reply or after
+// ClusterOptions.ClusterStateReloadInterval (default 1 min). It returns
+// err.
+func (s *Store) noticeFailure(ctx context.Context, err error) error {
+	cc, ok := s.cli.(*redis.ClusterClient)
+	if !ok || err == nil || ctx.Err() != nil {
+		return err
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !transientReply(err) {
+		return err
+	}
+	cc.ReloadState(ctx)
+	return err
 }

@@ -225,7 +225,7 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	}
 	vals, err := s.cli.HMGet(ctx, s.dataKey(key), "v", "n").Result()
 	if err != nil {
-		return cas.Item{}, &readError{key: key, err: err}
+		return cas.Item{}, &readError{key: key, err: s.noticeFailure(ctx, err)}
 	}
 	v, live := vals[0].(string)
 	if !live {
@@ -258,7 +258,7 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 		return nil
 	})
 	if err != nil {
-		return nil, &readError{key: keys[0], err: err}
+		return nil, &readError{key: keys[0], err: s.noticeFailure(ctx, err)}
 	}
 	for i, k := range keys {
 		out[i] = cas.Item{Key: k}

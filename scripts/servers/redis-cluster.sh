@@ -39,42 +39,58 @@ occkit_redis_cluster_main() {
   local dir=$OCCKIT_DIR remove=$OCCKIT_REMOVE
 
   # Each node: its own directory and port. A node's cluster bus listens on
-  # port + 10000, so ports are drawn below 55535 and both must be free.
-  local ports=() pids=() i port attempt
+  # port + 10000, so ports are drawn below 55535, and neither port may be
+  # one this cluster uses already; a node that cannot bind (another
+  # process took a port in between) is started again on new ones.
+  local ports=() pids=() used=" " i port pid attempt ok
+  # Stop every node started here (by pid), wait for them, remove the files.
+  occkit_redis_cluster_stop() {
+    printf 'for p in %s; do kill $p 2>/dev/null; done; for p in %s; do for _ in $(seq 1 50); do kill -0 $p 2>/dev/null || break; sleep 0.1; done; kill -9 $p 2>/dev/null; done; rm -rf %q' \
+      "${pids[*]}" "${pids[*]}" "$remove"
+  }
   for ((i = 0; i < nodes; i++)); do
+    ok=""
     for attempt in 1 2 3 4 5; do
       port="$(occkit_free_port)"
-      if [ "$port" -lt 55535 ] && ! (exec 3<>"/dev/tcp/127.0.0.1/$((port + 10000))") 2>/dev/null; then
+      if [ "$port" -ge 55535 ] || [[ "$used" == *" $port "* ]] || [[ "$used" == *" $((port + 10000)) "* ]] ||
+        (exec 3<>"/dev/tcp/127.0.0.1/$((port + 10000))") 2>/dev/null; then
+        continue
+      fi
+      mkdir -p "$dir/$port"
+      "$bin" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+        --cluster-enabled yes --cluster-config-file "$dir/$port/nodes.conf" \
+        --cluster-node-timeout 1000 --dir "$dir/$port" --daemonize no \
+        --logfile "$dir/$port/server.log" --pidfile "$dir/$port/redis.pid" \
+        >/dev/null 2>&1 &
+      pid=$!
+      for _ in $(seq 1 100); do
+        if occkit_redis_ping "$port" || ! kill -0 "$pid" 2>/dev/null; then break; fi
+        sleep 0.05
+      done
+      if occkit_redis_ping "$port"; then
+        ok=1
         break
       fi
+      echo "redis-cluster: a node on port $port did not start (attempt $attempt), retrying; its log:" >&2
+      tail -n 3 "$dir/$port/server.log" >&2 || true
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      rm -rf "${dir:?}/$port"
     done
-    mkdir -p "$dir/$port"
-    "$bin" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-      --cluster-enabled yes --cluster-config-file "$dir/$port/nodes.conf" \
-      --cluster-node-timeout 1000 --dir "$dir/$port" --daemonize no \
-      --logfile "$dir/$port/server.log" --pidfile "$dir/$port/redis.pid" \
-      >/dev/null 2>&1 &
-    pids+=($!)
-    ports+=("$port")
-  done
-
-  # Stop every node started here (by pid), wait for them, remove the files.
-  local stop
-  stop="for p in ${pids[*]}; do kill \$p 2>/dev/null; done; for p in ${pids[*]}; do for _ in \$(seq 1 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; kill -9 \$p 2>/dev/null; done; rm -rf $(printf '%q' "$remove")"
-  occkit_register_cleanup "$stop"
-  OCCKIT_REDIS_CLUSTER_STOP="$stop"
-
-  for port in "${ports[@]}"; do
-    for i in $(seq 1 100); do
-      if occkit_redis_ping "$port"; then break; fi
-      sleep 0.1
-    done
-    if ! occkit_redis_ping "$port"; then
-      echo "redis-cluster: the node on port $port did not start; its log:" >&2
-      tail -n 20 "$dir/$port/server.log" >&2 || true
+    if [ -z "$ok" ]; then
+      echo "redis-cluster: could not start node $((i + 1)) of $nodes" >&2
+      bash -c "$(occkit_redis_cluster_stop)"
       return 1
     fi
+    pids+=("$pid")
+    ports+=("$port")
+    used+="$port $((port + 10000)) "
   done
+
+  local stop
+  stop="$(occkit_redis_cluster_stop)"
+  occkit_register_cleanup "$stop"
+  OCCKIT_REDIS_CLUSTER_STOP="$stop"
 
   local addrs=()
   for port in "${ports[@]}"; do addrs+=("127.0.0.1:$port"); done
@@ -82,6 +98,7 @@ occkit_redis_cluster_main() {
     >"$dir/create.log" 2>&1; then
     echo "redis-cluster: redis-cli --cluster create failed:" >&2
     tail -n 30 "$dir/create.log" >&2
+    bash -c "$stop"
     return 1
   fi
 
@@ -96,8 +113,17 @@ occkit_redis_cluster_main() {
         break
       fi
     done
+    # ... and every replica in sync with its master (master_link_status
+    # up): a replica that never finished its first sync does not take
+    # over a dead master, and WAIT gets no acknowledgement from it.
     if [ -n "$ok" ] && [ "$("$cli" -p "${ports[0]}" cluster nodes 2>/dev/null | grep -c ' slave ')" -eq $((nodes / 2)) ]; then
-      break
+      local synced=0
+      for port in "${ports[@]}"; do
+        if "$cli" -p "$port" info replication 2>/dev/null | grep -q '^master_link_status:up'; then
+          synced=$((synced + 1))
+        fi
+      done
+      if [ "$synced" -eq $((nodes / 2)) ]; then break; fi
     fi
     ok=""
     sleep 0.1
@@ -105,6 +131,7 @@ occkit_redis_cluster_main() {
   if [ -z "$ok" ]; then
     echo "redis-cluster: the cluster did not reach cluster_state:ok within 20 s" >&2
     "$cli" -p "${ports[0]}" cluster nodes >&2 || true
+    bash -c "$stop"
     return 1
   fi
 
