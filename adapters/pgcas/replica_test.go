@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/cas/castest"
 	"github.com/occkit/occkit/internal/pgtest"
 	"github.com/occkit/occkit/occ"
 )
@@ -33,6 +36,40 @@ func replicaStore(t testing.TB, pool *pgxpool.Pool, cfg pgcas.Config) *pgcas.Sto
 	}
 	pgtest.CatchUp(t, pool, cfg.ReadPool)
 	return s
+}
+
+// TestReplicaConformance runs the conformance suite on stores whose Get
+// and GetMany read from the replica (castest's StaleReads). The primary's
+// sessions commit with synchronous_commit on (syncCommit), so that the
+// replica lags by about 0.1 ms rather than the WAL writer's 10 ms: the
+// suite still sees stale reads (StaleReadsAreSafe counts them), and
+// TxnConservesTotal, whose final read-back takes an account the replica
+// does not have yet for a wrong state, cannot finish inside the lag.
+func TestReplicaConformance(t *testing.T) {
+	limits := cas.Limits{MaxKeyBytes: 256, MaxValueBytes: 64 << 10, MaxCommitOps: 16}
+	reopen := func(t *testing.T, s cas.Store, cfg pgcas.Config) *pgcas.Store {
+		cfg.Limits, cfg.ReadPool = limits, s.(*pgcas.Store).ReadPool()
+		o, err := pgcas.New(s.(*pgcas.Store).Pool(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	castest.Run(t, castest.Harness{
+		NewStore: func(t *testing.T) cas.Store {
+			return replicaStore(t, pgtest.Pool(t, syncCommit), pgcas.Config{Limits: limits})
+		},
+		Reopen: func(t *testing.T, s cas.Store) cas.Store { return reopen(t, s, pgcas.Config{}) },
+		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
+			const bound = 200 * time.Millisecond
+			return reopen(t, s, pgcas.Config{ExclusiveTimeout: bound}), bound
+		},
+		ReturnsCurrent: true,
+		StaleReads:     true,
+		Limits:         limits,
+		Workers:        8,
+		OpsPerWorker:   50,
+	})
 }
 
 // conflictCounter is an occ observer counting conflicts and calls.
@@ -235,5 +272,63 @@ func TestReplicaReadErrors(t *testing.T) {
 		return slices.Concat(cur.Value, []byte("!")), true, nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReplicaModifyManyAbsentRows: ModifyMany calls that read rows as
+// absent from a replica that does not have them yet insert them in their
+// commits, and fail with a conflict; the first such violation looks up
+// the key's unique indexes. With every connection of the pool held by
+// such a commit, that lookup once waited for a connection that never
+// came: the calls must end, conflicting while the replica lacks the rows,
+// and succeed once it has them.
+func TestReplicaModifyManyAbsentRows(t *testing.T) {
+	const calls = 6
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 2 })
+	replica := pgtest.ReplicaPool(t, pool)
+	if _, err := pool.Exec(ctx, inventoryDDL); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "inventory", KeyColumn: "sku", ReadPool: replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.CatchUp(t, pool, replica)
+	pgtest.PauseReplay(t, replica)
+	for _, sku := range []string{"a", "b"} {
+		if _, err := tbl.Insert(ctx, item{SKU: sku, Name: sku, Stock: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	transfer := func(cur []item, exists []bool) ([]item, error) {
+		for i := range cur {
+			if !exists[i] {
+				cur[i].Name, cur[i].Stock = cur[i].SKU, 10 // what the replica does not show yet
+			}
+		}
+		cur[0].Stock--
+		cur[1].Stock++
+		return cur, nil
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, calls)
+	for i := range calls {
+		wg.Go(func() {
+			_, errs[i] = tbl.ModifyMany(ctx, []any{"a", "b"}, transfer, occ.WithMaxAttempts(3))
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if !errors.Is(err, cas.ErrConflict) {
+			t.Fatalf("ModifyMany of rows the replica lacks = %v; want a conflict (the rows exist)", err)
+		}
+	}
+	pgtest.ResumeReplay(t, replica)
+	pgtest.CatchUp(t, pool, replica)
+	rows, err := tbl.ModifyMany(ctx, []any{"a", "b"}, transfer)
+	if err != nil || rows[0].Stock != 9 || rows[1].Stock != 11 {
+		t.Fatalf("ModifyMany once the replica has the rows = %+v, %v; want stocks 9, 11", rows, err)
 	}
 }

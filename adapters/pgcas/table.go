@@ -339,18 +339,56 @@ JOIN pg_class ic ON ic.oid = i.indexrelid`
 func (t *Table[T]) violatesKey(ctx context.Context, pgErr *pgconn.PgError) (bool, error) {
 	t.keys.mu.Lock()
 	defer t.keys.mu.Unlock()
-	if t.keys.idx == nil {
-		rows, _ := t.pool.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].name)
-		idx, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ki keyIndex, err error) {
-			err = row.Scan(&ki.schema, &ki.table, &ki.index)
-			return ki, err
-		})
-		if err != nil {
-			return false, err
-		}
-		t.keys.idx = append([]keyIndex{}, idx...) // non-nil: looked up
+	if err := t.lookUpKeyIndexes(ctx); err != nil {
+		return false, err
 	}
 	return slices.Contains(t.keys.idx, keyIndex{pgErr.SchemaName, pgErr.TableName, pgErr.ConstraintName}), nil
+}
+
+// lookUpKeyIndexes looks the key's unique indexes up unless they are
+// known; t.keys.mu must be held.
+//
+// Inside the Table's own transaction (an exclusive update, a ModifyMany
+// commit), whose connection this call holds, it does not wait for
+// another connection of the pool, which transactions like it could all
+// be holding: those look the indexes up before they begin (see
+// knowKeyIndexes), and if that failed, the lookup runs on a connection of
+// its own. (ModifyMany calls that read rows as absent from a lagging
+// replica, all inserting them at once, waited for each other so.)
+func (t *Table[T]) lookUpKeyIndexes(ctx context.Context) error {
+	if t.keys.idx != nil {
+		return nil
+	}
+	var rows pgx.Rows
+	if t.q == querier(t.pool) {
+		rows, _ = t.pool.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].name)
+	} else {
+		conn, err := pgx.ConnectConfig(ctx, t.pool.Config().ConnConfig)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		rows, _ = conn.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].name)
+	}
+	idx, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ki keyIndex, err error) {
+		err = row.Scan(&ki.schema, &ki.table, &ki.index)
+		return ki, err
+	})
+	if err != nil {
+		return err
+	}
+	t.keys.idx = append([]keyIndex{}, idx...) // non-nil: looked up
+	return nil
+}
+
+// knowKeyIndexes looks the key's unique indexes up, on the pool, before a
+// transaction of the Table's own that may insert takes a connection, so
+// that a unique violation inside it needs no second connection. A failure
+// is left for violatesKey to meet again.
+func (t *Table[T]) knowKeyIndexes(ctx context.Context) {
+	t.keys.mu.Lock()
+	defer t.keys.mu.Unlock()
+	_ = t.lookUpKeyIndexes(ctx)
 }
 
 // Update is the version-checked write of a row the caller holds: it

@@ -38,6 +38,7 @@ type keyIndexSet struct {
 // has its session ended by the server, which frees the row, and its late
 // write is refused with a *cas.ConflictError.
 func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate.Row[T]) (T, bool, error)) (rowupdate.Row[T], error) {
+	t.knowKeyIndexes(ctx)
 	conn, err := t.pool.Acquire(ctx)
 	if err != nil {
 		return rowupdate.Row[T]{}, t.opError("modify", key, err)
@@ -109,6 +110,7 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 // connection, and commits it when fn returns nil (ModifyMany's commit).
 // A COMMIT whose reply is lost is a *cas.AmbiguousError.
 func (t *Table[T]) runTx(ctx context.Context, fn func(in rowupdate.Table[T]) error) error {
+	t.knowKeyIndexes(ctx)
 	tx, err := t.pool.Begin(ctx)
 	if err != nil {
 		return t.opError("modify-many", "", err)
