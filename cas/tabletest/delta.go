@@ -3,6 +3,7 @@ package tabletest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -34,9 +35,7 @@ func (h Harness[K]) add(t *testing.T) {
 	if err != nil || got.N != 2 || tbl.VersionOf(got) <= tbl.VersionOf(in) {
 		t.Fatalf("add -3 to 5 = %+v, %v; want n 2 at a version above %d", got, err, tbl.VersionOf(in))
 	}
-	if cur, err := tbl.Get(ctx, h.Key("item")); err != nil || cur != got {
-		t.Fatalf("get after add = %+v, %v; want %+v", cur, err, got)
-	}
+	h.wantRow(ctx, t, tbl, "item", got, "after a delta")
 	// Versions are never reused: a write after a delta (and a delta after
 	// a write) gets a version above the one before.
 	up, err := tbl.Update(ctx, Row{ID: "item", N: got.N, Version: got.Version})
@@ -57,9 +56,7 @@ func (h Harness[K]) add(t *testing.T) {
 	if !errors.As(err, &be) || (be.HasCurrent && be.Current != 2) {
 		t.Fatalf("add -3 to 2 within [0, +inf): %v, want a *cas.BoundError with current 2", err)
 	}
-	if cur, _ := tbl.Get(ctx, h.Key("item")); cur != got {
-		t.Fatalf("a refused delta wrote: %+v, want %+v", cur, got)
-	}
+	h.wantRow(ctx, t, tbl, "item", got, "after a refused delta")
 	if _, err := a.Add(ctx, h.Key("none"), "n", 1, cas.Bounds{}); !errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("add to a missing row: %v, want ErrNotFound", err)
 	}
@@ -83,13 +80,18 @@ func (h Harness[K]) add(t *testing.T) {
 			for range max(h.Ops/5, 10) {
 				var err error
 				if w%4 == 3 {
-					_, err = tbl.Modify(ctx, h.Key("hot"), func(cur Row, _ bool) (Row, error) {
+					_, err = tbl.Modify(ctx, h.Key("hot"), func(cur Row, exists bool) (Row, error) {
+						if !exists {
+							// The row exists: a stale read (a sale
+							// refused on it would be refused wrongly).
+							return cur, h.stale(true, func() error { return fmt.Errorf("the row is missing") })
+						}
 						if cur.N <= 0 {
 							return cur, cas.ErrBound
 						}
 						cur.N--
 						return cur, nil
-					}, occ.WithMaxAttempts(1000))
+					}, h.retryStale(occ.WithMaxAttempts(1000))...)
 				} else {
 					var r Row
 					r, err = a.Add(ctx, h.Key("hot"), "n", -1, cas.AtLeast(0))
@@ -111,11 +113,8 @@ func (h Harness[K]) add(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	cur, err := tbl.Get(ctx, h.Key("hot"))
-	if err != nil {
-		t.Fatal(err)
+	if sold != min(stock, sold+refused) {
+		t.Fatalf("sold %d, refused %d of %d", sold, refused, stock)
 	}
-	if cur.N != 0 || sold != min(stock, sold+refused) || sold+int(cur.N) != stock {
-		t.Fatalf("sold %d, refused %d, %d left of %d", sold, refused, cur.N, stock)
-	}
+	h.wantCount(ctx, t, tbl, "hot", int64(stock-sold), fmt.Sprintf("after %d sales and %d refusals of %d", sold, refused, stock))
 }

@@ -13,6 +13,10 @@
 //			Key: func(id string) any { return id },
 //		})
 //	}
+//
+// A table that reads from a replica sets Harness.StaleReads, as a store
+// that does sets castest's: the suite then waits for its writes to show
+// instead of expecting the next read to see them.
 package tabletest
 
 import (
@@ -73,6 +77,17 @@ type Harness[K any] struct {
 	// Ops updates each of one row (defaults 16 and 50, the shape of the
 	// issue that asked for no give-ups at default options).
 	Workers, Ops int
+	// StaleReads says that Get and the reads of Modify and ModifyMany
+	// may return an older state of a row than the latest acknowledged
+	// write (a replica answers them), as castest.Harness.StaleReads says
+	// of a store: each read returns a state the row had, and reads catch
+	// up with the writes within a few seconds once writing stops. Writes,
+	// and the current row a conflict carries, stay current. The suite
+	// then reads its writes back until they show (for up to five seconds;
+	// a state no stale read explains fails at once), and the mutate
+	// functions that check the state they are given have an older one
+	// read again (a retryable error) instead of failing.
+	StaleReads bool
 }
 
 // Run runs every test of the suite.
@@ -131,10 +146,8 @@ func (h Harness[K]) methodSet(t *testing.T) {
 	if _, err := tbl.Insert(ctx, Row{ID: "a", N: 1}); !errors.As(err, &ce) || ce.Expected != 0 {
 		t.Fatalf("Insert of an existing row: %v, want a *cas.ConflictError expecting 0", err)
 	}
-	got, err := tbl.Get(ctx, h.Key("a"))
-	if err != nil || got != in {
-		t.Fatalf("Get = %+v, %v; want %+v", got, err, in)
-	}
+	h.wantRow(ctx, t, tbl, "a", in, "as inserted")
+	got := in
 	if v := tbl.VersionOf(got); v != got.Version {
 		t.Fatalf("VersionOf(%+v) = %d", got, v)
 	}
@@ -170,9 +183,7 @@ func (h Harness[K]) methodSet(t *testing.T) {
 	if err := tbl.Delete(ctx, h.Key("a"), up.Version); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tbl.Get(ctx, h.Key("a")); !errors.Is(err, cas.ErrNotFound) {
-		t.Fatalf("Get after Delete: %v, want cas.ErrNotFound", err)
-	}
+	h.wantAbsent(ctx, t, tbl, "a")
 }
 
 // versionsNeverReused deletes a row and inserts it again three times: a
@@ -211,9 +222,7 @@ func (h Harness[K]) versionsNeverReused(t *testing.T) {
 		if err := tbl.Delete(ctx, h.Key("k"), old.Version); !errors.Is(err, cas.ErrConflict) {
 			t.Fatalf("Delete with the deleted row's version %d: %v, want cas.ErrConflict", old.Version, err)
 		}
-		if got, err := tbl.Get(ctx, h.Key("k")); err != nil || got != again {
-			t.Fatalf("Get = %+v, %v; want the new row %+v untouched", got, err, again)
-		}
+		h.wantRow(ctx, t, tbl, "k", again, "the new row, untouched")
 		seen, old = append(seen, again.Version), again
 	}
 }
@@ -236,16 +245,16 @@ func (h Harness[K]) modifyCreatesAndRefuses(t *testing.T) {
 	if err != nil || created.N != 7 || created.Version == 0 {
 		t.Fatalf("Modify create = %+v, %v", created, err)
 	}
-	if got, err := tbl.Get(ctx, h.Key("m")); err != nil || got != created {
-		t.Fatalf("Get = %+v, %v; want the row Modify returned, %+v", got, err, created)
-	}
+	h.wantRow(ctx, t, tbl, "m", created, "as Modify created it")
 	updated, err := tbl.Modify(ctx, h.Key("m"), func(cur Row, exists bool) (Row, error) {
 		if !exists || cur != created {
-			return cur, fmt.Errorf("present row seen as %+v (exists %v), want %+v", cur, exists, created)
+			return cur, h.stale(!exists || cur.Version < created.Version, func() error {
+				return fmt.Errorf("present row seen as %+v (exists %v), want %+v", cur, exists, created)
+			})
 		}
 		cur.N++
 		return cur, nil
-	})
+	}, h.retryStale()...)
 	if err != nil || updated.N != 8 || updated.Version <= created.Version {
 		t.Fatalf("Modify update = %+v, %v", updated, err)
 	}
@@ -261,9 +270,7 @@ func (h Harness[K]) modifyCreatesAndRefuses(t *testing.T) {
 	}); !errors.Is(err, cas.ErrInvalidKey) {
 		t.Fatalf("Modify whose mutate changed the key: %v, want cas.ErrInvalidKey", err)
 	}
-	if got, err := tbl.Get(ctx, h.Key("m")); err != nil || got != updated {
-		t.Fatalf("after the refused calls Get = %+v, %v; want %+v untouched", got, err, updated)
-	}
+	h.wantRow(ctx, t, tbl, "m", updated, "after the refused calls")
 	if _, err := tbl.Get(ctx, h.Key("other")); !errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("the changed key was written: %v", err)
 	}
@@ -306,10 +313,28 @@ func (h Harness[K]) modifyHot(t *testing.T, opts ...occ.Option) {
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d calls failed", n, total)
 	}
-	got, err := tbl.Get(ctx, h.Key("hot"))
-	if err != nil || got.N != int64(total) {
-		t.Fatalf("the hot row is %+v (%v) after %d increments", got, err, total)
-	}
+	h.wantCount(ctx, t, tbl, "hot", int64(total), fmt.Sprintf("after %d increments", total))
+}
+
+// wantCount checks that the row with key id holds n, after what. With
+// StaleReads, a lower count (or no row) is read again; a higher one is
+// wrong at once.
+func (h Harness[K]) wantCount(ctx context.Context, t *testing.T, tbl Table[K], id string, n int64, after string) {
+	t.Helper()
+	h.settle(t, func() error {
+		got, err := tbl.Get(ctx, h.Key(id))
+		switch {
+		case errors.Is(err, cas.ErrNotFound):
+			return fmt.Errorf("the row %s is missing (%v) %s", id, err, after)
+		case err != nil:
+			return wrong("the row %s: %w", id, err)
+		case got.N < n:
+			return fmt.Errorf("the row %s is %+v %s, want n %d", id, got, after, n)
+		case got.N > n:
+			return wrong("the row %s is %+v %s, want n %d", id, got, after, n)
+		}
+		return nil
+	})
 }
 
 // modifyAcrossProcesses: Workers goroutines spread over four tables of
@@ -347,10 +372,7 @@ func (h Harness[K]) modifyAcrossProcesses(t *testing.T) {
 	}
 	wg.Wait()
 	total := h.Workers * per
-	got, err := first.Get(ctx, h.Key("hot"))
-	if err != nil || got.N != int64(total)-failed.Load() {
-		t.Fatalf("the row is %+v (%v) after %d increments of which %d failed", got, err, total, failed.Load())
-	}
+	h.wantCount(ctx, t, first, "hot", int64(total)-failed.Load(), fmt.Sprintf("after %d increments of which %d failed", total, failed.Load()))
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d calls failed", n, total)
 	}
@@ -375,20 +397,52 @@ func (h Harness[K]) modifyCached(t *testing.T) {
 		t.Fatalf("cache %+v after %d calls of one row: the calls after the first read the row", st, calls)
 	}
 	// Behind the cache's back.
-	cur, err := tbl.Get(ctx, h.Key("c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.N += 100
-	if _, err := tbl.Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	h.behindCache(ctx, t, tbl, "c", 100)
 	row, err := tbl.Modify(ctx, h.Key("c"), inc, occ.WithCache(cache))
 	if err != nil || row.N != calls+101 {
 		t.Fatalf("Modify through a stale cache = %+v, %v; want n %d", row, err, calls+101)
 	}
-	if got, err := tbl.Get(ctx, h.Key("c")); err != nil || got != row {
-		t.Fatalf("Get = %+v, %v; want %+v", got, err, row)
+	h.wantRow(ctx, t, tbl, "c", row, "as Modify returned it")
+}
+
+// behindCache adds n to the row with key id with Get and Update, as code
+// that knows no cache would. With StaleReads, an Update of a stale row
+// conflicts and is made again from the current row the conflict carried
+// (or from a new read when it carried none).
+func (h Harness[K]) behindCache(ctx context.Context, t *testing.T, tbl Table[K], id string, n int64) {
+	t.Helper()
+	var cur Row
+	read := func() {
+		t.Helper()
+		h.settle(t, func() error {
+			var err error
+			cur, err = tbl.Get(ctx, h.Key(id))
+			switch {
+			case errors.Is(err, cas.ErrNotFound):
+				return fmt.Errorf("Get(%s): %w", id, err) // or a stale read
+			case err != nil:
+				return wrong("Get(%s): %w", id, err)
+			}
+			return nil
+		})
+	}
+	read()
+	deadline := time.Now().Add(staleReadWait)
+	for {
+		next := cur
+		next.N += n
+		latest, err := tbl.Update(ctx, next)
+		var ce *cas.ConflictError
+		switch {
+		case err == nil:
+			return
+		case !h.StaleReads || !errors.As(err, &ce) || time.Now().After(deadline):
+			t.Fatal(err)
+		case ce.HasCurrent && tbl.VersionOf(latest) != 0:
+			cur = latest
+		default:
+			read()
+		}
 	}
 }
 
@@ -427,16 +481,22 @@ func (h Harness[K]) modifyCancelled(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	got, err := tbl.Get(ctx, h.Key("x"))
-	if errors.Is(err, cas.ErrNotFound) {
-		got, err = Row{}, nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.N < ok.Load() || got.N > ok.Load()+ambiguous.Load() {
-		t.Fatalf("the row is %d after %d successes, %d ambiguous and %d cancelled calls: a cancelled call was applied or a success lost", got.N, ok.Load(), ambiguous.Load(), cancelled.Load())
-	}
+	h.settle(t, func() error {
+		got, err := tbl.Get(ctx, h.Key("x"))
+		if errors.Is(err, cas.ErrNotFound) {
+			got, err = Row{}, nil
+		}
+		switch {
+		case err != nil:
+			return wrong("Get: %w", err)
+		case got.N > ok.Load()+ambiguous.Load():
+			return wrong("the row is %d after %d successes, %d ambiguous and %d cancelled calls: a cancelled call was applied", got.N, ok.Load(), ambiguous.Load(), cancelled.Load())
+		case got.N < ok.Load():
+			// Or a stale read.
+			return fmt.Errorf("the row is %d after %d successes, %d ambiguous and %d cancelled calls: a success lost", got.N, ok.Load(), ambiguous.Load(), cancelled.Load())
+		}
+		return nil
+	})
 	if cancelled.Load() == 0 {
 		t.Logf("no call was cancelled (%d ok, %d ambiguous): the check was weak this run", ok.Load(), ambiguous.Load())
 	}
@@ -475,7 +535,5 @@ func (h Harness[K]) rolledBack(t *testing.T) {
 	if _, err := tbl.Get(ctx, h.Key("new")); !errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("a row inserted in a rolled-back transaction: %v, want cas.ErrNotFound", err)
 	}
-	if got, err := tbl.Get(ctx, h.Key("kept")); err != nil || got != before {
-		t.Fatalf("a row modified in a rolled-back transaction is %+v (%v), want %+v", got, err, before)
-	}
+	h.wantRow(ctx, t, tbl, "kept", before, "after a rolled-back transaction")
 }
