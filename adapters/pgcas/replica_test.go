@@ -14,6 +14,7 @@ import (
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/cas/castest"
+	"github.com/occkit/occkit/cas/tabletest"
 	"github.com/occkit/occkit/internal/pgtest"
 	"github.com/occkit/occkit/occ"
 )
@@ -331,4 +332,35 @@ func TestReplicaModifyManyAbsentRows(t *testing.T) {
 	if err != nil || rows[0].Stock != 9 || rows[1].Stock != 11 {
 		t.Fatalf("ModifyMany once the replica has the rows = %+v, %v; want stocks 9, 11", rows, err)
 	}
+}
+
+// TestReplicaTableConformance runs the table suite on Tables whose Get
+// and Modify/ModifyMany reads come from the replica (tabletest's
+// StaleReads), which lags by the WAL writer's 10 ms here (the primary
+// commits with synchronous_commit off).
+func TestReplicaTableConformance(t *testing.T) {
+	newTable := func(t *testing.T, pool, replica *pgxpool.Pool) *pgcas.Table[tabletest.Row] {
+		tbl, err := pgcas.NewTable[tabletest.Row](pool, pgcas.TableConfig{Table: "rows", ReadPool: replica})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tbl
+	}
+	tabletest.Run(t, tabletest.Harness[any]{
+		New: func(t *testing.T) tabletest.Table[any] {
+			pool := pgtest.Pool(t)
+			if _, err := pool.Exec(context.Background(), `CREATE TABLE rows (id text PRIMARY KEY, n bigint NOT NULL, version bigserial NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			replica := pgtest.ReplicaPool(t, pool)
+			pgtest.CatchUp(t, pool, replica)
+			return newTable(t, pool, replica)
+		},
+		Key: func(id string) any { return id },
+		Reopen: func(t *testing.T, tbl tabletest.Table[any]) tabletest.Table[any] {
+			o := tbl.(*pgcas.Table[tabletest.Row])
+			return newTable(t, o.Pool(), o.ReadPool())
+		},
+		StaleReads: true,
+	})
 }
