@@ -154,9 +154,14 @@
 // stale version can never match a newer row (no ABA). Nothing is lost and
 // nothing is applied twice: replica lag costs conflicts, and so retries and
 // round trips, never correctness. Conflicts rise with the lag and with
-// how often a key is written; a key written a few times a second by
-// several processes gains little from a replica that lags by a second.
+// how often a key is written: a key written again within the lag is read
+// stale every time. With synchronous_commit off on the primary, the lag
+// is at least the WAL writer's delay (wal_writer_delay, 200 ms by
+// default).
 //
+// The condition protects what is written, not a decision not to write: a
+// mutate that refuses on a stale row ("sold out", "not found") refuses
+// wrongly, and nothing catches it. Confirm such refusals on the primary.
 // A caller that reads from a replica may not see its own writes (a Get
 // just after a CompareAndSwap may return the older row) and may see a key
 // as absent that exists on the primary. A replica cancels a read that
