@@ -102,7 +102,10 @@ func WaitReplayed(ctx context.Context, primary, replica *pgxpool.Pool) error {
 // (pg_wal_replay_pause): it keeps receiving WAL but its reads see the
 // state at the pause until ResumeReplay. It returns when the pause has
 // taken effect. The replay is resumed when the test ends, whatever
-// happens: one replica serves every test.
+// happens. One replica serves every test, also those of other packages
+// that go test runs at the same time: they wait out a pause (CatchUp
+// waits up to a minute, castest's and tabletest's read-backs 5 s), so
+// keep pauses to a few seconds.
 func PauseReplay(t testing.TB, replica *pgxpool.Pool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
