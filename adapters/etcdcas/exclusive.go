@@ -30,13 +30,14 @@ func (s *Store) holdKey(key string) string { return s.hold + key }
 // exist and reads the key (while another update holds the key, it waits,
 // polling); fn runs; the write, If(ModRevision(key) == read,
 // Value(hold) == this hold), puts the value and deletes the hold.
-// Meanwhile CompareAndSwap and CompareAndDelete of the key, which require
-// the hold key to be absent, wait for the hold to end (then usually find
-// their version gone: a conflict), as writers wait for a row lock. A
-// holder that stops answering loses the key when its lease expires; its
-// late write is refused. Commit and CompareAndSwapFenced do not look at
-// holds: one that overtakes a hold makes the holder's write conflict,
-// which loses nothing. Holds share a lease per Store, granted again every
+// Meanwhile CompareAndSwap, CompareAndDelete and Commit writing the key,
+// which require the hold key to be absent, wait for the hold to end (then
+// usually find their version gone: a conflict), as writers wait for a row
+// lock. A holder that stops answering loses the key when its lease
+// expires; its late write is refused. CompareAndSwapFenced does not look
+// at holds, nor does a Commit of the most operations the limits allow
+// (see Commit): one that overtakes a hold makes the holder's write
+// conflict, which loses nothing. Holds share a lease per Store, granted again every
 // half ExclusiveTTL, so that most exclusive updates cost two
 // transactions: a hold lasts between half the TTL and the whole of it.
 func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas.Item) ([]byte, bool, error)) (cas.Version, error) {
@@ -150,7 +151,8 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // (all or none, so holders cannot deadlock; while another update holds
 // one of them it waits, polling) and reads the keys; fn runs; one
 // transaction checks every op's version and that every hold is still
-// this call's, applies the ops and deletes the holds. A holder that stops
+// this call's, applies the ops and deletes the holds. Meanwhile writers
+// of the held keys wait, as for UpdateExclusive. A holder that stops
 // answering loses the keys when the lease expires; its late commit is
 // refused. Both transactions count against --max-txn-ops: at most half
 // of Limits.MaxCommitOps keys, and ops plus keys at most MaxCommitOps.
