@@ -16,9 +16,8 @@ import (
 // On a hot key an optimistic writer that just committed starts its next
 // call at once and is the first to read the new version, while the callers
 // it beat are still waiting out their backoff: the same few callers win
-// round after round and an unlucky one loses twenty times in a row (on
-// PostgreSQL at 8 workers, a p99.9 of 70–110 ms against 10–15 ms under an
-// advisory lock). sync.Mutex has the same problem and the same cure, its
+// round after round and an unlucky one loses twenty times in a row, and
+// the tail grows to several times a queueing lock's. sync.Mutex has the same problem and the same cure, its
 // starvation mode: a waiter that has waited too long is served next, in
 // order, and arrivals stop barging in.
 //
@@ -41,12 +40,10 @@ import (
 // processes' holders, and the calls that take no turns (or whose key found
 // no free slot) keep the backoff's seniority.
 //
-// Opening the line at the first conflict, or after one, two or three
-// waits, was measured side by side with calls that take no turns
-// (PostgreSQL, 8 workers, 1 to 1000 keys): the first conflict was best or
-// level everywhere (2.2× the throughput at one key, 1.5× at four, level
-// from 16 on, with the lowest p99.9 at every point). Since lineMinUnit, a
-// call's first conflict opens no line (its attempt was not timed): the
+// Opening the line at the first conflict was best or level everywhere
+// against opening it after one, two or three waits (docs/performance.md,
+// "Measurements behind occ's defaults"). Since lineMinUnit, a call's
+// first conflict opens no line (its attempt was not timed): the
 // second does, and it follows the first without a wait when the first
 // carried the key's state.
 //
@@ -61,9 +58,8 @@ import (
 // line, and under which a line takes no one (line.fast). A turn costs a
 // goroutine hand-off, a few microseconds; on a store whose attempts take
 // about that long (memcas: about a microsecond) a retry is cheaper than a
-// queue: 8 goroutines on one memcas key took 2.4–2.9 µs an update with
-// lines against 0.9–1.1 µs without (BenchmarkContended), and 1.0–1.4 µs
-// with this bound. A database round trip on loopback takes 50–300 µs.
+// queue (BenchmarkContended; docs/performance.md), while a database round
+// trip, even on loopback, takes tens to hundreds of microseconds.
 var lineMinUnit = 20 * time.Microsecond
 
 // turnSlots is the size of the process's table of lines. A key's line

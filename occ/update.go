@@ -31,10 +31,8 @@ import (
 // wrote (one round trip, no read), as under sync.Mutex in its starvation
 // mode; the line ends when nobody waits in it. In the process no attempt is then wasted on a
 // conflict with another, and no caller loses round after round to callers
-// that arrived after it. At 8 workers on one key, side by side with calls
-// that take no turns, this gave PostgreSQL 2.4× the updates per second at
-// a p99.9 of 4.4 ms, a fifth of the best queueing lock's
-// (docs/benchmarks.md). Writers in other processes are not held: the
+// that arrived after it (docs/performance.md measures it against calls
+// that take no turns). Writers in other processes are not held: the
 // holders of the processes' lines meet through the store's versions, and
 // retry at once from the state each conflict carries. A call that loses
 // DefaultExclusiveAfter writes in a row to them runs its next attempt
