@@ -153,7 +153,11 @@ func testTransfers(t *testing.T, h *Harness, s cas.Store) {
 		total := 0
 		for i := range accounts {
 			it, err := s.Get(ctx, fmt.Sprintf("acct%d", i))
-			if err != nil {
+			switch {
+			case errors.Is(err, cas.ErrNotFound):
+				// A replica that has not replayed the account's creation.
+				return fmt.Errorf("get acct%d: %w", i, err)
+			case err != nil:
 				return wrong("get acct%d: %w", i, err)
 			}
 			var n int
