@@ -29,7 +29,11 @@ var ErrNotInstalled = errors.New("not installed")
 // scripts/servers/<name>.sh, run standalone.
 type Script struct {
 	// URL is the server's URL, as the script exports it.
-	URL     string
+	URL string
+	// Exports holds every variable the script exported (`export
+	// NAME=value` lines), URL's included: a script may start more than
+	// one server (postgres.sh --replica exports the replica's URL too).
+	Exports map[string]string
 	stop    string
 	restart string
 }
@@ -42,6 +46,12 @@ type Script struct {
 // the scripts would install the server, which takes minutes (`make test`
 // does that once).
 func StartScript(ctx context.Context, repoRoot, name, envVar, binary string, log io.Writer) (*Script, error) {
+	return StartScriptArgs(ctx, repoRoot, name, envVar, binary, log)
+}
+
+// StartScriptArgs is StartScript passing args to the script (such as
+// postgres.sh's --replica).
+func StartScriptArgs(ctx context.Context, repoRoot, name, envVar, binary string, log io.Writer, args ...string) (*Script, error) {
 	if _, err := os.Stat(binary); err != nil {
 		return nil, fmt.Errorf("%s: %s: %w (run `make test` once, or install it with apt-get)", name, binary, ErrNotInstalled)
 	}
@@ -51,7 +61,7 @@ func StartScript(ctx context.Context, repoRoot, name, envVar, binary string, log
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
 	cmd.Dir = repoRoot
 	cmd.Env = withoutEnv(os.Environ(), envVar, "OCCKIT_RUN_DIR")
 	var out bytes.Buffer
@@ -60,13 +70,20 @@ func StartScript(ctx context.Context, repoRoot, name, envVar, binary string, log
 		cmd.Stderr = log
 	}
 	runErr := cmd.Run()
-	p := &Script{}
+	p := &Script{Exports: map[string]string{}}
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case strings.HasPrefix(line, "export "+envVar+"="):
-			p.URL = strings.Trim(strings.TrimPrefix(line, "export "+envVar+"="), `'"`)
+		case strings.HasPrefix(line, "export "):
+			k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+			if !ok {
+				continue
+			}
+			p.Exports[k] = strings.Trim(v, `'"`)
+			if k == envVar {
+				p.URL = p.Exports[k]
+			}
 		case strings.HasPrefix(line, "stop: "):
 			p.stop = strings.TrimPrefix(line, "stop: ")
 		case strings.HasPrefix(line, "restart: "):
