@@ -17,12 +17,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// Embedded etcd's and minidyn's HTTP connections outlive their
-	// shutdown briefly (as in package lab).
+	// Embedded etcd's and minidyn's HTTP connections, and the peer
+	// connections of etcd3's members, outlive their shutdown briefly (as
+	// in package lab).
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
 	)
 }
 

@@ -31,6 +31,12 @@ type ClientOptions struct {
 	Scope string
 	// CreateScope creates Scope first (DropScope removes it).
 	CreateScope bool
+	// Pinned makes an etcd3 client talk to member Member (modulo the
+	// members) only, as a service configured with one endpoint would;
+	// otherwise it talks to every member, clientv3 balancing its
+	// requests over them round robin. Other systems ignore it.
+	Pinned bool
+	Member int
 }
 
 // Client is a connection pool to one server. Its stores, lockers and
@@ -39,12 +45,15 @@ type Client struct {
 	// System is the server's system.
 	System string
 	d      driver
-	// The native client, for checks (one of them is set).
-	pg   *pgxpool.Pool
-	rdb  *redis.Client
-	etcd *clientv3.Client
-	dyn  *dynamodb.Client
-	db   *sql.DB
+	// The native client, for checks (one of them is set; pgReplica
+	// beside pg on postgres-replica).
+	pg        *pgxpool.Pool
+	pgReplica *pgxpool.Pool
+	rdb       *redis.Client
+	rcl       *redis.ClusterClient
+	etcd      *clientv3.Client
+	dyn       *dynamodb.Client
+	db        *sql.DB
 }
 
 // driver is a system's part of a Client.
@@ -86,6 +95,12 @@ func (s *Server) Connect(ctx context.Context, opts ClientOptions) (*Client, erro
 		d, err = connectMySQL(ctx, s, opts)
 	case SQLite:
 		d, err = connectSQLite(s, opts)
+	case RedisCluster:
+		d, err = connectRedisCluster(s, opts)
+	case Etcd3:
+		d, err = connectEtcd3(s, opts)
+	case PostgresReplica:
+		d, err = connectPostgresReplica(ctx, s, opts)
 	default:
 		err = fmt.Errorf("%s has no cas store", s.System)
 	}
@@ -104,6 +119,12 @@ func (s *Server) Connect(ctx context.Context, opts ClientOptions) (*Client, erro
 		c.dyn = d.cli
 	case *sqlDriver:
 		c.db = d.db
+	case *redisClusterDriver:
+		c.rcl = d.cli
+	case *etcd3Driver:
+		c.etcd = d.cli
+	case *pgReplicaDriver:
+		c.pg, c.pgReplica = d.pool, d.replica
 	}
 	return c, nil
 }
@@ -162,7 +183,7 @@ func (c *Client) NewLocker(ctx context.Context, cfg LockerConfig) (hybrid.Locker
 // other processes share; false: hybrid.NewLocalLocker, in this process.
 func (c *Client) HasLockService() bool {
 	switch c.System {
-	case Postgres, Redis, Etcd, MySQL:
+	case Postgres, Redis, Etcd, MySQL, RedisCluster, Etcd3, PostgresReplica:
 		return true
 	}
 	return false
@@ -191,11 +212,20 @@ func (c *Client) DropScope(ctx context.Context) error {
 // Close closes the client's connections.
 func (c *Client) Close() error { return c.d.close() }
 
-// Postgres returns the client's pool, or nil on another system.
+// Postgres returns the client's pool (postgres-replica: on the primary),
+// or nil on another system.
 func (c *Client) Postgres() *pgxpool.Pool { return c.pg }
+
+// PostgresReplica returns postgres-replica's pool on the replica, or nil
+// on another system.
+func (c *Client) PostgresReplica() *pgxpool.Pool { return c.pgReplica }
 
 // Redis returns the client's Redis client, or nil on another system.
 func (c *Client) Redis() *redis.Client { return c.rdb }
+
+// RedisCluster returns the client of a Redis Cluster, or nil on another
+// system.
+func (c *Client) RedisCluster() *redis.ClusterClient { return c.rcl }
 
 // Etcd returns the client's etcd client, or nil on another system.
 func (c *Client) Etcd() *clientv3.Client { return c.etcd }

@@ -21,6 +21,10 @@ var retryable = map[string]func(error) bool{
 	DynamoDB: dynamocas.Retryable,
 	MySQL:    sqlcas.Retryable,
 	SQLite:   sqlcas.Retryable,
+
+	RedisCluster:    rediscas.Retryable,
+	Etcd3:           etcdcas.Retryable,
+	PostgresReplica: pgcas.Retryable,
 }
 
 // memoryDriver serves memcas stores, shared by the clients of one memory

@@ -44,8 +44,12 @@ func (d *redisDriver) drop(ctx context.Context, ns string) error {
 	return DeleteRedisPrefix(ctx, d.cli, ns+":")
 }
 
-// DeleteRedisPrefix removes every key under prefix.
+// DeleteRedisPrefix removes every key under prefix (on a Redis Cluster,
+// on every master).
 func DeleteRedisPrefix(ctx context.Context, cli redis.UniversalClient, prefix string) error {
+	if cc, ok := cli.(*redis.ClusterClient); ok {
+		return deleteClusterPrefix(ctx, cc, prefix)
+	}
 	it := cli.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 	var keys []string
 	for it.Next(ctx) {

@@ -1,17 +1,20 @@
 // Package backends is the one place the benchmark programs (occbench's
 // lab and stories, occfaults, the lease faults) open the systems they run
 // on: memory, PostgreSQL, Redis, etcd, DynamoDB, MySQL/MariaDB, SQLite,
-// and ZooKeeper for its lock.
+// and ZooKeeper for its lock; and three clusters: a Redis Cluster, a
+// three-member etcd, a PostgreSQL primary with a streaming replica.
 //
 // # Servers and clients
 //
 // [Env.Reach] finds a system's server, through the environment variable
 // that names it ([EnvVar]) or by starting a throwaway one (a
-// scripts/servers/<name>.sh script, or in process for etcd, DynamoDB and
-// SQLite; internal/servers does the starting). [Env.StartOwn] starts a
-// server of the caller's own, which [Server.Restart] can restart.
-// [Server.Proxy] puts a fault proxy (internal/faultproxy, which can also
-// add a delay each way) in front of it.
+// scripts/servers/<name>.sh script, or in process for etcd, its three
+// members of etcd3, DynamoDB and SQLite; internal/servers does the
+// starting). [Env.StartOwn] starts a server of the caller's own, which
+// [Server.Restart] can restart. [Server.Proxy] puts a fault proxy
+// (internal/faultproxy, which can also add a delay each way) in front of
+// it (not of a cluster). [Server.Env] is what a child process needs to
+// reach the same server.
 //
 // [Server.Connect] opens a [Client]: a pool of connections to the server
 // (optionally through a proxy), which opens cas stores in namespaces
@@ -19,7 +22,8 @@
 // system's lease lock ([Client.NewLocker]), says which errors are
 // transient ([Client.Retryable]) and what the server is ([Client.Describe]),
 // and gives its native client for checks ([Client.Postgres],
-// [Client.Redis], ...).
+// [Client.Redis], ...). On etcd3 and postgres-replica,
+// [Client.FollowerStore] reads from a follower or the replica.
 //
 // Servers and clients are safe for concurrent use.
 package backends
@@ -53,6 +57,19 @@ const (
 	MySQL     = "mysql"
 	SQLite    = "sqlite"
 	ZooKeeper = "zookeeper"
+
+	// RedisCluster is a Redis Cluster (3 masters, 3 replicas, from
+	// scripts/servers/redis-cluster.sh): a store's keys spread over the
+	// hash slots (rediscas with a prefix without a hash tag).
+	RedisCluster = "redis-cluster"
+	// Etcd3 is etcd with three members in process; clients talk to every
+	// member (clientv3 balances requests round robin), or to one
+	// (ClientOptions.Pinned).
+	Etcd3 = "etcd3"
+	// PostgresReplica is a PostgreSQL primary with a streaming replica
+	// (scripts/servers/postgres.sh --replica): stores write to the
+	// primary; Client.FollowerStore reads from the replica.
+	PostgresReplica = "postgres-replica"
 )
 
 // ErrUnavailable marks a system whose server can neither be reached nor
@@ -71,6 +88,20 @@ const (
 	EnvEtcdURL       = "OCCKIT_LAB_ETCD_URL"
 	EnvMinidynURL    = "OCCKIT_LAB_MINIDYN_URL"
 	EnvSQLiteDir     = "OCCKIT_LAB_SQLITE_DIR"
+
+	// EnvRedisClusterURL names a Redis Cluster (redis.ParseClusterURL's
+	// form: redis://host:port?addr=host2:port2&addr=...).
+	EnvRedisClusterURL = "OCCKIT_REDIS_CLUSTER_URL"
+	// EnvPostgresReplicaURL names a hot standby streaming from the
+	// server of EnvPostgresURL (or of EnvPostgresPrimaryURL when set).
+	EnvPostgresReplicaURL = "OCCKIT_PG_REPLICA_URL"
+	// EnvPostgresPrimaryURL names the primary of EnvPostgresReplicaURL
+	// for a child process, whose EnvPostgresURL may name the postgres
+	// backend's other server.
+	EnvPostgresPrimaryURL = "OCCKIT_LAB_PG_PRIMARY_URL"
+	// EnvEtcd3URLs names the members of the parent process's etcd3
+	// (client URLs, comma-separated).
+	EnvEtcd3URLs = "OCCKIT_LAB_ETCD3_URLS"
 )
 
 // scripts are the systems started by scripts/servers/<script>.sh.
@@ -78,6 +109,8 @@ var scripts = map[string]struct{ script, envVar, binary string }{
 	Postgres: {"postgres", EnvPostgresURL, servers.PostgresBinary},
 	Redis:    {"redis", EnvRedisURL, servers.RedisBinary},
 	MySQL:    {"mariadb", EnvMySQLDSN, servers.MariaDBBinary},
+	// 3 masters + 3 replicas.
+	RedisCluster: {"redis-cluster", EnvRedisClusterURL, servers.RedisBinary},
 }
 
 // Env says how servers are reached or started. The zero value reaches
@@ -123,8 +156,12 @@ type Server struct {
 	// URL is how clients reach the server itself: a postgres:// or
 	// redis:// URL, a go-sql-driver/mysql DSN, etcd's or the DynamoDB
 	// server's http:// URL, ZooKeeper's host:port, SQLite's directory;
-	// empty for memory.
+	// empty for memory. For the clusters: the Redis Cluster's URL
+	// (EnvRedisClusterURL's form), the etcd3 members' client URLs
+	// comma-separated, the primary's URL of postgres-replica.
 	URL string
+	// ReplicaURL is postgres-replica's streaming replica's URL.
+	ReplicaURL string
 	// EnvVar is the environment variable that names this server to
 	// Env.Reach (in a child process, say); empty for memory.
 	EnvVar string
@@ -156,6 +193,9 @@ func (e Env) Reach(ctx context.Context, system string) (*Server, error) {
 
 func (e Env) reach(ctx context.Context, system string) (*Server, error) {
 	s := &Server{System: system}
+	if system == PostgresReplica {
+		return e.reachReplica(ctx)
+	}
 	if sc, ok := scripts[system]; ok {
 		s.EnvVar = sc.envVar
 		if s.URL = e.getenv(sc.envVar); s.URL != "" {
@@ -189,6 +229,10 @@ func (e Env) reach(ctx context.Context, system string) (*Server, error) {
 		}
 		s.URL, s.Version, s.stop = srv.Endpoint, srv.Version, srv.Close
 		s.Where = fmt.Sprintf("etcd %s, one member in process (go.etcd.io/etcd/server/v3/embed) at %s", srv.Version, srv.Endpoint)
+	case Etcd3:
+		if err := e.reachEtcd3(ctx, s); err != nil {
+			return nil, err
+		}
 	case DynamoDB:
 		if s.URL = e.getenv(EnvMinidynURL); s.URL != "" {
 			s.EnvVar, s.Where = EnvMinidynURL, "minidyn at "+s.URL+", the parent process's"
@@ -288,11 +332,28 @@ func (s *Server) Restart(ctx context.Context, down time.Duration) error {
 	return s.script.Restart(ctx, down)
 }
 
+// Env returns the environment (NAME=value) that makes Env.Reach in
+// another process (a --procs child) reach this server; nil for memory.
+func (s *Server) Env() []string {
+	switch {
+	case s.EnvVar == "":
+		return nil
+	case s.System == PostgresReplica:
+		return []string{EnvPostgresPrimaryURL + "=" + s.URL, EnvPostgresReplicaURL + "=" + s.ReplicaURL}
+	}
+	return []string{s.EnvVar + "=" + s.URL}
+}
+
 // Addr returns the host:port the server listens on, for a proxy.
 func (s *Server) Addr() (string, error) {
 	switch s.System {
 	case Memory, SQLite:
 		return "", fmt.Errorf("%s runs in process: no address", s.System)
+	case RedisCluster, Etcd3, PostgresReplica:
+		// A proxy per node would not do for Redis Cluster either: its
+		// nodes send clients to each other by their own addresses
+		// (MOVED, CLUSTER SLOTS).
+		return "", fmt.Errorf("%s is several servers: no single address to put a proxy in front of", s.System)
 	case ZooKeeper:
 		return s.URL, nil
 	case MySQL:

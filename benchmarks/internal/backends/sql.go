@@ -116,6 +116,8 @@ func (c *Client) Table(ns string) string {
 		return d.quote(ns)
 	case *pgDriver:
 		return d.ident(ns)
+	case *pgReplicaDriver:
+		return d.ident(ns)
 	}
 	return ""
 }

@@ -1,0 +1,378 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/occkit/occkit/adapters/etcdcas"
+	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/adapters/rediscas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/servers"
+)
+
+// The clusters: Redis Cluster, etcd with three members, PostgreSQL with a
+// streaming replica. Stores write where the system decides writes (the
+// slot's master, the leader, the primary); Client.FollowerStore reads from
+// a follower (etcd3: serializable reads on the member the client talks
+// to) or the replica (postgres-replica).
+
+// followerDriver is a driver whose system has followers or a replica to
+// read from.
+type followerDriver interface {
+	// followerStore returns a store over namespace ns that reads from a
+	// follower or the replica and writes to the leader or primary.
+	followerStore(ns string) (cas.Store, error)
+	// catchUp waits until the followers or the replica have applied what
+	// was written before it was called.
+	catchUp(ctx context.Context) error
+}
+
+// FollowerStore returns a store over namespace ns (made by CreateStore)
+// whose Get and GetMany read from a follower or a replica, and which
+// writes, commits and reads a conflict's current state on the leader or
+// primary: on etcd3 etcdcas with Config.SerializableReads, on
+// postgres-replica pgcas with Config.ReadPool on the replica. Other
+// systems have none: an error matching errors.ErrUnsupported.
+func (c *Client) FollowerStore(ns string) (cas.Store, error) {
+	f, ok := c.d.(followerDriver)
+	if !ok {
+		return nil, fmt.Errorf("%s has no follower or replica to read from: %w", c.System, errors.ErrUnsupported)
+	}
+	return f.followerStore(ns)
+}
+
+// CatchUp waits until the followers or the replica have applied what was
+// written before the call (postgres-replica: the replica has replayed the
+// primary's WAL up to now), at most 30 s; it does nothing on the other
+// systems. etcd3's followers apply a commit within milliseconds of the
+// leader and are not waited for.
+func (c *Client) CatchUp(ctx context.Context) error {
+	f, ok := c.d.(followerDriver)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return f.catchUp(ctx)
+}
+
+// --- Redis Cluster ---
+
+// redisClusterDriver is a go-redis cluster client; a namespace is a key
+// prefix without a hash tag, so that a store's keys spread over the
+// cluster's slots.
+type redisClusterDriver struct{ cli *redis.ClusterClient }
+
+func connectRedisCluster(s *Server, opts ClientOptions) (*redisClusterDriver, error) {
+	o, err := redis.ParseClusterURL(s.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.EnvVar, err)
+	}
+	if opts.Conns > 0 {
+		o.PoolSize = opts.Conns // per node
+	}
+	if opts.DialTimeout > 0 {
+		o.DialTimeout = opts.DialTimeout
+	}
+	o.ContextTimeoutEnabled = true
+	return &redisClusterDriver{cli: redis.NewClusterClient(o)}, nil
+}
+
+func (d *redisClusterDriver) store(ns string) (cas.Store, error) {
+	return rediscas.New(d.cli, rediscas.Config{Prefix: ns + ":"})
+}
+
+func (d *redisClusterDriver) create(context.Context, string) error { return nil }
+
+func (d *redisClusterDriver) drop(ctx context.Context, ns string) error {
+	return DeleteRedisPrefix(ctx, d.cli, ns+":")
+}
+
+func (d *redisClusterDriver) locker(_ context.Context, cfg LockerConfig) (hybrid.Locker, func() error, error) {
+	l, err := rediscas.NewLocker(d.cli, rediscas.LockerConfig{Prefix: RedisLockPrefix(cfg.Name), TTL: cfg.TTL})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func() error { return nil }, nil
+}
+
+func (d *redisClusterDriver) describe(ctx context.Context) (string, string, error) {
+	var (
+		mu                sync.Mutex // ForEachMaster calls fn on a goroutine per master
+		masters, replicas int
+		info              string
+		save              map[string]string
+	)
+	err := d.cli.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		i, err := m.Info(ctx, "server", "persistence", "replication").Result()
+		if err != nil {
+			return err
+		}
+		sv, _ := m.ConfigGet(ctx, "save").Result()
+		var n int
+		_, _ = fmt.Sscan(infoField(i, "connected_slaves"), &n)
+		mu.Lock()
+		defer mu.Unlock()
+		masters++
+		replicas += n
+		if info == "" {
+			info, save = i, sv
+		}
+		return nil
+	})
+	if err != nil {
+		return "", "", err
+	}
+	aof := infoField(info, "aof_enabled")
+	durable := fmt.Sprintf("appendonly=%s, save=%q", map[string]string{"0": "no", "1": "yes"}[aof], save["save"])
+	if aof == "0" && save["save"] == "" {
+		durable += " (no persistence: throwaway data)"
+	}
+	durable += "; replication asynchronous, a write acknowledged by its slot's master alone (rediscas WaitReplicas 0)"
+	return fmt.Sprintf("Redis %s, a Redis Cluster of %d masters with %d replicas", infoField(info, "redis_version"), masters, replicas), durable, nil
+}
+
+func (d *redisClusterDriver) dropScope(context.Context) error { return nil }
+func (d *redisClusterDriver) close() error                    { return d.cli.Close() }
+
+// deleteClusterPrefix removes every key under prefix on every master of a
+// cluster, one key a command (the keys of one master are in many slots).
+func deleteClusterPrefix(ctx context.Context, cli *redis.ClusterClient, prefix string) error {
+	return cli.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		it := m.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		pipe := m.Pipeline()
+		for it.Next(ctx) {
+			pipe.Unlink(ctx, it.Val())
+			if pipe.Len() >= 500 {
+				if _, err := pipe.Exec(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		if pipe.Len() > 0 {
+			_, err := pipe.Exec(ctx)
+			return err
+		}
+		return nil
+	})
+}
+
+// --- etcd with three members ---
+
+// etcd3Members is the size of the etcd3 cluster.
+const etcd3Members = 3
+
+// reachEtcd3 finds the parent process's etcd3 (EnvEtcd3URLs) or starts
+// three members in process.
+func (e Env) reachEtcd3(ctx context.Context, s *Server) error {
+	s.EnvVar = EnvEtcd3URLs
+	if s.URL = e.getenv(EnvEtcd3URLs); s.URL != "" {
+		s.Where = "etcd, three members at " + s.URL + ", the parent process's"
+		return nil
+	}
+	// etcd's default raft timings (100 ms ticks, a 1 s election
+	// timeout), as the one-member etcd of the lab: the faster timings of
+	// the fault tests would risk elections on a loaded machine.
+	c, err := servers.StartEtcdCluster(ctx, servers.EtcdOptions{Members: etcd3Members, NoProxy: true, TickMs: 100, ElectionMs: 1000})
+	if err != nil {
+		return err
+	}
+	s.URL, s.Version, s.stop = strings.Join(c.AllEndpoints(), ","), servers.EtcdVersion(), c.Close
+	s.Where = fmt.Sprintf("etcd %s, three members in process (go.etcd.io/etcd/server/v3/embed) at %s, leader m%d at start", s.Version, s.URL, c.Leader())
+	return nil
+}
+
+// etcd3Driver is a client of the three members: of every one (clientv3
+// balances requests over them round robin), or of one
+// (ClientOptions.Pinned).
+type etcd3Driver struct {
+	*etcdDriver
+	endpoints []string
+}
+
+func connectEtcd3(s *Server, opts ClientOptions) (*etcd3Driver, error) {
+	eps := strings.Split(s.URL, ",")
+	if opts.Via != "" {
+		return nil, errors.New("a proxy in front of three members is not supported")
+	}
+	if opts.Pinned {
+		eps = []string{eps[opts.Member%len(eps)]}
+	}
+	cli, err := EtcdClient(opts.DialTimeout, eps...)
+	if err != nil {
+		return nil, err
+	}
+	return &etcd3Driver{etcdDriver: &etcdDriver{cli: cli}, endpoints: eps}, nil
+}
+
+func (d *etcd3Driver) followerStore(ns string) (cas.Store, error) {
+	return etcdcas.New(d.cli, etcdcas.Config{Prefix: ns + "/", SerializableReads: true})
+}
+
+func (d *etcd3Driver) catchUp(context.Context) error { return nil }
+
+func (d *etcd3Driver) describe(context.Context) (string, string, error) {
+	who := "clients talk to every member (clientv3's round-robin balancing, request by request)"
+	if len(d.endpoints) == 1 {
+		who = "this process's client talks to member " + d.endpoints[0] + " only"
+	}
+	return "", "UnsafeNoFsync on every member: writes are not fsynced (throwaway data); " + who, nil
+}
+
+// --- PostgreSQL with a streaming replica ---
+
+// reachReplica finds a primary and its replica (EnvPostgresReplicaURL
+// with EnvPostgresPrimaryURL or EnvPostgresURL), or starts both with
+// scripts/servers/postgres.sh --replica.
+func (e Env) reachReplica(ctx context.Context) (*Server, error) {
+	s := &Server{System: PostgresReplica, EnvVar: EnvPostgresReplicaURL}
+	if s.ReplicaURL = e.getenv(EnvPostgresReplicaURL); s.ReplicaURL != "" {
+		primaryVar := EnvPostgresPrimaryURL
+		if s.URL = e.getenv(primaryVar); s.URL == "" {
+			primaryVar = EnvPostgresURL
+			s.URL = e.getenv(primaryVar)
+		}
+		if s.URL == "" {
+			return nil, fmt.Errorf("%s is set, but %s, its primary, is not", EnvPostgresReplicaURL, EnvPostgresURL)
+		}
+		s.Where = fmt.Sprintf("primary at %s (%s), streaming replica at %s (%s)", redact(s.URL), primaryVar, redact(s.ReplicaURL), EnvPostgresReplicaURL)
+		return s, nil
+	}
+	if !e.StartServers {
+		return nil, fmt.Errorf("%s is not set, and starting servers is off", EnvPostgresReplicaURL)
+	}
+	root, err := e.Root()
+	if err != nil {
+		return nil, fmt.Errorf("%s is not set, and scripts/servers/postgres.sh cannot be found: %w", EnvPostgresReplicaURL, err)
+	}
+	if e.Log != nil {
+		fmt.Fprintf(e.Log, "postgres-replica: %s is not set: starting a throwaway primary and replica with scripts/servers/postgres.sh --replica\n", EnvPostgresReplicaURL)
+	}
+	script, err := servers.StartScriptArgs(ctx, root, "postgres", EnvPostgresURL, servers.PostgresBinary, e.Log, "--replica")
+	if err != nil {
+		return nil, fmt.Errorf("%s is not set, and %w", EnvPostgresReplicaURL, err)
+	}
+	s.URL, s.ReplicaURL, s.script = script.URL, script.Exports[EnvPostgresReplicaURL], script
+	if s.ReplicaURL == "" {
+		_ = script.Stop(ctx)
+		return nil, fmt.Errorf("scripts/servers/postgres.sh --replica exported no %s", EnvPostgresReplicaURL)
+	}
+	s.Where = fmt.Sprintf("primary at %s, streaming replica at %s, started with scripts/servers/postgres.sh --replica", redact(s.URL), redact(s.ReplicaURL))
+	return s, nil
+}
+
+// pgReplicaDriver is a pool on the primary and one on its replica, both
+// working in the client's schema.
+type pgReplicaDriver struct {
+	*pgDriver
+	replica *pgxpool.Pool
+}
+
+func connectPostgresReplica(ctx context.Context, s *Server, opts ClientOptions) (_ *pgReplicaDriver, err error) {
+	if opts.Via != "" {
+		return nil, errors.New("a proxy in front of a primary and its replica is not supported")
+	}
+	primary, err := connectPostgres(ctx, s, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			primary.pool.Close()
+		}
+	}()
+	cfg, err := pgxpool.ParseConfig(s.ReplicaURL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvPostgresReplicaURL, err)
+	}
+	if opts.DialTimeout > 0 {
+		cfg.ConnConfig.ConnectTimeout = opts.DialTimeout
+	}
+	if opts.Conns > 0 {
+		cfg.MaxConns = int32(opts.Conns)
+	}
+	if opts.Scope != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Scope
+	}
+	replica, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &pgReplicaDriver{pgDriver: primary, replica: replica}, nil
+}
+
+func (d *pgReplicaDriver) followerStore(ns string) (cas.Store, error) {
+	return pgcas.New(d.pool, pgcas.Config{Table: ns, Schema: d.scope, ReadPool: d.replica})
+}
+
+// create makes the table on the primary and waits until the replica has
+// it: a read of a table the replica has not replayed yet fails.
+func (d *pgReplicaDriver) create(ctx context.Context, ns string) error {
+	if err := d.pgDriver.create(ctx, ns); err != nil {
+		return err
+	}
+	return d.catchUp(ctx)
+}
+
+func (d *pgReplicaDriver) catchUp(ctx context.Context) error {
+	return waitReplayed(ctx, d.pool, d.replica)
+}
+
+// waitReplayed waits until replica has replayed everything primary had
+// written when it was called: it writes one WAL record on the primary (a
+// logical message) and polls the replica's replay position.
+func waitReplayed(ctx context.Context, primary, replica *pgxpool.Pool) error {
+	var lsn string
+	if err := primary.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'occkit', 'lab catch-up')::text`).Scan(&lsn); err != nil {
+		return fmt.Errorf("the primary's catch-up record: %w", err)
+	}
+	for {
+		var done bool
+		if err := replica.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&done); err != nil {
+			return fmt.Errorf("the replica's replay position: %w", err)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the replica has not replayed up to %s: %w", lsn, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (d *pgReplicaDriver) describe(ctx context.Context) (string, string, error) {
+	version, durable, err := d.pgDriver.describe(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	var standby bool
+	if err := d.replica.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
+		return "", "", fmt.Errorf("the replica: %w", err)
+	}
+	if !standby {
+		return "", "", fmt.Errorf("%s names a server that is not a standby (pg_is_in_recovery() is false)", EnvPostgresReplicaURL)
+	}
+	var walWriterDelay string
+	_ = d.pool.QueryRow(ctx, `SELECT current_setting('wal_writer_delay')`).Scan(&walWriterDelay)
+	durable += fmt.Sprintf(" on the primary; the replica streams asynchronously (wal_writer_delay=%s on the primary: with synchronous_commit=off a commit reaches the replica after up to that)", walWriterDelay)
+	return version + " with a streaming hot standby", durable, nil
+}
+
+func (d *pgReplicaDriver) close() error {
+	d.replica.Close()
+	return d.pgDriver.close()
+}
