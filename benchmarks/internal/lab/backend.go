@@ -67,6 +67,21 @@ type dataBackend interface {
 	// lab marks the cells of multi-key workloads on it not applicable,
 	// with that reason, instead of running them.
 	multiKeyUnsupported() string
+	// keyGroup is, on a backend that commits several keys atomically
+	// only within a group (Redis Cluster: one hash slot), how many keys
+	// make a group; 0: any keys commit together. Multi-key workloads on
+	// it name their keys with a hash tag per group and pick an
+	// operation's keys within one group (keyspace.go).
+	keyGroup() int
+	// followerStore returns a store over namespace ns (NewStore's, here
+	// or in the parent process) that reads from a follower or replica
+	// and writes to the leader or primary, for occ-follower-reads; an
+	// error matching errors.ErrUnsupported on a backend without.
+	followerStore(ns string) (cas.Store, error)
+	// catchUp waits until the followers or replica have applied what
+	// was written so far (postgres-replica's replica; nothing
+	// elsewhere). Run calls it after seeding.
+	catchUp(ctx context.Context) error
 }
 
 // backendInfo describes a backend in the report.
@@ -118,6 +133,11 @@ type Env struct {
 	// network path. With Delay 0 the proxy only adds its own hop.
 	Proxy bool
 	Delay time.Duration
+
+	// proc is set in a --procs child: its index + 1 (a backend of several
+	// servers may give each process a different one: etcd3 pins a
+	// child's client to member proc-1 modulo three).
+	proc int
 
 	// proxies are the proxies Proxy made, closed with the lab.
 	proxies *proxySet
@@ -222,6 +242,11 @@ type backendSpec struct {
 	// errUnavailable means it cannot run here (the reason is reported,
 	// the run goes on).
 	Open func(ctx context.Context, env *Env) (service, error)
+	// OptIn says the backend runs only when named (OpenLab's names,
+	// --backends), not in the default run: the clusters, each several
+	// servers, whose cells are measured beside each other
+	// (docs/benchmarks.md, "Clusters").
+	OptIn bool
 }
 
 // backendSpecs are the lab's backends and lock-only services, in their
@@ -230,9 +255,29 @@ var backendSpecs = []backendSpec{
 	systemSpec(backends.Memory), systemSpec(backends.Etcd), systemSpec(backends.Postgres), systemSpec(backends.Redis), systemSpec(backends.DynamoDB),
 	{Name: backends.ZooKeeper, About: "ZooKeeper, lock service only (lock-zookeeper): OCCKIT_ZK_ADDR, or a standalone server started from Debian's zookeeper package", Open: openZooKeeper},
 	systemSpec(backends.MySQL), systemSpec(backends.SQLite),
+	optIn(systemSpec(backends.RedisCluster)), optIn(systemSpec(backends.Etcd3)), optIn(systemSpec(backends.PostgresReplica)),
 }
 
-// Backends returns the names of the lab's backends in their order.
+// optIn marks a backend that runs only when named.
+func optIn(s backendSpec) backendSpec {
+	s.OptIn = true
+	return s
+}
+
+// DefaultBackends returns the names of the backends of the default run:
+// all but the opt-in ones.
+func DefaultBackends() []string {
+	var names []string
+	for _, s := range backendSpecs {
+		if !s.OptIn {
+			names = append(names, s.Name)
+		}
+	}
+	return names
+}
+
+// Backends returns the names of the lab's backends in their order, the
+// opt-in ones (run only when named) included.
 func Backends() []string {
 	names := make([]string, 0, len(backendSpecs))
 	for _, s := range backendSpecs {
@@ -275,12 +320,12 @@ type Lab struct {
 	failed   map[string]error
 }
 
-// OpenLab opens the named backends (all registered ones if names is
-// empty). A backend that cannot run here is skipped with its reason
+// OpenLab opens the named backends (if names is empty, every one but the
+// opt-in clusters, which run only when named). A backend that cannot run here is skipped with its reason
 // (Skipped); OpenLab fails only on an unknown name or a cancelled ctx.
 func OpenLab(ctx context.Context, names []string, env Env) (*Lab, error) {
 	if len(names) == 0 {
-		names = Backends()
+		names = DefaultBackends()
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])

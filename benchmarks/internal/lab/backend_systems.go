@@ -37,6 +37,8 @@ type system struct {
 	// wrap gives the backend the accessors of its system (a
 	// postgresService, ...), for strategies that lock through it.
 	wrap func(*dataService) service
+	// keyGroup: see dataBackend.keyGroup.
+	keyGroup int
 }
 
 // leaseTTL is the TTL of the lease locks of hybrid and adaptive.
@@ -99,6 +101,28 @@ var systems = map[string]system{
 		// (SQLite's lock), the others wait in the busy timeout.
 		conns: func(workers int) int { return max(workers, DefaultWorkers) + 2 },
 	},
+
+	// The clusters, each run only when named.
+	backends.RedisCluster: {
+		about:    "rediscas on a Redis Cluster (3 masters + 3 replicas): OCCKIT_REDIS_CLUSTER_URL, or a throwaway cluster started with scripts/servers/redis-cluster.sh; a cell's keys spread over the slots, a transfer's two accounts share a hash tag (groups of " + fmt.Sprint(clusterKeyGroup) + " accounts)",
+		locker:   "rediscas.Locker on the cluster (SET PX with INCR fencing tokens, the lock and its counter in one slot; a watchdog per lease; waiters poll)",
+		conns:    pinnedConns,
+		keyGroup: clusterKeyGroup,
+		wrap:     func(d *dataService) service { return &redisClusterBackend{d} },
+	},
+	backends.Etcd3: {
+		about:  "etcdcas on etcd with three members started in process (UnsafeNoFsync), clients spread over the members (round robin per request; a --procs child talks to one member, child i to member i mod 3); reads linearizable, occ-follower-reads serializable",
+		locker: "etcdcas.Locker (etcd lease, 10 s TTL; token = the grant's creation revision)",
+		wrap:   func(d *dataService) service { return &etcdBackend{d} },
+	},
+	backends.PostgresReplica: {
+		about:        "pgcas on a PostgreSQL primary with a streaming hot standby: OCCKIT_PG_URL and OCCKIT_PG_REPLICA_URL, or both started with scripts/servers/postgres.sh --replica; writes and reads on the primary, occ-follower-reads reads on the replica (pgcas.Config.ReadPool)",
+		locker:       "pgcas.Locker on the primary (session pg_advisory_lock on a pinned connection; tokens from a sequence)",
+		conns:        pinnedConns,
+		scopeEnv:     "OCCKIT_LAB_PG_REPLICA_SCHEMA",
+		sharedLocker: true,
+		wrap:         func(d *dataService) service { return &pgBackend{d} },
+	},
 }
 
 // systemSpec returns the backendSpec of a system.
@@ -157,6 +181,11 @@ func openData(ctx context.Context, env *Env, name string) (_ service, err error)
 			d.scope, d.attached = s, true // a --procs child: the parent's
 		}
 		opts.Scope, opts.CreateScope = d.scope, !d.attached
+	}
+	if name == backends.Etcd3 && env.proc > 0 {
+		// A --procs child talks to one member, as a service instance
+		// configured with one endpoint would.
+		opts.Pinned, opts.Member = true, env.proc-1
 	}
 	if env.Proxy && name != backends.Memory && name != backends.SQLite {
 		addr, err := d.srv.Addr()
@@ -222,13 +251,13 @@ func (d *dataService) tuning() retryTuning {
 
 func (d *dataService) multiKeyUnsupported() string { return d.srv.MultiKeyUnsupported }
 
-// childEnv implements childEnver: the server's variable, and the lab's
+// childEnv implements childEnver: the server's variables, and the lab's
 // scope; nil for memory, which no other process can reach.
 func (d *dataService) childEnv() []string {
-	if d.srv.EnvVar == "" {
+	env := d.srv.Env()
+	if env == nil {
 		return nil
 	}
-	env := []string{d.srv.EnvVar + "=" + d.srv.URL}
 	if d.sys.scopeEnv != "" {
 		env = append(env, d.sys.scopeEnv+"="+d.scope)
 	}
@@ -242,6 +271,16 @@ func (d *dataService) NewStore(ctx context.Context, ns string) (cas.Store, func(
 	}
 	return s, func(ctx context.Context) error { return d.cli.Drop(ctx, ns) }, nil
 }
+
+func (d *dataService) keyGroup() int { return d.sys.keyGroup }
+
+// followerStore is backends.Client.FollowerStore.
+func (d *dataService) followerStore(ns string) (cas.Store, error) { return d.cli.FollowerStore(ns) }
+
+// catchUp is backends.Client.CatchUp: Run calls it after seeding, so
+// that a cell does not start with reads of keys the replica has not seen
+// yet.
+func (d *dataService) catchUp(ctx context.Context) error { return d.cli.CatchUp(ctx) }
 
 func (d *dataService) openStore(_ context.Context, ns string) (cas.Store, error) {
 	if d.srv.EnvVar == "" {
@@ -330,8 +369,8 @@ func (b *pgBackend) PGPool() *pgxpool.Pool         { return b.cli.Postgres() }
 func (b *pgBackend) AdvisoryLocker() *pgcas.Locker { return b.locker.(*pgcas.Locker) }
 func (b *pgBackend) Table(ns string) string        { return b.cli.Table(ns) }
 
-// RedisService is implemented by the redis backend, for strategies that
-// lock through Redis.
+// RedisService is implemented by the redis and redis-cluster backends,
+// for strategies that lock through Redis.
 type RedisService interface {
 	RedisClient() redis.UniversalClient
 }
@@ -339,6 +378,12 @@ type RedisService interface {
 type redisBackend struct{ *dataService }
 
 func (b *redisBackend) RedisClient() redis.UniversalClient { return b.cli.Redis() }
+
+// redisClusterBackend is the redis-cluster backend: its RedisClient is
+// the cluster's client (lock-redis on it locks on the cluster).
+type redisClusterBackend struct{ *dataService }
+
+func (b *redisClusterBackend) RedisClient() redis.UniversalClient { return b.cli.RedisCluster() }
 
 // openRedis opens the redis backend (for a lock through Redis when the
 // backend was not selected).

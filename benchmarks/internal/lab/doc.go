@@ -11,9 +11,15 @@
 //     (OpenLab skips, with the reason, one that cannot run here); a data
 //     backend holds data (NewStore, NewLocker, retryTuning);
 //     lock-only services (ZooKeeper, Redlock's servers) lend locks to the
-//     others.
+//     others. The clusters (redis-cluster, etcd3, postgres-replica)
+//     run only when named (backendSpec.OptIn); a Redis Cluster commits
+//     the keys of one hash slot only, so multi-key workloads there name
+//     their keys with a hash tag per group of accounts and pick an
+//     operation's keys in one group (keyspace.go).
 //   - Strategies (strategies*.go, listed in strategySpecs): how one
 //     operation is performed: occ, occ-cached, occ-txn, hybrid, adaptive,
+//     occ-follower-reads (occ reading from a follower or replica, on
+//     etcd3 and postgres-replica),
 //     the repository paths (occ-table, occ-table-combine, occ-gorm: the
 //     cell's data in a table of the application's own, written with a
 //     Table[T]'s Modify or gormocc.Update), and the lock-* baselines (in

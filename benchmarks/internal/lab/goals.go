@@ -77,6 +77,16 @@ const (
 	goalDeltaBlind = "1 key and 1000 keys, no work: delta ≥ 0.8× blind-write on the same backend (what the bound, the version and exactly-once cost)"
 	goalHTTP       = "behind an HTTP service: occ-http-modify (the handler runs Table.Modify) ≥ 1× lock-http (the handler takes FOR UPDATE)"
 
+	// The clusters (docs/benchmarks.md, "Clusters"), at the low point (1000
+	// keys or more, uniform, no work), one process's goroutines on direct
+	// connections unless said: reads from a follower or replica against
+	// reads from the leader or primary, side by side; and the version
+	// cache against the cluster's own lock.
+	goalFollowerEtcd       = "etcd3, 1000 keys, 8 workers: occ with follower reads (occ-follower-reads) ≥ 1.3× occ with linearizable reads"
+	goalCachedEtcd3        = "etcd3, 1000 keys, 8 workers: occ-cached ≥ 3× lock-etcd-mutex"
+	goalCachedRedisCluster = "redis-cluster, 1000 keys: occ-cached ≥ 3× lock-redis"
+	goalReplicaPG          = "postgres-replica, 1000 keys, --procs 4: occ with replica reads (occ-follower-reads) ≥ 1.2× occ on the primary alone"
+
 	// The lab's own resolution: two identical occ-combine cells (the A/A
 	// control, run only when asked for) should read alike.
 	goalControl = "A/A control: occ-combine-control within 5% of occ-combine (what the lab resolves at this point)"
@@ -292,6 +302,34 @@ func checkGoals(results []Result) []goalCheck {
 						c.Status = goalNotMet
 					}
 				}
+			}
+		}
+
+		// The clusters.
+		if p.Low() && p.WorkMs == 0 && !g.proxy {
+			// pair judges a against b when a ran at this point.
+			pair := func(goal, a, b string, need float64) {
+				ra, ok := g.byName[a]
+				if !ok {
+					return // not run at this point: no check
+				}
+				c := check(goal)
+				rb, ok := g.byName[b]
+				if !ok || rb.Throughput <= 0 {
+					missing(c, b)
+					return
+				}
+				judgeThroughput(c, ra, rb, need, fmt.Sprintf("%s %s/s (%.2f attempts/op, %d failed, p99 %.3g ms) vs %s %s/s (%.2f attempts/op, p99 %.3g ms)",
+					a, rate(ra.Throughput), ra.AttemptsPerOp, ra.TotalFailedOps, ra.P99Ms, b, rate(rb.Throughput), rb.AttemptsPerOp, rb.P99Ms))
+			}
+			switch {
+			case g.backend == "etcd3" && p.Workers == 8:
+				pair(goalFollowerEtcd, "occ-follower-reads", occName, 1.3)
+				pair(goalCachedEtcd3, "occ-cached", "lock-etcd-mutex", 3)
+			case g.backend == "redis-cluster":
+				pair(goalCachedRedisCluster, "occ-cached", "lock-redis", 3)
+			case g.backend == "postgres-replica" && g.procs == 4:
+				pair(goalReplicaPG, "occ-follower-reads", occName, 1.2)
 			}
 		}
 

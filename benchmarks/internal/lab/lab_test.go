@@ -421,8 +421,12 @@ func TestSpecs(t *testing.T) {
 		}
 		seen["w/"+w.Name] = true
 	}
-	if got := Backends(); !slices.Equal(got, []string{"memory", "etcd", "postgres", "redis", "dynamodb", "zookeeper", "mysql", "sqlite"}) {
+	if got := Backends(); !slices.Equal(got, []string{"memory", "etcd", "postgres", "redis", "dynamodb", "zookeeper", "mysql", "sqlite", "redis-cluster", "etcd3", "postgres-replica"}) {
 		t.Errorf("Backends() = %v", got)
+	}
+	// The clusters run only when named.
+	if got := DefaultBackends(); !slices.Equal(got, []string{"memory", "etcd", "postgres", "redis", "dynamodb", "zookeeper", "mysql", "sqlite"}) {
+		t.Errorf("DefaultBackends() = %v", got)
 	}
 }
 

@@ -29,6 +29,8 @@ type childSpec struct {
 	// W0 and N are the global index of the child's first worker and how
 	// many it runs.
 	W0, N int
+	// Proc is the child's index among the cell's processes.
+	Proc int
 	// Services are the parent's open services, opened again by the
 	// child (on its own connections, through its own proxies).
 	Services []string
@@ -147,8 +149,8 @@ func (l *Lab) runProcs(ctx context.Context, c Cell, ns string, workers []*worker
 		_ = ch.cmd.Wait()
 		return fmt.Errorf("child process: %w: %s", err, strings.TrimSpace(ch.stderr.String()))
 	}
-	for _, ch := range children {
-		spec := childSpec{Cell: c, NS: ns, W0: ch.w0, N: ch.n, Services: services, Proxy: l.env.Proxy, Delay: l.env.Delay}
+	for i, ch := range children {
+		spec := childSpec{Cell: c, NS: ns, W0: ch.w0, N: ch.n, Proc: i, Services: services, Proxy: l.env.Proxy, Delay: l.env.Delay}
 		if c.Ops > 0 {
 			// A count of operations is the cell's, in all: each child
 			// runs its workers' share.
@@ -212,7 +214,7 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 	}
 	ctx := context.Background()
 	c := spec.Cell
-	l, err := OpenLab(ctx, spec.Services, Env{MaxWorkers: spec.N, Log: io.Discard, Proxy: spec.Proxy, Delay: spec.Delay})
+	l, err := OpenLab(ctx, spec.Services, Env{MaxWorkers: spec.N, Log: io.Discard, Proxy: spec.Proxy, Delay: spec.Delay, proc: spec.Proc + 1})
 	if err != nil {
 		return err
 	}
@@ -236,13 +238,11 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 	}
 	local := c
 	local.Workers = spec.N
+	ks := newKeySpace(be, wl, c.Keys)
 	h := &harness{
 		Cell: local, Workload: wl, Backend: be, Store: store,
 		Values: cas.NewTyped(store, cas.JSON[int64]()),
-		Keys:   make([]string, c.Keys), NS: spec.NS, Attached: true, lab: l,
-	}
-	for i := range h.Keys {
-		h.Keys[i] = "k" + strconv.Itoa(i)
+		Keys:   ks.names, NS: spec.NS, Attached: true, lab: l,
 	}
 	workers := make([]*worker, spec.N)
 	h.opts = make([][]occ.Option, spec.N)
@@ -267,7 +267,7 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 	if !ok || perr != nil {
 		return fmt.Errorf("bad start line %q", line)
 	}
-	runWorkers(ctx, c, wl, zipf, h.Keys, strat, workers, spec.W0, time.Unix(0, startNs))
+	runWorkers(ctx, c, wl, zipf, ks, strat, workers, spec.W0, time.Unix(0, startNs))
 	_ = strat.Close(ctx)
 	reps := make([]workerReport, len(workers))
 	for i, w := range workers {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -202,13 +201,11 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		return Result{}, fmt.Errorf("benchmarks: %s: new store: %w", c.Backend, err)
 	}
 	defer func() { _ = drop(context.WithoutCancel(ctx)) }()
+	ks := newKeySpace(be, wl, c.Keys)
 	h := &harness{
 		Cell: c, Workload: wl, Backend: be, Store: store,
 		Values: cas.NewTyped(store, cas.JSON[int64]()),
-		Keys:   make([]string, c.Keys), NS: ns, lab: l,
-	}
-	for i := range h.Keys {
-		h.Keys[i] = "k" + strconv.Itoa(i)
+		Keys:   ks.names, NS: ns, lab: l,
 	}
 	var seededMu sync.Mutex
 	storeKeys := h.Keys
@@ -232,6 +229,9 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		return nil
 	}); err != nil {
 		return Result{}, fmt.Errorf("benchmarks: seeding %d keys: %w", c.Keys, err)
+	}
+	if err := be.catchUp(ctx); err != nil {
+		return Result{}, fmt.Errorf("benchmarks: %s: after seeding: %w", c.Backend, err)
 	}
 
 	workers := make([]*worker, c.Workers)
@@ -259,7 +259,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 			return Result{}, fmt.Errorf("%s on %s, %d processes: %w", c.Strategy, c.Backend, c.Procs, err)
 		}
 	} else {
-		elapsed = runWorkers(ctx, c, wl, zipf, h.Keys, strat, workers, 0, time.Now())
+		elapsed = runWorkers(ctx, c, wl, zipf, ks, strat, workers, 0, time.Now())
 		closeErr = strat.Close(context.WithoutCancel(ctx))
 	}
 
@@ -358,7 +358,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 // measured if it started in the window, however long it took: one that
 // waits past the end (a starved retry loop, a lock queue) counts with its
 // whole latency instead of vanishing from the figures.
-func runWorkers(ctx context.Context, c Cell, wl *workloadSpec, zipf *zipfDist, keyNames []string, strat cellStrategy, workers []*worker, w0 int, start time.Time) time.Duration {
+func runWorkers(ctx context.Context, c Cell, wl *workloadSpec, zipf *zipfDist, ks keySpace, strat cellStrategy, workers []*worker, w0 int, start time.Time) time.Duration {
 	if d := time.Until(start); d > 0 {
 		time.Sleep(d)
 	}
@@ -388,7 +388,7 @@ func runWorkers(ctx context.Context, c Cell, wl *workloadSpec, zipf *zipfDist, k
 				} else if issued.Add(1) > c.Ops {
 					return
 				}
-				op := operation{Keys: pickKeys(rng, zipf, keyNames, keys), w: wl, work: c.Work}
+				op := operation{Keys: ks.pick(rng, zipf, keys), w: wl, work: c.Work}
 				if wl.Arg != nil {
 					op.arg = wl.Arg(rng)
 				}

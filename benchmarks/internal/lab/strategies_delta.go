@@ -27,7 +27,7 @@ var deltaStrategies = []strategySpec{
 		Kind:      kindOptimistic,
 		About:     "occ.Add: the server adds to the value in one write, refusing a result below the bound (inventory: cas.AtLeast(0)); no read, no version to race on, a lost reply resolved by write id; there is no critical section to spend the cell's work time in",
 		SingleKey: true,
-		DefaultOn: func(b string, multiKey bool) bool { return !multiKey && b != "etcd" },
+		DefaultOn: func(b string, multiKey bool) bool { return !multiKey && b != "etcd" && b != "etcd3" },
 		New:       newDelta,
 	},
 	{

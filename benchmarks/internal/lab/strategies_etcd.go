@@ -16,20 +16,23 @@ var etcdStrategies = []strategySpec{
 		Kind:      kindLock,
 		About:     "etcd's concurrency.Mutex (one session per worker) around read, work and write; the data may live on any backend",
 		SingleKey: true, MultiKey: true,
-		// On etcd it is the data's own lock; on memory it stands beside
-		// the other services' locks. PostgreSQL, Redis and DynamoDB
-		// run the locks users pair with them (their own, lock-redis,
-		// lock-redlock).
-		DefaultOn: func(b string, _ bool) bool { return slices.Contains([]string{"memory", "etcd"}, b) },
+		// On etcd and etcd3 it is the data's own lock; on memory it
+		// stands beside the other services' locks. PostgreSQL, Redis
+		// and DynamoDB run the locks users pair with them (their own,
+		// lock-redis, lock-redlock).
+		DefaultOn: func(b string, _ bool) bool { return slices.Contains([]string{"memory", "etcd", "etcd3"}, b) },
 		New:       newEtcdMutex,
 	},
 }
 
 func newEtcdMutex(ctx context.Context, h *harness) (cellStrategy, error) {
-	svc, _ := h.Service("etcd")
-	es, ok := svc.(EtcdService)
+	// The data's own etcd (etcd, etcd3), else the etcd backend's.
+	es, ok := h.Backend.(EtcdService)
 	if !ok {
-		return nil, fmt.Errorf("the etcd backend is not open: %w", errNotApplicable)
+		svc, _ := h.Service("etcd")
+		if es, ok = svc.(EtcdService); !ok {
+			return nil, fmt.Errorf("the etcd backend is not open: %w", errNotApplicable)
+		}
 	}
 	// A session per worker (see locks.EtcdMutex).
 	return lockedPerWorker(h, "lab-mutex/"+h.NS+"/", func() (locks.Locker, func(), error) {

@@ -18,7 +18,7 @@ var postgresStrategies = []strategySpec{
 		Kind:      kindLock,
 		About:     "BEGIN; SELECT ... FOR UPDATE; work; UPDATE; COMMIT (the lab's own SQL on the store's table; one SELECT for all keys of a transfer)",
 		SingleKey: true, MultiKey: true,
-		DefaultOn: func(b string, _ bool) bool { return b == "postgres" },
+		DefaultOn: onPostgres,
 		New:       newPGForUpdate,
 	},
 	{
@@ -26,10 +26,14 @@ var postgresStrategies = []strategySpec{
 		Kind:      kindLock,
 		About:     "pg_advisory_lock per key (pgcas.Locker session leases) around read, work and write; the data may live on any backend",
 		SingleKey: true, MultiKey: true,
-		DefaultOn: func(b string, _ bool) bool { return b == "postgres" },
+		DefaultOn: onPostgres,
 		New:       newPGAdvisory,
 	},
 }
+
+// onPostgres: the PostgreSQL locks are the data's own on postgres and
+// postgres-replica (on its primary).
+func onPostgres(b string, _ bool) bool { return b == "postgres" || b == "postgres-replica" }
 
 func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 	_, ok := h.Store.(*pgcas.Store)
@@ -73,10 +77,14 @@ func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 }
 
 func newPGAdvisory(_ context.Context, h *harness) (cellStrategy, error) {
-	svc, _ := h.Service("postgres")
-	ps, ok := svc.(postgresService)
+	// The data's own PostgreSQL (postgres, postgres-replica's primary),
+	// else the postgres backend's.
+	ps, ok := h.Backend.(postgresService)
 	if !ok {
-		return nil, fmt.Errorf("the postgres backend is not open: %w", errNotApplicable)
+		svc, _ := h.Service("postgres")
+		if ps, ok = svc.(postgresService); !ok {
+			return nil, fmt.Errorf("the postgres backend is not open: %w", errNotApplicable)
+		}
 	}
 	return lockedDo(h, h.NS+"/", locks.Lease(ps.AdvisoryLocker())), nil
 }

@@ -43,15 +43,21 @@ var redisStrategies = []strategySpec{
 
 // defaultOnRedisLocks: the default grid runs lock-redis and lock-redlock
 // where users combine them with the data: beside the in-process store,
-// PostgreSQL, Redis itself and DynamoDB (which has no lock of its own).
+// PostgreSQL, Redis itself (a server or a cluster) and DynamoDB (which
+// has no lock of its own).
 func defaultOnRedisLocks(b string, _ bool) bool {
-	return slices.Contains([]string{"memory", "postgres", "redis", "dynamodb"}, b)
+	return slices.Contains([]string{"memory", "postgres", "redis", "redis-cluster", "dynamodb"}, b)
 }
 
-// redisForLocks returns the Redis client a lock strategy uses: the redis
-// backend's when it is open, else a Redis the lab reaches
-// (OCCKIT_REDIS_URL) or starts now, kept for the rest of the run.
+// redisForLocks returns the Redis client a lock strategy uses: the data's
+// own Redis (the redis backend's server, the redis-cluster backend's
+// cluster), else the redis backend's when it is open, else a Redis the
+// lab reaches (OCCKIT_REDIS_URL) or starts now, kept for the rest of the
+// run.
 func redisForLocks(ctx context.Context, h *harness) (RedisService, error) {
+	if rs, ok := h.Backend.(RedisService); ok {
+		return rs, nil
+	}
 	svc, err := h.OpenService(ctx, "redis", openRedis)
 	if err != nil {
 		return nil, fmt.Errorf("no Redis for the lock (%v): %w", err, errNotApplicable)
