@@ -25,6 +25,16 @@
 // and report.html. A broken invariant is printed loudly and makes the
 // exit status 1.
 //
+// The clusters run only when named in --backends: redis-cluster (a Redis
+// Cluster of 3 masters and 3 replicas, OCCKIT_REDIS_CLUSTER_URL or
+// scripts/servers/redis-cluster.sh), etcd3 (three etcd members in
+// process) and postgres-replica (a PostgreSQL primary with a streaming
+// replica, OCCKIT_PG_URL and OCCKIT_PG_REPLICA_URL or
+// scripts/servers/postgres.sh --replica), with occ-follower-reads (reads
+// from a follower or the replica) beside occ:
+//
+//	go run ./benchmarks/cmd/occbench --backends etcd3,redis-cluster,postgres-replica --keys 1000 --out /tmp/lab-clusters
+//
 // `occbench story` runs the lock stories instead (package
 // benchmarks/story): scripted scenarios in which a lock fails as locks
 // fail in production, in each lock mode, on real servers:
@@ -81,11 +91,17 @@ func run(args []string, stdout io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: occbench [flags]\n       occbench story [flags]   (the lock stories; occbench story --help)\n\nThe contention lab: strategies against locks, with invariant checks.\n\n")
 		fs.PrintDefaults()
-		fmt.Fprintf(fs.Output(), "\nbackends:   %s\nstrategies: %s\nworkloads:  %s\n",
-			strings.Join(lab.Backends(), ", "), strings.Join(lab.Strategies(), ", "), strings.Join(lab.Workloads(), ", "))
+		var clusters []string
+		for _, b := range lab.Backends() {
+			if !slices.Contains(lab.DefaultBackends(), b) {
+				clusters = append(clusters, b)
+			}
+		}
+		fmt.Fprintf(fs.Output(), "\nbackends:   %s\n            %s (clusters: only when named in --backends)\nstrategies: %s\nworkloads:  %s\n",
+			strings.Join(lab.DefaultBackends(), ", "), strings.Join(clusters, ", "), strings.Join(lab.Strategies(), ", "), strings.Join(lab.Workloads(), ", "))
 	}
 	var (
-		backendsF   = fs.String("backends", "", "comma-separated backends (default: every one that can be opened, skipping the others)")
+		backendsF   = fs.String("backends", "", "comma-separated backends (default: every one that can be opened, skipping the others, but the clusters redis-cluster, etcd3 and postgres-replica, which run only when named)")
 		strategiesF = fs.String("strategies", "", "comma-separated strategies (default: each backend's default strategies)")
 		workloadsF  = fs.String("workloads", "", "comma-separated workloads (default: all)")
 		workersF    = fs.String("workers", "", "comma-separated worker counts (default 8)")
@@ -99,9 +115,9 @@ func run(args []string, stdout io.Writer) int {
 		maxAttF     = fs.Int("max-attempts", 0, fmt.Sprintf("attempt limit per operation (default %d)", lab.DefaultMaxAttempts))
 		outF        = fs.String("out", "", "directory for results.json, results.csv, charts/ and report.html")
 		quickF      = fs.Bool("quick", false, "short cells (300ms after 100ms of warm-up): one round of them is a smoke run, not a measurement")
-		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's, ZooKeeper and MariaDB only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR, OCCKIT_MYSQL_DSN")
+		noStartF    = fs.Bool("no-start", false, "never start servers: PostgreSQL, Redis, Redlock's, ZooKeeper, MariaDB, the Redis Cluster and the PostgreSQL replica only from OCCKIT_PG_URL, OCCKIT_REDIS_URL, OCCKIT_REDLOCK_URLS, OCCKIT_ZK_ADDR, OCCKIT_MYSQL_DSN, OCCKIT_REDIS_CLUSTER_URL, OCCKIT_PG_REPLICA_URL")
 		procsF      = fs.Int("procs", 1, "run each cell's workers in this many OS processes (this binary, run again), each with its own connections, combiner and cache; lock-local and memory are left out above 1")
-		rttF        = fs.String("rtt", "", "add this one-way delay (e.g. 0.25ms, 1ms, 5ms) in each direction to every connection to every server, through a TCP proxy per server (internal/faultproxy); 0 measures the proxy's own hop")
+		rttF        = fs.String("rtt", "", "add this one-way delay (e.g. 0.25ms, 1ms, 5ms) in each direction to every connection to every server, through a TCP proxy per server (internal/faultproxy); 0 measures the proxy's own hop; not on the clusters")
 		repeatF     = fs.Int("repeat", 1, "run the strategies of each point this many rounds in turn (order rotated each round) and report each cell's median round by throughput, to read ratios on a noisy machine (more rounds narrow a ratio more cheaply than longer cells: e.g. --duration 300ms --warmup 100ms --repeat 15)")
 		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")
 	)
