@@ -508,6 +508,14 @@ func (s *Store) write(ctx context.Context, op string, key string, expected cas.V
 			// Nothing was written; run it again to learn the row.
 			continue
 		}
+		if expected != 0 && r.curVersion != nil && r.curValue != nil && *r.curVersion >= 0 && cas.Version(*r.curVersion) == expected && run < maxWriteRuns {
+			// Refused, yet the row is at the version expected: the
+			// statement's snapshot predates that version's commit, and
+			// its WHERE saw the version before (a version read from a
+			// replica, Config.ReadPool, can arrive before the primary's
+			// new snapshots show it). Nothing was written; run it again.
+			continue
+		}
 		return 0, r.conflict(key, expected, expected != 0 || r.curVersion != nil)
 	}
 }
