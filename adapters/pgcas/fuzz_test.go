@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
 )
 
 // The pure validators (table, schema and column names; versions and
@@ -123,17 +124,17 @@ func FuzzVersionAndToken(f *testing.F) {
 				t.Fatalf("checkToken(%d) = %v (%T)", token, err, err)
 			}
 		}
-		if got := toVersion(reflect.ValueOf(rowInt)); got != cas.Version(max(rowInt, 0)) {
-			t.Fatalf("toVersion(%d) = %d", rowInt, got)
+		if got := rowupdate.ToVersion(reflect.ValueOf(rowInt)); got != cas.Version(max(rowInt, 0)) {
+			t.Fatalf("rowupdate.ToVersion(%d) = %d", rowInt, got)
 		}
-		if got := toVersion(reflect.ValueOf(int32(rowInt))); got != cas.Version(max(int32(rowInt), 0)) {
-			t.Fatalf("toVersion(int32 %d) = %d", int32(rowInt), got)
+		if got := rowupdate.ToVersion(reflect.ValueOf(int32(rowInt))); got != cas.Version(max(int32(rowInt), 0)) {
+			t.Fatalf("rowupdate.ToVersion(int32 %d) = %d", int32(rowInt), got)
 		}
-		if got := toVersion(reflect.ValueOf(v)); got != cas.Version(v) {
-			t.Fatalf("toVersion(uint64 %d) = %d", v, got)
+		if got := rowupdate.ToVersion(reflect.ValueOf(v)); got != cas.Version(v) {
+			t.Fatalf("rowupdate.ToVersion(uint64 %d) = %d", v, got)
 		}
-		if got := toVersion(reflect.ValueOf("1")); got != 0 {
-			t.Fatalf("toVersion(string) = %d", got)
+		if got := rowupdate.ToVersion(reflect.ValueOf("1")); got != 0 {
+			t.Fatalf("rowupdate.ToVersion(string) = %d", got)
 		}
 	})
 }

@@ -85,7 +85,7 @@ type Table[T any] struct {
 	pool    *pgxpool.Pool
 	name    string // quoted table
 	nextval string // nextval('<sequence>'::regclass)
-	cols    []column
+	cols    []rowupdate.Column
 	key     int // index into cols
 	version int
 	fence   int // -1: none
@@ -103,12 +103,6 @@ type Table[T any] struct {
 	keys *keyIndexSet // the key's unique indexes, shared by copies of the Table
 }
 
-type column struct {
-	name   string // unquoted
-	quoted string
-	index  []int // reflect field path
-}
-
 // NewTable returns a Table over cfg's table, whose rows map to T. It does
 // not talk to the server.
 func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
@@ -122,24 +116,17 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcas: NewTable: %w", err)
 	}
-	rt := reflect.TypeFor[T]()
-	if rt.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("pgcas: NewTable: %v is not a struct", rt)
-	}
-	t := &Table[T]{pool: pool, q: pool, rq: pool, keys: &keyIndexSet{}, name: name, key: -1, version: -1, fence: -1}
+	t := &Table[T]{pool: pool, q: pool, rq: pool, keys: &keyIndexSet{}, name: name}
 	if cfg.ReadPool != nil {
 		t.rq = cfg.ReadPool
 	}
-	cols, err := t.addFields(rt)
-	if err == nil {
-		t.key, t.version, t.fence, err = rowupdate.Roles(rt, cols, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
-	}
+	t.cols, t.key, t.version, t.fence, err = rowupdate.Layout[T](quoteColumn, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
 	if err != nil {
-		return nil, fmt.Errorf("pgcas: NewTable[%v]: %w", rt, err)
+		return nil, fmt.Errorf("pgcas: NewTable[%v]: %w", reflect.TypeFor[T](), err)
 	}
 	seq := cfg.VersionSequence
 	if seq == "" {
-		seq = cfg.Table + "_" + t.cols[t.version].name + "_seq"
+		seq = cfg.Table + "_" + t.cols[t.version].Name + "_seq"
 	}
 	qseq, err := quoteTable(cfg.Schema, seq, "")
 	if err != nil {
@@ -151,19 +138,12 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	return t, nil
 }
 
-// addFields collects the columns of struct type rt, and returns them as
-// rowupdate found them.
-func (t *Table[T]) addFields(rt reflect.Type) ([]rowupdate.Column, error) {
-	cols, err := rowupdate.Columns(rt, func(tag string) (string, error) {
-		if err := checkIdentifier(tag); err != nil {
-			return "", err
-		}
-		return pgx.Identifier{tag}.Sanitize(), nil
-	})
-	for _, c := range cols {
-		t.cols = append(t.cols, column{name: c.Name, quoted: c.Quoted, index: c.Index})
+// quoteColumn checks a column name and quotes it.
+func quoteColumn(name string) (string, error) {
+	if err := checkIdentifier(name); err != nil {
+		return "", err
 	}
-	return cols, err
+	return pgx.Identifier{name}.Sanitize(), nil
 }
 
 // The statements. Update and Delete are one statement each that tells a
@@ -173,10 +153,10 @@ func (t *Table[T]) addFields(rt reflect.Type) ([]rowupdate.Column, error) {
 func (t *Table[T]) prepareSQL() {
 	names := make([]string, len(t.cols))
 	for i, c := range t.cols {
-		names[i] = c.quoted
+		names[i] = c.Quoted
 	}
 	t.selCols = strings.Join(names, ", ")
-	k, v := t.cols[t.key].quoted, t.cols[t.version].quoted
+	k, v := t.cols[t.key].Quoted, t.cols[t.version].Quoted
 	t.sqlGet = `SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = $1`
 
 	// $1 key, $2 expected version, $3.. the writable columns, then the
@@ -187,13 +167,13 @@ func (t *Table[T]) prepareSQL() {
 		if !t.writable(i) {
 			continue
 		}
-		set = append(set, fmt.Sprintf("%s = $%d", c.quoted, arg))
+		set = append(set, fmt.Sprintf("%s = $%d", c.Quoted, arg))
 		arg++
 	}
 	set = append(set, v+" = "+t.nextval)
 	fence := "NULL::bigint"
 	if t.fence >= 0 {
-		fence = "c." + t.cols[t.fence].quoted + "::bigint"
+		fence = "c." + t.cols[t.fence].Quoted + "::bigint"
 	}
 	t.sqlTail = `, cur AS (
     SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = $1 AND NOT EXISTS (SELECT FROM w) FOR SHARE)
@@ -213,7 +193,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	}
 	t.sqlUpd = update("", "")
 	if t.fence >= 0 {
-		f := t.cols[t.fence].quoted
+		f := t.cols[t.fence].Quoted
 		// A NULL token (a row no fenced write has touched, written by
 		// code that does not know the column) counts as 0.
 		t.sqlUpdF = update(fmt.Sprintf(" AND COALESCE(%s, 0) <= $%d", f, arg), fmt.Sprintf("%s = $%d", f, arg))
@@ -232,7 +212,7 @@ func (t *Table[T]) writable(i int) bool { return i != t.key && i != t.version &&
 func (t *Table[T]) qualified(alias string) string {
 	out := make([]string, len(t.cols))
 	for i, c := range t.cols {
-		out[i] = alias + "." + c.quoted
+		out[i] = alias + "." + c.Quoted
 	}
 	return strings.Join(out, ", ")
 }
@@ -281,21 +261,21 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 	var cols, params []string
 	var args []any
 	for i, c := range t.cols {
-		f := rv.FieldByIndex(c.index)
+		f := rv.FieldByIndex(c.Index)
 		switch {
 		case i == t.version:
-			cols, params = append(cols, c.quoted), append(params, t.nextval)
+			cols, params = append(cols, c.Quoted), append(params, t.nextval)
 			continue
 		case i == t.key && f.IsZero():
 			continue
 		}
 		args = append(args, f.Interface())
-		cols, params = append(cols, c.quoted), append(params, fmt.Sprintf("$%d", len(args)))
+		cols, params = append(cols, c.Quoted), append(params, fmt.Sprintf("$%d", len(args)))
 	}
 	sql := `INSERT INTO ` + t.name + ` (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(params, ", ") +
 		`) RETURNING ` + t.selCols
 	var out T
-	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
+	key := rv.FieldByIndex(t.cols[t.key].Index).Interface()
 	if err := t.q.QueryRow(ctx, sql, args...).Scan(t.targets(&out)...); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation {
@@ -361,14 +341,14 @@ func (t *Table[T]) lookUpKeyIndexes(ctx context.Context) error {
 	}
 	var rows pgx.Rows
 	if t.q == querier(t.pool) {
-		rows, _ = t.pool.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].name)
+		rows, _ = t.pool.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].Name)
 	} else {
 		conn, err := pgx.ConnectConfig(ctx, t.pool.Config().ConnConfig)
 		if err != nil {
 			return err
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
-		rows, _ = conn.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].name)
+		rows, _ = conn.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].Name)
 	}
 	idx, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ki keyIndex, err error) {
 		err = row.Scan(&ki.schema, &ki.table, &ki.index)
@@ -434,32 +414,36 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 	if err != nil {
 		return zero, err
 	}
-	out, cur, r, err := t.run(ctx, sql, args...)
-	if err != nil {
-		return zero, t.writeError(ctx, "update", key, err)
+	for run := 1; ; run++ {
+		out, cur, r, err := t.run(ctx, sql, args...)
+		if err != nil {
+			return zero, t.writeError(ctx, "update", key, err)
+		}
+		switch {
+		case r.written:
+			return out, nil
+		case fenced && r.exists && r.fence != nil && token < uint64(*r.fence):
+			return cur, &cas.FencedError{Key: fmt.Sprint(key), Token: token, Highest: uint64(*r.fence)}
+		case r.stale(expected) && run < maxWriteRuns:
+			continue
+		}
+		return cur, r.conflict(key, expected)
 	}
-	switch {
-	case r.written:
-		return out, nil
-	case fenced && r.exists && r.fence != nil && token < uint64(*r.fence):
-		return cur, &cas.FencedError{Key: fmt.Sprint(key), Token: token, Highest: uint64(*r.fence)}
-	}
-	return cur, r.conflict(key, expected)
 }
 
 // updateSQL is the statement and arguments of Update (UpdateFenced, with
 // fenced) of row, with row's key and expected version.
 func (t *Table[T]) updateSQL(row T, token uint64, fenced bool) (sql string, args []any, key any, expected cas.Version, err error) {
 	rv := reflect.ValueOf(&row).Elem()
-	key = rv.FieldByIndex(t.cols[t.key].index).Interface()
-	ev := rv.FieldByIndex(t.cols[t.version].index)
-	if expected = toVersion(ev); expected == 0 {
+	key = rv.FieldByIndex(t.cols[t.key].Index).Interface()
+	ev := rv.FieldByIndex(t.cols[t.version].Index)
+	if expected = rowupdate.ToVersion(ev); expected == 0 {
 		return "", nil, key, 0, rowupdate.ZeroVersion("update", key)
 	}
 	args = []any{key, ev.Interface()}
 	for i, c := range t.cols {
 		if t.writable(i) {
-			args = append(args, rv.FieldByIndex(c.index).Interface())
+			args = append(args, rv.FieldByIndex(c.Index).Interface())
 		}
 	}
 	sql = t.sqlUpd
@@ -481,14 +465,19 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 	case expected > math.MaxInt64:
 		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
 	}
-	_, _, r, err := t.run(ctx, t.sqlDel, key, int64(expected))
-	if err != nil {
-		return t.writeError(ctx, "delete", key, err)
+	for run := 1; ; run++ {
+		_, _, r, err := t.run(ctx, t.sqlDel, key, int64(expected))
+		if err != nil {
+			return t.writeError(ctx, "delete", key, err)
+		}
+		switch {
+		case r.written:
+			return nil
+		case r.stale(expected) && run < maxWriteRuns:
+			continue
+		}
+		return r.conflict(key, expected)
 	}
-	if r.written {
-		return nil
-	}
-	return r.conflict(key, expected)
 }
 
 // Modify is the optimistic read-modify-write of the row with key, run by
@@ -559,7 +548,7 @@ func (t *Table[T]) newRows() *rowupdate.TableRows[T] { return rowupdate.NewTable
 // rowTable is t as the bridge drives it.
 func (t *Table[T]) rowTable() rowupdate.Table[T] {
 	return rowupdate.Table[T]{
-		KeyIndex:   t.cols[t.key].index,
+		KeyIndex:   t.cols[t.key].Index,
 		Get:        t.Get,
 		Insert:     t.Insert,
 		Update:     t.Update,
@@ -573,18 +562,11 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 }
 
 // versionOf returns the version field of *row.
-func (t *Table[T]) versionOf(row *T) cas.Version {
-	return toVersion(reflect.ValueOf(row).Elem().FieldByIndex(t.cols[t.version].index))
-}
+func (t *Table[T]) versionOf(row *T) cas.Version { return rowupdate.VersionAt(row, t.cols[t.version]) }
 
 // setVersion sets the version field of *row.
 func (t *Table[T]) setVersion(row *T, v cas.Version) {
-	f := reflect.ValueOf(row).Elem().FieldByIndex(t.cols[t.version].index)
-	if f.CanInt() {
-		f.SetInt(int64(v))
-	} else {
-		f.SetUint(uint64(v))
-	}
+	rowupdate.SetVersionAt(row, t.cols[t.version], v)
 }
 
 // tableResult is the head of the one row Update and Delete return.
@@ -592,6 +574,15 @@ type tableResult struct {
 	written, exists bool
 	version         *int64
 	fence           *int64
+}
+
+// stale reports a refusal whose current row is at the version expected:
+// the statement's snapshot predates that version's commit, and its WHERE
+// saw the version before (a version read from a replica,
+// TableConfig.ReadPool, can arrive before the primary's new snapshots
+// show it). Nothing was written; the write is run again.
+func (r tableResult) stale(expected cas.Version) bool {
+	return r.exists && r.version != nil && *r.version >= 0 && cas.Version(*r.version) == expected
 }
 
 // conflict is the refusal of a write that expected version expected: the
@@ -614,62 +605,23 @@ func (t *Table[T]) run(ctx context.Context, sql string, args ...any) (written, c
 
 // scanWrite scans the row of a conditional write (see run).
 func (t *Table[T]) scanWrite(row pgx.Row) (written, current T, r tableResult, err error) {
-	wv, cv := t.nullable(), t.nullable()
+	wv, cv := rowupdate.Nullable[T](t.cols), rowupdate.Nullable[T](t.cols)
 	dest := append([]any{&r.written, &r.exists, &r.version, &r.fence}, wv...)
 	dest = append(dest, cv...)
 	if err = row.Scan(dest...); err != nil {
 		return written, current, r, err
 	}
 	if r.written {
-		t.assign(&written, wv)
+		rowupdate.Assign(&written, t.cols, wv)
 	}
 	if r.exists {
-		t.assign(&current, cv)
+		rowupdate.Assign(&current, t.cols, cv)
 	}
 	return written, current, r, nil
 }
 
 // targets returns pointers to the fields of *row, in column order.
-func (t *Table[T]) targets(row *T) []any {
-	rv := reflect.ValueOf(row).Elem()
-	out := make([]any, len(t.cols))
-	for i, c := range t.cols {
-		out[i] = rv.FieldByIndex(c.index).Addr().Interface()
-	}
-	return out
-}
-
-// nullable returns scan targets that accept NULL for every column: a
-// pointer to a pointer to the field's type.
-func (t *Table[T]) nullable() []any {
-	rt := reflect.TypeFor[T]()
-	out := make([]any, len(t.cols))
-	for i, c := range t.cols {
-		out[i] = reflect.New(reflect.PointerTo(rt.FieldByIndex(c.index).Type)).Interface()
-	}
-	return out
-}
-
-// assign copies the values scanned into nullable targets into *row.
-func (t *Table[T]) assign(row *T, vals []any) {
-	rv := reflect.ValueOf(row).Elem()
-	for i, c := range t.cols {
-		p := reflect.ValueOf(vals[i]).Elem() // *F
-		if !p.IsNil() {
-			rv.FieldByIndex(c.index).Set(p.Elem())
-		}
-	}
-}
-
-func toVersion(v reflect.Value) cas.Version {
-	switch {
-	case v.CanInt():
-		return cas.Version(max(v.Int(), 0))
-	case v.CanUint():
-		return cas.Version(v.Uint())
-	}
-	return 0
-}
+func (t *Table[T]) targets(row *T) []any { return rowupdate.Targets(row, t.cols) }
 
 func (t *Table[T]) opError(op string, key any, err error) error {
 	return fmt.Errorf("pgcas: %s %s key %v: %w", op, t.name, key, err)
@@ -762,7 +714,7 @@ func (t *Table[T]) getMany(ctx context.Context, keys []any) ([]T, error) {
 	for i := range keys {
 		ph[i] = fmt.Sprintf("$%d", i+1)
 	}
-	rows, err := t.rq.Query(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
+	rows, err := t.rq.Query(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].Quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
 	if err != nil {
 		return nil, t.opError("get", keys[0], err)
 	}

@@ -41,10 +41,10 @@ func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b c
 	if err != nil {
 		return zero, err
 	}
-	c := t.cols[col].quoted
+	c := t.cols[col].Quoted
 	sql := `WITH w AS (
-    UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + $2::bigint, ` + t.cols[t.version].quoted + ` = ` + t.nextval + `
-    WHERE ` + t.cols[t.key].quoted + ` = $1 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint
+    UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + $2::bigint, ` + t.cols[t.version].Quoted + ` = ` + t.nextval + `
+    WHERE ` + t.cols[t.key].Quoted + ` = $1 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint
     RETURNING ` + t.selCols + `)` + t.sqlTail
 	out, cur, r, err := t.run(ctx, sql, key, n, lo, hi)
 	var pgErr *pgconn.PgError
@@ -59,19 +59,19 @@ func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b c
 	case !r.exists:
 		return zero, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
 	}
-	return cur, rowupdate.DeltaRefused(&cur, t.cols[col].index, fmt.Sprint(key), column, n, b)
+	return cur, rowupdate.DeltaRefused(&cur, t.cols[col].Index, fmt.Sprint(key), column, n, b)
 }
 
 // deltaColumn returns the index of the column a delta may change.
 func (t *Table[T]) deltaColumn(name string) (int, error) {
 	for i, c := range t.cols {
-		if c.name != name {
+		if c.Name != name {
 			continue
 		}
 		if !t.writable(i) {
 			return 0, fmt.Errorf("pgcas: Add: column %q of %s is the key, version or fence column", name, t.name)
 		}
-		if err := rowupdate.DeltaField(reflect.TypeFor[T](), c.index); err != nil {
+		if err := rowupdate.DeltaField(reflect.TypeFor[T](), c.Index); err != nil {
 			return 0, fmt.Errorf("pgcas: Add: column %q of %s %w", name, t.name, err)
 		}
 		return i, nil

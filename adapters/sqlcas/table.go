@@ -70,7 +70,7 @@ type Table[T any] struct {
 	inTx    bool
 	name    string // quoted table
 	raw     string // the configured table name (the counter row's name)
-	cols    []column
+	cols    []rowupdate.Column
 	key     int
 	version int
 	fence   int // -1: none
@@ -84,12 +84,6 @@ type Table[T any] struct {
 	counterDDL, counterIn string
 
 	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
-}
-
-type column struct {
-	name   string
-	quoted string
-	index  []int
 }
 
 // NewTable returns a Table over cfg's table, whose rows map to T. It does
@@ -108,23 +102,16 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: NewTable: %w", err)
 	}
-	rt := reflect.TypeFor[T]()
-	if rt.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("sqlcas: NewTable: %v is not a struct", rt)
-	}
-	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table, key: -1, version: -1, fence: -1}
-	cols, err := t.addFields(rt)
-	if err == nil {
-		t.key, t.version, t.fence, err = rowupdate.Roles(rt, cols, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
-	}
+	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table}
+	t.cols, t.key, t.version, t.fence, err = rowupdate.Layout[T](d.quote, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
 	if err != nil {
-		return nil, fmt.Errorf("sqlcas: NewTable[%v]: %w", rt, err)
+		return nil, fmt.Errorf("sqlcas: NewTable[%v]: %w", reflect.TypeFor[T](), err)
 	}
 	counter := cfg.Counter
 	if counter == "" {
 		counter = DefaultCounterTable
 		if d == Postgres {
-			counter = cfg.Table + "_" + t.cols[t.version].name + "_seq"
+			counter = cfg.Table + "_" + t.cols[t.version].Name + "_seq"
 		}
 	}
 	qc, err := d.quote(counter)
@@ -134,16 +121,6 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	t.prepareSQL(qc)
 	t.rows = t.newRows()
 	return t, nil
-}
-
-// addFields collects the columns of struct type rt, and returns them as
-// rowupdate found them.
-func (t *Table[T]) addFields(rt reflect.Type) ([]rowupdate.Column, error) {
-	cols, err := rowupdate.Columns(rt, t.d.quote)
-	for _, c := range cols {
-		t.cols = append(t.cols, column{name: c.Name, quoted: c.Quoted, index: c.Index})
-	}
-	return cols, err
 }
 
 // writable reports whether Update sets column i from the row.
@@ -157,15 +134,15 @@ func (t *Table[T]) prepareSQL(counter string) {
 	d := t.d
 	names := make([]string, len(t.cols))
 	for i, c := range t.cols {
-		names[i] = c.quoted
+		names[i] = c.Quoted
 	}
 	t.selCols = strings.Join(names, ", ")
-	k, v := t.cols[t.key].quoted, t.cols[t.version].quoted
+	k, v := t.cols[t.key].Quoted, t.cols[t.version].Quoted
 	t.sqlGet = `SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = ` + d.ph(1)
 	t.sqlCur = t.sqlGet + d.lockShare()
 	fence := ""
 	if t.fence >= 0 {
-		fence = t.cols[t.fence].quoted
+		fence = t.cols[t.fence].Quoted
 	}
 	if d == Postgres {
 		t.nextval = "nextval('" + strings.ReplaceAll(counter, "'", "''") + "'::regclass)"
@@ -176,7 +153,7 @@ func (t *Table[T]) prepareSQL(counter string) {
 		n := 3
 		for i, c := range t.cols {
 			if t.writable(i) {
-				set = append(set, c.quoted+" = "+d.ph(n))
+				set = append(set, c.Quoted+" = "+d.ph(n))
 				n++
 			}
 		}
@@ -204,7 +181,7 @@ SELECT (SELECT count(*) FROM w) > 0, c.v FROM (SELECT) one LEFT JOIN cur c ON tr
 	var set []string
 	for i, c := range t.cols {
 		if t.writable(i) {
-			set = append(set, c.quoted+" = ?")
+			set = append(set, c.Quoted+" = ?")
 		}
 	}
 	set = append(set, v+" = "+v+" + 1")
@@ -292,17 +269,17 @@ func (t *Table[T]) get(ctx context.Context, q Querier, query, op string, key any
 func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 	var zero T
 	rv := reflect.ValueOf(&row).Elem()
-	keyField := rv.FieldByIndex(t.cols[t.key].index)
+	keyField := rv.FieldByIndex(t.cols[t.key].Index)
 	key := keyField.Interface()
 	genKey := keyField.IsZero()
 	var cols, params []string
 	var args []any
 	n, verArg := 1, -1
 	for i, c := range t.cols {
-		f := rv.FieldByIndex(c.index)
+		f := rv.FieldByIndex(c.Index)
 		switch {
 		case i == t.version:
-			cols = append(cols, c.quoted)
+			cols = append(cols, c.Quoted)
 			if t.d == Postgres {
 				params = append(params, t.nextval)
 			} else {
@@ -316,7 +293,7 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 			continue
 		}
 		args = append(args, f.Interface())
-		cols, params = append(cols, c.quoted), append(params, t.d.ph(n))
+		cols, params = append(cols, c.Quoted), append(params, t.d.ph(n))
 		n++
 	}
 	query := `INSERT INTO ` + t.name + ` (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(params, ", ") + `)`
@@ -447,7 +424,7 @@ func (t *Table[T]) UpdateFenced(ctx context.Context, row T, token uint64) (T, er
 func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool) (T, error) {
 	var zero T
 	rv := reflect.ValueOf(&row).Elem()
-	key := rv.FieldByIndex(t.cols[t.key].index).Interface()
+	key := rv.FieldByIndex(t.cols[t.key].Index).Interface()
 	expected := t.versionOf(&row)
 	if expected == 0 {
 		return zero, rowupdate.ZeroVersion("update", key)
@@ -458,7 +435,7 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 	var vals []any
 	for i, c := range t.cols {
 		if t.writable(i) {
-			vals = append(vals, rv.FieldByIndex(c.index).Interface())
+			vals = append(vals, rv.FieldByIndex(c.Index).Interface())
 		}
 	}
 	var args []any
@@ -498,7 +475,7 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 		}
 		cv := t.versionOf(&cur)
 		if fenced {
-			if f := toVersion(reflect.ValueOf(&cur).Elem().FieldByIndex(t.cols[t.fence].index)); uint64(f) > token {
+			if f := rowupdate.ToVersion(reflect.ValueOf(&cur).Elem().FieldByIndex(t.cols[t.fence].Index)); uint64(f) > token {
 				return cur, &cas.FencedError{Key: fmt.Sprint(key), Token: token, Highest: uint64(f)}
 			}
 		}
@@ -540,7 +517,7 @@ func (t *Table[T]) runUpdate(ctx context.Context, query string, args []any, row 
 	out = *row
 	t.setVersion(&out, expected+1)
 	if t.fence >= 0 && query == t.sqlUpdF {
-		f := reflect.ValueOf(&out).Elem().FieldByIndex(t.cols[t.fence].index)
+		f := reflect.ValueOf(&out).Elem().FieldByIndex(t.cols[t.fence].Index)
 		tok := args[len(args)-1].(int64)
 		if f.CanInt() {
 			f.SetInt(tok)
@@ -681,7 +658,7 @@ func (t *Table[T]) newRows() *rowupdate.TableRows[T] { return rowupdate.NewTable
 // rowTable is t as the bridge drives it.
 func (t *Table[T]) rowTable() rowupdate.Table[T] {
 	return rowupdate.Table[T]{
-		KeyIndex:   t.cols[t.key].index,
+		KeyIndex:   t.cols[t.key].Index,
 		Get:        t.Get,
 		Insert:     t.Insert,
 		Update:     t.Update,
@@ -741,36 +718,15 @@ func (t *Table[T]) missingSequence(err error) bool {
 	return strings.Contains(pe.Message, `"`+name+`"`)
 }
 
-func (t *Table[T]) targets(row *T) []any {
-	rv := reflect.ValueOf(row).Elem()
-	out := make([]any, len(t.cols))
-	for i, c := range t.cols {
-		out[i] = rv.FieldByIndex(c.index).Addr().Interface()
-	}
-	return out
-}
+// targets returns pointers to the fields of *row, in column order.
+func (t *Table[T]) targets(row *T) []any { return rowupdate.Targets(row, t.cols) }
 
-func (t *Table[T]) versionOf(row *T) cas.Version {
-	return toVersion(reflect.ValueOf(row).Elem().FieldByIndex(t.cols[t.version].index))
-}
+// versionOf returns the version field of *row.
+func (t *Table[T]) versionOf(row *T) cas.Version { return rowupdate.VersionAt(row, t.cols[t.version]) }
 
+// setVersion sets the version field of *row.
 func (t *Table[T]) setVersion(row *T, v cas.Version) {
-	f := reflect.ValueOf(row).Elem().FieldByIndex(t.cols[t.version].index)
-	if f.CanInt() {
-		f.SetInt(int64(v))
-	} else {
-		f.SetUint(uint64(v))
-	}
-}
-
-func toVersion(v reflect.Value) cas.Version {
-	switch {
-	case v.CanInt():
-		return cas.Version(max(v.Int(), 0))
-	case v.CanUint():
-		return cas.Version(v.Uint())
-	}
-	return 0
+	rowupdate.SetVersionAt(row, t.cols[t.version], v)
 }
 
 // VersionOf returns the version in row's version field (0 for a row never
@@ -784,7 +740,7 @@ func (t *Table[T]) getMany(ctx context.Context, keys []any) ([]T, error) {
 	for i := range keys {
 		ph[i] = t.d.ph(i + 1)
 	}
-	rows, err := t.q.QueryContext(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
+	rows, err := t.q.QueryContext(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].Quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
 	}

@@ -43,7 +43,7 @@ func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b c
 	if err != nil {
 		return zero, err
 	}
-	c, k, v := t.cols[col].quoted, t.cols[t.key].quoted, t.cols[t.version].quoted
+	c, k, v := t.cols[col].Quoted, t.cols[t.key].Quoted, t.cols[t.version].Quoted
 	var (
 		out     T
 		applied bool
@@ -79,7 +79,7 @@ WHERE ` + k + ` = $2 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint RETURNING `
 	if err != nil {
 		return zero, err
 	}
-	return cur, rowupdate.DeltaRefused(&cur, t.cols[col].index, fmt.Sprint(key), column, n, b)
+	return cur, rowupdate.DeltaRefused(&cur, t.cols[col].Index, fmt.Sprint(key), column, n, b)
 }
 
 // addMySQL is Add's transaction on MySQL, which has no RETURNING.
@@ -112,13 +112,13 @@ WHERE `+k+` = ? AND `+c+` BETWEEN ? AND ?`, n, key, lo, hi)
 // deltaColumn returns the index of the column a delta may change.
 func (t *Table[T]) deltaColumn(name string) (int, error) {
 	for i, c := range t.cols {
-		if c.name != name {
+		if c.Name != name {
 			continue
 		}
 		if !t.writable(i) {
 			return 0, fmt.Errorf("sqlcas: Add: column %q of %s is the key, version or fence column", name, t.name)
 		}
-		if err := rowupdate.DeltaField(reflect.TypeFor[T](), c.index); err != nil {
+		if err := rowupdate.DeltaField(reflect.TypeFor[T](), c.Index); err != nil {
 			return 0, fmt.Errorf("sqlcas: Add: column %q of %s %w", name, t.name, err)
 		}
 		return i, nil

@@ -304,3 +304,80 @@ func ZeroVersion(op string, key any) error {
 	}
 	return &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: fmt.Errorf("%w: %s", cas.ErrInvalidVersion, why)}
 }
+
+// Layout checks that T is a struct, collects its columns (Columns) and
+// finds the key, version and fence among them (Roles): what NewTable of
+// every SQL adapter does first.
+func Layout[T any](quote func(name string) (string, error), keyCol, versionCol, fenceCol string) (cols []Column, key, version, fence int, err error) {
+	rt := reflect.TypeFor[T]()
+	if rt.Kind() != reflect.Struct {
+		return nil, -1, -1, -1, fmt.Errorf("%v is not a struct", rt)
+	}
+	if cols, err = Columns(rt, quote); err != nil {
+		return nil, -1, -1, -1, err
+	}
+	key, version, fence, err = Roles(rt, cols, keyCol, versionCol, fenceCol)
+	return cols, key, version, fence, err
+}
+
+// Targets returns pointers to the fields of *row, in the order of cols:
+// scan targets for a row read whole.
+func Targets[T any](row *T, cols []Column) []any {
+	rv := reflect.ValueOf(row).Elem()
+	out := make([]any, len(cols))
+	for i, c := range cols {
+		out[i] = rv.FieldByIndex(c.Index).Addr().Interface()
+	}
+	return out
+}
+
+// Nullable returns scan targets that accept NULL for every column of
+// cols: a pointer to a pointer to the field's type. Assign copies what
+// they received into a row.
+func Nullable[T any](cols []Column) []any {
+	rt := reflect.TypeFor[T]()
+	out := make([]any, len(cols))
+	for i, c := range cols {
+		out[i] = reflect.New(reflect.PointerTo(rt.FieldByIndex(c.Index).Type)).Interface()
+	}
+	return out
+}
+
+// Assign copies the values scanned into Nullable targets into *row,
+// leaving the fields whose column was NULL as they are.
+func Assign[T any](row *T, cols []Column, vals []any) {
+	rv := reflect.ValueOf(row).Elem()
+	for i, c := range cols {
+		p := reflect.ValueOf(vals[i]).Elem() // *F
+		if !p.IsNil() {
+			rv.FieldByIndex(c.Index).Set(p.Elem())
+		}
+	}
+}
+
+// VersionAt returns the version in the field of column c of *row (an
+// integer field; a negative value reads as 0).
+func VersionAt[T any](row *T, c Column) cas.Version {
+	return ToVersion(reflect.ValueOf(row).Elem().FieldByIndex(c.Index))
+}
+
+// SetVersionAt sets the field of column c of *row (an integer field) to v.
+func SetVersionAt[T any](row *T, c Column, v cas.Version) {
+	f := reflect.ValueOf(row).Elem().FieldByIndex(c.Index)
+	if f.CanInt() {
+		f.SetInt(int64(v))
+	} else {
+		f.SetUint(uint64(v))
+	}
+}
+
+// ToVersion reads an integer field as a version (a negative value as 0).
+func ToVersion(v reflect.Value) cas.Version {
+	switch {
+	case v.CanInt():
+		return cas.Version(max(v.Int(), 0))
+	case v.CanUint():
+		return cas.Version(v.Uint())
+	}
+	return 0
+}
