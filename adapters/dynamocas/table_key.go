@@ -1,0 +1,69 @@
+package dynamocas
+
+import (
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/occkit/occkit/cas"
+)
+
+// keyAV marshals key into the table's key attributes.
+func (t *Table[T]) keyAV(op string, key Key) (map[string]types.AttributeValue, error) {
+	pk, err := attributevalue.Marshal(key.Partition)
+	if err != nil || key.Partition == nil {
+		return nil, &cas.KeyError{Op: op, Key: keyString(key), Err: fmt.Errorf("%w: partition key: %v", cas.ErrInvalidKey, err)}
+	}
+	m := map[string]types.AttributeValue{t.cfg.PartitionKey: pk}
+	if t.cfg.SortKey != "" {
+		sk, err := attributevalue.Marshal(key.Sort)
+		if err != nil || key.Sort == nil {
+			return nil, &cas.KeyError{Op: op, Key: keyString(key), Err: fmt.Errorf("%w: sort key: %v", cas.ErrInvalidKey, err)}
+		}
+		m[t.cfg.SortKey] = sk
+	}
+	return m, nil
+}
+
+// keyString names a key in errors: the partition value, then "/" and the
+// sort value if there is one.
+func keyString(k Key) string {
+	if k.Sort == nil {
+		return fmt.Sprint(k.Partition)
+	}
+	return fmt.Sprintf("%v/%v", k.Partition, k.Sort)
+}
+
+// keyOf returns the key attributes of a marshalled item and its Key.
+func (t *Table[T]) keyOf(op string, av map[string]types.AttributeValue) (map[string]types.AttributeValue, string, error) {
+	m := map[string]types.AttributeValue{}
+	var parts []string
+	for _, name := range []string{t.cfg.PartitionKey, t.cfg.SortKey} {
+		if name == "" {
+			continue
+		}
+		v, ok := av[name]
+		if !ok {
+			return nil, "", &cas.KeyError{Op: op, Key: "?", Err: fmt.Errorf("%w: item has no key attribute %q", cas.ErrInvalidKey, name)}
+		}
+		m[name] = v
+		parts = append(parts, avString(v))
+	}
+	ks := parts[0]
+	if len(parts) == 2 {
+		ks += "/" + parts[1]
+	}
+	return m, ks, nil
+}
+
+func avString(v types.AttributeValue) string {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return v.Value
+	case *types.AttributeValueMemberN:
+		return v.Value
+	case *types.AttributeValueMemberB:
+		return fmt.Sprintf("%x", v.Value)
+	}
+	return fmt.Sprintf("%T", v)
+}
