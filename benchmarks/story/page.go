@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -581,53 +582,9 @@ func (r *labelRow) add(x float64, text, class string, ev *Event) {
 // "#story/mode", shows that mode's pane of that story and hides the
 // others. It is kept free of comments: html/template would strip them,
 // and the Content-Security-Policy allows exactly this text by its hash.
-const pageScript = `(function () {
-  "use strict";
-  function show(story, mode, scroll) {
-    var secs = document.querySelectorAll("section.story");
-    for (var i = 0; i < secs.length; i++) {
-      var s = secs[i];
-      if (s.dataset.story !== story) continue;
-      var panes = s.querySelectorAll(".pane"), found = false, j;
-      for (j = 0; j < panes.length; j++) if (panes[j].dataset.mode === mode) found = true;
-      if (!found) return false;
-      for (j = 0; j < panes.length; j++) panes[j].hidden = panes[j].dataset.mode !== mode;
-      var bs = s.querySelectorAll(".switch button");
-      for (j = 0; j < bs.length; j++) {
-        var on = bs[j].dataset.mode === mode;
-        bs[j].classList.toggle("on", on);
-        bs[j].setAttribute("aria-selected", on ? "true" : "false");
-      }
-      if (scroll) s.scrollIntoView();
-      return true;
-    }
-    return false;
-  }
-  function fromHash() {
-    var h = location.hash.slice(1);
-    try { h = decodeURIComponent(h); } catch (e) {}
-    var k = h.indexOf("/");
-    if (k < 0) return;
-    show(h.slice(0, k), h.slice(k + 1), true);
-  }
-  document.addEventListener("click", function (ev) {
-    var b = ev.target.closest(".switch button");
-    if (b) {
-      var s = b.closest("section.story");
-      if (show(s.dataset.story, b.dataset.mode, false)) {
-        try {
-          history.replaceState(null, "", "#" + encodeURIComponent(s.dataset.story) + "/" + encodeURIComponent(b.dataset.mode));
-        } catch (e) {}
-      }
-      return;
-    }
-    var a = ev.target.closest("a.cell");
-    if (a) show(a.dataset.story, a.dataset.mode, true);
-  });
-  window.addEventListener("hashchange", fromHash);
-  document.documentElement.classList.add("js");
-  fromHash();
-})();`
+//
+//go:embed page.js
+var pageScript string
 
 // pageCSP forbids every fetch: the page must need none. The script is
 // allowed by its hash, so nothing injected into the page could run.
@@ -637,134 +594,21 @@ var pageCSP = func() string {
 		base64.StdEncoding.EncodeToString(sum[:]) + "'"
 }()
 
-const pageCSS = `
-body{font-family:system-ui,"DejaVu Sans",sans-serif;margin:1.5em 2em;max-width:74em;color:#222;line-height:1.4}
-h1{margin:.2em 0}
-h2{margin:1.6em 0 .2em;border-top:1px solid #ddd;padding-top:.8em}
-code{background:#f4f4f4;padding:0 .2em}
-.meta{color:#555;font-size:90%}
-table.summary{border-collapse:collapse;font-size:90%;margin:.6em 0}
-table.summary td,table.summary th{border:1px solid #ccc;padding:.25em .6em;text-align:center}
-table.summary th.story{text-align:left}
-table.summary td.safe{background:#e3f4e3}
-table.summary td.unsafe{background:#fbdada}
-table.summary td.error{background:#fff0c2}
-table.summary td.missing{color:#999}
-table.summary a{color:inherit;text-decoration:none;font-variant-numeric:tabular-nums;display:block}
-table.summary a:hover{text-decoration:underline}
-.switch{margin:.6em 0}
-.switch button{font:inherit;border:1px solid #888;background:#f6f6f6;padding:.2em .8em;margin:0 .2em .2em 0;border-radius:3px;cursor:pointer}
-.switch button.on{background:#234;color:#fff;border-color:#234}
-.pane[hidden]{display:none}
-.verdict{font-weight:bold;padding:.2em .5em;border-left:5px solid}
-.verdict.safe{color:#14601a;border-color:#2ca02c;background:#eef8ee}
-.verdict.unsafe{color:#a01010;border-color:#d62728;background:#fdeeee}
-.verdict.error{color:#7a4f00;border-color:#e0a000;background:#fff6dd}
-.err{white-space:pre-wrap;background:#fff6dd;padding:.4em;border:1px solid #e0a000}
-.outcome{font-size:90%;color:#333;font-variant-numeric:tabular-nums}
-.missing-modes{font-size:90%;color:#777}
-svg.timeline{display:block;max-width:100%;height:auto;border:1px solid #ddd;background:#fff;margin:.4em 0}
-svg.defs{position:absolute;width:0;height:0;overflow:hidden}
-.band{fill:#fff}.band.odd{fill:#f6f7f9}
-.lane-label{font:bold 13px system-ui,"DejaVu Sans",sans-serif;fill:#222}
-.grid{stroke:#e6e6e6}
-.axis{stroke:#666}
-.tick{font:10px system-ui,"DejaVu Sans",sans-serif;fill:#555}
-.lbl{font:10px system-ui,"DejaVu Sans",sans-serif;fill:#333}
-.lbl.grant{fill:#1f3f80}
-.empty{font:italic 13px system-ui,"DejaVu Sans",sans-serif;fill:#888}
-.lease{fill:#cfe0fb;stroke:#4a7bd0;fill-opacity:.9}
-.grant-tick{stroke:#1f3f80;stroke-width:2}
-.believed{fill:#cfe0fb;fill-opacity:.4;stroke:#4a7bd0;stroke-dasharray:4 3}
-.wait{stroke:#999;stroke-width:2;stroke-dasharray:2 3}
-.paused{fill:url(#occkit-hatch);stroke:#777}
-.pause-edge{stroke:#444;stroke-width:3}
-.acquire{stroke:#999;stroke-width:2}
-.renew{stroke:#1f4fa0;stroke-width:2}
-.release{stroke:#1f3f80;stroke-width:3}
-.expire{stroke:#7a1fa2;stroke-width:2.5;fill:none}
-.fault{stroke:#e07000;stroke-width:2;fill:#ff9a2e;stroke-dasharray:5 3}
-.read{fill:#fff;stroke:#333;stroke-width:1.5}
-.write{stroke:#222;stroke-width:1}
-.write.ok{fill:#7a8290}
-.write.stale-accepted{fill:#d62728}
-.write.rejected{fill:#2ca02c}
-.note{fill:#999}
-.halo{stroke:none}.halo.bad{fill:#d62728;fill-opacity:.18}.halo.good{fill:#2ca02c;fill-opacity:.18}
-ul.legend{list-style:none;padding:0;margin:.3em 0;font-size:85%;color:#444;display:flex;flex-wrap:wrap;gap:.2em 1.2em}
-ul.legend svg{vertical-align:middle;margin-right:.3em}
-`
+// pageCSS is the page's style sheet, inline (the page is one file).
+//
+//go:embed page.css
+var pageCSS string
 
-var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{{.CSP}}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>occkit lock stories</title>
-<style>` + pageCSS + `</style>
-<noscript><style>.pane[hidden]{display:block}.switch{display:none}</style></noscript>
-</head><body>
-<svg class="defs" aria-hidden="true" focusable="false"><defs>
-<pattern id="occkit-hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
-<rect width="6" height="6" fill="#ececec"></rect><line x1="0" y1="0" x2="0" y2="6" stroke="#8a8a8a" stroke-width="2.5"></line>
-</pattern></defs></svg>
-<h1>occkit lock stories</h1>
-<p class="meta">{{if .Started}}Run {{.Started}}{{end}}{{if .Servers}} against {{range $i, $s := .Servers}}{{if $i}}, {{end}}{{$s}}{{end}}{{end}}.
-{{if .Command}}Reproduce with <code>{{.Command}}</code>.{{end}}</p>
-<h2 id="summary">Outcomes</h2>
-<p class="meta">Each cell: lost updates / stale writes accepted / stale writes rejected; red where an update was lost or a stale write accepted. A cell opens its timeline.</p>
-<table class="summary"><thead><tr><th class="story">story</th>{{range .Modes}}<th title="{{.Title}}">{{.Name}}</th>{{end}}</tr></thead><tbody>
-{{range .Rows}}<tr><th class="story">{{if .Story.Title}}{{.Story.Title}}{{else}}{{.Story.Name}}{{end}}</th>
-{{- range .Cells}}{{if not .Present}}<td class="missing" title="not run">—</td>{{else}}<td class="{{if .Err}}error{{else if .Safe}}safe{{else}}unsafe{{end}}"><a class="cell" href="#{{.Story}}/{{.Mode}}" data-story="{{.Story}}" data-mode="{{.Mode}}">{{if .Err}}error{{else}}{{.Lost}} / {{.Accepted}} / {{.Rejected}}{{end}}</a></td>{{end}}{{end}}</tr>
-{{end}}</tbody></table>
-{{range .Stories}}{{$story := .Name}}
-<section class="story" id="{{.Name}}" data-story="{{.Name}}">
-<h2>{{if .Title}}{{.Title}} <small><code>{{.Name}}</code></small>{{else}}{{.Name}}{{end}}</h2>
-{{if .About}}<p class="about">{{.About}}</p>{{end}}
-{{if not .Panes}}<p class="missing-modes">No results for this story.</p>{{else}}
-<div class="switch" role="tablist" aria-label="lock mode">{{range .Panes}}<button type="button" role="tab" data-mode="{{.Mode.Name}}" class="{{if .First}}on{{end}}" aria-selected="{{if .First}}true{{else}}false{{end}}"{{if .Mode.Title}} title="{{.Mode.Title}}"{{end}}>{{.Mode.Name}}</button>{{end}}</div>
-{{if .Missing}}<p class="missing-modes">Not run in: {{range $i, $m := .Missing}}{{if $i}}, {{end}}{{$m}}{{end}}.</p>{{end}}
-{{range .Panes}}<div class="pane" role="tabpanel" data-story="{{.Story}}" data-mode="{{.Mode.Name}}"{{if not .First}} hidden{{end}}>
-<h3>{{if .Mode.Title}}{{.Mode.Title}} <small><code>{{.Mode.Name}}</code></small>{{else}}{{.Mode.Name}}{{end}}</h3>
-{{if .Mode.About}}<p class="about">{{.Mode.About}}</p>{{end}}
-{{if .Err}}<p class="verdict error">run failed</p><pre class="err">{{.Err}}</pre>{{end}}
-{{if .Verdict}}<p class="verdict {{if .Err}}error{{else if .Safe}}safe{{else}}unsafe{{end}}">{{if .Safe}}✔ {{else if not .Err}}✘ {{end}}{{.Verdict}}</p>{{end}}
-{{if not (and .Err .Timeline.Empty)}}<p class="outcome">expected {{.Outcome.Expected}}, final {{.Outcome.Final}} · lost updates <b>{{.Outcome.LostUpdates}}</b> · stale writes accepted <b>{{.Outcome.StaleAccepted}}</b> · stale writes rejected <b>{{.Outcome.StaleRejected}}</b> · blocked {{.Blocked}} · ran {{.Duration}}</p>{{end}}
-{{with .Timeline}}<svg class="timeline" data-story="{{.Story}}" data-mode="{{.Mode}}" width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="timeline">
-{{$t := .}}{{range .Lanes}}<rect class="band{{if .Odd}} odd{{end}}" x="0" y="{{.Y}}" width="{{$t.Width}}" height="{{.H}}"></rect>{{end}}
-{{range .Ticks}}<line class="grid" x1="{{.X}}" y1="{{$t.GridTop}}" x2="{{.X}}" y2="{{$t.AxisY}}"></line>{{end}}
-{{range .Lanes}}<g class="lane" data-client="{{.Client}}"><text class="lane-label" x="8" y="{{.LabelY}}">{{.Label}}<title>{{.Client}}</title></text>
-{{range .Shapes}}{{template "shape" .}}{{end}}</g>
-{{end}}<line class="axis" x1="{{.X0}}" y1="{{.AxisY}}" x2="{{.X1}}" y2="{{.AxisY}}"></line>
-{{range .Ticks}}<line class="axis" x1="{{.X}}" y1="{{$t.AxisY}}" x2="{{.X}}" y2="{{$t.AxisY2}}"></line><text class="tick" x="{{.X}}" y="{{$t.AxisLabelY}}" text-anchor="middle">{{.Label}}</text>{{end}}
-<text class="tick" x="8" y="{{.AxisLabelY}}">time, ms</text>
-{{if .Empty}}<text class="empty" x="{{.EmptyX}}" y="{{.EmptyY}}" text-anchor="middle">no events recorded</text>{{end}}
-</svg>{{end}}
-</div>
-{{end}}
-<ul class="legend">
-<li><svg class="swatch" width="28" height="16"><rect class="lease" x="1" y="4" width="26" height="8"></rect></svg>lease held</li>
-<li><svg class="swatch" width="28" height="16"><rect class="believed" x="1" y="4" width="26" height="8"></rect></svg>lease expired, client still acting as holder</li>
-<li><svg class="swatch" width="28" height="16"><line class="wait" x1="1" y1="8" x2="27" y2="8"></line></svg>waiting for the lock</li>
-<li><svg class="swatch" width="28" height="16"><rect class="paused" x="1" y="1" width="26" height="14"></rect></svg>paused (SIGSTOP to SIGCONT)</li>
-<li><svg class="swatch" width="14" height="16"><line class="renew" x1="7" y1="1" x2="7" y2="15"></line></svg>renewal</li>
-<li><svg class="swatch" width="16" height="16"><path class="expire" d="M3 3L13 13M3 13L13 3"></path></svg>lease expired</li>
-<li><svg class="swatch" width="14" height="16"><line class="release" x1="7" y1="1" x2="7" y2="15"></line></svg>release</li>
-<li><svg class="swatch" width="14" height="16"><circle class="read" cx="7" cy="8" r="5"></circle></svg>read</li>
-<li><svg class="swatch" width="12" height="18"><rect class="write ok" x="2" y="1" width="8" height="16"></rect></svg>write accepted</li>
-<li><svg class="swatch" width="12" height="18"><rect class="write stale-accepted" x="2" y="1" width="8" height="16"></rect></svg>stale write accepted (unsafe)</li>
-<li><svg class="swatch" width="12" height="18"><rect class="write rejected" x="2" y="1" width="8" height="16"></rect></svg>write rejected (stale token or version)</li>
-<li><svg class="swatch" width="16" height="18"><path class="fault" d="M8 1V17M8 9l5 -8h-10z"></path></svg>fault injected</li>
-</ul>
-{{end}}
-</section>
-{{end}}
-<script>{{.Script}}</script>
-</body></html>
-{{define "shape"}}
-{{- if eq .El "rect"}}<rect class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}">{{if .Tip}}<title>{{.Tip}}</title>{{end}}</rect>
-{{- else if eq .El "line"}}<line class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} x1="{{.X1}}" y1="{{.Y1}}" x2="{{.X2}}" y2="{{.Y2}}">{{if .Tip}}<title>{{.Tip}}</title>{{end}}</line>
-{{- else if eq .El "circle"}}<circle class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} cx="{{.CX}}" cy="{{.CY}}" r="{{.R}}">{{if .Tip}}<title>{{.Tip}}</title>{{end}}</circle>
-{{- else if eq .El "path"}}<path class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} d="{{.D}}">{{if .Tip}}<title>{{.Tip}}</title>{{end}}</path>
-{{- else if eq .El "text"}}<text class="{{.Class}}"{{if .At}} data-at="{{.At}}" data-kind="{{.Kind}}"{{end}} x="{{.X}}" y="{{.Y}}"{{if .Anchor}} text-anchor="{{.Anchor}}"{{end}}>{{.Text}}{{if .Tip}}<title>{{.Tip}}</title>{{end}}</text>
-{{- end}}
-{{- end}}`))
+// pageHTML is the page's html/template: the summary table, then a
+// section per story with a pane and a timeline per mode.
+//
+//go:embed page.html.tmpl
+var pageHTML string
+
+// pageTemplate is page.html.tmpl with page.css inside its <style> as the
+// template "css": template text, so html/template keeps it as it is.
+var pageTemplate = func() *template.Template {
+	t := template.Must(template.New("page").Parse(pageHTML))
+	template.Must(t.New("css").Parse(pageCSS))
+	return t
+}()
