@@ -1,0 +1,62 @@
+package pgcas
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
+)
+
+// tableResult is the head of the one row Update and Delete return.
+type tableResult struct {
+	written, exists bool
+	version         *int64
+	fence           *int64
+}
+
+// stale reports a refusal whose current row is at the version expected:
+// the statement's snapshot predates that version's commit, and its WHERE
+// saw the version before (a version read from a replica,
+// TableConfig.ReadPool, can arrive before the primary's new snapshots
+// show it). Nothing was written; the write is run again.
+func (r tableResult) stale(expected cas.Version) bool {
+	return r.exists && r.version != nil && *r.version >= 0 && cas.Version(*r.version) == expected
+}
+
+// conflict is the refusal of a write that expected version expected: the
+// statement read the row's current version (absent: 0) in the same round
+// trip.
+func (r tableResult) conflict(key any, expected cas.Version) *cas.ConflictError {
+	ce := &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, HasCurrent: true}
+	ce.Current.Key = ce.Key
+	if r.exists && r.version != nil {
+		ce.Current.Version = cas.Version(max(*r.version, 0))
+	}
+	return ce
+}
+
+// run runs a conditional write and scans its row: the flags, then the
+// written row (w) and the current row (c), NULL where absent.
+func (t *Table[T]) run(ctx context.Context, sql string, args ...any) (written, current T, r tableResult, err error) {
+	return t.scanWrite(t.q.QueryRow(ctx, sql, args...))
+}
+
+// scanWrite scans the row of a conditional write (see run).
+func (t *Table[T]) scanWrite(row pgx.Row) (written, current T, r tableResult, err error) {
+	wv, cv := rowupdate.Nullable[T](t.cols), rowupdate.Nullable[T](t.cols)
+	dest := append([]any{&r.written, &r.exists, &r.version, &r.fence}, wv...)
+	dest = append(dest, cv...)
+	if err = row.Scan(dest...); err != nil {
+		return written, current, r, err
+	}
+	if r.written {
+		rowupdate.Assign(&written, t.cols, wv)
+	}
+	if r.exists {
+		rowupdate.Assign(&current, t.cols, cv)
+	}
+	return written, current, r, nil
+}
