@@ -150,8 +150,10 @@ func TestObserveLockerExpired(t *testing.T) {
 	}
 	log.awaitEnd(t)
 	_, ends := log.snapshot()
-	if e := ends[0]; !e.Lost || !e.Expired || !errors.Is(e.Cause, hybrid.ErrLeaseLost) || e.Held < 30*time.Millisecond || e.Token != g.Token() {
-		t.Fatalf("end %+v, want lost and expired after at least 30ms", e)
+	if e := ends[0]; !e.Lost || !e.Expired || !errors.Is(e.Cause, hybrid.ErrLeaseLost) || e.Held < 25*time.Millisecond || e.Token != g.Token() {
+		// Held runs from Acquire's return; the TTL from the grant inside
+		// it, a moment earlier: held "about the TTL", not at least.
+		t.Fatalf("end %+v, want lost and expired after about 30ms", e)
 	}
 	if err := g.Release(ctx); err != nil {
 		t.Fatal(err)
