@@ -166,22 +166,29 @@ func mustSwap(t *testing.T, s cas.Store, k string, expected cas.Version, v strin
 // Harness.StaleReads polls for the state the test wrote.
 const staleReadWait = 5 * time.Second
 
-// notStale marks a read-back failure that no stale read explains: a
-// state the key cannot have had, or an error. settle gives up on it at
+// unexplained marks a read-back failure that no stale read explains: a
+// state the key cannot have had, or an error. Settle gives up on it at
 // once.
-type notStale struct{ error }
+type unexplained struct{ error }
 
-func (e notStale) Unwrap() error { return e.error }
+func (e unexplained) Unwrap() error { return e.error }
 
-// wrong returns a read-back failure that no stale read explains.
-func wrong(format string, args ...any) error { return notStale{fmt.Errorf(format, args...)} }
+// Unexplained returns a read-back failure that no stale read explains (a
+// state the key never had, an error), for the check given to Settle.
+func Unexplained(format string, args ...any) error {
+	return unexplained{fmt.Errorf(format, args...)}
+}
 
-// settle runs check, which reads the store and returns what is wrong
-// (nil: nothing). When reads are current it runs once. With StaleReads it
-// runs again every 10 ms while it fails with an error a stale read
-// explains (one not made by wrong), for up to staleReadWait. t fails
-// with check's last error.
-func (h *Harness) settle(t *testing.T, check func() error) {
+// wrong is Unexplained.
+func wrong(format string, args ...any) error { return Unexplained(format, args...) }
+
+// Settle runs check, which reads a store (or a table: cas/tabletest uses
+// it too) and returns what is wrong (nil: nothing). When reads are
+// current (staleReads false) it runs once. Otherwise it runs again every
+// 10 ms while it fails with an error a stale read explains (any error but
+// one made by Unexplained), for up to 5 s. t fails with check's last
+// error.
+func Settle(t testing.TB, staleReads bool, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(staleReadWait)
 	for polls := 1; ; polls++ {
@@ -189,15 +196,21 @@ func (h *Harness) settle(t *testing.T, check func() error) {
 		if err == nil {
 			return
 		}
-		var ns notStale
+		var ue unexplained
 		switch {
-		case !h.StaleReads || errors.As(err, &ns):
+		case !staleReads || errors.As(err, &ue):
 			t.Fatal(err)
 		case time.Now().After(deadline):
 			t.Fatalf("%v (still after %d reads in %v: reads that never catch up)", err, polls, staleReadWait)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// settle is Settle with the harness's StaleReads.
+func (h *Harness) settle(t *testing.T, check func() error) {
+	t.Helper()
+	Settle(t, h.StaleReads, check)
 }
 
 // wantItem checks that k holds value v at version ver. With StaleReads,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/cas/castest"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -19,38 +20,13 @@ import (
 // Harness.StaleReads polls for the state the test wrote.
 const staleReadWait = 5 * time.Second
 
-// notStale marks a read-back failure that no stale read explains: a
-// state the row cannot have had, or an error. settle gives up on it at
-// once.
-type notStale struct{ error }
-
-func (e notStale) Unwrap() error { return e.error }
-
 // wrong returns a read-back failure that no stale read explains.
-func wrong(format string, args ...any) error { return notStale{fmt.Errorf(format, args...)} }
+func wrong(format string, args ...any) error { return castest.Unexplained(format, args...) }
 
-// settle runs check, which reads the table and returns what is wrong
-// (nil: nothing). When reads are current it runs once. With StaleReads it
-// runs again every 10 ms while it fails with an error a stale read
-// explains (one not made by wrong), for up to staleReadWait. t fails
-// with check's last error.
+// settle is castest.Settle with the harness's StaleReads.
 func (h Harness[K]) settle(t *testing.T, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(staleReadWait)
-	for polls := 1; ; polls++ {
-		err := check()
-		if err == nil {
-			return
-		}
-		var ns notStale
-		switch {
-		case !h.StaleReads || errors.As(err, &ns):
-			t.Fatal(err)
-		case time.Now().After(deadline):
-			t.Fatalf("%v (still after %d reads in %v: reads that never catch up)", err, polls, staleReadWait)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	castest.Settle(t, h.StaleReads, check)
 }
 
 // wantRow checks that the row with key id is want (when: the moment, for
