@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/leasefaults"
 	"github.com/occkit/occkit/cas"
@@ -27,10 +25,19 @@ type target struct {
 	ops, direct cas.Store
 	proxy       *faultproxy.Proxy // nil: no network fault
 	retryable   func(error) bool
-	// disrupt injects the server fault (restart, leader loss) and returns
-	// once the service is back; nil when the target has none.
-	disrupt func(ctx context.Context) error
+	// disrupt injects the server fault (restart, leader loss, a cluster's
+	// fault) and returns once the service is back; a fault that lasts (a
+	// partition, a paused replay) holds for held. Nil when the target has
+	// none.
+	disrupt func(ctx context.Context, held time.Duration) error
 	close   func()
+	// staleReads: plain reads come from a follower or a replica
+	// (workload.staleReads).
+	staleReads bool
+	// allowed and allowsLost are Run.Allowed and Run.AllowsLost for the
+	// target's rows.
+	allowed    string
+	allowsLost bool
 }
 
 // backend is a system under the faults: its server, reached or started
@@ -52,7 +59,23 @@ var systemFaults = map[string][]string{
 	backends.Redis:    withLease(append(slices.Clone(networkFaults), faultRestart)...),
 	backends.Etcd:     withLease(append(slices.Clone(networkFaults), faultLeaderLoss)...),
 	backends.DynamoDB: withLease(networkFaults...),
+
+	// The clusters, run only when named (clusters.go).
+	backends.Etcd3:           {faultPartition, faultLeaderLoss},
+	backends.RedisCluster:    {faultFailover, faultAsync},
+	backends.PostgresReplica: {faultReplayStop},
 }
+
+// clusterSystems are the clusters, in the order they run; ownServers
+// those whose every run starts servers of its own (nothing is reached
+// for the whole command).
+var (
+	clusterSystems = []string{backends.Etcd3, backends.RedisCluster, backends.PostgresReplica}
+	ownServers     = []string{backends.Etcd3, backends.RedisCluster}
+)
+
+// isCluster reports whether backend is one of the clusters.
+func isCluster(backend string) bool { return slices.Contains(clusterSystems, backend) }
 
 // env is what opening backends needs: how to reach servers, where to log,
 // and the cleanups of what it started (run in reverse order).
@@ -99,8 +122,14 @@ func (e *env) close() { e.cleanups.run() }
 func openBackends(ctx context.Context, e *env, want func(backend string) bool) ([]backend, []Skipped) {
 	var bs []backend
 	var skipped []Skipped
-	for _, name := range []string{backends.Memory, backends.Postgres, backends.MySQL, backends.Redis, backends.Etcd, backends.DynamoDB} {
+	names := append([]string{backends.Memory, backends.Postgres, backends.MySQL, backends.Redis, backends.Etcd, backends.DynamoDB}, clusterSystems...)
+	for _, name := range names {
 		if name != backends.Memory && !want(name) {
+			continue
+		}
+		if slices.Contains(ownServers, name) {
+			e.logf("%s: a cluster of each run's own", name)
+			bs = append(bs, backend{name: name, faults: systemFaults[name], env: e})
 			continue
 		}
 		if name == backends.MySQL {
@@ -143,8 +172,13 @@ func withLease(faults ...string) []string {
 // (the one the environment names may be shared, and is never restarted).
 func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err error) {
 	e := b.env
-	if fault == faultLeaderLoss {
-		return etcdClusterTarget(ctx, ns)
+	switch {
+	case b.name == backends.Etcd3 || fault == faultLeaderLoss:
+		return etcdClusterTarget(ctx, ns, fault, b.name == backends.Etcd3)
+	case b.name == backends.RedisCluster:
+		return redisFailoverTarget(ctx, e, ns, fault)
+	case b.name == backends.PostgresReplica:
+		return b.replicaTarget(ctx, ns)
 	}
 	var closers cleanups
 	tg := &target{retryable: b.direct.Retryable(), close: closers.run}
@@ -163,7 +197,7 @@ func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err err
 			return nil, err
 		}
 		closers.add(func() { _ = direct.Close() })
-		tg.disrupt = func(ctx context.Context) error { return srv.Restart(ctx, restartDown) }
+		tg.disrupt = func(ctx context.Context, _ time.Duration) error { return srv.Restart(ctx, restartDown) }
 	}
 	if tg.direct, err = direct.CreateStore(ctx, ns); err != nil {
 		return nil, err
@@ -240,52 +274,6 @@ func (b backend) lease(ctx context.Context, ns string, workers int) (_ leasefaul
 	}
 	lb, err := leasefaults.Open(ctx, clients[0], clients[1], ns, leaseTTL)
 	return lb, cleanup, err
-}
-
-// etcdClusterTarget starts a 3-member cluster of the run's own, with fast
-// raft timings (ticks of 50 ms, elections after 500 ms: a lost leader is
-// replaced within about a second) and each member's client port behind a
-// proxy, so that a hard-stopped member is gone for its clients at once;
-// its disruption stops the leader abruptly and waits for the next one.
-func etcdClusterTarget(ctx context.Context, ns string) (*target, error) {
-	c, err := servers.StartEtcdCluster(ctx, servers.EtcdOptions{Members: 3, TickMs: 50, ElectionMs: 500})
-	if err != nil {
-		return nil, err
-	}
-	var clients []*clientv3.Client
-	closeAll := func() {
-		for _, cli := range clients {
-			cli.Close()
-		}
-		c.Close()
-	}
-	var stores []*etcdcas.Store
-	for range 2 {
-		cli, err := backends.EtcdClient(callTimeout, c.AllEndpoints()...)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		clients = append(clients, cli)
-		s, err := etcdcas.New(cli, etcdcas.Config{Prefix: ns + "/"})
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		stores = append(stores, s)
-	}
-	disrupt := func(ctx context.Context) error {
-		lead := c.Leader()
-		if lead < 0 {
-			return servers.ErrNoLeader
-		}
-		c.HardStop(lead)
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		_, err := c.AwaitLeader(wctx)
-		return err
-	}
-	return &target{ops: stores[0], direct: stores[1], retryable: etcdcas.Retryable, disrupt: disrupt, close: closeAll}, nil
 }
 
 // isSkip reports a run that cannot be done here for want of something

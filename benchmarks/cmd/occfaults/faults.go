@@ -16,6 +16,12 @@ const (
 	faultCut        = "cut"         // answers cut after a few bytes, every cutEvery
 	faultRestart    = "restart"     // the server stopped, restartDown down, started again
 	faultLeaderLoss = "leader-loss" // the leader of a 3-member etcd cluster crashes
+
+	// The clusters' faults (clusters.go).
+	faultPartition  = "partition"      // etcd3: the leader cut off from the other two members, then healed
+	faultFailover   = "failover"       // redis-cluster, WaitReplicas 1: a master killed after its replica was made to lag
+	faultAsync      = "failover-async" // redis-cluster, WaitReplicas 0: the same failover, asynchronous replication
+	faultReplayStop = "replay-pause"   // postgres-replica: the replica's replay paused, then resumed
 )
 
 const (
@@ -30,6 +36,11 @@ const (
 	cutMaxBytes = 256
 	restartDown = time.Second
 )
+
+// heldFor is how long a partition or a replay pause lasts in a run of d:
+// long enough for an election (etcd3) or a visible lag, short enough to
+// leave the run time to recover.
+func heldFor(d time.Duration) time.Duration { return max(d/3, 2*time.Second) }
 
 // networkFaults go through the proxy.
 var networkFaults = []string{faultDrop, faultLatency, faultCut}
@@ -46,7 +57,8 @@ type injection struct {
 }
 
 // inject runs fault on tg for d from start (a one-shot fault strikes at a
-// quarter of d, and the run lasts until at least recovery after it ends).
+// quarter of d, and the run lasts until at least recovery after it ends:
+// after a partition is healed, a failover is over or the replay resumed).
 // period is how often the drop fault strikes (dropEvery when 0).
 func inject(ctx context.Context, fault string, tg *target, start time.Time, d, recovery, period time.Duration) (injection, error) {
 	if period <= 0 {
@@ -100,14 +112,14 @@ func inject(ctx context.Context, fault string, tg *target, start time.Time, d, r
 		}
 		wait(end)
 		inj.events = tg.proxy.Cuts() - before
-	case faultRestart, faultLeaderLoss:
+	case faultRestart, faultLeaderLoss, faultPartition, faultFailover, faultAsync, faultReplayStop:
 		if tg.disrupt == nil {
 			return inj, fmt.Errorf("%w: %s", errNoFault, fault)
 		}
 		if !wait(start.Add(d / 4)) {
 			return inj, ctx.Err()
 		}
-		if err := tg.disrupt(ctx); err != nil {
+		if err := tg.disrupt(ctx, heldFor(d)); err != nil {
 			return inj, fmt.Errorf("%s: %w", fault, err)
 		}
 		inj.events, inj.over = 1, time.Now()

@@ -39,7 +39,12 @@ type workload struct {
 	t0          time.Time
 	callsPerGen int64
 	windowGens  int64 // generations below this are recorded
-	invoked     atomic.Int64
+	// staleReads: the plain reads come from a follower or a replica and
+	// may be stale by design; they are counted, not recorded (the writes,
+	// whose versions the leader or primary checks, and the final reads
+	// are).
+	staleReads bool
+	invoked    atomic.Int64
 
 	mu                               sync.Mutex
 	events                           []linearcheck.Op
@@ -178,7 +183,7 @@ func counterCall(wl *workload, counters *cas.Typed[int64], opts []occ.Option) fu
 				return
 			}
 			wk.reads++
-			if rec {
+			if rec && !wl.staleReads {
 				wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: counterState(n, err == nil)})
 			}
 			return
@@ -237,7 +242,7 @@ func deltaCall(wl *workload, store cas.Store, opts []occ.Option) func(ctx contex
 				return
 			}
 			wk.reads++
-			if rec {
+			if rec && !wl.staleReads {
 				wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: counterState(n, err == nil)})
 			}
 			return
@@ -312,7 +317,7 @@ func transferCallFunc(wl *workload, store cas.Store, opts []occ.Option) func(ctx
 				state = accountState(a)
 			}
 			wk.reads++
-			if rec {
+			if rec && !wl.staleReads {
 				wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: state})
 			}
 			return
