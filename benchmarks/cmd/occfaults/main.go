@@ -216,21 +216,23 @@ func runTarget(ctx context.Context, p params, backend, fault string, tg *target)
 
 	t0 := time.Now()
 	stop := make(chan struct{})
-	counter := newWorkload("counter", t0, numCounters, p.window)
+	newWorkload := func(name string, keys int) *workload {
+		wl := newWorkload(name, t0, keys, p.window)
+		wl.staleReads = tg.staleReads
+		return wl
+	}
+	counter := newWorkload("counter", numCounters)
 	wls := []*workload{counter}
 	waits := []func(){counter.start(ctx, stop, p.workers, 0, counterCall(counter, cas.NewTyped(tg.ops, cas.JSON[int64]()), opts))}
 	if _, ok := tg.ops.(cas.Adder); ok {
-		delta := newWorkload("delta", t0, numCounters, p.window)
+		delta := newWorkload("delta", numCounters)
 		wls = append(wls, delta)
 		waits = append(waits, delta.start(ctx, stop, p.workers, 2*p.workers, deltaCall(delta, tg.ops, opts)))
 	}
 	if _, err := cas.AsCommitter(tg.ops); err == nil {
-		transfer := newWorkload("transfer", t0, numAccounts, p.window)
+		transfer := newWorkload("transfer", numAccounts)
 		wls = append(wls, transfer)
 		waits = append(waits, transfer.start(ctx, stop, p.workers, p.workers, transferCallFunc(transfer, tg.ops, opts)))
-	}
-	for _, wl := range wls {
-		wl.staleReads = tg.staleReads
 	}
 	inj, ierr := inject(ctx, fault, tg, t0, p.duration, p.recovery, p.dropEvery)
 	close(stop)

@@ -73,7 +73,7 @@ func TestFaultsShort(t *testing.T) {
 
 	e := newEnv(3*p.workers, t.Logf)
 	t.Cleanup(e.close)
-	backends, skipped := openBackends(ctx, e, func(string) bool { return true })
+	backends, skipped := openBackends(ctx, e, func(name string) bool { return !isCluster(name) })
 	for _, s := range skipped {
 		t.Errorf("backend %s: %s", s.Backend, s.Reason)
 	}
@@ -137,6 +137,83 @@ func TestFaultsShort(t *testing.T) {
 	}
 	for _, name := range []string{"memory", "postgres", "mysql", "redis", "etcd", "dynamodb"} {
 		if !seen[name] {
+			t.Errorf("backend %s did not run", name)
+		}
+	}
+}
+
+// TestFaultsClusters is the short version of the cluster rows: etcd3
+// under a partition (three members in process: always), redis-cluster's
+// failovers (each on a cluster of its own) when OCCKIT_REDIS_CLUSTER_URL
+// says Redis is installed, postgres-replica's paused replay on the replica
+// of OCCKIT_PG_REPLICA_URL (`make test` sets both). etcd3 and
+// postgres-replica must lose nothing, apply nothing twice and have
+// linearizable writes; the failovers must apply nothing twice, and with
+// WaitReplicas 1 lose nothing.
+func TestFaultsClusters(t *testing.T) {
+	want := map[string][]string{backends.Etcd3: {faultPartition}}
+	for _, c := range []struct {
+		system, envVar string
+		faults         []string
+	}{
+		{backends.RedisCluster, backends.EnvRedisClusterURL, []string{faultFailover, faultAsync}},
+		{backends.PostgresReplica, backends.EnvPostgresReplicaURL, []string{faultReplayStop}},
+	} {
+		if os.Getenv(c.envVar) == "" {
+			t.Logf("%s is not set: %s's rows are not run", c.envVar, c.system)
+			continue
+		}
+		want[c.system] = c.faults
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p := defaultParams(time.Second)
+	p.window = 20_000
+	p.checkTimeout = 30 * time.Second
+	p.settle = 300 * time.Millisecond
+	p.out = t.TempDir()
+
+	e := newEnv(3*p.workers, t.Logf)
+	t.Cleanup(e.close)
+	bs, skipped := openBackends(ctx, e, func(name string) bool { return want[name] != nil })
+	for _, s := range skipped {
+		t.Errorf("backend %s: %s", s.Backend, s.Reason)
+	}
+	for _, b := range bs {
+		for _, fault := range want[b.name] {
+			t.Run(b.name+"/"+fault, func(t *testing.T) {
+				start := time.Now()
+				runs, err := runOne(ctx, p, b, fault)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(runs) < 2 {
+					t.Fatalf("%d workloads ran, want counter and transfer at least", len(runs))
+				}
+				for _, r := range runs {
+					if b.name != backends.RedisCluster {
+						checkRun(t, r)
+						continue
+					}
+					t.Logf("%s: %d ops, %d succeeded, %d ambiguous (%d applied), %d failed, lost %d, duplicated %d, linearizable %s, explained %s (allowed: %s); errors %v",
+						r.Workload, r.Ops, r.Succeeded, r.Ambiguous, r.AmbiguousApplied, r.Failed, r.Lost, r.Duplicated,
+						fmtVerdict(r.Linearizable), fmtVerdict(r.Explained), r.Allowed, r.Errors)
+					if r.Allowed == "" || r.AllowsLost != (fault == faultAsync) {
+						t.Errorf("%s: allowed %q, allows lost %v", r.Workload, r.Allowed, r.AllowsLost)
+					}
+					if r.Bad() || r.Duplicated != 0 || (fault == faultFailover && r.Lost != 0) {
+						t.Errorf("%s: lost %d, duplicated %d, conserved %s", r.Workload, r.Lost, r.Duplicated, fmtVerdict(r.Conserved))
+					}
+					if r.FaultEvents == 0 || r.Succeeded == 0 {
+						t.Errorf("%s: %d fault events, %d succeeded", r.Workload, r.FaultEvents, r.Succeeded)
+					}
+				}
+				t.Logf("%.1f s", time.Since(start).Seconds())
+			})
+		}
+	}
+	for name := range want {
+		if !slices.ContainsFunc(bs, func(b backend) bool { return b.name == name }) {
 			t.Errorf("backend %s did not run", name)
 		}
 	}
