@@ -495,7 +495,10 @@ func TestRunCatchesBuggyStores(t *testing.T) {
 			return !c.Bad() && !d.Bad() && !*tr.Explained && tr.Bad()
 		}},
 	}
-	p := defaultParams(300 * time.Millisecond)
+	// 1 s a run: in memory that is thousands of calls, enough for every
+	// bug to strike in every workload even on a loaded machine (at 300 ms
+	// a make test beside other load saw a counter workload of 2 calls).
+	p := defaultParams(time.Second)
 	p.window = 20_000
 	p.settle = 0
 	for _, tt := range tests {
