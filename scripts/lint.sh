@@ -12,6 +12,8 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 echo "lint: gofmt ok"
+bash scripts/house.sh
+echo "lint: house rules ok"
 go vet ./...
 staticcheck ./...
 # Nested modules are not entered by ./...: check each in its own directory.

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# House rules that keep the tree readable (run by scripts/lint.sh):
+#   - no issue numbers in the comments of non-test Go files: history goes
+#     in commit messages, reasons in comments;
+#   - no non-test Go file over 600 lines: a file that grows past it holds
+#     several ideas, one file each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+status=0
+files=$(git ls-files '*.go' 2>/dev/null | grep -v '_test\.go$' || true)
+
+# "issue 12", "Issue 7's goals", "(issue 9)": this project's issues. A
+# reference to another project's tracker carries its name and a "#"
+# ("etcd issue #22082"), which the pattern leaves alone.
+hits=$(grep -nE '//.*\b[Ii]ssues? [0-9]+' $files 2>/dev/null || true)
+if [ -n "$hits" ]; then
+  echo "house: issue numbers in non-test comments (say why, not which issue):" >&2
+  echo "$hits" >&2
+  status=1
+fi
+
+for f in $files; do
+  n=$(wc -l <"$f")
+  if [ "$n" -gt 600 ]; then
+    echo "house: $f has $n lines, more than 600: split it by idea (one idea per file)" >&2
+    status=1
+  fi
+done
+exit "$status"
