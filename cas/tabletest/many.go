@@ -94,8 +94,8 @@ func (h Harness[K]) modifyMany(t *testing.T) {
 // (every pair, both ways) at default options: none gives up, and the
 // total never changes. With StaleReads a transfer may give up after
 // losing every attempt (each retry after a wait reads again, and may
-// read a stale row again): that is logged, and it must have written
-// nothing.
+// read a stale row again, or not find a row the replica has not replayed
+// yet): that is logged, and it must have written nothing.
 func (h Harness[K]) modifyManyTransfers(t *testing.T) {
 	ctx := ctxFor(t)
 	tbl := h.New(t)
@@ -121,7 +121,7 @@ func (h Harness[K]) modifyManyTransfers(t *testing.T) {
 					cur[1].N++
 					return cur, nil
 				}, h.retryStale()...); err != nil {
-					if h.StaleReads && errors.Is(err, occ.ErrAttemptsExhausted) && errors.Is(err, cas.ErrConflict) {
+					if h.StaleReads && errors.Is(err, occ.ErrAttemptsExhausted) && (errors.Is(err, cas.ErrConflict) || errors.Is(err, errStale)) {
 						gaveUp.Add(1)
 						continue
 					}
