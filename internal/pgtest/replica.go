@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,11 +107,26 @@ func WaitReplayed(ctx context.Context, primary, replica *pgxpool.Pool) error {
 // that go test runs at the same time: they wait out a pause (CatchUp
 // waits up to a minute, castest's and tabletest's read-backs 5 s), so
 // keep pauses to a few seconds.
+//
+// Tests of several packages pause the one replica of make test, at the
+// same time: a pause holds an advisory lock on the replica (a
+// connection of its own, until ResumeReplay), so that one test's resume
+// never ends another's pause early; a second pause waits for the first.
 func PauseReplay(t testing.TB, replica *pgxpool.Pool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	t.Cleanup(func() { ResumeReplay(t, replica) })
+	lock, err := pgx.ConnectConfig(ctx, replica.Config().ConnConfig.Copy())
+	if err == nil {
+		if _, err = lock.Exec(ctx, `SELECT pg_advisory_lock($1)`, pauseLock); err != nil {
+			lock.Close(context.WithoutCancel(ctx))
+		}
+	}
+	if err != nil {
+		t.Fatalf("pgtest: wait for the replica's replay to be this test's to pause: %v", err)
+	}
+	pauses.Store(replica, lock)
 	if _, err := replica.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
 		t.Fatalf("pgtest: pause the replica's replay: %v", err)
 	}
@@ -135,14 +151,26 @@ func PauseReplay(t testing.TB, replica *pgxpool.Pool) {
 // pool is closing or exhausted.
 func ResumeReplay(t testing.TB, replica *pgxpool.Pool) {
 	t.Helper()
+	// Only the pause this test holds: once resumed, the replay may be
+	// another test's to pause (see PauseReplay).
+	lock, ok := pauses.LoadAndDelete(replica)
+	if !ok {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, replica.Config().ConnConfig.Copy())
-	if err == nil {
-		defer conn.Close(context.WithoutCancel(ctx))
-		_, err = conn.Exec(ctx, `SELECT pg_wal_replay_resume()`)
-	}
-	if err != nil {
+	// The lock's own connection resumes, then closing it ends the
+	// advisory lock: the next test may pause.
+	conn := lock.(*pgx.Conn)
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
 		t.Errorf("pgtest: resume the replica's replay: %v", err)
 	}
 }
+
+// pauseLock is the advisory lock key that PauseReplay holds on the replica.
+const pauseLock = 0x6f63636b6974 // "occkit"
+
+// pauses holds, per replica pool, the connection whose advisory lock
+// marks the pause of a test of this process.
+var pauses sync.Map
