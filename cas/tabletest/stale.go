@@ -88,5 +88,10 @@ func (h Harness[K]) retryStale(opts ...occ.Option) []occ.Option {
 	if !h.StaleReads {
 		return opts
 	}
-	return append(opts, occ.WithRetryable(func(err error) bool { return errors.Is(err, errStale) }))
+	// A replica may lag for seconds (another package's test pausing its
+	// replay): enough attempts to wait that out at the default backoff's
+	// 20 ms, unless the caller set its own limit (its option comes later
+	// and wins).
+	out := append([]occ.Option{occ.WithMaxAttempts(500)}, opts...)
+	return append(out, occ.WithRetryable(func(err error) bool { return errors.Is(err, errStale) }))
 }
