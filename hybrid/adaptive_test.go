@@ -150,6 +150,29 @@ func TestAdaptiveOneProcessStaysOptimistic(t *testing.T) {
 // most of its updates: at most half leased in each process (a model that
 // locks this key for good leases nearly all of them).
 func TestAdaptiveContendedAcrossProcessesStaysOptimistic(t *testing.T) {
+	// Up to three runs: a loaded machine can push one run past the bound
+	// (once, beside make test's other packages and a lab run, 123 of 200
+	// leased), while a model that locks this key for good leases nearly
+	// all updates in every run.
+	const runs = 3
+	for run := 1; ; run++ {
+		leased, ok := contendedAcrossProcesses(t)
+		if ok {
+			return
+		}
+		if run == runs {
+			t.Fatalf("in each of %d runs a process carried more than half its 200 updates on the lease path (last run: %v)", runs, leased)
+		}
+		t.Logf("run %d: leased %v, more than half in a process: running again", run, leased)
+	}
+}
+
+// contendedAcrossProcesses is one run of
+// TestAdaptiveContendedAcrossProcessesStaysOptimistic: it checks that
+// nothing was lost and that the writes conflicted, and reports the
+// updates each process leased and whether each leased at most half.
+func contendedAcrossProcesses(t *testing.T) (leased []int64, ok bool) {
+	t.Helper()
 	ctx := context.Background()
 	store := newAdaptiveStore(50 * time.Microsecond)
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
@@ -168,16 +191,19 @@ func TestAdaptiveContendedAcrossProcessesStaysOptimistic(t *testing.T) {
 		t.Fatalf("counter %d, want 400", n)
 	}
 	var conflicts int64
+	ok = true
 	for i, st := range stats {
 		t.Logf("process %d: %+v", i, st)
+		leased = append(leased, st.Leased)
 		if st.Leased > 200/2 {
-			t.Errorf("process %d carried %d of its 200 updates on the lease path (%d switches)", i, st.Leased, st.Switches)
+			ok = false
 		}
 		conflicts += st.Combiner.Writes - st.Combiner.Batches
 	}
 	if conflicts == 0 {
 		t.Fatal("no write conflicted: the test did not contend across processes")
 	}
+	return leased, ok
 }
 
 // remoteLocker is a Locker whose acquisitions take a round trip.
