@@ -132,3 +132,58 @@ func ExampleLocker_Acquire() {
 	}
 	// Output: rebuilt
 }
+
+// A store on a Redis Cluster (OCCKIT_REDIS_CLUSTER_URL in the examples),
+// its keys spread over the slots: the keys of one commit share a hash tag,
+// a commit over two slots is refused before anything is sent, and
+// WaitReplicas makes each write wait for a replica.
+func ExampleNew_cluster() {
+	url := os.Getenv("OCCKIT_REDIS_CLUSTER_URL")
+	if url == "" {
+		log.Fatal("OCCKIT_REDIS_CLUSTER_URL is not set: this example needs a Redis Cluster (make test starts one)")
+	}
+	opt, err := redis.ParseClusterURL(url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cli := redis.NewClusterClient(opt)
+	defer cli.Close()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	prefix := "occkit-example-" + hex.EncodeToString(b[:]) + ":" // no hash tag: keys spread over the slots
+
+	store, err := rediscas.New(cli, rediscas.Config{Prefix: prefix, WaitReplicas: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	defer func() {
+		_ = cli.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+			iter := m.Scan(ctx, 0, prefix+"*", 100).Iterator()
+			for iter.Next(ctx) {
+				m.Del(ctx, iter.Val())
+			}
+			return iter.Err()
+		})
+	}()
+
+	// An order and its line share the tag {order:7}: one slot, one commit.
+	_, err = store.Commit(ctx, []cas.Op{
+		cas.Put("{order:7}:head", 0, []byte("open")),
+		cas.Put("{order:7}:line:1", 0, []byte("2 x tea")),
+	})
+	fmt.Println("commit in one slot:", err)
+
+	// Two users' keys, tagged {user:1} and {user:2}, are in different
+	// slots (10778 and 6777): they cannot commit together on a cluster.
+	_, err = store.Commit(ctx, []cas.Op{
+		cas.Put("{user:1}:profile", 0, []byte("a")),
+		cas.Put("{user:2}:profile", 0, []byte("b")),
+	})
+	var cse *rediscas.CrossSlotError
+	fmt.Println("commit over two slots refused:", errors.Is(err, rediscas.ErrCrossSlot), errors.As(err, &cse))
+	// Output:
+	// commit in one slot: <nil>
+	// commit over two slots refused: true true
+}
