@@ -36,20 +36,7 @@ func testIncrements(t *testing.T, h *Harness, s cas.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range h.opsPerWorker() {
-				k := keys[(w+i)%len(keys)]
-				_, _, err := occ.Update(ctx, counters, k, func(n int, _ bool) (int, error) { return n + 1, nil },
-					occ.WithMaxAttempts(50))
-				switch {
-				case err == nil:
-					ok.Add(1)
-				case errors.Is(err, occ.ErrAttemptsExhausted):
-					gaveUp.Add(1)
-				default:
-					t.Errorf("update %s: %v", k, err)
-					return
-				}
-			}
+			increments(t, ctx, counters, keys, w, h.opsPerWorker(), 50, &ok, &gaveUp)
 		}()
 	}
 	wg.Wait()
@@ -255,20 +242,7 @@ func testStaleReadsAreSafe(t *testing.T, h *Harness, s cas.Store) {
 	for w := range h.workers() {
 		counters := cas.NewTyped(stores[w%len(stores)], cas.JSON[int]())
 		wg.Go(func() {
-			for i := range h.opsPerWorker() {
-				k := keys[(w+i)%len(keys)]
-				_, _, err := occ.Update(ctx, counters, k, func(n int, _ bool) (int, error) { return n + 1, nil },
-					occ.WithMaxAttempts(100))
-				switch {
-				case err == nil:
-					ok.Add(1)
-				case errors.Is(err, occ.ErrAttemptsExhausted):
-					gaveUp.Add(1)
-				default:
-					t.Errorf("update %s: %v", k, err)
-					return
-				}
-			}
+			increments(t, ctx, counters, keys, w, h.opsPerWorker(), 100, &ok, &gaveUp)
 		})
 	}
 	wg.Wait()
@@ -292,4 +266,25 @@ func writeVisualization(info porcupine.LinearizationInfo) (string, error) {
 	}
 	defer f.Close()
 	return f.Name(), porcupine.Visualize(Model, info, f)
+}
+
+// increments is one worker of the increment tests: n occ.Update
+// increments of keys, worker w starting at its own key, each with at most
+// attempts attempts, counted in ok or (given up) gaveUp; any other error
+// fails t and ends the worker.
+func increments(t *testing.T, ctx context.Context, counters *cas.Typed[int], keys []string, w, n, attempts int, ok, gaveUp *atomic.Int64) {
+	for i := range n {
+		k := keys[(w+i)%len(keys)]
+		_, _, err := occ.Update(ctx, counters, k, func(n int, _ bool) (int, error) { return n + 1, nil },
+			occ.WithMaxAttempts(attempts))
+		switch {
+		case err == nil:
+			ok.Add(1)
+		case errors.Is(err, occ.ErrAttemptsExhausted):
+			gaveUp.Add(1)
+		default:
+			t.Errorf("update %s: %v", k, err)
+			return
+		}
+	}
 }
