@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // maxCommitAttempts bounds the transactions one Commit sends when creates
@@ -21,8 +22,8 @@ const maxCommitAttempts = 4
 // it can be sent again, identically, while resolving a lost answer.
 type commit struct {
 	ops      []cas.Op
-	bases    []uint64 // per create: the version attribute it expects
-	id       writeID  // the write id of every put and delete, and the ClientRequestToken
+	bases    []uint64   // per create: the version attribute it expects
+	id       writeid.ID // the write id of every put and delete, and the ClientRequestToken
 	versions []cas.Version
 	in       *dynamodb.TransactWriteItemsInput
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // Every attribute name goes into expressions through a placeholder, so
@@ -104,7 +105,7 @@ func (s *Store) baseCond(e *expr, base uint64) string {
 // 1 - if_not_exists(version, 0), the tombstone's version being negative;
 // single-key creates use it and read the old version back with
 // ReturnValues UPDATED_OLD.
-func (s *Store) putUpdate(e *expr, value []byte, id writeID, newVersion uint64, fenced bool, token uint64) string {
+func (s *Store) putUpdate(e *expr, value []byte, id writeid.ID, newVersion uint64, fenced bool, token uint64) string {
 	v := e.name(s, phVersion)
 	var b strings.Builder
 	b.WriteString("SET ")
@@ -126,7 +127,7 @@ func (s *Store) putUpdate(e *expr, value []byte, id writeID, newVersion uint64, 
 // version to go above, and no version condition matches it), the value
 // becomes NULL, the fence attribute stays, the write id records the
 // delete. (NULL rather than REMOVE: minidyn's UpdateItem ignores REMOVE.)
-func (s *Store) deleteUpdate(e *expr, id writeID, expected uint64) string {
+func (s *Store) deleteUpdate(e *expr, id writeid.ID, expected uint64) string {
 	return "SET " + e.name(s, phVersion) + " = " + e.value(":neg", negNum(expected)) +
 		", " + e.name(s, phValue) + " = " + e.value(":tomb", &types.AttributeValueMemberNULL{Value: true}) +
 		", " + e.name(s, phWriteID) + " = " + e.value(":w", bin(id[:]))

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // The decoding of an item as DynamoDB hands it back is fuzzed: it needs no
@@ -49,7 +50,7 @@ func attr(kind uint8, s string, b []byte) types.AttributeValue {
 // write id and value are what the attributes say, and a tombstone (a
 // negative or zero version) is absent but keeps its version's magnitude.
 func FuzzDecodeItem(f *testing.F) {
-	wid := bytes.Repeat([]byte{7}, writeIDLen)
+	wid := bytes.Repeat([]byte{7}, writeid.Len)
 	f.Add(uint8(1), "3", uint8(1), "0", uint8(3), "", []byte("value"), wid, false)
 	f.Add(uint8(1), "1", uint8(0), "", uint8(2), "", []byte{}, wid, false)
 	f.Add(uint8(1), "-4", uint8(1), "18446744073709551615", uint8(4), "", []byte{}, wid[:3], false)
@@ -148,7 +149,7 @@ func FuzzDecodeItem(f *testing.F) {
 		if st.item.Key != "k" || uint64(st.highest) != highest || st.fence != fv {
 			t.Fatalf("decode(%v) = %+v, want highest %d fence %d", av, st, highest, fv)
 		}
-		if w, ok := av["writeid"].(*types.AttributeValueMemberB); st.hasWID != (ok && len(w.Value) == writeIDLen) ||
+		if w, ok := av["writeid"].(*types.AttributeValueMemberB); st.hasWID != (ok && len(w.Value) == writeid.Len) ||
 			(st.hasWID && !bytes.Equal(st.wid[:], w.Value)) {
 			t.Fatalf("decode(%v) write id = %v %x", av, st.hasWID, st.wid)
 		}
@@ -178,7 +179,7 @@ func FuzzItemRoundTrip(f *testing.F) {
 	f.Add(uint64(math.MaxInt64), uint64(5), []byte{0}, true)
 	f.Add(uint64(1<<63), uint64(5), []byte{0}, true)
 	s := fuzzStore()
-	ids := newWriteIDs()
+	ids := writeid.NewSource()
 	f.Fuzz(func(t *testing.T, ver, fence uint64, value []byte, tombstone bool) {
 		// Versions grow by one from 1: no key reaches 2^63 live; a
 		// tombstone's negated version may be -2^63 at most.

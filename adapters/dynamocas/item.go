@@ -9,17 +9,6 @@ import (
 	"github.com/occkit/occkit/internal/writeid"
 )
 
-// writeIDLen is the length of a write id: 8 random bytes fixed per store,
-// then an 8-byte counter.
-const writeIDLen = writeid.Len
-
-type writeID = writeid.ID
-
-// writeIDs makes write ids (see internal/writeid).
-type writeIDs = writeid.Source
-
-func newWriteIDs() *writeIDs { return writeid.NewSource() }
-
 // state is what the store knows of a key from one item: its item (Version
 // 0: absent, also for a tombstone), the largest version it ever had (a
 // tombstone's version attribute is that version negated), the largest
@@ -29,7 +18,7 @@ type state struct {
 	highest cas.Version // the version attribute, kept by tombstones
 	fence   uint64
 	hasWID  bool
-	wid     writeID
+	wid     writeid.ID
 	// holdUntil is when an exclusive update's hold on the key ends, in
 	// Unix milliseconds (0: none).
 	holdUntil int64
@@ -61,7 +50,7 @@ func (s *Store) decode(key string, av map[string]types.AttributeValue) (state, e
 		return st, s.foreign(key, err)
 	}
 	st.holdUntil = int64(until)
-	if w, ok := av[s.names.writeID].(*types.AttributeValueMemberB); ok && len(w.Value) == writeIDLen {
+	if w, ok := av[s.names.writeID].(*types.AttributeValueMemberB); ok && len(w.Value) == writeid.Len {
 		st.hasWID = true
 		copy(st.wid[:], w.Value)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // Defaults for Config's zero fields.
@@ -98,7 +99,7 @@ type Store struct {
 	limits  cas.Limits
 	resolve time.Duration
 	ttl     time.Duration
-	ids     *writeIDs
+	ids     *writeid.Source
 }
 
 var (
@@ -158,7 +159,7 @@ func New(cli *dynamodb.Client, cfg Config) (*Store, error) {
 	// write id and a hold, names included: the value gets what is left
 	// of 400 KB.
 	overhead := len(names.key) + len(names.version) + numberBytes + len(names.value) +
-		len(names.fence) + numberBytes + len(names.writeID) + writeIDLen +
+		len(names.fence) + numberBytes + len(names.writeID) + writeid.Len +
 		len(names.hold) + holdTokenLen + len(names.holdUntil) + numberBytes + slackBytes
 	keyBytes := cfg.Limits.MaxKeyBytes
 	if keyBytes == 0 {
@@ -184,7 +185,7 @@ func New(cli *dynamodb.Client, cfg Config) (*Store, error) {
 		limits:  cfg.Limits.Or(defaults),
 		resolve: cfg.ResolveTimeout,
 		ttl:     cfg.ExclusiveTTL,
-		ids:     newWriteIDs(),
+		ids:     writeid.NewSource(),
 	}, nil
 }
 
@@ -320,7 +321,7 @@ type write struct {
 	delete   bool
 	fenced   bool
 	token    uint64
-	id       writeID
+	id       writeid.ID
 	in       *dynamodb.UpdateItemInput
 	// unheld: the write's condition also asks that no exclusive update
 	// holds the key (at :now, refreshed before each send); held: the

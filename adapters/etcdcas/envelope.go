@@ -12,22 +12,14 @@ import (
 // the store tell, after a lost answer, whether its own write was applied.
 const (
 	envelopeFormat = 0x01
-	writeIDLen     = 16
-	envelopeHeader = 1 + writeIDLen
+	envelopeHeader = 1 + writeid.Len
 )
 
 // errForeignValue reports a value under the store's prefix that etcdcas did
 // not write.
 var errForeignValue = errors.New("etcdcas: value under the prefix was not written by etcdcas")
 
-type writeID = writeid.ID
-
-// writeIDs makes write ids (see internal/writeid).
-type writeIDs = writeid.Source
-
-func newWriteIDs() *writeIDs { return writeid.NewSource() }
-
-func encodeEnvelope(id writeID, value []byte) string {
+func encodeEnvelope(id writeid.ID, value []byte) string {
 	b := make([]byte, envelopeHeader+len(value))
 	b[0] = envelopeFormat
 	copy(b[1:], id[:])
@@ -36,8 +28,8 @@ func encodeEnvelope(id writeID, value []byte) string {
 }
 
 // decodeEnvelope returns the write id and the caller's bytes (a copy).
-func decodeEnvelope(raw []byte) (writeID, []byte, error) {
-	var id writeID
+func decodeEnvelope(raw []byte) (writeid.ID, []byte, error) {
+	var id writeid.ID
 	if len(raw) < envelopeHeader || raw[0] != envelopeFormat {
 		return id, nil, errForeignValue
 	}

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // The decoders of what etcd hands back are fuzzed: they need no server.
@@ -22,10 +23,10 @@ import (
 // panics, that what decodes re-encodes to the very same bytes, and that the
 // decoded value does not alias etcd's buffer.
 func FuzzDecodeEnvelope(f *testing.F) {
-	ids := newWriteIDs()
+	ids := writeid.NewSource()
 	f.Add([]byte(encodeEnvelope(ids.Next(), []byte("value"))))
 	f.Add([]byte(encodeEnvelope(ids.Next(), nil)))
-	f.Add([]byte(encodeEnvelope(writeID{}, []byte{0, 0xff})))
+	f.Add([]byte(encodeEnvelope(writeid.ID{}, []byte{0, 0xff})))
 	f.Add([]byte{})
 	f.Add([]byte{envelopeFormat})
 	f.Add([]byte("\x02plain value written by someone else"))

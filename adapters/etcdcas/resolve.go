@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,7 +26,7 @@ import (
 //     version that is gone), and the caller gets a conflict;
 //   - otherwise (the key is unchanged, or history was compacted, or the
 //     cluster did not answer within ResolveTimeout): *cas.AmbiguousError.
-func (s *Store) failedWrite(ctx context.Context, op, key string, expected cas.Version, id writeID, err error) (cas.Version, error) {
+func (s *Store) failedWrite(ctx context.Context, op, key string, expected cas.Version, id writeid.ID, err error) (cas.Version, error) {
 	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrTooManyOps) {
 		return 0, &cas.KeyError{Op: op, Key: key, Err: fmt.Errorf("%w: %w", cas.ErrTooLarge, err)}
 	}
@@ -33,7 +34,7 @@ func (s *Store) failedWrite(ctx context.Context, op, key string, expected cas.Ve
 		return 0, &cas.KeyError{Op: op, Key: key, Err: fmt.Errorf("etcdcas: %w", err)}
 	}
 	amb := &cas.AmbiguousError{Op: op, Key: key, Err: err}
-	if id != (writeID{}) {
+	if id != (writeid.ID{}) {
 		amb.WriteID = id.String()
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
@@ -58,7 +59,7 @@ func (s *Store) failedWrite(ctx context.Context, op, key string, expected cas.Ve
 
 // resolveCommit resolves a commit whose answer was lost through its first
 // put (a commit writes all its puts at one revision with one write id).
-func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, firstPut int, id writeID, err error) (int64, error) {
+func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, firstPut int, id writeid.ID, err error) (int64, error) {
 	key := ops[0].Key
 	if firstPut >= 0 {
 		key = ops[firstPut].Key
@@ -89,7 +90,7 @@ func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, firstPut int, i
 // resolveKey finds out whether the write with id (a put; the zero id: a
 // delete) expecting version expected was applied to the data key dk.
 // known is false when it cannot tell.
-func (s *Store) resolveKey(ctx context.Context, dk string, expected cas.Version, id writeID) (ver cas.Version, applied, known bool) {
+func (s *Store) resolveKey(ctx context.Context, dk string, expected cas.Version, id writeid.ID) (ver cas.Version, applied, known bool) {
 	resp, err := s.readBack(ctx, dk)
 	if err != nil {
 		return 0, false, false
@@ -98,7 +99,7 @@ func (s *Store) resolveKey(ctx context.Context, dk string, expected cas.Version,
 	if len(resp.Kvs) > 0 {
 		cur = resp.Kvs[0]
 	}
-	isPut := id != (writeID{})
+	isPut := id != (writeid.ID{})
 	if isPut && cur != nil {
 		if got, _, err := decodeEnvelope(cur.Value); err == nil && got == id {
 			return cas.Version(cur.ModRevision), true, true

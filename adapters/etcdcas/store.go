@@ -13,6 +13,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/writeid"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -77,7 +78,7 @@ type Store struct {
 	hold    string // prefix of hold keys (UpdateExclusive)
 	limits  cas.Limits
 	resolve time.Duration
-	ids     *writeIDs
+	ids     *writeid.Source
 	reads   []clientv3.OpOption // of Get and GetMany: WithSerializable with Config.SerializableReads
 
 	exclusiveTTL time.Duration
@@ -128,7 +129,7 @@ func New(cli *clientv3.Client, cfg Config) (*Store, error) {
 		exclusiveTTL: cmp.Or(cfg.ExclusiveTTL, DefaultExclusiveTTL),
 		limits:       cfg.Limits.Or(defaults),
 		resolve:      cfg.ResolveTimeout,
-		ids:          newWriteIDs(),
+		ids:          writeid.NewSource(),
 		reads:        readOpts(cfg.SerializableReads),
 	}, nil
 }
@@ -197,7 +198,7 @@ func (s *Store) notHeld(key string) clientv3.Cmp {
 }
 
 // item decodes a data key's etcd value.
-func (s *Store) item(key string, kv *mvccpb.KeyValue) (cas.Item, writeID, error) {
+func (s *Store) item(key string, kv *mvccpb.KeyValue) (cas.Item, writeid.ID, error) {
 	id, v, err := decodeEnvelope(kv.Value)
 	if err != nil {
 		return cas.Item{}, id, &cas.KeyError{Op: "get", Key: key, Err: err}
@@ -376,7 +377,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 			Else(clientv3.OpGet(dk)).
 			Commit()
 		if err != nil {
-			_, err = s.failedWrite(ctx, "compare-and-delete", key, expected, writeID{}, err)
+			_, err = s.failedWrite(ctx, "compare-and-delete", key, expected, writeid.ID{}, err)
 			return err
 		}
 		if resp.Succeeded {
@@ -468,7 +469,7 @@ func (s *Store) holdCmps(ops []cas.Op, used int) []clientv3.Cmp {
 // version, its writes (puts carry one write id, that of the first put,
 // firstPut -1 when there is none) and, for a refusal, a read-back of
 // every key.
-func (s *Store) commitTxn(ops []cas.Op) (cmps []clientv3.Cmp, writes, reads []clientv3.Op, id writeID, firstPut int) {
+func (s *Store) commitTxn(ops []cas.Op) (cmps []clientv3.Cmp, writes, reads []clientv3.Op, id writeid.ID, firstPut int) {
 	cmps = make([]clientv3.Cmp, 0, len(ops))
 	firstPut = -1
 	for i, op := range ops {

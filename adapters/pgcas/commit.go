@@ -11,6 +11,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/opsort"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // Commit implements cas.Committer: one implicit transaction, sent as one
@@ -32,7 +33,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 		return nil, err
 	}
 	order := opsort.Order(ops)
-	id := newWriteID()
+	id := s.ids.Next()
 	for run := 1; ; run++ {
 		vs, rerun, err := s.commitOnce(ctx, ops, order, id, run < maxWriteRuns)
 		if !rerun {
@@ -45,7 +46,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 // only because a create or an absence check met a row committed after its
 // statement's snapshot (so the conflict would carry no current item) and
 // mayRerun allows running it again.
-func (s *Store) commitOnce(ctx context.Context, ops []cas.Op, order []int, id writeID, mayRerun bool) (vs []cas.Version, rerun bool, err error) {
+func (s *Store) commitOnce(ctx context.Context, ops []cas.Op, order []int, id writeid.ID, mayRerun bool) (vs []cas.Version, rerun bool, err error) {
 	b := &pgx.Batch{}
 	for _, i := range order {
 		op := ops[i]
@@ -128,7 +129,7 @@ func (s *Store) commitOnce(ctx context.Context, ops []cas.Op, order []int, id wr
 
 // commitFailed maps the failure of a commit no operation of which reported
 // a failed check.
-func (s *Store) commitFailed(ctx context.Context, ops []cas.Op, id writeID, err error) ([]cas.Version, error) {
+func (s *Store) commitFailed(ctx context.Context, ops []cas.Op, id writeid.ID, err error) ([]cas.Version, error) {
 	key := ops[0].Key
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -158,14 +159,14 @@ func (s *Store) commitFailed(ctx context.Context, ops []cas.Op, id writeID, err 
 	if vs, ok := s.resolveCommit(ctx, ops, writes, id); ok {
 		return vs, nil
 	}
-	return nil, &cas.AmbiguousError{Op: "commit", Key: writes[0], WriteID: id.String(), Err: err}
+	return nil, &cas.AmbiguousError{Op: "commit", Key: writes[0], WriteID: id.UUID(), Err: err}
 }
 
 // resolveCommit reads the written keys back and reports whether the commit
 // tagged id applied: all of them carry id. A commit is atomic, so one key
 // carrying id proves it applied; the versions are known only if no key has
 // been written since, and the outcome counts as resolved only then.
-func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, writes []string, id writeID) ([]cas.Version, bool) {
+func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, writes []string, id writeid.ID) ([]cas.Version, bool) {
 	if ctx.Err() != nil {
 		return nil, false
 	}
@@ -176,7 +177,7 @@ func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, writes []string
 	type row struct {
 		version int64
 		deleted bool
-		id      writeID
+		id      writeid.ID
 	}
 	found := map[string]row{}
 	for rows.Next() {

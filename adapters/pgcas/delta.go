@@ -2,8 +2,6 @@ package pgcas
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -12,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // DefaultDeltaRetention is how long a Store keeps the ids of applied deltas
@@ -119,20 +118,6 @@ SELECT i.version, i.value, NULL::bigint, NULL::bytea FROM (SELECT) one LEFT JOIN
 	d.sqlDone = `SELECT version, value FROM ` + d.table + ` WHERE write_id = $1`
 }
 
-// deltaID is a delta's write id: the time it was made (Unix nanoseconds,
-// big-endian, so that ids sort by time) and 8 random bytes.
-type deltaID [16]byte
-
-func newDeltaID(now time.Time) deltaID {
-	var id deltaID
-	binary.BigEndian.PutUint64(id[:8], uint64(now.UnixNano()))
-	_, _ = rand.Read(id[8:])
-	return id
-}
-
-// String returns the id in UUID form, as the delta table shows it.
-func (id deltaID) String() string { return writeID(id).String() }
-
 // Add implements cas.Adder with one statement: the row is updated in
 // place by the server (an absent key is inserted), the delta's id is
 // recorded in the delta table, and when the bounds refuse the delta the
@@ -156,8 +141,8 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	}
 	create := lo <= 0 && 0 <= hi
 	start := time.Now()
-	id := newDeltaID(start)
-	var lost error // the error that lost the first reply, while resolving
+	id := writeid.Timed(start) // sorts by time, for the prune
+	var lost error             // the error that lost the first reply, while resolving
 	insert := false
 	for run := 1; ; run++ {
 		var (
@@ -177,7 +162,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 				return 0, 0, fmt.Errorf("pgcas: add %q: the server wrote %q: %w", key, newVal, perr)
 			}
 			if s.delta.runs.Add(1)%deltaPruneEvery == 0 {
-				cut := newDeltaID(start.Add(-s.delta.retention))
+				cut := writeid.Before(start.Add(-s.delta.retention))
 				clear(cut[8:])
 				_, _ = s.pool.Exec(ctx, s.delta.sqlPrune, cut, s.delta.retention.Seconds())
 			}
@@ -223,7 +208,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		// had given up before the reply was lost.
 		if lost == nil {
 			if ctx.Err() != nil {
-				return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: err}
+				return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.UUID(), Err: err}
 			}
 			lost = err
 			var cancel context.CancelFunc
@@ -231,13 +216,13 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			defer cancel()
 		}
 		if ctx.Err() != nil {
-			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: lost}
+			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.UUID(), Err: lost}
 		}
 		wait := time.NewTimer(min(time.Duration(run)*20*time.Millisecond, time.Second))
 		select {
 		case <-ctx.Done():
 			wait.Stop()
-			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: lost}
+			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.UUID(), Err: lost}
 		case <-wait.C:
 		}
 	}

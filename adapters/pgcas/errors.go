@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // SQLSTATE codes the adapter maps to cas errors.
@@ -181,7 +182,7 @@ func Retryable(err error) bool {
 // completed). A lost reply is resolved when it can: a write is tagged
 // with its write id, so reading the row back and finding that id proves it
 // applied.
-func (s *Store) writeFailed(ctx context.Context, op, key string, expected cas.Version, id writeID, err error) (cas.Version, error) {
+func (s *Store) writeFailed(ctx context.Context, op, key string, expected cas.Version, id writeid.ID, err error) (cas.Version, error) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		if transientCodes[pgErr.Code] {
@@ -195,20 +196,20 @@ func (s *Store) writeFailed(ctx context.Context, op, key string, expected cas.Ve
 	if v, ok := s.resolve(ctx, key, id); ok {
 		return v, nil
 	}
-	return 0, &cas.AmbiguousError{Op: op, Key: key, WriteID: id.String(), Err: err}
+	return 0, &cas.AmbiguousError{Op: op, Key: key, WriteID: id.UUID(), Err: err}
 }
 
 // resolve reads key back on another connection and reports whether the
 // write tagged id applied, with the version it made. It gives up (false)
 // when ctx has ended or the row cannot be read: the outcome stays unknown.
-func (s *Store) resolve(ctx context.Context, key string, id writeID) (cas.Version, bool) {
+func (s *Store) resolve(ctx context.Context, key string, id writeid.ID) (cas.Version, bool) {
 	if ctx.Err() != nil {
 		return 0, false
 	}
 	var (
 		version int64
 		deleted bool
-		got     writeID
+		got     writeid.ID
 	)
 	if err := s.pool.QueryRow(ctx, s.sqlResolve, key).Scan(&version, &deleted, &got); err != nil {
 		return 0, false

@@ -12,6 +12,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/opsort"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // DefaultExclusiveTimeout is Config.ExclusiveTimeout's default.
@@ -90,7 +91,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	if err := s.limits.Put(ctx, key, next); err != nil {
 		return 0, err
 	}
-	id := newWriteID()
+	id := s.ids.Next()
 	sql, args := s.writeSQL("compare-and-swap", key, cur.Version, next, 0, false, id)
 	b = &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -118,7 +119,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 // a session the server ended for holding the row idle too long wrote
 // nothing (its transaction was rolled back), a conflict for the caller to
 // retry from a fresh read; anything else as a write's failure.
-func (s *Store) exclusiveWriteFailed(ctx context.Context, op, key string, expected cas.Version, id writeID, err error) (cas.Version, error) {
+func (s *Store) exclusiveWriteFailed(ctx context.Context, op, key string, expected cas.Version, id writeid.ID, err error) (cas.Version, error) {
 	if e := s.exclusiveError(op, key, expected, err); e != nil {
 		return 0, e
 	}
@@ -218,7 +219,7 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 		return nil, err
 	}
 	order := opsort.Order(ops)
-	id := newWriteID()
+	id := s.ids.Next()
 	// The statements Commit sends, each marking its own failure (a check
 	// locks what it checked, FOR SHARE; checking an absence inserts a
 	// tombstone, the only way to lock it); in this transaction no guard

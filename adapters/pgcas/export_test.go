@@ -47,7 +47,7 @@ func (s *Store) UpdateLocked(ctx context.Context, key string, mutate func(cur []
 		if next == nil {
 			next = []byte{}
 		}
-		id := newWriteID()
+		id := s.ids.Next()
 		var r result
 		sql, args := s.writeSQL("compare-and-swap", key, cas.Version(v), next, 0, false, id)
 		if err := tx.QueryRow(ctx, sql, args...).Scan(&r.newVersion, &r.curVersion, &r.curValue, &r.curToken); err != nil {

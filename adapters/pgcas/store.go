@@ -2,7 +2,6 @@ package pgcas
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // DefaultTable is the table a Store uses when Config.Table is empty.
@@ -76,6 +76,7 @@ type Store struct {
 	limits cas.Limits
 	table  string // quoted, schema-qualified when Config.Schema is set
 	name   string // the configuration's table name, for messages
+	ids    *writeid.Source
 
 	sqlGet     string
 	sqlGetMany string
@@ -128,7 +129,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if name == "" {
 		name = DefaultTable
 	}
-	s := &Store{pool: pool, read: pool, limits: cfg.Limits.WithDefaults(), table: table, name: name, exclusiveTimeout: cfg.ExclusiveTimeout}
+	s := &Store{pool: pool, read: pool, limits: cfg.Limits.WithDefaults(), table: table, name: name, ids: writeid.NewSource(), exclusiveTimeout: cfg.ExclusiveTimeout}
 	if cfg.ReadPool != nil {
 		s.read = cfg.ReadPool
 	}
@@ -329,23 +330,6 @@ END$$`
 	s.sqlLockRead = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL FOR UPDATE`
 }
 
-// writeID is the id a write stores in its row, to find it again when the
-// reply is lost.
-type writeID [16]byte
-
-func newWriteID() writeID {
-	var id writeID
-	_, _ = rand.Read(id[:])   // crypto/rand.Read never fails (Go 1.24+)
-	id[6] = id[6]&0x0f | 0x40 // a version 4 UUID
-	id[8] = id[8]&0x3f | 0x80
-	return id
-}
-
-// String returns the id in UUID form, as the table shows it.
-func (id writeID) String() string {
-	return fmt.Sprintf("%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:16])
-}
-
 // pgVersion returns v as a bigint; a version no bigint can hold matches no
 // row.
 func pgVersion(v cas.Version) int64 {
@@ -460,7 +444,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 }
 
 // writeSQL returns the statement and arguments of one write.
-func (s *Store) writeSQL(op string, key string, expected cas.Version, value []byte, token uint64, fenced bool, id writeID) (string, []any) {
+func (s *Store) writeSQL(op string, key string, expected cas.Version, value []byte, token uint64, fenced bool, id writeid.ID) (string, []any) {
 	if value == nil && op != "compare-and-delete" {
 		value = []byte{} // NULL marks a tombstone: store an empty value as ''
 	}
@@ -483,7 +467,7 @@ func (s *Store) writeSQL(op string, key string, expected cas.Version, value []by
 const maxWriteRuns = 3
 
 func (s *Store) write(ctx context.Context, op string, key string, expected cas.Version, value []byte, token uint64, fenced bool) (cas.Version, error) {
-	id := newWriteID()
+	id := s.ids.Next()
 	sql, args := s.writeSQL(op, key, expected, value, token, fenced, id)
 	for run := 1; ; run++ {
 		var r result

@@ -9,6 +9,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // DefaultDeltaRetention is how long the record of an applied delta is kept
@@ -201,7 +202,7 @@ func isAnswer(err error) bool {
 // deltaKey is the key of a delta's record, in the slot of the data hash
 // dataKey when the store spreads its keys over a cluster's slots (the
 // slot's tag comes before the write id, whose raw bytes may hold braces).
-func (s *Store) deltaKey(id writeID, dataKey string) string {
+func (s *Store) deltaKey(id writeid.ID, dataKey string) string {
 	if s.perSlot {
 		return s.deltas + slotTags()[hashSlot(dataKey)] + string(id[:])
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // The decoders of what Redis hands back (script replies, a key's history,
@@ -117,7 +118,7 @@ func FuzzParseReply(f *testing.F) {
 // 24-byte entries, newest first, that re-encode to the string (a partial
 // tail is ignored), so resolving a lost answer never misreads an entry.
 func FuzzParseHistory(f *testing.F) {
-	ids := newWriteIDs()
+	ids := writeid.NewSource()
 	f.Add(historyEntry(ids.Next(), 0) + historyEntry(ids.Next(), 1<<64-1))
 	f.Add(historyEntry(ids.Next(), 7)[:23])
 	f.Add("")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // pending is a write whose answer may have been lost.
@@ -15,7 +16,7 @@ type pending struct {
 	key      string // the key whose hash records the write id (a commit's marker)
 	expected cas.Version
 	del      bool // the write id is recorded as the key's last delete, not put
-	id       writeID
+	id       writeid.ID
 	// send sends the write again (same write id); answer interprets a
 	// script reply as the caller's result.
 	send   func(context.Context) (any, error)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -97,7 +98,7 @@ type Store struct {
 	resolve time.Duration
 	ttlMs   string // tombstone TTL in milliseconds
 	keep    string // bytes of old history a write keeps: (History-1) entries
-	ids     *writeIDs
+	ids     *writeid.Source
 
 	exclusiveTTL time.Duration
 	deltas       string // prefix of delta records
@@ -182,7 +183,7 @@ func New(cli redis.UniversalClient, cfg Config) (*Store, error) {
 		resolve: cfg.ResolveTimeout,
 		ttlMs:   strconv.FormatInt(cfg.TombstoneTTL.Milliseconds(), 10),
 		keep:    strconv.Itoa((cfg.History - 1) * historyEntryLen),
-		ids:     newWriteIDs(),
+		ids:     writeid.NewSource(),
 
 		exclusiveTTL: cmp.Or(cfg.ExclusiveTTL, DefaultExclusiveTTL),
 		deltas:       cfg.Prefix + "a:",

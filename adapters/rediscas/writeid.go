@@ -9,22 +9,12 @@ import (
 	"github.com/occkit/occkit/internal/writeid"
 )
 
-// writeID identifies one write (a put, a delete or a commit). The scripts
-// keep it in the key's history so that the store can tell, after an answer
-// was lost, whether its own write applied.
-type writeID = writeid.ID
-
-// writeIDs makes write ids (see internal/writeid).
-type writeIDs = writeid.Source
-
-func newWriteIDs() *writeIDs { return writeid.NewSource() }
-
 // historyEntryLen is the size of one entry of a key's history.
 const historyEntryLen = 24
 
 // historyEntry is a write's entry in a key's history: its id, then the
 // version it replaces (expected), 8 bytes big-endian.
-func historyEntry(id writeID, expected uint64) string {
+func historyEntry(id writeid.ID, expected uint64) string {
 	var b [historyEntryLen]byte
 	copy(b[:16], id[:])
 	binary.BigEndian.PutUint64(b[16:], expected)
@@ -33,7 +23,7 @@ func historyEntry(id writeID, expected uint64) string {
 
 // entry is one write in a key's history.
 type entry struct {
-	id       writeID
+	id       writeid.ID
 	replaced uint64 // the version the write replaced; 0: it created the key
 }
 

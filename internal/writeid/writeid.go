@@ -20,6 +20,13 @@ type ID [Len]byte
 // String returns the id in hex.
 func (id ID) String() string { return hex.EncodeToString(id[:]) }
 
+// UUID returns the id in the 8-4-4-4-12 form of a UUID, as a PostgreSQL
+// uuid column shows it (the column takes any 128 bits, so the id needs no
+// version or variant bits).
+func (id ID) UUID() string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:16])
+}
+
 // Source makes ids: 8 random bytes fixed per source, then a counter. They
 // are unique without a system call per write. A Source is safe for
 // concurrent use.

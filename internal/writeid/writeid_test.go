@@ -30,3 +30,10 @@ func TestUnique(t *testing.T) {
 		t.Fatalf("%d ids", len(seen))
 	}
 }
+
+func TestUUID(t *testing.T) {
+	id := ID{0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0, 1, 2, 3, 4, 5, 6, 0xff}
+	if got, want := id.UUID(), "01234567-89ab-cdef-0001-0203040506ff"; got != want {
+		t.Fatalf("UUID() = %s, want %s", got, want)
+	}
+}
