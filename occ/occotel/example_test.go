@@ -50,32 +50,13 @@ func ExampleNew() {
 	}
 	fmt.Println("visits:", n)
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		panic(err)
-	}
-	// Print the counters and the attempts per call, sorted: data points
-	// come in no particular order.
-	var lines []string
-	for _, m := range rm.ScopeMetrics[0].Metrics {
-		switch d := m.Data.(type) {
-		case metricdata.Sum[int64]:
-			for _, dp := range d.DataPoints {
-				lines = append(lines, fmt.Sprintf("%s{%s} = %d", m.Name, dp.Attributes.Encoded(attribute.DefaultEncoder()), dp.Value))
-			}
-		case metricdata.Histogram[int64]:
-			for _, dp := range d.DataPoints {
-				lines = append(lines, fmt.Sprintf("%s{%s}: %d call, %d attempts", m.Name, dp.Attributes.Encoded(attribute.DefaultEncoder()), dp.Count, dp.Sum))
-			}
-		}
-	}
-	slices.Sort(lines)
-	fmt.Println(strings.Join(lines, "\n"))
+	printMetrics(ctx, reader)
 	// Output:
 	// visits: 3
 	// occ.attempts{op=update,outcome=conflict,store=memcas} = 2
 	// occ.attempts{op=update,outcome=success,store=memcas} = 1
-	// occ.call.attempts{op=update,outcome=success,store=memcas}: 1 call, 3 attempts
+	// occ.call.attempts{op=update,outcome=success,store=memcas}: count 1, sum 3
+	// occ.call.duration{op=update,outcome=success,store=memcas}: count 1
 	// occ.conflicts{op=update,store=memcas} = 2
 }
 
@@ -154,32 +135,48 @@ func ExampleLocker() {
 	<-lease.Context().Done()
 	_ = lease.Release(ctx) // returns once the loss is counted
 
+	printMetrics(ctx, reader)
+	// Output:
+	// hybrid.lease.hold.duration{end=lost}: count 1
+	// hybrid.lease.hold.duration{end=released}: count 1
+	// hybrid.lease.lost{cause=expired} = 1
+	// hybrid.lock.acquire.duration{outcome=acquired}: count 2
+	// occ.attempts{op=hybrid.update,outcome=success} = 1
+	// occ.call.attempts{op=hybrid.update,outcome=success}: count 1, sum 1
+	// occ.call.duration{op=hybrid.update,outcome=success}: count 1
+}
+
+// printMetrics prints what reader collects: the counters' values, and the
+// sample counts of the histograms (with the sum of those that count
+// attempts; durations vary from run to run), sorted: data points come in
+// no particular order.
+func printMetrics(ctx context.Context, reader *sdkmetric.ManualReader) {
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
 		panic(err)
 	}
 	var lines []string
 	for _, m := range rm.ScopeMetrics[0].Metrics {
+		name := func(attrs attribute.Set) string {
+			return m.Name + "{" + attrs.Encoded(attribute.DefaultEncoder()) + "}"
+		}
 		switch d := m.Data.(type) {
 		case metricdata.Sum[int64]:
 			for _, dp := range d.DataPoints {
-				lines = append(lines, fmt.Sprintf("%s{%s} = %d", m.Name, dp.Attributes.Encoded(attribute.DefaultEncoder()), dp.Value))
+				lines = append(lines, fmt.Sprintf("%s = %d", name(dp.Attributes), dp.Value))
+			}
+		case metricdata.Histogram[int64]:
+			for _, dp := range d.DataPoints {
+				lines = append(lines, fmt.Sprintf("%s: count %d, sum %d", name(dp.Attributes), dp.Count, dp.Sum))
 			}
 		case metricdata.Histogram[float64]:
 			for _, dp := range d.DataPoints {
-				lines = append(lines, fmt.Sprintf("%s{%s}: %d", m.Name, dp.Attributes.Encoded(attribute.DefaultEncoder()), dp.Count))
+				lines = append(lines, fmt.Sprintf("%s: count %d", name(dp.Attributes), dp.Count))
 			}
 		}
 	}
 	slices.Sort(lines)
 	fmt.Println(strings.Join(lines, "\n"))
-	// Output:
-	// hybrid.lease.hold.duration{end=lost}: 1
-	// hybrid.lease.hold.duration{end=released}: 1
-	// hybrid.lease.lost{cause=expired} = 1
-	// hybrid.lock.acquire.duration{outcome=acquired}: 2
-	// occ.attempts{op=hybrid.update,outcome=success} = 1
-	// occ.call.duration{op=hybrid.update,outcome=success}: 1
 }
 
 // attrs prints the values of keys found in kvs, in the order of keys.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -112,39 +111,30 @@ var causeNames = [numCauses]string{causeExpired: "expired", causeRevoked: "revok
 // callbacks. The returned Locker is safe for concurrent use if l is.
 func Locker(l hybrid.Locker, mp metric.MeterProvider, opts ...Option) (hybrid.Locker, error) {
 	c := newConfig(opts)
-	if mp == nil {
-		mp = otel.GetMeterProvider()
+	in := newInstruments(mp)
+	o := &lockObserver{
+		acquire: in.durations("hybrid.lock.acquire.duration",
+			"Duration of lock acquisitions, the wait behind other holders included, by outcome: acquired, canceled or error."),
+		hold: in.durations("hybrid.lease.hold.duration",
+			"How long leases were held, from the grant to their release or loss, by end: released, lost or release_failed."),
+		lost: in.counter("hybrid.lease.lost", "{lease}",
+			"Leases lost before their holder released them, by cause: expired (ran out unrenewed) or revoked (taken away before expiry)."),
+		attrs: c.attrs,
+		keys:  c.keys,
 	}
-	m := mp.Meter(ScopeName)
-	o := &lockObserver{attrs: c.attrs, keys: c.keys}
-	var err, e error
-	o.acquire, e = m.Float64Histogram("hybrid.lock.acquire.duration",
-		metric.WithUnit("s"),
-		metric.WithDescription("Duration of lock acquisitions, the wait behind other holders included, by outcome: acquired, canceled or error."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
-	err = errors.Join(err, e)
-	o.hold, e = m.Float64Histogram("hybrid.lease.hold.duration",
-		metric.WithUnit("s"),
-		metric.WithDescription("How long leases were held, from the grant to their release or loss, by end: released, lost or release_failed."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
-	err = errors.Join(err, e)
-	o.lost, e = m.Int64Counter("hybrid.lease.lost",
-		metric.WithUnit("{lease}"),
-		metric.WithDescription("Leases lost before their holder released them, by cause: expired (ran out unrenewed) or revoked (taken away before expiry)."))
-	err = errors.Join(err, e)
 	if rc, ok := l.(hybrid.RenewalCounter); ok {
 		renewOpts := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(c.attrs...))}
-		_, e = m.Int64ObservableCounter("hybrid.lease.renewals",
+		_, err := in.m.Int64ObservableCounter("hybrid.lease.renewals",
 			metric.WithUnit("{renewal}"),
 			metric.WithDescription("Renewals of leases (or of the sessions they live on) that succeeded."),
 			metric.WithInt64Callback(func(_ context.Context, obs metric.Int64Observer) error {
 				obs.Observe(int64(rc.Renewals()), renewOpts...)
 				return nil
 			}))
-		err = errors.Join(err, e)
+		in.err = errors.Join(in.err, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("occotel: creating lock instruments: %w", err)
+	if in.err != nil {
+		return nil, fmt.Errorf("occotel: creating lock instruments: %w", in.err)
 	}
 	for i, name := range acquireNames {
 		o.acquireOpts[i] = o.recordOpts(keyLockOutcome.String(name))
@@ -157,10 +147,6 @@ func Locker(l hybrid.Locker, mp metric.MeterProvider, opts ...Option) (hybrid.Lo
 	}
 	return hybrid.ObserveLocker(l, o), nil
 }
-
-// durationBuckets are the bucket boundaries, in seconds, of the duration
-// histograms: 100 µs to 10 s.
-var durationBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // lockObserver records a Locker's acquisitions and leases; it is the
 // hybrid.LockObserver of Locker.
@@ -178,10 +164,7 @@ type lockObserver struct {
 
 // set returns the attribute set of the constant attributes and kv.
 func (o *lockObserver) set(kv ...attribute.KeyValue) attribute.Set {
-	all := make([]attribute.KeyValue, 0, len(o.attrs)+len(kv))
-	all = append(all, o.attrs...)
-	all = append(all, kv...)
-	return attribute.NewSet(all...)
+	return attrSet(o.attrs, kv...)
 }
 
 func (o *lockObserver) recordOpts(kv ...attribute.KeyValue) []metric.RecordOption {

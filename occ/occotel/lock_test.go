@@ -9,52 +9,12 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/etcdtest"
 	"github.com/occkit/occkit/occ/occotel"
 )
-
-// lockHarness is a MeterProvider read on demand, for Lockers.
-type lockHarness struct {
-	t      *testing.T
-	mp     *sdkmetric.MeterProvider
-	reader *sdkmetric.ManualReader
-}
-
-func newLockHarness(t *testing.T) *lockHarness {
-	t.Helper()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() {
-		if err := mp.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return &lockHarness{t: t, mp: mp, reader: reader}
-}
-
-func (h *lockHarness) collect() metrics {
-	h.t.Helper()
-	return (&harness{t: h.t, reader: h.reader}).collect()
-}
-
-// waitFor collects until cond holds (for up to 10 s) and returns that
-// collection.
-func (h *lockHarness) waitFor(what string, cond func(m metrics) bool) metrics {
-	h.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		m := h.collect()
-		if cond(m) {
-			return m
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("no %s within 10s", what)
-		}
-	}
-}
 
 func end(name string) attribute.KeyValue   { return attribute.String("end", name) }
 func cause(name string) attribute.KeyValue { return attribute.String("cause", name) }
@@ -63,7 +23,7 @@ func cause(name string) attribute.KeyValue { return attribute.String("cause", na
 // is recorded, as are one that timed out and the hold times.
 func TestLockerAcquireAndRelease(t *testing.T) {
 	ctx := context.Background()
-	h := newLockHarness(t)
+	h := newMeters(t)
 	locker, err := occotel.Locker(hybrid.NewLocalLocker(time.Second), h.mp, occotel.WithAttributes(attribute.String("locker", "local")))
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +85,7 @@ func TestLockerAcquireAndRelease(t *testing.T) {
 // its Release afterwards counts nothing more; its span shows the loss.
 func TestLockerLeaseExpired(t *testing.T) {
 	s := newSpans(t)
-	h := newLockHarness(t)
+	h := newMeters(t)
 	locker, err := occotel.Locker(hybrid.NewLocalLocker(30*time.Millisecond), h.mp)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +127,7 @@ func TestLockerLeaseExpired(t *testing.T) {
 // revoked.
 func TestLockerLeaseRevoked(t *testing.T) {
 	ctx := context.Background()
-	h := newLockHarness(t)
+	h := newMeters(t)
 	fake := &revocableLocker{}
 	locker, err := occotel.Locker(fake, h.mp)
 	if err != nil {
@@ -212,7 +172,7 @@ func (g *revocableLease) Release(context.Context) error {
 // TestLockerKeys: WithKeys puts the key on the lock metrics.
 func TestLockerKeys(t *testing.T) {
 	ctx := context.Background()
-	h := newLockHarness(t)
+	h := newMeters(t)
 	locker, err := occotel.Locker(hybrid.NewLocalLocker(time.Second), h.mp, occotel.WithKeys())
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +204,7 @@ func TestLockerRenewals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer el.Close()
-	h := newLockHarness(t)
+	h := newMeters(t)
 	locker, err := occotel.Locker(el, h.mp, occotel.WithAttributes(attribute.String("locker", "etcd")))
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +238,7 @@ func TestLockerRenewals(t *testing.T) {
 func TestLockerConcurrent(t *testing.T) {
 	const workers, rounds = 8, 25
 	ctx := context.Background()
-	h := newLockHarness(t)
+	h := newMeters(t)
 	locker, err := occotel.Locker(hybrid.NewLocalLocker(time.Second), h.mp)
 	if err != nil {
 		t.Fatal(err)

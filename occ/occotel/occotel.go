@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -138,57 +137,34 @@ type opOptions struct {
 // ScopeName from mp; a nil mp means the global otel.GetMeterProvider().
 func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	c := newConfig(opts)
-	if mp == nil {
-		mp = otel.GetMeterProvider()
+	in := newInstruments(mp)
+	o := &Observer{
+		attempts: in.counter("occ.attempts", "{attempt}",
+			"Attempts of occ.Retry, occ.Update and occ.Txn calls: every call of the function, by outcome."),
+		conflicts: in.counter("occ.conflicts", "{conflict}",
+			"Attempts that failed with a version conflict."),
+		callAttempts: in.int64Histogram("occ.call.attempts", "{attempt}",
+			"Attempts per occ call.",
+			1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 50),
+		callDuration: in.durations("occ.call.duration",
+			"Duration of occ calls, all attempts and waits included."),
+		giveups: in.counter("occ.giveups", "{call}",
+			"occ calls that gave up while still failing with a retryable error, by reason: attempts, budget, backoff or context."),
+		rejections: in.counter("occ.budget.rejections", "{call}",
+			"occ calls that gave up because the shared retry budget refused a retry."),
+		fenced: in.counter("hybrid.fenced.writes", "{write}",
+			"Attempts whose write the store refused because their fencing token was stale (cas.ErrFenced): a lease lost before its write."),
+		escalations: in.counter("occ.escalations", "{attempt}",
+			"Attempts that ran exclusively, the store holding the key from read to write, because the call had lost too many writes in a row (occ.WithExclusiveAfter)."),
+		switches: in.counter("occ.adaptive.switches", "{switch}",
+			"Keys that hybrid.Adaptive switched between optimistic updates and the lease path, by the mode switched to."),
+		constAttrs: c.attrs,
 	}
-	m := mp.Meter(ScopeName)
-
-	o := &Observer{constAttrs: c.attrs}
-	var err, e error
-	o.attempts, e = m.Int64Counter("occ.attempts",
-		metric.WithUnit("{attempt}"),
-		metric.WithDescription("Attempts of occ.Retry, occ.Update and occ.Txn calls: every call of the function, by outcome."))
-	err = errors.Join(err, e)
-	o.conflicts, e = m.Int64Counter("occ.conflicts",
-		metric.WithUnit("{conflict}"),
-		metric.WithDescription("Attempts that failed with a version conflict."))
-	err = errors.Join(err, e)
-	o.callAttempts, e = m.Int64Histogram("occ.call.attempts",
-		metric.WithUnit("{attempt}"),
-		metric.WithDescription("Attempts per occ call."),
-		metric.WithExplicitBucketBoundaries(1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 50))
-	err = errors.Join(err, e)
-	o.callDuration, e = m.Float64Histogram("occ.call.duration",
-		metric.WithUnit("s"),
-		metric.WithDescription("Duration of occ calls, all attempts and waits included."),
-		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-	err = errors.Join(err, e)
-	o.giveups, e = m.Int64Counter("occ.giveups",
-		metric.WithUnit("{call}"),
-		metric.WithDescription("occ calls that gave up while still failing with a retryable error, by reason: attempts, budget, backoff or context."))
-	err = errors.Join(err, e)
-	o.rejections, e = m.Int64Counter("occ.budget.rejections",
-		metric.WithUnit("{call}"),
-		metric.WithDescription("occ calls that gave up because the shared retry budget refused a retry."))
-	err = errors.Join(err, e)
-	o.fenced, e = m.Int64Counter("hybrid.fenced.writes",
-		metric.WithUnit("{write}"),
-		metric.WithDescription("Attempts whose write the store refused because their fencing token was stale (cas.ErrFenced): a lease lost before its write."))
-	err = errors.Join(err, e)
-	o.escalations, e = m.Int64Counter("occ.escalations",
-		metric.WithUnit("{attempt}"),
-		metric.WithDescription("Attempts that ran exclusively, the store holding the key from read to write, because the call had lost too many writes in a row (occ.WithExclusiveAfter)."))
-	err = errors.Join(err, e)
-	o.switches, e = m.Int64Counter("occ.adaptive.switches",
-		metric.WithUnit("{switch}"),
-		metric.WithDescription("Keys that hybrid.Adaptive switched between optimistic updates and the lease path, by the mode switched to."))
-	err = errors.Join(err, e)
-	if err != nil {
-		return nil, fmt.Errorf("occotel: creating instruments: %w", err)
+	if in.err != nil {
+		return nil, fmt.Errorf("occotel: creating instruments: %w", in.err)
 	}
 	for i, to := range []string{"optimistic", "locked"} {
-		attrs := append(append([]attribute.KeyValue{}, o.constAttrs...), attribute.String("to", to))
-		o.switchOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
+		o.switchOpts[i] = []metric.AddOption{metric.WithAttributeSet(attrSet(o.constAttrs, attribute.String("to", to)))}
 	}
 
 	ops := make(map[string]*opOptions, len(knownOps))
@@ -202,10 +178,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 // build returns the measurement options of op.
 func (o *Observer) build(op string) *opOptions {
 	set := func(kv ...attribute.KeyValue) metric.MeasurementOption {
-		all := make([]attribute.KeyValue, 0, len(o.constAttrs)+len(kv))
-		all = append(all, o.constAttrs...)
-		all = append(all, kv...) // later values win on duplicate keys
-		return metric.WithAttributeSet(attribute.NewSet(all...))
+		return metric.WithAttributeSet(attrSet(o.constAttrs, kv...))
 	}
 	opKV := keyOp.String(op)
 	p := &opOptions{op: []metric.AddOption{set(opKV)}}

@@ -27,28 +27,43 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// harness is an Observer recording into its own SDK MeterProvider, read with
-// a ManualReader.
+// harness is an SDK MeterProvider of its own, read on demand with a
+// ManualReader, and (from newHarness) an Observer recording into it.
 type harness struct {
 	t      *testing.T
+	mp     *sdkmetric.MeterProvider
 	reader *sdkmetric.ManualReader
 	obs    *occotel.Observer
 }
 
-func newHarness(t *testing.T, opts ...occotel.Option) *harness {
+// newMeters returns a harness without an Observer, for Lockers.
+func newMeters(t *testing.T) *harness {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	shutdownAtCleanup(t, mp)
+	return &harness{t: t, mp: mp, reader: reader}
+}
+
+// shutdownAtCleanup shuts p (a MeterProvider or a TracerProvider) down when
+// the test ends.
+func shutdownAtCleanup(t *testing.T, p interface{ Shutdown(context.Context) error }) {
 	t.Cleanup(func() {
-		if err := mp.Shutdown(context.Background()); err != nil {
+		if err := p.Shutdown(context.Background()); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	obs, err := occotel.New(mp, opts...)
+}
+
+func newHarness(t *testing.T, opts ...occotel.Option) *harness {
+	t.Helper()
+	h := newMeters(t)
+	obs, err := occotel.New(h.mp, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return &harness{t: t, reader: reader, obs: obs}
+	h.obs = obs
+	return h
 }
 
 // opts returns the occ options of a test call: this observer and no wait
@@ -64,6 +79,21 @@ func (h *harness) collect() metrics {
 		h.t.Fatalf("collect: %v", err)
 	}
 	return metrics{t: h.t, rm: rm}
+}
+
+// waitFor collects until cond holds (for up to 10 s) and returns that
+// collection.
+func (h *harness) waitFor(what string, cond func(m metrics) bool) metrics {
+	h.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m := h.collect()
+		if cond(m) {
+			return m
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no %s within 10s", what)
+		}
+	}
 }
 
 // metrics is one collection, with lookups by instrument name and attributes.
@@ -194,6 +224,26 @@ func conflictingWrites(store *memcas.Store, key string, n int) func(ctx context.
 	}
 }
 
+// contendedIncrement returns a function for occ.Update that increments the
+// counter; during its first n calls another writer increments key in
+// counters between the read and the write, so the write conflicts.
+func contendedIncrement(ctx context.Context, counters *cas.Typed[int], key string, n int) func(int, bool) (int, error) {
+	calls := 0
+	return func(v int, _ bool) (int, error) {
+		calls++
+		if calls <= n {
+			_, ver, err := counters.Get(ctx, key)
+			if err != nil && !errors.Is(err, cas.ErrNotFound) {
+				return 0, err
+			}
+			if _, err := counters.CompareAndSwap(ctx, key, ver, v+1); err != nil {
+				return 0, err
+			}
+		}
+		return v + 1, nil
+	}
+}
+
 func TestRetryConflictsThenSucceeds(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
@@ -225,20 +275,7 @@ func TestUpdate(t *testing.T) {
 
 	// Another writer increments the counter between our read and our write
 	// twice, so the third attempt writes.
-	interfere := 2
-	n, _, err := occ.Update(ctx, counters, "visits", func(n int, _ bool) (int, error) {
-		if interfere > 0 {
-			interfere--
-			_, v, err := counters.Get(ctx, "visits")
-			if err != nil && !errors.Is(err, cas.ErrNotFound) {
-				return 0, err
-			}
-			if _, err := counters.CompareAndSwap(ctx, "visits", v, n+1); err != nil {
-				return 0, err
-			}
-		}
-		return n + 1, nil
-	}, h.opts()...)
+	n, _, err := occ.Update(ctx, counters, "visits", contendedIncrement(ctx, counters, "visits", 2), h.opts()...)
 	if err != nil {
 		t.Fatalf("Update: %v", err)
 	}
@@ -564,14 +601,8 @@ func TestInstruments(t *testing.T) {
 }
 
 func TestNilMeterProviderUsesGlobal(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() {
-		if err := mp.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	}()
-	otel.SetMeterProvider(mp)
+	h := newMeters(t)
+	otel.SetMeterProvider(h.mp)
 
 	obs, err := occotel.New(nil)
 	if err != nil {
@@ -580,7 +611,7 @@ func TestNilMeterProviderUsesGlobal(t *testing.T) {
 	if err := occ.Retry(context.Background(), func(context.Context) error { return nil }, occ.WithObserver(obs)); err != nil {
 		t.Fatal(err)
 	}
-	m := (&harness{t: t, reader: reader}).collect()
+	m := h.collect()
 	check(t, "attempts{retry,success}", m.counter("occ.attempts", op("retry"), outcome("success")), 1)
 }
 

@@ -35,11 +35,7 @@ func newSpans(t *testing.T) *spans {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() {
-		if err := tp.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
+	shutdownAtCleanup(t, tp)
 	return &spans{t: t, exp: exp, tp: tp}
 }
 
@@ -180,17 +176,8 @@ func TestTracerUpdate(t *testing.T) {
 	tracer := occotel.NewTracer(s.tp, occotel.WithKeys(), occotel.WithAttributes(attribute.String("store", "memcas")))
 	ctx := context.Background()
 	counters := cas.NewTyped(memcas.New(), cas.JSON[int]())
-	interfere := n
-	if _, _, err := occ.Update(ctx, counters, "visits", func(v int, _ bool) (int, error) {
-		if interfere > 0 {
-			interfere--
-			_, ver, _ := counters.Get(ctx, "visits")
-			if _, err := counters.CompareAndSwap(ctx, "visits", ver, v+1); err != nil {
-				return 0, err
-			}
-		}
-		return v + 1, nil
-	}, occ.WithObserver(tracer), occ.WithBackOff(&backoff.ZeroBackOff{})); err != nil {
+	if _, _, err := occ.Update(ctx, counters, "visits", contendedIncrement(ctx, counters, "visits", n),
+		occ.WithObserver(tracer), occ.WithBackOff(&backoff.ZeroBackOff{})); err != nil {
 		t.Fatal(err)
 	}
 	sp := s.named("occ.update")
@@ -325,7 +312,7 @@ func TestHybridUpdateFenced(t *testing.T) {
 	}
 
 	// A fresh locker hands out tokens 1, 2, 3: the first two are stale.
-	reader := newLockHarness(t)
+	reader := newMeters(t)
 	locker, err := occotel.Locker(hybrid.NewLocalLocker(time.Second), reader.mp)
 	if err != nil {
 		t.Fatal(err)
@@ -379,7 +366,7 @@ func TestHybridUpdateFenced(t *testing.T) {
 func TestHybridTxnSpan(t *testing.T) {
 	ctx := context.Background()
 	s := newSpans(t)
-	reader := newLockHarness(t)
+	reader := newMeters(t)
 	locker, err := occotel.Locker(hybrid.NewLocalLocker(time.Second), reader.mp)
 	if err != nil {
 		t.Fatal(err)
@@ -439,17 +426,7 @@ func TestEscalation(t *testing.T) {
 	h := newHarness(t)
 	store := &exclusiveStore{Store: memcas.New()}
 	counters := cas.NewTyped(cas.Store(store), cas.JSON[int]())
-	interfere := 2
-	if _, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
-		if interfere > 0 {
-			interfere--
-			_, v, _ := counters.Get(ctx, "n")
-			if _, err := counters.CompareAndSwap(ctx, "n", v, n+1); err != nil {
-				return 0, err
-			}
-		}
-		return n + 1, nil
-	}, h.opts(occ.WithExclusiveAfter(2), occ.WithObserver(occotel.NewTracer(s.tp)))...); err != nil {
+	if _, _, err := occ.Update(ctx, counters, "n", contendedIncrement(ctx, counters, "n", 2), h.opts(occ.WithExclusiveAfter(2), occ.WithObserver(occotel.NewTracer(s.tp)))...); err != nil {
 		t.Fatal(err)
 	}
 	m := h.collect()
