@@ -296,12 +296,12 @@ func partition(ctx context.Context, r *run) error {
 	}
 	defer x.close()
 	for _, p := range proxies {
-		p.SetLatency(time.Hour) // nothing gets through, nothing is reset
+		p.SetChunkDelay(time.Hour) // nothing gets through, nothing is reset
 	}
 	r.note("A", Fault, "partition: the TCP proxy between A and "+what+" holds every packet; A's work goes on")
 	return x.finish(ctx, func() {
 		for _, p := range proxies {
-			p.SetLatency(0)
+			p.SetChunkDelay(0)
 			p.DropAll() // the stuck connections are reset; new ones get through
 		}
 		r.note("A", Fault, "the partition heals: A's stuck connections are reset, new ones get through")

@@ -10,13 +10,15 @@
 //	p, err := faultproxy.New("127.0.0.1:5432")
 //	if err != nil { ... }
 //	defer p.Close()
-//	p.SetLatency(2 * time.Millisecond) // every forwarded chunk waits 2 ms
-//	p.DropAll()                        // every live connection is reset
-//	p.CutAfter(10)                     // answers stop after 10 more bytes
+//	p.SetChunkDelay(2 * time.Millisecond) // every forwarded chunk waits 2 ms
+//	p.DropAll()                           // every live connection is reset
+//	p.CutAfter(10)                        // answers stop after 10 more bytes
 //
-// SetDelay is different: a network path that is longer, not a fault. It
-// holds every byte for a fixed time in each direction without slowing a
-// busy connection down (the contention lab's --rtt).
+// SetChunkDelay is a fault: each chunk waits in turn, so a busy connection
+// slows down, and a long delay stalls it. SetPathDelay is not a fault but a
+// longer network path: it holds every byte for a fixed time in each
+// direction without slowing a busy connection down (the contention lab's
+// --rtt).
 //
 // A Proxy is safe for concurrent use.
 package faultproxy
@@ -29,8 +31,8 @@ import (
 	"time"
 )
 
-// chunkSize is the largest chunk forwarded at once; latency is added per
-// chunk.
+// chunkSize is the largest chunk forwarded at once; SetChunkDelay's delay
+// is added per chunk.
 const chunkSize = 32 << 10
 
 // Proxy forwards TCP connections from Addr to a target, with faults.
@@ -39,16 +41,16 @@ type Proxy struct {
 	ln     net.Listener
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	conns    map[*link]struct{}
-	latency  time.Duration
-	oneWay   time.Duration // SetDelay: the one-way delay of new connections
-	clock    *clock
-	cutAfter int64 // > 0: each connection is cut after that many server bytes
-	closed   bool
-	accepted int
-	dropped  int
-	cuts     int
+	mu         sync.Mutex
+	conns      map[*link]struct{}
+	chunkDelay time.Duration // SetChunkDelay: the wait before each chunk
+	pathDelay  time.Duration // SetPathDelay: the one-way delay of new connections
+	clock      *clock
+	cutAfter   int64 // > 0: each connection is cut after that many server bytes
+	closed     bool
+	accepted   int
+	dropped    int
+	cuts       int
 }
 
 // link is one proxied connection: the client's side and the server's.
@@ -93,25 +95,28 @@ func New(target string) (*Proxy, error) {
 // Addr returns the proxy's listening address (127.0.0.1:port).
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// SetLatency makes the proxy wait d before forwarding each chunk, in both
-// directions, on live and new connections. 0 turns the latency off.
-func (p *Proxy) SetLatency(d time.Duration) {
+// SetChunkDelay makes the proxy wait d before forwarding each chunk, in
+// both directions, on live and new connections: the chunks of one
+// connection wait one after the other, so a connection carrying many
+// requests at once slows down, and a long d stalls it (nothing gets
+// through, nothing is reset). 0 turns the delay off.
+func (p *Proxy) SetChunkDelay(d time.Duration) {
 	p.mu.Lock()
-	p.latency = d
+	p.chunkDelay = d
 	p.mu.Unlock()
 }
 
-// SetDelay gives the connections accepted from now on a one-way delay of
+// SetPathDelay gives the connections accepted from now on a one-way delay of
 // d in each direction, as a longer network path does: every chunk read
 // from one side is written to the other d after it arrived, in order,
 // while the chunks behind it are already on their way (a connection
 // carrying many requests at once, as an HTTP/2 or pipelined client does,
-// is not slowed down, unlike with SetLatency). A round trip through the
+// is not slowed down, unlike with SetChunkDelay). A round trip through the
 // proxy then takes at least 2d more than without it. CutAfter does not
 // apply to delayed connections. 0 turns it off for new connections.
-func (p *Proxy) SetDelay(d time.Duration) {
+func (p *Proxy) SetPathDelay(d time.Duration) {
 	p.mu.Lock()
-	p.oneWay = max(d, 0)
+	p.pathDelay = max(d, 0)
 	p.mu.Unlock()
 }
 
@@ -218,7 +223,7 @@ func (p *Proxy) serve(c net.Conn) {
 	}
 	p.conns[l] = struct{}{}
 	p.accepted++
-	delay := p.oneWay
+	delay := p.pathDelay
 	p.mu.Unlock()
 
 	var copies sync.WaitGroup
@@ -289,10 +294,10 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, fromServer bool) {
 	}
 }
 
-// delay waits the current latency, or until the link closes (false).
+// delay waits the current chunk delay, or until the link closes (false).
 func (p *Proxy) delay(l *link) bool {
 	p.mu.Lock()
-	d := p.latency
+	d := p.chunkDelay
 	p.mu.Unlock()
 	if d <= 0 {
 		return true

@@ -113,35 +113,35 @@ func TestHalfClose(t *testing.T) {
 	}
 }
 
-func TestLatency(t *testing.T) {
+func TestChunkDelay(t *testing.T) {
 	p := newProxy(t)
 	c := dial(t, p)
 	roundTrip(t, c, []byte("warm")) // the dial itself is not measured
 	const d = 30 * time.Millisecond
-	p.SetLatency(d)
+	p.SetChunkDelay(d)
 	start := time.Now()
 	roundTrip(t, c, []byte("x"))
-	// One chunk each way: at least twice the latency.
+	// One chunk each way: at least twice the delay.
 	if took := time.Since(start); took < 2*d {
 		t.Fatalf("round trip took %v with %v per chunk; want at least %v", took, d, 2*d)
 	}
-	p.SetLatency(0)
+	p.SetChunkDelay(0)
 	start = time.Now()
 	roundTrip(t, c, []byte("y"))
 	if took := time.Since(start); took >= 2*d {
-		t.Fatalf("round trip took %v after the latency was turned off", took)
+		t.Fatalf("round trip took %v after the delay was turned off", took)
 	}
 }
 
-// TestDelay: with SetDelay each message comes back no sooner than two
+// TestPathDelay: with SetPathDelay each message comes back no sooner than two
 // delays after it was sent, and messages sent one after the other travel
 // together instead of queueing behind each other's delay (sent 10 ms
 // apart with a 200 ms delay, ten echoes take about 0.5 s; one at a time
 // they would take 4 s).
-func TestDelay(t *testing.T) {
+func TestPathDelay(t *testing.T) {
 	p := newProxy(t)
 	const d = 200 * time.Millisecond
-	p.SetDelay(d)
+	p.SetPathDelay(d)
 	c := dial(t, p)
 	const n = 10
 	sent := make(chan time.Time, n)

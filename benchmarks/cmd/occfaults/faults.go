@@ -97,9 +97,9 @@ func inject(ctx context.Context, fault string, tg *target, start time.Time, d, r
 		if err := needProxy(); err != nil {
 			return inj, err
 		}
-		tg.proxy.SetLatency(addedLatency)
+		tg.proxy.SetChunkDelay(addedLatency)
 		wait(end)
-		tg.proxy.SetLatency(0)
+		tg.proxy.SetChunkDelay(0)
 	case faultCut:
 		if err := needProxy(); err != nil {
 			return inj, err

@@ -241,7 +241,7 @@ func runTarget(ctx context.Context, p params, backend, fault string, tg *target)
 	}
 	elapsed := time.Since(t0)
 	if tg.proxy != nil {
-		tg.proxy.SetLatency(0)
+		tg.proxy.SetChunkDelay(0)
 		tg.proxy.CutAfter(0)
 	}
 	if ierr != nil {

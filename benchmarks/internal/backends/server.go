@@ -374,7 +374,7 @@ func (s *Server) Addr() (string, error) {
 }
 
 // Proxy returns a new fault proxy in front of the server, holding every
-// byte for delay in each direction (faultproxy.Proxy.SetDelay). Clients
+// byte for delay in each direction (faultproxy.Proxy.SetPathDelay). Clients
 // reach the server through it with ClientOptions.Via = its Addr(); the
 // caller closes it.
 func (s *Server) Proxy(delay time.Duration) (*faultproxy.Proxy, error) {
@@ -386,7 +386,7 @@ func (s *Server) Proxy(delay time.Duration) (*faultproxy.Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy for %s: %w", addr, err)
 	}
-	p.SetDelay(delay)
+	p.SetPathDelay(delay)
 	return p, nil
 }
 

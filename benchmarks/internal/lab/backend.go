@@ -128,7 +128,7 @@ type Env struct {
 	Getenv func(string) string
 	// Proxy puts a TCP proxy (internal/faultproxy) in front of every
 	// server the lab connects to, data stores and lock services alike,
-	// which holds every byte for Delay in each direction (SetDelay): a
+	// which holds every byte for Delay in each direction (SetPathDelay): a
 	// round trip then costs at least 2×Delay more, as over a longer
 	// network path. With Delay 0 the proxy only adds its own hop.
 	Proxy bool
@@ -163,7 +163,7 @@ func (e *Env) dial(hostport string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("proxy for %s: %w", hostport, err)
 	}
-	p.SetDelay(e.Delay)
+	p.SetPathDelay(e.Delay)
 	if e.proxies == nil {
 		e.proxies = &proxySet{}
 	}
