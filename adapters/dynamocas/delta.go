@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
@@ -103,16 +101,8 @@ func (s *Store) addInPlace(ctx context.Context, key string, n, lo, hi int64) (in
 	upd := "SET " + d + " = " + d + " + " + e.value(":n", inum(n)) +
 		", " + v + " = " + v + " + " + e.value(":one", num(1)) +
 		", " + e.name(s, phWriteID) + " = " + e.value(":w", bin(id[:]))
-	in := &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 s.keyAV(key),
-		UpdateExpression:                    aws.String(upd),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            e.names,
-		ExpressionAttributeValues:           e.values,
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}
+	in := s.updateInput(key, upd, cond, e)
+	in.ReturnValues = types.ReturnValueAllNew
 	var p ctxwait.Poll
 	mismatches := 0
 	for {
@@ -168,9 +158,9 @@ func (s *Store) addInPlace(ctx context.Context, key string, n, lo, hi int64) (in
 			return 0, 0, nil, amb
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
-		item, rerr := s.cli.GetItem(rctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: s.keyAV(key), ConsistentRead: aws.Bool(true)})
+		item, rerr := s.cli.GetItem(rctx, s.getInput(key))
 		for rerr != nil && ctxwait.Sleep(rctx, 50*time.Millisecond) == nil {
-			item, rerr = s.cli.GetItem(rctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: s.keyAV(key), ConsistentRead: aws.Bool(true)})
+			item, rerr = s.cli.GetItem(rctx, s.getInput(key))
 		}
 		cancel()
 		if rerr != nil {
@@ -205,7 +195,7 @@ func (s *Store) added(key string, av map[string]types.AttributeValue) (int64, ca
 func (s *Store) addStateOf(ctx context.Context, key string, av map[string]types.AttributeValue) (*addState, error) {
 	if len(av) == 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
-		out, err := s.cli.GetItem(rctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: s.keyAV(key), ConsistentRead: aws.Bool(true)})
+		out, err := s.cli.GetItem(rctx, s.getInput(key))
 		cancel()
 		if err != nil {
 			return nil, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf("dynamocas: reading the key after a refused delta: %w", err)}

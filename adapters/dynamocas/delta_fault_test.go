@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/occkit/occkit/adapters/dynamocas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/dynamotest"
 )
@@ -17,13 +16,7 @@ import (
 // value counts each delta that reached the server exactly once.
 func TestDeltaLostAnswers(t *testing.T) {
 	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
-		fl := &faulty{}
-		cli := dynamotest.ClientWith(t, srv, fl.wrap)
-		s := newStore(t, cli, dynamocas.Config{ResolveTimeout: 5 * time.Second})
-		other, err := dynamocas.New(dynamotest.Client(t, srv), dynamocas.Config{Table: s.Table()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		fl, s, other := lossyStore(t, srv)
 		ctx := dynamotest.Ctx(t, time.Minute)
 		if _, _, err := s.Add(ctx, "stock", 100, cas.Bounds{}); err != nil {
 			t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/occkit/occkit/adapters/dynamocas"
 	"github.com/occkit/occkit/cas"
@@ -40,6 +39,16 @@ type faulty struct {
 	op     string
 	f      fault
 	before func()
+}
+
+// lossyStore returns a store whose client meets the faults fl is armed
+// with, its lost answers resolved for up to 5 s, and other, a writer on
+// its table that the faults do not reach.
+func lossyStore(t *testing.T, srv dynamotest.Server) (fl *faulty, s, other *dynamocas.Store) {
+	t.Helper()
+	fl = &faulty{}
+	s = newStore(t, dynamotest.ClientWith(t, srv, fl.wrap), dynamocas.Config{ResolveTimeout: 5 * time.Second})
+	return fl, s, otherWriter(t, srv, s)
 }
 
 func (fl *faulty) arm(op string, f fault, before func()) {
@@ -76,13 +85,7 @@ func (fl *faulty) wrap(next http.RoundTripper) http.RoundTripper {
 // without it). Afterwards the key must hold exactly what was applied.
 func TestLostAnswers(t *testing.T) {
 	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
-		fl := &faulty{}
-		cli := dynamotest.ClientWith(t, srv, fl.wrap)
-		s := newStore(t, cli, dynamocas.Config{ResolveTimeout: 5 * time.Second})
-		other, err := dynamocas.New(dynamotest.Client(t, srv), dynamocas.Config{Table: s.Table()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		fl, s, other := lossyStore(t, srv)
 		ctx := dynamotest.Ctx(t, time.Minute)
 
 		tests := []struct {
@@ -104,6 +107,7 @@ func TestLostAnswers(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				key := "k" + tc.name
 				var v cas.Version
+				var err error
 				if !tc.create {
 					if v, err = s.CompareAndSwap(ctx, key, 0, []byte("before")); err != nil {
 						t.Fatal(err)
@@ -299,10 +303,7 @@ func TestCutAnswers(t *testing.T) {
 	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
 		c := &cutter{}
 		s := newStore(t, dynamotest.ClientWith(t, srv, c.wrap), dynamocas.Config{ResolveTimeout: 5 * time.Second})
-		other, err := dynamocas.New(dynamotest.Client(t, srv), dynamocas.Config{Table: s.Table()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		other := otherWriter(t, srv, s)
 		ctx := dynamotest.Ctx(t, time.Minute)
 		counters := cas.NewTyped[int](s, cas.JSON[int]())
 		zero := occ.WithBackOff(&backoff.ZeroBackOff{})
@@ -474,11 +475,7 @@ func TestTxResendRefusalCut(t *testing.T) {
 	srv := dynamotest.StartMinidyn(t)
 	fl, c := &faulty{}, &cutter{}
 	cli := dynamotest.ClientWith(t, srv, func(next http.RoundTripper) http.RoundTripper { return fl.wrap(c.wrap(next)) })
-	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
-	items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	items, _ := newStocks(t, cli)
 	ctx := dynamotest.Ctx(t, time.Minute)
 	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
 	if err != nil {
@@ -510,15 +507,8 @@ func TestTableResendRefusalCut(t *testing.T) {
 	srv := dynamotest.StartMinidyn(t)
 	fl, c := &faulty{}, &cutter{}
 	cli := dynamotest.ClientWith(t, srv, func(next http.RoundTripper) http.RoundTripper { return fl.wrap(c.wrap(next)) })
-	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
-	items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	others, err := dynamocas.NewTable[stock](dynamotest.Client(t, srv), dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	items, name := newStocks(t, cli)
+	others := openStocks(t, dynamotest.Client(t, srv), name, dynamocas.TableConfig{})
 	ctx := dynamotest.Ctx(t, time.Minute)
 	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
 	if err != nil {

@@ -202,6 +202,26 @@ func (s *Store) keyAV(key string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{s.names.key: str(key)}
 }
 
+// updateInput is the UpdateItem of key with upd under cond (their names
+// and values declared in e) that returns the item it found when cond
+// fails.
+func (s *Store) updateInput(key, upd, cond string, e *expr) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 s.keyAV(key),
+		UpdateExpression:                    aws.String(upd),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.names,
+		ExpressionAttributeValues:           e.valueMap(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// getInput is the strongly consistent GetItem of key's whole item.
+func (s *Store) getInput(key string) *dynamodb.GetItemInput {
+	return &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: s.keyAV(key), ConsistentRead: aws.Bool(true)}
+}
+
 // Get implements cas.Store with a strongly consistent GetItem.
 func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
@@ -294,11 +314,7 @@ const maxBatchGet = 100
 func (s *Store) readState(ctx context.Context, key string) (state, error) {
 	wait := 20 * time.Millisecond
 	for {
-		out, err := s.cli.GetItem(ctx, &dynamodb.GetItemInput{
-			TableName:      aws.String(s.table),
-			Key:            s.keyAV(key),
-			ConsistentRead: aws.Bool(true),
-		})
+		out, err := s.cli.GetItem(ctx, s.getInput(key))
 		if err == nil {
 			return s.decode(key, out.Item)
 		}
@@ -388,15 +404,7 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected cas.V
 	e := s.newExpr()
 	upd := s.deleteUpdate(e, id, uint64(expected))
 	cond := s.unheldCond(e) + " AND " + s.versionCond(e, uint64(expected))
-	w := &write{op: "compare-and-delete", key: key, expected: expected, delete: true, id: id, unheld: true, in: &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 s.keyAV(key),
-		UpdateExpression:                    aws.String(upd),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            e.names,
-		ExpressionAttributeValues:           e.valueMap(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}}
+	w := &write{op: "compare-and-delete", key: key, expected: expected, delete: true, id: id, unheld: true, in: s.updateInput(key, upd, cond, e)}
 	_, err := s.sendUnheld(ctx, w)
 	return err
 }

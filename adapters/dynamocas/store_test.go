@@ -35,6 +35,17 @@ func newStore(t testing.TB, cli *dynamodb.Client, cfg dynamocas.Config) *dynamoc
 	return s
 }
 
+// otherWriter returns a store on s's table through a client of its own on
+// srv: a writer the faults injected into s's client do not reach.
+func otherWriter(t testing.TB, srv dynamotest.Server, s *dynamocas.Store) *dynamocas.Store {
+	t.Helper()
+	other, err := dynamocas.New(dynamotest.Client(t, srv), dynamocas.Config{Table: s.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return other
+}
+
 // withoutCommit hides the Store's Commit from castest: dynalite has no
 // TransactWriteItems, so on dynalite the suite must see a store that is a
 // cas.FencedStore but not a cas.Committer, and skip the commit tests

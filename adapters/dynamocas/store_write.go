@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
@@ -35,15 +34,7 @@ func (s *Store) putWrite(key string, expected cas.Version, value []byte, fenced 
 		cond = s.unheldCond(e) + " AND " + cond
 		unheld = true
 	}
-	in := &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 s.keyAV(key),
-		UpdateExpression:                    aws.String(upd),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            e.names,
-		ExpressionAttributeValues:           e.valueMap(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}
+	in := s.updateInput(key, upd, cond, e)
 	if expected == 0 {
 		// The new version is one above the old version attribute: return
 		// the old attributes the update changed (a tombstone's version and

@@ -94,6 +94,26 @@ func newOrders(t testing.TB, cli *dynamodb.Client) *dynamocas.Table[order] {
 	return tbl
 }
 
+// newStocks creates a table of stock items (partition key sku) and
+// returns it open with cli, and its name for openStocks.
+func newStocks(t testing.TB, cli *dynamodb.Client) (*dynamocas.Table[stock], string) {
+	t.Helper()
+	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
+	return openStocks(t, cli, name, dynamocas.TableConfig{}), name
+}
+
+// openStocks opens the stock table name with cli and cfg (its Table and
+// PartitionKey set here).
+func openStocks(t testing.TB, cli *dynamodb.Client, name string, cfg dynamocas.TableConfig) *dynamocas.Table[stock] {
+	t.Helper()
+	cfg.Table, cfg.PartitionKey = name, "sku"
+	tbl, err := dynamocas.NewTable[stock](cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl
+}
+
 func sampleOrder() order {
 	o := order{
 		Customer: "ada",
@@ -293,11 +313,7 @@ func TestInventory(t *testing.T) {
 	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
 		const initial, workers = 60, 8
 		cli := dynamotest.Client(t, srv)
-		name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
-		items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		items, _ := newStocks(t, cli)
 		ctx := dynamotest.Ctx(t, 2*time.Minute)
 		if _, err := items.Insert(ctx, stock{SKU: "sku-42", Remaining: initial}); err != nil {
 			t.Fatal(err)
@@ -359,11 +375,7 @@ func TestTableTx(t *testing.T) {
 	srv := dynamotest.StartMinidyn(t)
 	cli, count := dynamotest.CountingClient(t, srv)
 	orders := newOrders(t, cli)
-	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
-	items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	items, _ := newStocks(t, cli)
 	ctx := dynamotest.Ctx(t, time.Minute)
 	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
 	if err != nil {
@@ -465,15 +477,8 @@ func must(t *testing.T, err error) {
 func TestTableModifyReadsAfterWait(t *testing.T) {
 	srv := dynamotest.StartMinidyn(t)
 	cli := dynamotest.Client(t, srv)
-	name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
-	items, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	others, err := dynamocas.NewTable[stock](dynamotest.Client(t, srv), dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	items, name := newStocks(t, cli)
+	others := openStocks(t, dynamotest.Client(t, srv), name, dynamocas.TableConfig{})
 	ctx := dynamotest.Ctx(t, time.Minute)
 	if _, err := items.Insert(ctx, stock{SKU: "k", Remaining: 10}); err != nil {
 		t.Fatal(err)
@@ -519,15 +524,8 @@ func TestTableHolderPaused(t *testing.T) {
 	dynamotest.Each(t, func(t *testing.T, srv dynamotest.Server) {
 		const bound = 200 * time.Millisecond
 		cli := dynamotest.Client(t, srv)
-		name := createTable(t, cli, "sku", types.ScalarAttributeTypeS, "", "")
-		holder, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku", ExclusiveTTL: bound})
-		if err != nil {
-			t.Fatal(err)
-		}
-		others, err := dynamocas.NewTable[stock](cli, dynamocas.TableConfig{Table: name, PartitionKey: "sku"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		others, name := newStocks(t, cli)
+		holder := openStocks(t, cli, name, dynamocas.TableConfig{ExclusiveTTL: bound})
 		ctx := dynamotest.Ctx(t, time.Minute)
 		key := dynamocas.Key{Partition: "n"}
 		if _, err := others.Insert(ctx, stock{SKU: "n", Remaining: 100}); err != nil {
