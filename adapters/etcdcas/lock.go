@@ -54,8 +54,8 @@ type LockerConfig struct {
 // holder's grant (etcd issue #22082).
 //
 // A Locker is safe for concurrent use. It holds an etcd lease and a
-// goroutine renewing it: Close it to revoke the lease, which ends every
-// grant.
+// goroutine renewing it: Close it when done, which revokes the lease and
+// so ends every grant still held.
 type Locker struct {
 	cli    *clientv3.Client
 	prefix string
@@ -282,10 +282,14 @@ func (l *Locker) waitErr(ctx context.Context, s *session, err error) error {
 // holds a session).
 func (l *Locker) Renewals() uint64 { return l.renewed.Load() }
 
-// Close stops renewing the Locker's lease and revokes it, releasing every
-// grant. Leases it granted have their Context cancelled (the cause matches
-// hybrid.ErrLeaseLost), and Acquire fails from then on. Closing again does
-// nothing.
+// Close ends every lease the Locker granted and that was not released:
+// their Contexts are cancelled (the cause matches hybrid.ErrLeaseLost) and
+// their grants deleted, by revoking the etcd lease they share (the Locker
+// stops renewing it; if the revoke fails, Close returns the error and the
+// grants run out after the TTL). Acquire fails from then on, also a call
+// already waiting. The client stays open: it is the caller's. Close is
+// safe for concurrent use with the other methods; closing again does
+// nothing and returns nil.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {

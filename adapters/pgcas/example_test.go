@@ -205,7 +205,8 @@ func ExampleNewLocker() {
 	if err != nil {
 		panic(err)
 	}
-	if err := locker.CreateSequence(ctx); err != nil {
+	defer locker.Close() // ends the leases still held; the pool stays open
+	if err := locker.CreateTokenCounter(ctx); err != nil {
 		panic(err)
 	}
 	store, err := pgcas.New(pool, pgcas.Config{})

@@ -23,21 +23,22 @@ var (
 	_ hybrid.Lease  = (*Lease)(nil)
 )
 
-// DefaultTokenSequence is the sequence fencing tokens come from when
-// LockerConfig.Sequence is empty.
-const DefaultTokenSequence = "occkit_lock_token"
+// DefaultTokenCounter is the sequence fencing tokens come from when
+// LockerConfig.TokenCounter is empty.
+const DefaultTokenCounter = "occkit_lock_token"
 
 // LockerConfig configures a Locker. The zero value is ready to use:
-// session locks, tokens from "occkit_lock_token", a check of each lease
-// every second.
+// session locks, tokens from the sequence "occkit_lock_token", a check of
+// each lease every second.
 type LockerConfig struct {
-	// Sequence is the sequence fencing tokens come from (one identifier,
-	// quoted). Empty means DefaultTokenSequence. The sequence is also the
-	// locks' namespace: lockers with the same sequence (the same one,
-	// however named) exclude each other on a key, lockers with different
+	// TokenCounter is the sequence fencing tokens come from (one
+	// identifier, quoted); Locker.CreateTokenCounter creates it. Empty
+	// means DefaultTokenCounter. The sequence is also the locks'
+	// namespace: lockers with the same sequence (the same one, however
+	// named) exclude each other on a key, lockers with different
 	// sequences do not.
-	Sequence string
-	// Schema is the sequence's schema; empty means the search_path.
+	TokenCounter string
+	// Schema is the token counter's schema; empty means the search_path.
 	Schema string
 	// Transaction makes each lease a transaction holding
 	// pg_advisory_xact_lock: the lock ends with the transaction, and the
@@ -66,9 +67,8 @@ const minCheckTimeout = 2 * time.Second
 //
 // A lease pins a connection of the pool until it is released, and a
 // transaction lease's checks borrow another for a moment: size the pool
-// for the leases held at once plus the other work. The Locker holds no
-// resources of its own (it has no Close; the pool is the caller's);
-// release every lease it grants.
+// for the leases held at once plus the other work. Release every lease it
+// grants; Close ends the leases still held (the pool stays the caller's).
 type Locker struct {
 	pool     *pgxpool.Pool
 	seq      string // quoted
@@ -76,19 +76,27 @@ type Locker struct {
 	interval time.Duration
 	timeout  time.Duration // of one check
 	sqlLock  string
+
+	// closing is cancelled by Close (cause errLockerClosed): it ends the
+	// waits of Acquire.
+	closing context.Context
+	close   context.CancelCauseFunc
+	mu      sync.Mutex
+	leases  map[*Lease]struct{} // granted and not released; nil once closed
 }
 
 // NewLocker returns a locker using pool. It does not talk to the server:
-// create the sequence with CreateSequence first.
+// create the token counter with CreateTokenCounter first.
 func NewLocker(pool *pgxpool.Pool, cfg LockerConfig) (*Locker, error) {
 	if pool == nil {
 		return nil, errors.New("pgcas: NewLocker: nil pool")
 	}
-	seq, err := quoteTable(cfg.Schema, cfg.Sequence, DefaultTokenSequence)
+	seq, err := quoteTable(cfg.Schema, cfg.TokenCounter, DefaultTokenCounter)
 	if err != nil {
 		return nil, fmt.Errorf("pgcas: NewLocker: %w", err)
 	}
-	l := &Locker{pool: pool, seq: seq, xact: cfg.Transaction, interval: cfg.CheckInterval}
+	l := &Locker{pool: pool, seq: seq, xact: cfg.Transaction, interval: cfg.CheckInterval, leases: map[*Lease]struct{}{}}
+	l.closing, l.close = context.WithCancelCause(context.Background())
 	if l.interval <= 0 {
 		l.interval = time.Second
 	}
@@ -106,8 +114,9 @@ SELECT nextval($2::regclass), k FROM l`
 	return l, nil
 }
 
-// CreateSequence creates the token sequence if it does not exist.
-func (l *Locker) CreateSequence(ctx context.Context) error {
+// CreateTokenCounter creates the token counter, a sequence, if it does
+// not exist.
+func (l *Locker) CreateTokenCounter(ctx context.Context) error {
 	if _, err := l.pool.Exec(ctx, `CREATE SEQUENCE IF NOT EXISTS `+l.seq+` AS bigint`); err != nil {
 		return fmt.Errorf("pgcas: create sequence %s: %w", l.seq, err)
 	}
@@ -123,9 +132,18 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if l.closing.Err() != nil {
+		return nil, fmt.Errorf("pgcas: lock %q: %w", key, errLockerClosed)
+	}
+	// A Close ends the wait: the lock query is cancelled like a ctx that
+	// ended.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.closing, func() { cancel(errLockerClosed) })
+	defer stop()
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pgcas: lock %q: %w", key, err)
+		return nil, fmt.Errorf("pgcas: lock %q: %w", key, acquireErr(ctx, err))
 	}
 	lease := &Lease{locker: l, key: key, conn: conn}
 	var q interface {
@@ -134,7 +152,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	if l.xact {
 		if lease.tx, err = conn.Begin(ctx); err != nil {
 			conn.Release()
-			return nil, fmt.Errorf("pgcas: lock %q: %w", key, err)
+			return nil, fmt.Errorf("pgcas: lock %q: %w", key, acquireErr(ctx, err))
 		}
 		q = lease.tx
 	}
@@ -144,15 +162,66 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 		// close the connection, which releases anything it holds.
 		_ = conn.Conn().Close(context.Background())
 		conn.Release()
-		return nil, fmt.Errorf("pgcas: lock %q: %w", key, err)
+		return nil, fmt.Errorf("pgcas: lock %q: %w", key, acquireErr(ctx, err))
 	}
 	lease.token = uint64(token)
 	lease.pid = conn.Conn().PgConn().PID()
 	lease.ctx, lease.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	lease.stop = make(chan struct{})
 	lease.done = make(chan struct{})
+	l.mu.Lock()
+	if l.leases == nil { // closed after the grant
+		l.mu.Unlock()
+		lease.cancel(errLockerClosed)
+		_ = conn.Conn().Close(context.Background()) // frees the lock
+		conn.Release()
+		return nil, fmt.Errorf("pgcas: lock %q: %w", key, errLockerClosed)
+	}
+	l.leases[lease] = struct{}{}
+	l.mu.Unlock()
 	go lease.watch()
 	return lease, nil
+}
+
+// acquireErr is err, or the locker's closing when Close ended the wait.
+func acquireErr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, errLockerClosed) {
+		return cause
+	}
+	return err
+}
+
+// errLockerClosed is the error of Acquire on a closed Locker, and the
+// cause of the Context of the leases Close ended.
+var errLockerClosed = fmt.Errorf("%w: pgcas: locker closed", hybrid.ErrLeaseLost)
+
+// Close ends every lease the Locker granted and that was not released:
+// their Contexts are cancelled (the cause matches hybrid.ErrLeaseLost) and
+// their locks freed by closing their sessions. A session lease's
+// connection goes back to the pool at once; a transaction lease's
+// connection is cut under its Tx (whose work then fails) and goes back to
+// the pool when the lease is released, which may still be done and
+// returns the cause. Acquire fails from then on, also a call already
+// waiting. The pool stays open: it is the caller's. Close is safe for
+// concurrent use with the other methods; closing again does nothing and
+// returns nil.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	leases := l.leases
+	l.leases = nil
+	l.mu.Unlock()
+	l.close(errLockerClosed)
+	for le := range leases {
+		le.lose(errLockerClosed)
+	}
+	return nil
+}
+
+// forget drops a released lease from the ones Close ends.
+func (l *Locker) forget(le *Lease) {
+	l.mu.Lock()
+	delete(l.leases, le)
+	l.mu.Unlock()
 }
 
 // errLockLost is the cause of a lease's Context when its lock was lost:
@@ -187,9 +256,12 @@ type Lease struct {
 	tx      pgx.Tx // transaction leases only
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	stop    chan struct{} // closed by Release to stop watch
+	stop    chan struct{} // closed by stopWatch
 	done    chan struct{} // closed when watch has returned
-	once    sync.Once
+	stopped sync.Once
+
+	mu    sync.Mutex
+	ended bool // Release has begun, or Close released a session lease
 }
 
 // Token implements hybrid.Lease.
@@ -261,18 +333,51 @@ func (le *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("pgcas: release %q: %w", le.key, cas.ErrNilContext)
 	}
-	var err error
-	le.once.Do(func() { err = le.release(ctx) })
-	return err
+	le.mu.Lock()
+	if le.ended {
+		le.mu.Unlock()
+		return nil
+	}
+	le.ended = true
+	le.mu.Unlock()
+	defer le.locker.forget(le)
+	return le.release(ctx)
+}
+
+// stopWatch stops the checks and waits for one in progress (at most the
+// check's timeout).
+func (le *Lease) stopWatch() {
+	le.stopped.Do(func() { close(le.stop) })
+	<-le.done
+}
+
+// lose ends the lease for Close, with cause: a session lease is released
+// (its connection, closed, goes back to the pool); a transaction lease's
+// connection is cut below pgx (closing the socket is safe while its Tx is
+// in use on another goroutine), and Release gives it back.
+func (le *Lease) lose(cause error) {
+	le.cancel(cause)
+	le.stopWatch()
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if le.ended {
+		return
+	}
+	if le.tx == nil {
+		le.ended = true
+		ctx, cancel := context.WithTimeout(context.Background(), le.locker.timeout)
+		defer cancel()
+		_ = le.release(ctx)
+		return
+	}
+	_ = le.conn.Conn().PgConn().Conn().Close()
 }
 
 func (le *Lease) release(ctx context.Context) error {
 	defer le.conn.Release()
 	defer le.cancel(hybrid.ErrLeaseReleased)
-	// Stop the checks first: the lock is about to go, on purpose. A check
-	// in progress is waited for (at most the check's timeout).
-	close(le.stop)
-	<-le.done
+	// Stop the checks first: the lock is about to go, on purpose.
+	le.stopWatch()
 	if cause := context.Cause(le.ctx); cause != nil {
 		_ = le.conn.Conn().Close(ctx)
 		return cause

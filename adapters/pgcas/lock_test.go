@@ -21,7 +21,7 @@ func locker(t *testing.T, pool *pgxpool.Pool, cfg pgcas.LockerConfig) *pgcas.Loc
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.CreateSequence(context.Background()); err != nil {
+	if err := l.CreateTokenCounter(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return l
@@ -172,15 +172,15 @@ func TestLockerShortCheckInterval(t *testing.T) {
 
 // Regression: the lock key ignored the token sequence, so lockers with
 // different sequences shared locks while drawing tokens from different
-// sequences: the tokens of a lock's grants did not grow. The sequence is
-// now the lock's namespace.
-func TestLockerSequenceIsNamespace(t *testing.T) {
+// sequences: the tokens of a lock's grants did not grow. The sequence
+// (LockerConfig.TokenCounter) is now the lock's namespace.
+func TestLockerTokenCounterIsNamespace(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	schema := uniqueKey(t, pool)
-	a := locker(t, pool, pgcas.LockerConfig{Sequence: "a_tokens"})
-	b := locker(t, pool, pgcas.LockerConfig{Sequence: "b_tokens"})
-	sameAsA := locker(t, pool, pgcas.LockerConfig{Schema: schema, Sequence: "a_tokens"})
+	a := locker(t, pool, pgcas.LockerConfig{TokenCounter: "a_tokens"})
+	b := locker(t, pool, pgcas.LockerConfig{TokenCounter: "b_tokens"})
+	sameAsA := locker(t, pool, pgcas.LockerConfig{Schema: schema, TokenCounter: "a_tokens"})
 	key := schema // unique to this test
 
 	held, err := a.Acquire(ctx, key)
@@ -212,5 +212,71 @@ func TestLockerSequenceIsNamespace(t *testing.T) {
 	defer next.Release(ctx)
 	if next.Token() <= held.Token() {
 		t.Fatalf("token %d after %d", next.Token(), held.Token())
+	}
+}
+
+// TestCloseFreesLocks: Close ends the leases still held, of both kinds,
+// and frees their locks at once (another locker gets the key without
+// waiting for a check), and ends an Acquire waiting for a lock. A
+// transaction lease's Tx fails after Close; its Release still gives the
+// connection back (the pool's Close, in the cleanup, would wait for it).
+func TestCloseFreesLocks(t *testing.T) {
+	ctx := context.Background()
+	for _, xact := range []bool{false, true} {
+		t.Run(map[bool]string{false: "session", true: "transaction"}[xact], func(t *testing.T) {
+			pool := pgtest.Pool(t)
+			key := uniqueKey(t, pool)
+			l := locker(t, pool, pgcas.LockerConfig{Transaction: xact, CheckInterval: time.Hour})
+			other := locker(t, pool, pgcas.LockerConfig{})
+			held, err := l.Acquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held2, err := other.Acquire(ctx, key+"-2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting := make(chan error, 1)
+			go func() {
+				g, err := l.Acquire(ctx, key+"-2")
+				if err == nil {
+					_ = g.Release(ctx)
+				}
+				waiting <- err
+			}()
+			time.Sleep(100 * time.Millisecond) // the Acquire waits for key-2
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-waiting; !errors.Is(err, hybrid.ErrLeaseLost) {
+				t.Errorf("a waiting Acquire ended with %v, want an error matching hybrid.ErrLeaseLost (locker closed)", err)
+			}
+			if cause := context.Cause(held.Context()); !errors.Is(cause, hybrid.ErrLeaseLost) {
+				t.Fatalf("a lease of the closed locker ended with %v", cause)
+			}
+			if xact {
+				if _, err := held.(*pgcas.Lease).Tx().Exec(ctx, `SELECT 1`); err == nil {
+					t.Error("the Tx of a lease ended by Close still works")
+				}
+			}
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			next, err := other.Acquire(wctx, key)
+			if err != nil {
+				t.Fatalf("the lock of a closed locker's lease is still held: %v", err)
+			}
+			if err := next.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := held.Release(ctx); err != nil && !errors.Is(err, hybrid.ErrLeaseLost) {
+				t.Fatalf("Release after Close: %v, want nil or hybrid.ErrLeaseLost", err)
+			}
+			if err := held2.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatalf("second Close: %v", err)
+			}
+		})
 	}
 }

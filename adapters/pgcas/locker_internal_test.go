@@ -41,12 +41,12 @@ func TestLockerConformance(t *testing.T) {
 							}
 							schemas[t] = schema
 						}
-						l, err := NewLocker(p, LockerConfig{Schema: schemas[t], Sequence: "tokens", Transaction: xact, CheckInterval: interval})
+						l, err := NewLocker(p, LockerConfig{Schema: schemas[t], TokenCounter: "tokens", Transaction: xact, CheckInterval: interval})
 						if err != nil {
 							t.Fatal(err)
 						}
 						if i == 0 {
-							if err := l.CreateSequence(context.Background()); err != nil {
+							if err := l.CreateTokenCounter(context.Background()); err != nil {
 								t.Fatal(err)
 							}
 						}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -109,9 +110,9 @@ type LockerConfig struct {
 // knowing it): use it with a store that checks its tokens
 // (cas.FencedStore), as hybrid.Update does.
 //
-// A Locker holds no resources of its own (it has no Close; the client is
-// the caller's) and is safe for concurrent use. Release every lease it
-// grants: its watchdog runs until then.
+// A Locker is safe for concurrent use. Release every lease it grants: its
+// watchdog runs until then. Close ends the leases still held (the client
+// stays the caller's).
 type Locker struct {
 	cli    redis.UniversalClient
 	prefix string
@@ -120,7 +121,18 @@ type Locker struct {
 	poll   time.Duration
 
 	renewed atomic.Uint64 // renewals that extended a grant
+
+	// closing is cancelled by Close (cause errLockerClosed): it ends the
+	// waits of Acquire.
+	closing context.Context
+	close   context.CancelCauseFunc
+	mu      sync.Mutex
+	leases  map[*Lease]struct{} // whose watchdog runs; nil once closed
 }
+
+// errLockerClosed is the error of Acquire on a closed Locker, and the
+// cause of the Context of the leases Close ended.
+var errLockerClosed = fmt.Errorf("%w: rediscas: locker closed", hybrid.ErrLeaseLost)
 
 var (
 	_ hybrid.Locker         = (*Locker)(nil)
@@ -147,13 +159,43 @@ func NewLocker(cli redis.UniversalClient, cfg LockerConfig) (*Locker, error) {
 	if cfg.PollInterval < 0 {
 		return nil, fmt.Errorf("rediscas: negative PollInterval %v", cfg.PollInterval)
 	}
-	return &Locker{
+	l := &Locker{
 		cli:    cli,
 		prefix: cfg.Prefix,
 		ttl:    cfg.TTL,
 		ttlMs:  strconv.FormatInt(cfg.TTL.Milliseconds(), 10),
 		poll:   cfg.PollInterval,
-	}, nil
+		leases: map[*Lease]struct{}{},
+	}
+	l.closing, l.close = context.WithCancelCause(context.Background())
+	return l, nil
+}
+
+// Close ends every lease the Locker granted and that was not released:
+// their Contexts are cancelled (the cause matches hybrid.ErrLeaseLost),
+// their watchdogs stopped and their locks deleted (by token and holder,
+// as Release does; a lock Close cannot delete, Redis unreachable, runs
+// out after the TTL, and Close returns the errors). Acquire fails from
+// then on, also a call already waiting. The client stays open: it is the
+// caller's. Close is safe for concurrent use with the other methods;
+// closing again does nothing and returns nil.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	leases := l.leases
+	l.leases = nil
+	l.mu.Unlock()
+	l.close(errLockerClosed)
+	var errs []error
+	for g := range leases {
+		g.cancel(errLockerClosed)
+		<-g.done
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := g.deleteLock(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
 }
 
 // lockKey returns the Redis key of key's lock: Prefix + "{" + key + "}".
@@ -173,12 +215,21 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	if key == "" {
 		return nil, errors.New("rediscas: empty lock key")
 	}
+	if l.closing.Err() != nil {
+		return nil, fmt.Errorf("rediscas: acquiring lock %q: %w", key, errLockerClosed)
+	}
+	holderCtx := ctx
+	// A Close ends the wait.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.closing, func() { cancel(errLockerClosed) })
+	defer stop()
 	keys := []string{l.lockKey(key), l.tokenKey(key)}
 	holder := randomID()
 	wait := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, acquireErr(ctx, key)
 		}
 		sent := time.Now()
 		res, err := acquireScript.Run(ctx, l.cli, keys, holder, l.ttlMs).Result()
@@ -190,7 +241,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 				cancel()
 			}
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, acquireErr(ctx, key)
 			}
 			// Acquiring again is safe (the grant, if made, was given back):
 			// Retryable treats this like a failed read.
@@ -206,7 +257,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 			if err != nil {
 				return nil, fmt.Errorf("rediscas: bad lock token %q: %w", r.field(0), err)
 			}
-			return l.grant(ctx, key, keys[0], token, holder, sent), nil
+			return l.grant(holderCtx, key, keys[0], token, holder, sent)
 		case "held":
 			left, _ := strconv.ParseInt(r.field(0), 10, 64)
 			d := wait/2 + rand.N(wait/2+1)
@@ -214,7 +265,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 				d = min(d, time.Duration(left+1)*time.Millisecond)
 			}
 			if ctxwait.Sleep(ctx, d) != nil {
-				return nil, ctx.Err()
+				return nil, acquireErr(ctx, key)
 			}
 			wait = min(2*wait, l.poll)
 		default:
@@ -223,14 +274,24 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	}
 }
 
+// acquireErr is the error of an Acquire whose ctx ended: the caller's
+// context error, or the locker's closing.
+func acquireErr(ctx context.Context, key string) error {
+	if cause := context.Cause(ctx); errors.Is(cause, errLockerClosed) {
+		return fmt.Errorf("rediscas: acquiring lock %q: %w", key, cause)
+	}
+	return ctx.Err()
+}
+
 // Renewals implements hybrid.RenewalCounter: how many times the
 // watchdogs of the Locker's leases have extended a grant (each lease
 // held is renewed every TTL/3).
 func (l *Locker) Renewals() uint64 { return l.renewed.Load() }
 
 // grant makes the Lease of a grant the server made at or after sent, and
-// starts its watchdog.
-func (l *Locker) grant(holderCtx context.Context, key, lockKey string, token uint64, holder string, sent time.Time) *Lease {
+// starts its watchdog; if the Locker was closed meanwhile, it gives the
+// grant back and fails.
+func (l *Locker) grant(holderCtx context.Context, key, lockKey string, token uint64, holder string, sent time.Time) (*Lease, error) {
 	g := &Lease{
 		l:       l,
 		key:     key,
@@ -242,8 +303,19 @@ func (l *Locker) grant(holderCtx context.Context, key, lockKey string, token uin
 	}
 	g.expires.Store(sent.Add(l.ttl).UnixNano())
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
+	l.mu.Lock()
+	if l.leases == nil {
+		l.mu.Unlock()
+		g.cancel(errLockerClosed)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.deleteLock(ctx)
+		return nil, fmt.Errorf("rediscas: acquiring lock %q: %w", key, errLockerClosed)
+	}
+	l.leases[g] = struct{}{}
+	l.mu.Unlock()
 	go g.watch(holderCtx)
-	return g
+	return g, nil
 }
 
 // Lease is one grant of a Locker, a hybrid.ExpiringLease. Its methods are
@@ -290,6 +362,11 @@ func (g *Lease) Release(ctx context.Context) error {
 	}
 	g.cancel(hybrid.ErrLeaseReleased)
 	<-g.done
+	return g.deleteLock(ctx)
+}
+
+// deleteLock deletes the lock if it still holds this grant.
+func (g *Lease) deleteLock(ctx context.Context) error {
 	err := releaseScript.Run(ctx, g.l.cli, []string{g.lockKey}, strconv.FormatUint(g.token, 10), g.holder).Err()
 	if err != nil {
 		return fmt.Errorf("rediscas: releasing %q: %w", g.key, err)
@@ -301,6 +378,7 @@ func (g *Lease) Release(ctx context.Context) error {
 // holder's context ends (then it lets the lease run out).
 func (g *Lease) watch(holder context.Context) {
 	defer close(g.done)
+	defer g.l.forget(g)
 	every := g.l.ttl / 3
 	t := time.NewTimer(every)
 	defer t.Stop()
@@ -344,6 +422,14 @@ func (g *Lease) watch(holder context.Context) {
 			t.Reset(min(every/4+time.Millisecond, time.Until(exp)))
 		}
 	}
+}
+
+// forget drops a lease whose watchdog returned from the ones Close ends:
+// it was released, or lost, or has run out.
+func (l *Locker) forget(g *Lease) {
+	l.mu.Lock()
+	delete(l.leases, g)
+	l.mu.Unlock()
 }
 
 // runOut waits until the lease expires (or is released) and cancels its

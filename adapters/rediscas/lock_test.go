@@ -96,3 +96,58 @@ func TestLockerConfig(t *testing.T) {
 	}
 	var _ hybrid.Locker = l
 }
+
+// TestLockerCloseDeletesLocks: Close ends the leases still held and
+// deletes their locks at once (another locker gets the key without
+// waiting for the TTL), and ends an Acquire waiting for a lock.
+func TestLockerCloseDeletesLocks(t *testing.T) {
+	const ttl = 10 * time.Second
+	cli := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	l := newLocker(t, cli, prefix, ttl)
+	other := newLocker(t, cli, prefix, ttl)
+	ctx := redistest.Ctx(t, 20*time.Second)
+	held, err := l.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held2, err := other.Acquire(ctx, "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		g, err := l.Acquire(ctx, "k2")
+		if err == nil {
+			_ = g.Release(ctx)
+		}
+		waiting <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the Acquire waits for k2
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; err == nil {
+		t.Error("an Acquire waiting on a closed locker succeeded")
+	}
+	if cause := context.Cause(held.Context()); !errors.Is(cause, hybrid.ErrLeaseLost) {
+		t.Fatalf("a lease of the closed locker ended with %v", cause)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	next, err := other.Acquire(wctx, "k")
+	if err != nil {
+		t.Fatalf("the lock of a closed locker's lease is still held: %v", err)
+	}
+	for _, g := range []hybrid.Lease{next, held2, held} {
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Acquire(ctx, "k3"); err == nil {
+		t.Fatal("Acquire on a closed locker succeeded")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}

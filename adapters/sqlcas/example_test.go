@@ -259,7 +259,7 @@ func ExampleNewLocker() {
 		panic(err)
 	}
 	defer locker.Close()
-	if err := locker.CreateTokenTable(ctx); err != nil {
+	if err := locker.CreateTokenCounter(ctx); err != nil {
 		panic(err)
 	}
 	store, _ := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.MySQL})

@@ -13,19 +13,21 @@ import (
 	"github.com/occkit/occkit/hybrid"
 )
 
-// DefaultTokenTable is the table fencing tokens come from when
-// LockerConfig.TokenTable is empty.
-const DefaultTokenTable = "occkit_lock_tokens"
+// DefaultTokenCounter is the table fencing tokens come from when
+// LockerConfig.TokenCounter is empty.
+const DefaultTokenCounter = "occkit_lock_tokens"
 
 // LockerConfig configures a Locker. The zero value is ready to use: tokens
-// from "occkit_lock_tokens", a check of each lease every second.
+// from the table "occkit_lock_tokens", a check of each lease every second.
 type LockerConfig struct {
-	// TokenTable is the table holding the token counter (one identifier,
-	// quoted). Empty means DefaultTokenTable. With the current database,
-	// it is also the locks' namespace: lockers of the same database and
-	// table exclude each other on a key, others do not (MySQL's named
-	// locks are server-wide, so the lock name hashes both in).
-	TokenTable string
+	// TokenCounter is the table fencing tokens come from, holding one
+	// counter row (one identifier, quoted); Locker.CreateTokenCounter
+	// creates it. Empty means DefaultTokenCounter. With the current
+	// database, it is also the locks' namespace: lockers of the same
+	// database and table exclude each other on a key, others do not
+	// (MySQL's named locks are server-wide, so the lock name hashes both
+	// in).
+	TokenCounter string
 	// CheckInterval is how often a lease checks that its session still
 	// holds its lock; its Context is cancelled when a check fails. 0 means
 	// one second. A check may take up to max(CheckInterval, 2s).
@@ -68,14 +70,14 @@ type Locker struct {
 var _ hybrid.Locker = (*Locker)(nil)
 
 // NewLocker returns a MySQL locker over db. It does not talk to the
-// server: create the token table with CreateTokenTable first.
+// server: create the token counter with CreateTokenCounter first.
 func NewLocker(db *sql.DB, cfg LockerConfig) (*Locker, error) {
 	if db == nil {
 		return nil, errors.New("sqlcas: NewLocker: nil *sql.DB")
 	}
-	raw := cfg.TokenTable
+	raw := cfg.TokenCounter
 	if raw == "" {
-		raw = DefaultTokenTable
+		raw = DefaultTokenCounter
 	}
 	table, err := MySQL.quote(raw)
 	if err != nil {
@@ -93,9 +95,9 @@ func NewLocker(db *sql.DB, cfg LockerConfig) (*Locker, error) {
 	return l, nil
 }
 
-// CreateTokenTable creates the token table and its counter row if they do
-// not exist.
-func (l *Locker) CreateTokenTable(ctx context.Context) error {
+// CreateTokenCounter creates the token counter, a table and its counter
+// row, if they do not exist.
+func (l *Locker) CreateTokenCounter(ctx context.Context) error {
 	for _, q := range []string{
 		`CREATE TABLE IF NOT EXISTS ` + l.table + ` (name VARCHAR(64) NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB`,
 		`INSERT IGNORE INTO ` + l.table + ` (name, n) VALUES ('tokens', 0)`,
@@ -170,7 +172,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	if err == nil {
 		var n int64
 		if n, err = res.RowsAffected(); err == nil && n == 0 {
-			err = fmt.Errorf("no counter row in %s: create it with CreateTokenTable", l.table)
+			err = fmt.Errorf("no counter row in %s: create it with CreateTokenCounter", l.table)
 		}
 		if err == nil {
 			token, err = res.LastInsertId()
@@ -202,10 +204,13 @@ func (l *Locker) isClosed() bool {
 	return l.closed
 }
 
-// Close ends every lease the locker holds (their Contexts end with a cause
-// matching hybrid.ErrLeaseLost, their connections are closed, which
-// releases their locks) and makes Acquire fail. It does not close the
-// *sql.DB. Closing again does nothing.
+// Close ends every lease the Locker granted and that was not released:
+// their Contexts are cancelled (the cause matches hybrid.ErrLeaseLost) and
+// their locks freed by closing their connections, which ends their
+// sessions. Acquire fails from then on, also a call already waiting (at
+// its next step, within half a second). The *sql.DB stays open: it is the
+// caller's. Close is safe for concurrent use with the other methods;
+// closing again does nothing and returns nil.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {

@@ -28,7 +28,7 @@ func TestLockerConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 				if i == 0 {
-					if err := l.CreateTokenTable(context.Background()); err != nil {
+					if err := l.CreateTokenCounter(context.Background()); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -74,7 +74,7 @@ func TestLockerConnectionDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l1.Close()
-	if err := l1.CreateTokenTable(ctx); err != nil {
+	if err := l1.CreateTokenCounter(ctx); err != nil {
 		t.Fatal(err)
 	}
 	l2, err := sqlcas.NewLocker(mysqltest.Open(t, direct), sqlcas.LockerConfig{CheckInterval: checkInterval})

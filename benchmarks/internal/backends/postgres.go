@@ -98,11 +98,11 @@ func (d *pgDriver) drop(ctx context.Context, ns string) error {
 func PostgresSequence(name string) string { return name + "_lock_token" }
 
 func (d *pgDriver) locker(ctx context.Context, cfg LockerConfig) (hybrid.Locker, func() error, error) {
-	l, err := pgcas.NewLocker(d.pool, pgcas.LockerConfig{Sequence: PostgresSequence(cfg.Name), CheckInterval: cfg.CheckInterval})
+	l, err := pgcas.NewLocker(d.pool, pgcas.LockerConfig{TokenCounter: PostgresSequence(cfg.Name), CheckInterval: cfg.CheckInterval})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := l.CreateSequence(ctx); err != nil {
+	if err := l.CreateTokenCounter(ctx); err != nil {
 		return nil, nil, err
 	}
 	return l, func() error { return nil }, nil

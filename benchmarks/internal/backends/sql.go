@@ -149,11 +149,11 @@ func (d *sqlDriver) locker(ctx context.Context, cfg LockerConfig) (hybrid.Locker
 	if d.dialect != sqlcas.MySQL {
 		return localLocker(cfg)
 	}
-	l, err := sqlcas.NewLocker(d.db, sqlcas.LockerConfig{TokenTable: cfg.Name + "_lock_tokens"})
+	l, err := sqlcas.NewLocker(d.db, sqlcas.LockerConfig{TokenCounter: cfg.Name + "_lock_tokens"})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := l.CreateTokenTable(ctx); err != nil {
+	if err := l.CreateTokenCounter(ctx); err != nil {
 		_ = l.Close()
 		return nil, nil, err
 	}
