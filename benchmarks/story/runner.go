@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/occkit/occkit/benchmarks/internal/lab"
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 )
 
 // Config says which stories to run in which modes, and how to reach or
@@ -28,7 +28,7 @@ type Config struct {
 	// (Redis with scripts/servers/redis.sh, ZooKeeper from Debian's
 	// package, MariaDB with scripts/servers/mariadb.sh, etcd in process)
 	// and stopped before Run returns.
-	Env lab.Env
+	Env backends.Env
 	// Command is the command line that reproduces the run, for the report.
 	Command string
 	// Progress, when set, is called after each story run.
@@ -65,8 +65,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if err := srv.lab.Close(cctx); err != nil {
-			fmt.Fprintf(logOf(cfg.Env), "story: stopping servers: %v\n", err)
+		if err := srv.close(cctx); err != nil && cfg.Env.Log != nil {
+			fmt.Fprintf(cfg.Env.Log, "story: stopping servers: %v\n", err)
 		}
 	}()
 	rep.Servers = srv.servers
@@ -125,19 +125,11 @@ func choose(storyNames, modeNames []string) ([]storySpec, []modeSpec, error) {
 	return sts, ms, nil
 }
 
-// logOf returns where the lab's messages go.
-func logOf(env lab.Env) io.Writer {
-	if env.Log != nil {
-		return env.Log
-	}
-	return io.Discard
-}
-
-// serverSet is the lab services the stories run against.
+// serverSet is the servers the stories run against.
 type serverSet struct {
-	lab     *lab.Lab
+	open    []*backends.Server
 	ep      endpoints
-	missing map[string]string // service → why it is unavailable
+	missing map[string]string // system → why it is unavailable
 	servers []string
 }
 
@@ -154,68 +146,60 @@ func (s *serverSet) unavailable(m modeSpec) string {
 	return ""
 }
 
-// openServers opens, through the lab, Redis and what the modes need
-// besides: Redlock's five Redis servers, ZooKeeper, etcd, MariaDB.
-func openServers(ctx context.Context, env lab.Env, ms []modeSpec) (*serverSet, error) {
-	needs := map[string]bool{}
-	for _, m := range ms {
-		if m.needs != "" {
-			needs[m.needs] = true
-		}
-	}
-	names := []string{"redis"}
-	for _, n := range []string{"etcd", "zookeeper", "mysql"} {
-		if needs[n] {
+// openServers reaches or starts Redis and what the modes need besides:
+// etcd, ZooKeeper, MariaDB, Redlock's five Redis servers.
+func openServers(ctx context.Context, env backends.Env, ms []modeSpec) (*serverSet, error) {
+	names := []string{backends.Redis}
+	for _, n := range []string{backends.Etcd, backends.ZooKeeper, backends.MySQL, backends.Redlock} {
+		if slices.ContainsFunc(ms, func(m modeSpec) bool { return m.needs == n }) {
 			names = append(names, n)
 		}
 	}
-	l, err := lab.OpenLab(ctx, names, env)
-	if err != nil {
-		return nil, err
-	}
-	s := &serverSet{lab: l, missing: map[string]string{}}
-	for _, sk := range l.Skipped() {
-		s.missing[sk.Name] = sk.Reason
-	}
+	s := &serverSet{missing: map[string]string{}}
 	for _, name := range names {
-		srv, ok := l.Server(name)
-		if !ok {
+		if err := ctx.Err(); err != nil {
+			_ = s.close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		srv, err := env.Reach(ctx, name)
+		if err != nil {
+			s.missing[name] = err.Error()
 			continue
 		}
+		s.open = append(s.open, srv)
+		s.servers = append(s.servers, name+" "+srv.Where)
 		switch name {
-		case "redis":
-			o, err := redis.ParseURL(srv.URL)
-			if err != nil {
-				s.missing["redis"] = err.Error()
-				continue
+		case backends.Redis, backends.Redlock:
+			for u := range strings.SplitSeq(srv.URL, ",") {
+				o, err := redis.ParseURL(u)
+				if err != nil {
+					s.missing[name] = err.Error()
+					break
+				}
+				if name == backends.Redis {
+					s.ep.Redis = redisAddrOf(o)
+				} else {
+					s.ep.Redlock = append(s.ep.Redlock, redisAddrOf(o))
+				}
 			}
-			s.ep.Redis = redisAddrOf(o)
-		case "etcd":
+		case backends.Etcd:
 			s.ep.Etcd = srv.URL
-		case "zookeeper":
+		case backends.ZooKeeper:
 			s.ep.ZK = srv.URL
-		case "mysql":
+		case backends.MySQL:
 			s.ep.MySQL = srv.URL
 		}
 	}
-	if needs["redlock"] {
-		rl, err := l.OpenRedlock(ctx)
-		if err != nil {
-			s.missing["redlock"] = err.Error()
-		} else {
-			for _, c := range rl.RedlockClients() {
-				s.ep.Redlock = append(s.ep.Redlock, redisAddrOf(c.Options()))
-			}
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		_ = l.Close(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	for _, info := range l.Infos() {
-		s.servers = append(s.servers, info.Server)
-	}
 	return s, nil
+}
+
+// close stops the servers started here.
+func (s *serverSet) close(ctx context.Context) error {
+	var errs []error
+	for i := len(s.open) - 1; i >= 0; i-- {
+		errs = append(errs, s.open[i].Close(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // runOne runs story st in mode m.

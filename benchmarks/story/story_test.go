@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/occkit/occkit/benchmarks/internal/lab"
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/internal/mysqltest"
 	"github.com/occkit/occkit/internal/redistest"
 	"github.com/occkit/occkit/internal/servers"
@@ -29,17 +29,17 @@ func (l testLog) Write(p []byte) (int, error) {
 // (zktest), Redlock's five Redis servers started by the lab from
 // redis-server, MariaDB from OCCKIT_MYSQL_DSN (`make test` starts one),
 // etcd in process. A missing server fails the test, saying how to get it.
-func testEnv(t *testing.T) lab.Env {
+func testEnv(t *testing.T) backends.Env {
 	redistest.URL(t)    // fails loudly without a server
 	mysqltest.Config(t) // likewise
-	if _, err := os.Stat(servers.RedisBinary); err != nil && os.Getenv(lab.EnvRedlockURLs) == "" {
+	if _, err := os.Stat(servers.RedisBinary); err != nil && os.Getenv(backends.EnvRedlockURLs) == "" {
 		t.Fatalf("%s is missing and %s is not set: the redlock mode needs %d Redis servers, which this test starts from redis-server. "+
 			"Run `make test` once (scripts/servers/redis.sh installs it) or apt-get install redis-server, or set %s",
-			servers.RedisBinary, lab.EnvRedlockURLs, lab.RedlockServers, lab.EnvRedlockURLs)
+			servers.RedisBinary, backends.EnvRedlockURLs, backends.RedlockServers, backends.EnvRedlockURLs)
 	}
 	zk := zktest.Start(t)
-	return lab.Env{StartServers: true, Log: testLog{t}, Getenv: func(k string) string {
-		if k == lab.EnvZooKeeperAddr {
+	return backends.Env{StartServers: true, Log: testLog{t}, Getenv: func(k string) string {
+		if k == backends.EnvZooKeeperAddr {
 			return zk.Addr
 		}
 		return os.Getenv(k)

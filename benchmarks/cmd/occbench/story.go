@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/occkit/occkit/benchmarks/internal/lab"
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/story"
 )
 
@@ -65,7 +65,7 @@ func runStory(args []string, stdout io.Writer) int {
 	started := time.Now()
 	rep, err := story.Run(ctx, story.Config{
 		Stories: stories, Modes: modes,
-		Env:     lab.Env{StartServers: !*noStartF, Log: os.Stderr},
+		Env:     backends.Env{StartServers: !*noStartF, Log: os.Stderr},
 		Command: strings.TrimSpace("go run ./benchmarks/cmd/occbench story " + strings.Join(args, " ")),
 		Progress: func(r story.Result) {
 			what := r.Verdict

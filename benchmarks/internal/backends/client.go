@@ -13,6 +13,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/faultproxy"
 )
 
 // ClientOptions configure a client. The zero value connects to the server
@@ -21,6 +22,14 @@ type ClientOptions struct {
 	// Via is the host:port to dial instead of the server's own (a proxy
 	// in front of it, Server.Proxy); empty: the server itself.
 	Via string
+	// Proxy puts a fault proxy (Server.Proxy) holding every byte for
+	// Delay in each direction in front of each server the client talks
+	// to (one per server, shared by the client's connections; closed with
+	// the client): a round trip costs at least 2×Delay more, as over a
+	// longer network path. Systems that run in process (memory, SQLite)
+	// ignore it; it fails on a cluster.
+	Proxy bool
+	Delay time.Duration
 	// Conns is the most connections the client keeps open (0: the
 	// driver's default).
 	Conns int
@@ -54,6 +63,10 @@ type Client struct {
 	etcd      *clientv3.Client
 	dyn       *dynamodb.Client
 	db        *sql.DB
+	redlock   []*redis.Client
+	zkAddr    string
+	// proxies are the proxies of ClientOptions.Proxy.
+	proxies []*faultproxy.Proxy
 }
 
 // driver is a system's part of a Client.
@@ -77,9 +90,23 @@ type driver interface {
 // Connect opens a client of the server. It connects when first used
 // (except to create ClientOptions.Scope): Describe checks that the server
 // answers.
-func (s *Server) Connect(ctx context.Context, opts ClientOptions) (*Client, error) {
+func (s *Server) Connect(ctx context.Context, opts ClientOptions) (_ *Client, err error) {
+	c := &Client{System: s.System}
+	defer func() {
+		if err != nil {
+			c.closeProxies()
+		}
+	}()
+	if opts.Proxy && s.System != Memory && s.System != SQLite && s.System != Redlock {
+		addr, err := s.Addr()
+		if err != nil {
+			return nil, err
+		}
+		if opts.Via, err = c.proxy(addr, opts.Delay); err != nil {
+			return nil, err
+		}
+	}
 	var d driver
-	var err error
 	switch s.System {
 	case Memory:
 		d = memoryDriver{s.memory}
@@ -101,13 +128,17 @@ func (s *Server) Connect(ctx context.Context, opts ClientOptions) (*Client, erro
 		d, err = connectEtcd3(s, opts)
 	case PostgresReplica:
 		d, err = connectPostgresReplica(ctx, s, opts)
+	case ZooKeeper:
+		d = connectZooKeeper(c, s, opts)
+	case Redlock:
+		d, err = connectRedlock(c, s, opts)
 	default:
 		err = fmt.Errorf("%s has no cas store", s.System)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.System, err)
 	}
-	c := &Client{System: s.System, d: d}
+	c.d = d
 	switch d := d.(type) {
 	case *pgDriver:
 		c.pg = d.pool
@@ -125,8 +156,29 @@ func (s *Server) Connect(ctx context.Context, opts ClientOptions) (*Client, erro
 		c.etcd = d.cli
 	case *pgReplicaDriver:
 		c.pg, c.pgReplica = d.pool, d.replica
+	case *redlockDriver:
+		c.redlock = d.clis
 	}
 	return c, nil
+}
+
+// proxy returns the address of a new proxy in front of hostport, closed
+// with the client.
+func (c *Client) proxy(hostport string, delay time.Duration) (string, error) {
+	p, err := faultproxy.New(hostport)
+	if err != nil {
+		return "", fmt.Errorf("proxy for %s: %w", hostport, err)
+	}
+	p.SetPathDelay(delay)
+	c.proxies = append(c.proxies, p)
+	return p.Addr(), nil
+}
+
+func (c *Client) closeProxies() {
+	for _, p := range c.proxies {
+		_ = p.Close()
+	}
+	c.proxies = nil
 }
 
 // Store returns a store over namespace ns (a table, or a key prefix),
@@ -209,8 +261,11 @@ func (c *Client) DropScope(ctx context.Context) error {
 	return c.d.dropScope(ctx)
 }
 
-// Close closes the client's connections.
-func (c *Client) Close() error { return c.d.close() }
+// Close closes the client's connections, and then its proxies.
+func (c *Client) Close() error {
+	defer c.closeProxies()
+	return c.d.close()
+}
 
 // Postgres returns the client's pool (postgres-replica: on the primary),
 // or nil on another system.
@@ -237,3 +292,23 @@ func (c *Client) DynamoDB() *dynamodb.Client { return c.dyn }
 // SQL returns the client's *sql.DB (MySQL, SQLite), or nil on another
 // system.
 func (c *Client) SQL() *sql.DB { return c.db }
+
+// RedisUniversal returns the client's Redis client or Redis Cluster
+// client, or nil on another system.
+func (c *Client) RedisUniversal() redis.UniversalClient {
+	switch {
+	case c.rdb != nil:
+		return c.rdb
+	case c.rcl != nil:
+		return c.rcl
+	}
+	return nil
+}
+
+// Redlock returns a client of each of Redlock's servers, in a fixed
+// order, or nil on another system.
+func (c *Client) Redlock() []*redis.Client { return c.redlock }
+
+// ZooKeeperAddr returns the host:port a ZooKeeper client dials (the
+// client's proxy when it has one), or "" on another system.
+func (c *Client) ZooKeeperAddr() string { return c.zkAddr }

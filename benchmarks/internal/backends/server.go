@@ -70,7 +70,16 @@ const (
 	// (scripts/servers/postgres.sh --replica): stores write to the
 	// primary; Client.FollowerStore reads from the replica.
 	PostgresReplica = "postgres-replica"
+
+	// Redlock is RedlockServers independent Redis servers, which hold no
+	// data: they lend their lock (Client.Redlock) to the other systems.
+	// ZooKeeper too holds no data (Client.ZooKeeperAddr).
+	Redlock = "redlock"
 )
+
+// RedlockServers is how many Redis servers Env.Reach starts for Redlock:
+// Redlock's usual five (a lock needs three of them).
+const RedlockServers = 5
 
 // ErrUnavailable marks a system whose server can neither be reached nor
 // started here; the error says why.
@@ -102,6 +111,10 @@ const (
 	// EnvEtcd3URLs names the members of the parent process's etcd3
 	// (client URLs, comma-separated).
 	EnvEtcd3URLs = "OCCKIT_LAB_ETCD3_URLS"
+	// EnvRedlockURLs names Redlock's Redis servers (Redis URLs,
+	// comma-separated; Redlock wants an odd number of independent
+	// servers).
+	EnvRedlockURLs = "OCCKIT_REDLOCK_URLS"
 )
 
 // scripts are the systems started by scripts/servers/<script>.sh.
@@ -174,8 +187,9 @@ type Server struct {
 	// atomically (dynalite has no TransactWriteItems), or is "".
 	MultiKeyUnsupported string
 
-	script  *servers.Script // restartable when the script says so
-	stop    func()          // an in-process server's
+	script  *servers.Script   // restartable when the script says so
+	scripts []*servers.Script // Redlock's, when started here
+	stop    func()            // an in-process server's
 	memory  *memoryStores
 	closeMu sync.Mutex
 }
@@ -193,8 +207,11 @@ func (e Env) Reach(ctx context.Context, system string) (*Server, error) {
 
 func (e Env) reach(ctx context.Context, system string) (*Server, error) {
 	s := &Server{System: system}
-	if system == PostgresReplica {
+	switch system {
+	case PostgresReplica:
 		return e.reachReplica(ctx)
+	case Redlock:
+		return e.reachRedlock(ctx)
 	}
 	if sc, ok := scripts[system]; ok {
 		s.EnvVar = sc.envVar
@@ -321,7 +338,7 @@ func (e Env) start(ctx context.Context, system string) (*Server, error) {
 
 // Started reports whether the server was started here (and Close stops
 // it), rather than named by the environment.
-func (s *Server) Started() bool { return s.script != nil || s.stop != nil }
+func (s *Server) Started() bool { return s.script != nil || s.stop != nil || s.scripts != nil }
 
 // Restart stops the server, keeps it down for down, and starts it again
 // with its data (servers.Script.Restart); only a server of StartOwn's can.
@@ -349,7 +366,7 @@ func (s *Server) Addr() (string, error) {
 	switch s.System {
 	case Memory, SQLite:
 		return "", fmt.Errorf("%s runs in process: no address", s.System)
-	case RedisCluster, Etcd3, PostgresReplica:
+	case RedisCluster, Etcd3, PostgresReplica, Redlock:
 		// A proxy per node would not do for Redis Cluster either: its
 		// nodes send clients to each other by their own addresses
 		// (MOVED, CLUSTER SLOTS).
@@ -399,12 +416,18 @@ func (s *Server) Close(ctx context.Context) error {
 		s.stop()
 		s.stop = nil
 	}
-	if s.script != nil {
-		err := s.script.Stop(ctx)
-		s.script = nil
-		return err
+	// Side by side: each stop waits for its server to be gone (about 2 s
+	// here, until the orphaned process is reaped).
+	errs := make([]error, len(s.scripts)+1)
+	var wg sync.WaitGroup
+	for i, p := range append(s.scripts, s.script) {
+		if p != nil {
+			wg.Go(func() { errs[i] = p.Stop(ctx) })
+		}
 	}
-	return nil
+	wg.Wait()
+	s.script, s.scripts = nil, nil
+	return errors.Join(errs...)
 }
 
 // redact drops a password from a URL for reports; a DSN (no scheme) is

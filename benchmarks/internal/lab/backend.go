@@ -7,81 +7,208 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/occkit/occkit/benchmarks/internal/backends"
-	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
-	"github.com/occkit/occkit/internal/faultproxy"
 )
 
-// errUnavailable marks a backend whose server the lab can neither reach
-// nor start here; the lab skips it and says why.
-var errUnavailable = backends.ErrUnavailable
+// backend is a server of benchmarks/internal/backends the lab reached or
+// started, with the lab's client of it (through the lab's proxy when it
+// has one): a backend that holds the cells' data, or one that only lends
+// its lock to cells on the others (ZooKeeper, Redlock's servers).
+// Strategies use its client (cli) for what they need beyond the cell's
+// store: a pool, a Redis client, a lock. Safe for concurrent use.
+type backend struct {
+	sys  system
+	srv  *backends.Server
+	cli  *backends.Client
+	info backendInfo
+	// scope is the lab's schema or database; attached is set in a
+	// --procs child, which works in its parent's and leaves it.
+	scope    string
+	attached bool
+	// locker is the lab's locker when the system shares one.
+	locker      hybrid.Locker
+	closeLocker func() error
 
-// service is an open connection to a server the lab reached or started:
-// a Backend that holds data, or a service that only lends its locks to
-// cells on other backends (ZooKeeper). Implementations are safe for
-// concurrent use.
-//
-// The systems are opened through benchmarks/internal/backends
-// (backend_systems.go) and listed in backendSpecs; strategies that need
-// one (a lock) find it with harness.Service and a type assertion on an
-// interface it exports, such as EtcdService.
-type service interface {
-	// Info describes the service for the report.
-	Info() backendInfo
-	// Close releases the service and stops any server the lab started
-	// for it.
-	Close(ctx context.Context) error
+	// lab finds the backend whose lock a dynamodb backend borrows;
+	// lockFrom is the one chosen, at the first cell that needs a lock.
+	lab      *Lab
+	lockMu   sync.Mutex
+	lockFrom *backend
+	lockDesc string
 }
 
-// dataBackend is a service that holds a cell's data.
-type dataBackend interface {
-	service
-	// tuning returns the retry settings optimistic strategies use on it.
-	tuning() retryTuning
-	// NewStore returns a fresh, empty store for one cell, in a namespace
-	// of its own (ns is short, lower-case letters, digits and '_'), and
-	// the function that removes it.
-	NewStore(ctx context.Context, ns string) (cas.Store, func(context.Context) error, error)
-	// openStore returns a store over the namespace ns that another
-	// process's NewStore made (a --procs child's view of its parent's
-	// store); it creates and removes nothing.
-	openStore(ctx context.Context, ns string) (cas.Store, error)
-	// NewLocker returns the backend's own lease lock (hybrid.Locker) for
-	// one cell, used by the hybrid and adaptive strategies on this
-	// backend, and the function that closes it.
-	NewLocker(ctx context.Context, ns string) (hybrid.Locker, func(context.Context) error, error)
-	// localLocks reports that NewLocker's lock works in this process
-	// only (hybrid.NewLocalLocker): hybrid and adaptive do not apply to
-	// the backend with --procs.
-	localLocks() bool
-	// multiKeyUnsupported says why the server cannot commit several keys
-	// atomically (dynalite has no TransactWriteItems), or returns "": the
-	// lab marks the cells of multi-key workloads on it not applicable,
-	// with that reason, instead of running them.
-	multiKeyUnsupported() string
+// system is how the lab runs on one system of benchmarks/internal/backends.
+type system struct {
+	// name is the backend's name in flags, results and charts.
+	name  string
+	about string
+	// locker describes the backend's lease lock for the report.
+	locker string
+	tuning retryTuning
+	// conns is the pool size for workers workers (nil: the driver's).
+	conns func(workers int) int
+	// scopeEnv passes the lab's schema or database (created for the lab,
+	// dropped when it closes) to its --procs children; "": no scope.
+	scopeEnv string
+	// sharedLocker: one locker for the whole lab (lock names carry the
+	// cell's namespace), rather than one per cell.
+	sharedLocker bool
 	// keyGroup is, on a backend that commits several keys atomically
 	// only within a group (Redis Cluster: one hash slot), how many keys
 	// make a group; 0: any keys commit together. Multi-key workloads on
 	// it name their keys with a hash tag per group and pick an
 	// operation's keys within one group (keyspace.go).
-	keyGroup() int
-	// followerStore returns a store over namespace ns (NewStore's, here
-	// or in the parent process) that reads from a follower or replica
-	// and writes to the leader or primary, for occ-follower-reads; an
-	// error matching errors.ErrUnsupported on a backend without.
-	followerStore(ns string) (cas.Store, error)
-	// catchUp waits until the followers or replica have applied what
-	// was written so far (postgres-replica's replica; nothing
-	// elsewhere). Run calls it after seeding.
-	catchUp(ctx context.Context) error
+	keyGroup int
+	// lendsLock: the backend holds no data; it lends its lock to the
+	// others.
+	lendsLock bool
+	// optIn: the backend runs only when named (OpenLab's names,
+	// --backends), not in the default run: the clusters, each several
+	// servers, whose cells are measured beside each other
+	// (docs/benchmarks.md, "Clusters"). onDemand: it is never named, but
+	// opened by the first cell that needs it (Redlock's five servers).
+	optIn, onDemand bool
+}
+
+// leaseTTL is the TTL of the lease locks of hybrid and adaptive.
+const leaseTTL = 10 * time.Second
+
+// pinnedConns sizes a pool whose locks pin a connection each, and so
+// does a waiting Acquire: a worker may hold two leases (transfer) and
+// borrow a third connection for the data.
+func pinnedConns(workers int) int { return 3*max(workers, DefaultWorkers) + 4 }
+
+// systems are the lab's backends, in their order: one list, written out,
+// instead of registrations.
+var systems = []system{
+	{
+		name:   backends.Memory,
+		about:  "memcas, the in-process store: the cost of coordination without a network",
+		locker: "hybrid.NewLocalLocker (in process, 10 s TTL)",
+		// An in-process attempt takes about a microsecond, so occ's
+		// default first wait of 1 ms would idle the workers for a
+		// thousand attempts' time (docs/benchmarks.md measured 11–13×
+		// fewer operations). The lab follows the docs' advice and scales
+		// the backoff down.
+		tuning: retryTuning{BackOffInitial: 10 * time.Microsecond, BackOffMax: time.Millisecond},
+	},
+	{
+		name:   backends.Etcd,
+		about:  "etcdcas on a one-member etcd started in process (UnsafeNoFsync)",
+		locker: "etcdcas.Locker (etcd lease, 10 s TTL; token = the grant's creation revision)",
+	},
+	{
+		name:         backends.Postgres,
+		about:        "pgcas on PostgreSQL: OCCKIT_PG_URL, or a throwaway server started with scripts/servers/postgres.sh",
+		locker:       "pgcas.Locker (session pg_advisory_lock on a pinned connection; tokens from a sequence)",
+		conns:        pinnedConns,
+		scopeEnv:     "OCCKIT_LAB_PG_SCHEMA",
+		sharedLocker: true,
+	},
+	{
+		name:   backends.Redis,
+		about:  "rediscas on Redis: OCCKIT_REDIS_URL, or a throwaway server started with scripts/servers/redis.sh",
+		locker: "rediscas.Locker (SET PX with INCR fencing tokens, a watchdog per lease; waiters poll)",
+		conns:  pinnedConns,
+	},
+	{
+		name:  backends.DynamoDB,
+		about: "dynamocas on a DynamoDB-compatible server: minidyn's, in process (TransactWriteItems included), or dynalite at OCCKIT_DYNALITE_URL (no TransactWriteItems)",
+		// Chosen at the first cell that needs it (backend.newLocker).
+		locker: "not chosen yet: rediscas.Locker when the redis backend is open, else hybrid.NewLocalLocker (in process)",
+	},
+	{
+		name:      backends.ZooKeeper,
+		about:     "ZooKeeper, lock service only (lock-zookeeper): OCCKIT_ZK_ADDR, or a standalone server started from Debian's zookeeper package",
+		locker:    "— (lends lock-zookeeper to other backends)",
+		lendsLock: true,
+	},
+	{
+		name:         backends.MySQL,
+		about:        "sqlcas (dialect MySQL) on MariaDB: OCCKIT_MYSQL_DSN, or a throwaway server started with scripts/servers/mariadb.sh",
+		locker:       "sqlcas.Locker (GET_LOCK in a pinned connection's session; tokens from a counter row)",
+		conns:        pinnedConns,
+		scopeEnv:     "OCCKIT_LAB_MYSQL_DB",
+		sharedLocker: true,
+	},
+	{
+		name:  backends.SQLite,
+		about: "sqlcas (dialect SQLite, modernc.org/sqlite) on a file database in WAL mode in a temporary directory, several connections: always available",
+		// SQLite has no lock service: the database is a file of this
+		// process, and so is the lock.
+		locker: "hybrid.NewLocalLocker (in process, 10 s TTL): SQLite has no lock service, and one process writes the database (hybrid and adaptive are not applicable with --procs)",
+		// Several connections: readers in parallel, one writer at a time
+		// (SQLite's lock), the others wait in the busy timeout.
+		conns: func(workers int) int { return max(workers, DefaultWorkers) + 2 },
+	},
+
+	// The clusters, each run only when named.
+	{
+		name:     backends.RedisCluster,
+		about:    "rediscas on a Redis Cluster (3 masters + 3 replicas): OCCKIT_REDIS_CLUSTER_URL, or a throwaway cluster started with scripts/servers/redis-cluster.sh; a cell's keys spread over the slots, a transfer's two accounts share a hash tag (groups of " + fmt.Sprint(clusterKeyGroup) + " accounts)",
+		locker:   "rediscas.Locker on the cluster (SET PX with INCR fencing tokens, the lock and its counter in one slot; a watchdog per lease; waiters poll)",
+		conns:    pinnedConns,
+		keyGroup: clusterKeyGroup,
+		optIn:    true,
+	},
+	{
+		name:   backends.Etcd3,
+		about:  "etcdcas on etcd with three members started in process (UnsafeNoFsync), clients spread over the members (round robin per request; a --procs child talks to one member, child i to member i mod 3); reads linearizable, occ-follower-reads serializable",
+		locker: "etcdcas.Locker (etcd lease, 10 s TTL; token = the grant's creation revision)",
+		optIn:  true,
+	},
+	{
+		name:         backends.PostgresReplica,
+		about:        "pgcas on a PostgreSQL primary with a streaming hot standby: OCCKIT_PG_URL and OCCKIT_PG_REPLICA_URL, or both started with scripts/servers/postgres.sh --replica; writes and reads on the primary, occ-follower-reads reads on the replica (pgcas.Config.ReadPool)",
+		locker:       "pgcas.Locker on the primary (session pg_advisory_lock on a pinned connection; tokens from a sequence)",
+		conns:        pinnedConns,
+		scopeEnv:     "OCCKIT_LAB_PG_REPLICA_SCHEMA",
+		sharedLocker: true,
+		optIn:        true,
+	},
+
+	// Opened by the first lock-redlock cell.
+	{
+		name:      backends.Redlock,
+		about:     "Redlock's independent Redis servers, lock service only (lock-redlock): OCCKIT_REDLOCK_URLS, or five throwaway servers started with scripts/servers/redis.sh",
+		locker:    "— (lends lock-redlock to the data backends)",
+		conns:     pinnedConns,
+		lendsLock: true,
+		onDemand:  true,
+	},
+}
+
+func lookupSystem(name string) (system, bool) {
+	for _, s := range systems {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return system{}, false
+}
+
+// DefaultBackends returns the names of the backends of the default run:
+// all but the opt-in ones.
+func DefaultBackends() []string { return backendNames(false) }
+
+// Backends returns the names of the lab's backends in their order, the
+// opt-in ones (run only when named) included.
+func Backends() []string { return backendNames(true) }
+
+func backendNames(optIn bool) []string {
+	var names []string
+	for _, s := range systems {
+		if !s.onDemand && (optIn || !s.optIn) {
+			names = append(names, s.name)
+		}
+	}
+	return names
 }
 
 // backendInfo describes a backend in the report.
@@ -138,161 +265,180 @@ type Env struct {
 	// servers may give each process a different one: etcd3 pins a
 	// child's client to member proc-1 modulo three).
 	proc int
-
-	// proxies are the proxies Proxy made, closed with the lab.
-	proxies *proxySet
-	// lookup finds another open service of the lab (set by OpenLab), for
-	// a backend that borrows a lock from another service.
-	lookup func(name string) (service, bool)
-}
-
-// proxySet holds the proxies of a lab.
-type proxySet struct {
-	mu   sync.Mutex
-	list []*faultproxy.Proxy
-}
-
-// dial returns the address (host:port) clients use to reach the server at
-// hostport: hostport itself, or with Env.Proxy a new proxy in front of it
-// (one per server, shared by all its connections).
-func (e *Env) dial(hostport string) (string, error) {
-	if !e.Proxy {
-		return hostport, nil
-	}
-	p, err := faultproxy.New(hostport)
-	if err != nil {
-		return "", fmt.Errorf("proxy for %s: %w", hostport, err)
-	}
-	p.SetPathDelay(e.Delay)
-	if e.proxies == nil {
-		e.proxies = &proxySet{}
-	}
-	e.proxies.mu.Lock()
-	e.proxies.list = append(e.proxies.list, p)
-	e.proxies.mu.Unlock()
-	return p.Addr(), nil
-}
-
-// via says, for a server's description, how the lab reaches it.
-func (e *Env) via() string {
-	if !e.Proxy {
-		return ""
-	}
-	return fmt.Sprintf("; every connection through a proxy adding %v each way", e.Delay)
-}
-
-// closeProxies closes the proxies dial made.
-func (e *Env) closeProxies() {
-	if e.proxies == nil {
-		return
-	}
-	e.proxies.mu.Lock()
-	list := e.proxies.list
-	e.proxies.list = nil
-	e.proxies.mu.Unlock()
-	for _, p := range list {
-		p.Close()
-	}
-}
-
-// service returns another open service of the lab by name.
-func (e *Env) service(name string) (service, bool) {
-	if e.lookup == nil {
-		return nil, false
-	}
-	return e.lookup(name)
 }
 
 func (e *Env) logf(format string, args ...any) {
-	w := e.Log
-	if w == nil {
-		w = os.Stderr
-	}
-	fmt.Fprintf(w, format+"\n", args...)
+	fmt.Fprintf(e.log(), format+"\n", args...)
 }
 
-// repoRoot returns RepoRoot, or the checkout above the working directory.
-func (e *Env) repoRoot() (string, error) { return e.backendsEnv().Root() }
-
-// backendsEnv returns how benchmarks/internal/backends reaches or starts
-// the lab's servers.
-func (e *Env) backendsEnv() backends.Env {
-	log := e.Log
-	if log == nil {
-		log = os.Stderr
+func (e *Env) log() io.Writer {
+	if e.Log == nil {
+		return os.Stderr
 	}
-	return backends.Env{RepoRoot: e.RepoRoot, StartServers: e.StartServers, Log: log, Getenv: e.Getenv}
+	return e.Log
 }
 
-func (e *Env) getenv(k string) string {
+// openBackend reaches or starts the server of system sys and connects to
+// it. An error wrapping backends.ErrUnavailable means it cannot run here
+// (the reason is reported, the run goes on).
+func openBackend(ctx context.Context, l *Lab, sys system) (_ *backend, err error) {
+	env := &l.env
+	b := &backend{sys: sys, lab: l}
+	defer func() {
+		if err != nil {
+			_ = b.close(context.WithoutCancel(ctx))
+		}
+	}()
+	benv := backends.Env{RepoRoot: env.RepoRoot, StartServers: env.StartServers, Log: env.log(), Getenv: env.Getenv}
+	if b.srv, err = benv.Reach(ctx, sys.name); err != nil {
+		return nil, err
+	}
+	opts := backends.ClientOptions{Proxy: env.Proxy, Delay: env.Delay}
+	if sys.conns != nil {
+		opts.Conns = sys.conns(env.MaxWorkers)
+	}
+	if sys.scopeEnv != "" {
+		var rb [6]byte
+		_, _ = rand.Read(rb[:])
+		b.scope = "occbench_" + hex.EncodeToString(rb[:])
+		if s := getenv(env, sys.scopeEnv); s != "" {
+			b.scope, b.attached = s, true // a --procs child: the parent's
+		}
+		opts.Scope, opts.CreateScope = b.scope, !b.attached
+	}
+	if sys.name == backends.Etcd3 && env.proc > 0 {
+		// A --procs child talks to one member, as a service instance
+		// configured with one endpoint would.
+		opts.Pinned, opts.Member = true, env.proc-1
+	}
+	if b.cli, err = b.srv.Connect(ctx, opts); err != nil {
+		return nil, fmt.Errorf("%w: %w", backends.ErrUnavailable, err)
+	}
+	version, durable, err := b.cli.Describe(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", backends.ErrUnavailable, b.srv.Where, err)
+	}
+	if sys.sharedLocker {
+		if b.locker, b.closeLocker, err = b.cli.NewLocker(ctx, backends.LockerConfig{Name: "lab", TTL: leaseTTL}); err != nil {
+			return nil, fmt.Errorf("%w: %w", backends.ErrUnavailable, err)
+		}
+	}
+	server := b.srv.Where
+	if version != "" {
+		server = version + " " + server
+	}
+	if b.scope != "" {
+		server += ", in " + b.scope
+	}
+	if opts.Conns > 0 {
+		server += fmt.Sprintf(", pool of %d connections", opts.Conns)
+	}
+	if env.Proxy {
+		server += fmt.Sprintf("; every connection through a proxy adding %v each way", env.Delay)
+	}
+	b.info = backendInfo{Name: sys.name, Server: server, Durability: durable, Locker: sys.locker, BackOff: "—"}
+	if !sys.lendsLock {
+		b.info.BackOff = describeBackOff(b.tuning())
+	}
+	env.logf("%s: %s; %s", sys.name, b.info.Server, b.info.Durability)
+	return b, nil
+}
+
+func getenv(e *Env, k string) string {
 	if e.Getenv != nil {
 		return e.Getenv(k)
 	}
 	return os.Getenv(k)
 }
 
-// backendSpec describes a backend, or a lock-only service.
-type backendSpec struct {
-	// Name is the backend's name in flags, results and charts.
-	Name string
-	// About is a one-line description.
-	About string
-	// Open reaches or starts the server and returns a Backend, or a
-	// Service for one that only lends locks. An error wrapping
-	// errUnavailable means it cannot run here (the reason is reported,
-	// the run goes on).
-	Open func(ctx context.Context, env *Env) (service, error)
-	// OptIn says the backend runs only when named (OpenLab's names,
-	// --backends), not in the default run: the clusters, each several
-	// servers, whose cells are measured beside each other
-	// (docs/benchmarks.md, "Clusters").
-	OptIn bool
+func (b *backend) Info() backendInfo {
+	b.lockMu.Lock()
+	defer b.lockMu.Unlock()
+	info := b.info
+	if b.lockDesc != "" {
+		info.Locker = b.lockDesc
+	}
+	return info
 }
 
-// backendSpecs are the lab's backends and lock-only services, in their
-// order: one list, written out, instead of registrations.
-var backendSpecs = []backendSpec{
-	systemSpec(backends.Memory), systemSpec(backends.Etcd), systemSpec(backends.Postgres), systemSpec(backends.Redis), systemSpec(backends.DynamoDB),
-	{Name: backends.ZooKeeper, About: "ZooKeeper, lock service only (lock-zookeeper): OCCKIT_ZK_ADDR, or a standalone server started from Debian's zookeeper package", Open: openZooKeeper},
-	systemSpec(backends.MySQL), systemSpec(backends.SQLite),
-	optIn(systemSpec(backends.RedisCluster)), optIn(systemSpec(backends.Etcd3)), optIn(systemSpec(backends.PostgresReplica)),
+// tuning returns the system's backoff and its adapter's Retryable.
+func (b *backend) tuning() retryTuning {
+	t := b.sys.tuning
+	t.Retryable = b.cli.Retryable()
+	return t
 }
 
-// optIn marks a backend that runs only when named.
-func optIn(s backendSpec) backendSpec {
-	s.OptIn = true
-	return s
+// childEnv returns the environment (NAME=value) that makes a --procs
+// child's lab open the same server, on its own connections: the
+// server's variables, and the lab's scope; nil for memory, which no
+// other process can reach.
+func (b *backend) childEnv() []string {
+	env := b.srv.Env()
+	if env != nil && b.sys.scopeEnv != "" {
+		env = append(env, b.sys.scopeEnv+"="+b.scope)
+	}
+	return env
 }
 
-// DefaultBackends returns the names of the backends of the default run:
-// all but the opt-in ones.
-func DefaultBackends() []string {
-	var names []string
-	for _, s := range backendSpecs {
-		if !s.OptIn {
-			names = append(names, s.Name)
+// localLocks reports that the backend's lease lock serves this process
+// only (hybrid.NewLocalLocker): hybrid and adaptive do not apply to the
+// backend with --procs.
+func (b *backend) localLocks() bool {
+	return !b.cli.HasLockService() && b.borrowedLocks() == nil
+}
+
+// newLocker returns the lease lock of hybrid and adaptive for a cell: the
+// lab's shared one, or one of the cell's own (its keys removed with the
+// cell's store). DynamoDB has no lock of its own: it borrows the redis
+// backend's when Redis is open in this run, else uses the in-process
+// hybrid.NewLocalLocker; the choice is made at the first cell that needs
+// it, and stated in Info.
+func (b *backend) newLocker(ctx context.Context, ns string) (hybrid.Locker, func(context.Context) error, error) {
+	if b.locker != nil {
+		return b.locker, func(context.Context) error { return nil }, nil
+	}
+	if from := b.borrowedLocks(); from != nil {
+		return from.newLocker(ctx, ns)
+	}
+	l, closeFn, err := b.cli.NewLocker(ctx, backends.LockerConfig{Name: ns, TTL: leaseTTL})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func(context.Context) error { return closeFn() }, nil
+}
+
+// borrowedLocks returns the backend that lends its locks to this one.
+func (b *backend) borrowedLocks() *backend {
+	if b.sys.name != backends.DynamoDB {
+		return nil
+	}
+	b.lockMu.Lock()
+	defer b.lockMu.Unlock()
+	if b.lockDesc == "" {
+		b.lockDesc = "hybrid.NewLocalLocker (in process, 10 s TTL): DynamoDB has no lock of its own and Redis was not open"
+		if r, ok := b.lab.backend(backends.Redis); ok {
+			b.lockFrom = r
+			b.lockDesc = "the redis backend's rediscas.Locker (SET PX with INCR fencing tokens; waiters poll): DynamoDB has no lock of its own"
 		}
 	}
-	return names
+	return b.lockFrom
 }
 
-// Backends returns the names of the lab's backends in their order, the
-// opt-in ones (run only when named) included.
-func Backends() []string {
-	names := make([]string, 0, len(backendSpecs))
-	for _, s := range backendSpecs {
-		names = append(names, s.Name)
+func (b *backend) close(ctx context.Context) error {
+	var errs []error
+	if b.closeLocker != nil {
+		errs = append(errs, b.closeLocker())
 	}
-	return names
-}
-
-func lookupBackend(name string) (backendSpec, bool) {
-	for _, s := range backendSpecs {
-		if s.Name == name {
-			return s, true
+	if b.cli != nil {
+		if b.scope != "" && !b.attached {
+			errs = append(errs, b.cli.DropScope(ctx))
 		}
+		errs = append(errs, b.cli.Close())
 	}
-	return backendSpec{}, false
+	if b.srv != nil {
+		errs = append(errs, b.srv.Close(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // skip records a backend or cell the lab did not run, and why.
@@ -310,32 +456,29 @@ type Lab struct {
 	id      string
 	seq     atomic.Int64
 	mu      sync.Mutex
-	open    map[string]service
+	open    map[string]*backend
 	order   []string
 	skipped []skip
 
-	// onDemand serialises OpenService; failed remembers the services it
+	// onDemand serialises openOnDemand; failed remembers the backends it
 	// could not open, so that a run tries each once.
 	onDemand sync.Mutex
 	failed   map[string]error
 }
 
 // OpenLab opens the named backends (if names is empty, every one but the
-// opt-in clusters, which run only when named). A backend that cannot run here is skipped with its reason
-// (Skipped); OpenLab fails only on an unknown name or a cancelled ctx.
+// opt-in clusters, which run only when named). A backend that cannot run
+// here is skipped with its reason (Skipped); OpenLab fails only on an
+// unknown name or a cancelled ctx.
 func OpenLab(ctx context.Context, names []string, env Env) (*Lab, error) {
 	if len(names) == 0 {
 		names = DefaultBackends()
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	l := &Lab{env: env, id: hex.EncodeToString(b[:]), open: map[string]service{}, failed: map[string]error{}}
-	l.env.lookup = l.Service
-	if l.env.proxies == nil {
-		l.env.proxies = &proxySet{}
-	}
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	l := &Lab{env: env, id: hex.EncodeToString(id[:]), open: map[string]*backend{}, failed: map[string]error{}}
 	for _, n := range names {
-		if _, ok := lookupBackend(n); !ok {
+		if _, ok := lookupSystem(n); !ok {
 			return nil, fmt.Errorf("benchmarks: unknown backend %q (have %v)", n, Backends())
 		}
 	}
@@ -344,43 +487,46 @@ func OpenLab(ctx context.Context, names []string, env Env) (*Lab, error) {
 			_ = l.Close(context.Background())
 			return nil, err
 		}
-		spec, _ := lookupBackend(n)
-		be, err := spec.Open(ctx, &l.env)
+		sys, _ := lookupSystem(n)
+		b, err := openBackend(ctx, l, sys)
 		if err != nil {
 			l.skipped = append(l.skipped, skip{Name: n, Reason: err.Error()})
 			continue
 		}
-		l.open[n] = be
+		l.open[n] = b
 		l.order = append(l.order, n)
 	}
 	return l, nil
 }
 
-// Service returns the open service (or backend) with that name.
-func (l *Lab) Service(name string) (service, bool) {
+// backend returns the open backend with that name.
+func (l *Lab) backend(name string) (*backend, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s, ok := l.open[name]
-	return s, ok
+	b, ok := l.open[name]
+	return b, ok
 }
 
-// OpenService returns the open service called name, or opens it now with
-// open (reaching or starting its server as a backend's Open does) and
-// keeps it with the others until Close: a service that only some
+// openOnDemand returns the open backend called name, or opens it now and
+// keeps it with the others until Close: a backend that only some
 // strategies need (the five Redis servers of lock-redlock; Redis for
 // lock-redis when the redis backend was not selected) is started only
-// when a cell needs it. A service that failed to open is not tried again
+// when a cell needs it. A backend that failed to open is not tried again
 // in the same run: the error is returned again.
-func (l *Lab) OpenService(ctx context.Context, name string, open func(ctx context.Context, env *Env) (service, error)) (service, error) {
+func (l *Lab) openOnDemand(ctx context.Context, name string) (*backend, error) {
 	l.onDemand.Lock()
 	defer l.onDemand.Unlock()
-	if s, ok := l.Service(name); ok {
-		return s, nil
+	if b, ok := l.backend(name); ok {
+		return b, nil
 	}
 	if err := l.failed[name]; err != nil {
 		return nil, err
 	}
-	s, err := open(ctx, &l.env)
+	sys, ok := lookupSystem(name)
+	if !ok {
+		return nil, fmt.Errorf("benchmarks: unknown backend %q", name)
+	}
+	b, err := openBackend(ctx, l, sys)
 	if err != nil {
 		if ctx.Err() == nil {
 			l.failed[name] = err
@@ -390,39 +536,14 @@ func (l *Lab) OpenService(ctx context.Context, name string, open func(ctx contex
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open == nil { // closed meanwhile
-		return nil, errors.Join(errors.New("benchmarks: the lab is closed"), s.Close(context.WithoutCancel(ctx)))
+		return nil, errors.Join(errors.New("benchmarks: the lab is closed"), b.close(context.WithoutCancel(ctx)))
 	}
-	l.open[name] = s
+	l.open[name] = b
 	l.order = append(l.order, name)
-	return s, nil
+	return b, nil
 }
 
-// serverOwner is implemented by the services of one server of
-// benchmarks/internal/backends (not by Redlock's five).
-type serverOwner interface{ server() *backends.Server }
-
-// Server returns the server of the open service called name, as it
-// listens (not through the lab's proxy), for clients of their own (the
-// stories').
-func (l *Lab) Server(name string) (*backends.Server, bool) {
-	s, _ := l.Service(name)
-	o, ok := s.(serverOwner)
-	if !ok {
-		return nil, false
-	}
-	return o.server(), true
-}
-
-// Backend returns the open backend with that name: a service that holds
-// data.
-func (l *Lab) Backend(name string) (dataBackend, bool) {
-	s, _ := l.Service(name)
-	b, ok := s.(dataBackend)
-	return b, ok
-}
-
-// Open returns the names of the open services, backends included, in the
-// order opened.
+// Open returns the names of the open backends, in the order opened.
 func (l *Lab) Open() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -433,19 +554,19 @@ func (l *Lab) Open() []string {
 func (l *Lab) DataBackends() []string {
 	var out []string
 	for _, n := range l.Open() {
-		if _, ok := l.Backend(n); ok {
+		if b, _ := l.backend(n); !b.sys.lendsLock {
 			out = append(out, n)
 		}
 	}
 	return out
 }
 
-// Infos describes the open services and backends.
+// Infos describes the open backends.
 func (l *Lab) Infos() []backendInfo {
 	var out []backendInfo
 	for _, n := range l.Open() {
-		s, _ := l.Service(n)
-		out = append(out, s.Info())
+		b, _ := l.backend(n)
+		out = append(out, b.Info())
 	}
 	return out
 }
@@ -465,44 +586,14 @@ func (l *Lab) Close(ctx context.Context) error {
 	l.mu.Unlock()
 	var errs []error
 	for i := len(order) - 1; i >= 0; i-- {
-		if err := open[order[i]].Close(ctx); err != nil {
+		if err := open[order[i]].close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", order[i], err))
 		}
 	}
-	l.env.closeProxies()
 	return errors.Join(errs...)
-}
-
-// childEnver is implemented by a service whose server a --procs child can
-// reach: childEnv returns the environment (NAME=value) that makes the
-// child's lab open the same server, on its own connections.
-type childEnver interface {
-	childEnv() []string
 }
 
 // namespace returns a fresh namespace for a cell.
 func (l *Lab) namespace() string {
 	return fmt.Sprintf("lab_%s_%d", l.id, l.seq.Add(1))
 }
-
-// redactURL drops a password from a URL for the report.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return p.Redacted()
-}
-
-// infoField returns a field of a Redis INFO reply, or "?".
-func infoField(info, name string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return "?"
-}
-
-// envRedisURL names the Redis server the lab uses.
-const envRedisURL = backends.EnvRedisURL

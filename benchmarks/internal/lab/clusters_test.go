@@ -60,28 +60,29 @@ func TestRedisClusterSmoke(t *testing.T) {
 	})
 
 	ctx := t.Context()
-	be, _ := l.Backend("redis-cluster")
-	rs, ok := be.(RedisService)
-	if !ok {
-		t.Fatalf("the redis-cluster backend %T lends no Redis client", be)
+	be, _ := l.backend("redis-cluster")
+	rs := be.cli.RedisCluster()
+	if rs == nil {
+		t.Fatal("the redis-cluster backend lends no Redis Cluster client")
 	}
 	// Two groups' tags in different slots: a transfer between them would
 	// cross slots.
 	ks := newKeySpace(be, builtinWorkloads[2], 40)
 	a, b := ks.names[0], ks.names[len(ks.names)-1]
-	slotA, errA := rs.RedisClient().ClusterKeySlot(ctx, a).Result()
-	slotB, errB := rs.RedisClient().ClusterKeySlot(ctx, b).Result()
+	slotA, errA := rs.ClusterKeySlot(ctx, a).Result()
+	slotB, errB := rs.ClusterKeySlot(ctx, b).Result()
 	if err := errors.Join(errA, errB); err != nil {
 		t.Fatal(err)
 	}
 	if slotA == slotB {
 		t.Fatalf("keys %s and %s share slot %d: pick keys of other groups", a, b, slotA)
 	}
-	store, drop, err := be.NewStore(ctx, l.namespace())
+	ns := l.namespace()
+	store, err := be.cli.CreateStore(ctx, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = drop(context.Background()) })
+	t.Cleanup(func() { _ = be.cli.Drop(context.Background(), ns) })
 	_, err = store.(cas.Committer).Commit(ctx, []cas.Op{cas.Put(a, 0, []byte("1")), cas.Put(b, 0, []byte("1"))})
 	var cs *rediscas.CrossSlotError
 	if !errors.Is(err, rediscas.ErrCrossSlot) || !errors.As(err, &cs) {
@@ -115,8 +116,8 @@ func TestEtcd3Smoke(t *testing.T) {
 		{"occ-txn", "transfer", 8, 1}, {"occ-follower-reads", "transfer", 8, 1}, {"lock-etcd-mutex", "transfer", 8, 1},
 		{"occ-follower-reads", "counter", 8, 2},
 	})
-	be, _ := l.Backend("etcd3")
-	s, err := be.followerStore("any")
+	be, _ := l.backend("etcd3")
+	s, err := be.cli.FollowerStore("any")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +145,8 @@ func TestPostgresReplicaSmoke(t *testing.T) {
 		{"occ-txn", "transfer", 8, 1}, {"occ-follower-reads", "transfer", 8, 1}, {"lock-pg-for-update", "transfer", 8, 1},
 		{"occ-follower-reads", "counter", 8, 2},
 	})
-	be, _ := l.Backend("postgres-replica")
-	s, err := be.followerStore("any")
+	be, _ := l.backend("postgres-replica")
+	s, err := be.cli.FollowerStore("any")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +181,8 @@ func TestFollowerReadsElsewhere(t *testing.T) {
 // them within one group (the last group takes the remainder); single-key
 // workloads and other backends keep plain names.
 func TestKeySpaceGroups(t *testing.T) {
-	grouped := &dataService{sys: system{keyGroup: 10}}
-	plain := &dataService{}
+	grouped := &backend{sys: system{keyGroup: 10}}
+	plain := &backend{}
 	counter, transfer := builtinWorkloads[0], builtinWorkloads[2]
 	if ks := newKeySpace(grouped, counter, 25); ks.group != 0 || ks.names[24] != "k24" {
 		t.Errorf("counter on a grouped backend: group %d, names %v", ks.group, ks.names)

@@ -192,16 +192,16 @@ func (g Grid) Plan(l *Lab) ([]Cell, []skip, error) {
 			skip(b, fmt.Sprintf("--procs %d: the in-process store cannot be shared between processes", g.Procs))
 			continue
 		}
-		if _, ok := l.Backend(b); !ok {
-			if _, svc := l.Service(b); svc {
-				continue // lends locks only: lock-* strategies use it from other backends
-			}
+		be, ok := l.backend(b)
+		if !ok {
 			return nil, nil, fmt.Errorf("benchmarks: backend %q is not open", b)
 		}
-		be, _ := l.Backend(b)
+		if be.sys.lendsLock {
+			continue // lends locks only: lock-* strategies use it from other backends
+		}
 		for _, wn := range workloadNames {
 			wl, _ := lookupWorkload(wn)
-			if why := be.multiKeyUnsupported(); wl.KeysPerOp > 1 && why != "" {
+			if why := be.srv.MultiKeyUnsupported; wl.KeysPerOp > 1 && why != "" {
 				skip(b+"/"+wn, why)
 				continue
 			}

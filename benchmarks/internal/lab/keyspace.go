@@ -23,12 +23,12 @@ type keySpace struct {
 
 // newKeySpace returns the n keys of a cell of workload wl on backend be:
 // "k0", "k1", ...; on a backend whose multi-key commits keep to a group
-// (dataBackend.keyGroup), a multi-key workload's keys carry their group's
+// (system.keyGroup), a multi-key workload's keys carry their group's
 // hash tag and an operation picks its keys within one group.
-func newKeySpace(be dataBackend, wl *workloadSpec, n int) keySpace {
+func newKeySpace(be *backend, wl *workloadSpec, n int) keySpace {
 	ks := keySpace{names: make([]string, n)}
 	if wl.KeysPerOp > 1 {
-		ks.group = be.keyGroup()
+		ks.group = be.sys.keyGroup
 	}
 	for i := range ks.names {
 		ks.names[i] = "k" + strconv.Itoa(i)

@@ -351,44 +351,32 @@ func TestDefaultLocks(t *testing.T) {
 	}
 }
 
-type fakeService struct {
-	name   string
-	closed *int
-}
-
-func (f fakeService) Info() backendInfo           { return backendInfo{Name: f.name} }
-func (f fakeService) Close(context.Context) error { *f.closed++; return nil }
-
-// TestOpenService: a service opened on demand is opened once, kept until
-// the lab closes and then closed; one that failed is not tried again.
-func TestOpenService(t *testing.T) {
+// TestOpenOnDemand: a backend opened on demand is opened once and kept
+// until the lab closes; one that failed is not tried again.
+func TestOpenOnDemand(t *testing.T) {
 	ctx := t.Context()
-	l, err := OpenLab(ctx, []string{"memory"}, Env{Getenv: func(string) string { return "" }})
+	l, err := OpenLab(ctx, []string{"memory"}, Env{Log: testLog{t}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opened, failed, closed int
-	open := func(context.Context, *Env) (service, error) { opened++; return fakeService{"lazy", &closed}, nil }
-	fail := func(context.Context, *Env) (service, error) { failed++; return nil, errors.New("no server") }
-	for range 3 {
-		if s, err := l.OpenService(ctx, "lazy", open); err != nil || s.Info().Name != "lazy" {
-			t.Fatalf("OpenService: %v, %v", s, err)
+	first, err := l.openOnDemand(ctx, "sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, failed := l.openOnDemand(ctx, "redis") // not set, and starting servers is off
+	for range 2 {
+		if b, err := l.openOnDemand(ctx, "sqlite"); err != nil || b != first {
+			t.Fatalf("openOnDemand again: %v, %v; want the open backend", b, err)
 		}
-		if _, err := l.OpenService(ctx, "broken", fail); err == nil || err.Error() != "no server" {
-			t.Fatalf("OpenService of a failing service: %v", err)
+		if _, err := l.openOnDemand(ctx, "redis"); err == nil || err != failed {
+			t.Fatalf("openOnDemand of a failing backend: %v, want the first error %v again", err, failed)
 		}
 	}
-	if opened != 1 || failed != 1 {
-		t.Errorf("opened %d times, failed %d times; want once each", opened, failed)
+	if got := l.Open(); !slices.Equal(got, []string{"memory", "sqlite"}) {
+		t.Errorf("open backends %v", got)
 	}
-	if s, _ := l.OpenService(ctx, "memory", fail); s == nil || s.Info().Name != "memory" {
-		t.Errorf("OpenService of an open backend opened another")
-	}
-	if got := l.Open(); !slices.Equal(got, []string{"memory", "lazy"}) {
-		t.Errorf("open services %v", got)
-	}
-	if err := l.Close(ctx); err != nil || closed != 1 {
-		t.Errorf("Close: %v, the on-demand service closed %d times", err, closed)
+	if err := l.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
 	}
 }
 
@@ -409,11 +397,11 @@ func TestSpecs(t *testing.T) {
 		}
 		seen["s/"+s.Name] = true
 	}
-	for _, b := range backendSpecs {
-		if b.Name == "" || b.Open == nil || seen["b/"+b.Name] {
-			t.Errorf("backend %q incomplete or listed twice", b.Name)
+	for _, b := range systems {
+		if b.name == "" || b.about == "" || b.locker == "" || seen["b/"+b.name] {
+			t.Errorf("backend %q incomplete or listed twice", b.name)
 		}
-		seen["b/"+b.Name] = true
+		seen["b/"+b.name] = true
 	}
 	for _, w := range builtinWorkloads {
 		if w.Name == "" || w.Apply == nil || w.Check == nil || w.KeysPerOp < 1 || seen["w/"+w.Name] {

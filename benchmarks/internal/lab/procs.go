@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/occ"
 )
 
 // envCellChild marks a process started by runProcs: ChildMain runs the
@@ -95,12 +94,12 @@ func (l *Lab) runProcs(ctx context.Context, c Cell, ns string, workers []*worker
 	env := append(os.Environ(), envCellChild+"=1")
 	var services []string
 	for _, name := range l.Open() {
-		svc, _ := l.Service(name)
-		if ce, ok := svc.(childEnver); ok && ce.childEnv() != nil {
-			env = append(env, ce.childEnv()...)
-			// Services opened on demand (Redlock's servers) are opened
+		b, _ := l.backend(name)
+		if ce := b.childEnv(); ce != nil {
+			env = append(env, ce...)
+			// Backends opened on demand (Redlock's servers) are opened
 			// on demand in the child too, from the same environment.
-			if _, listed := lookupBackend(name); listed {
+			if !b.sys.onDemand {
 				services = append(services, name)
 			}
 		}
@@ -224,11 +223,11 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 	}
 	wl, _ := lookupWorkload(c.Workload)
 	spec2, _ := lookupStrategy(c.Strategy)
-	be, ok := l.Backend(c.Backend)
+	be, ok := l.backend(c.Backend)
 	if !ok || wl == nil || spec2.New == nil {
 		return fmt.Errorf("cell %s: unknown backend, workload or strategy", CellName(c))
 	}
-	store, err := be.openStore(ctx, spec.NS)
+	store, err := be.cli.Store(spec.NS)
 	if err != nil {
 		return err
 	}
@@ -244,12 +243,7 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 		Values: cas.NewTyped(store, cas.JSON[int64]()),
 		Keys:   ks.names, NS: spec.NS, Attached: true, lab: l,
 	}
-	workers := make([]*worker, spec.N)
-	h.opts = make([][]occ.Option, spec.N)
-	for i := range workers {
-		workers[i] = &worker{}
-		h.opts[i] = retryOptions(c, be.tuning(), workers[i])
-	}
+	workers := h.newWorkers()
 	defer func() { _ = h.close(context.Background()) }()
 	strat, err := spec2.New(ctx, h)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/internal/servers"
 )
 
@@ -16,10 +17,10 @@ import (
 // OCCKIT_REDLOCK_URLS), and closing the lab stops them. It fails, saying
 // how to get one, when redis-server is not installed.
 func TestRedlockSmoke(t *testing.T) {
-	if _, err := os.Stat(servers.RedisBinary); err != nil && os.Getenv(EnvRedlockURLs) == "" {
+	if _, err := os.Stat(servers.RedisBinary); err != nil && os.Getenv(backends.EnvRedlockURLs) == "" {
 		t.Fatalf("%s is missing and %s is not set: lock-redlock needs %d Redis servers, which this test starts from redis-server. "+
 			"Run `make test` once (scripts/servers/redis.sh installs it) or apt-get install redis-server, "+
-			"or set %s to %d comma-separated Redis URLs", servers.RedisBinary, EnvRedlockURLs, RedlockServers, EnvRedlockURLs, RedlockServers)
+			"or set %s to %d comma-separated Redis URLs", servers.RedisBinary, backends.EnvRedlockURLs, backends.RedlockServers, backends.EnvRedlockURLs, backends.RedlockServers)
 	}
 	l := openLabWith(t, Env{StartServers: true, MaxWorkers: 8, Log: testLog{t}, Getenv: withoutDynalite}, "memory", "dynamodb")
 	type cell struct{ backend, workload string }
@@ -33,16 +34,18 @@ func TestRedlockSmoke(t *testing.T) {
 			}
 		})
 	}
-	svc, ok := l.Service("redlock")
+	rl, ok := l.backend("redlock")
 	if !ok {
-		t.Fatalf("no redlock service among %v", l.Open())
+		t.Fatalf("no redlock backend among %v", l.Open())
 	}
-	rl := svc.(*redlockService)
-	addrs := rl.RedlockAddrs()
-	if len(slices.Compact(slices.Sorted(slices.Values(addrs)))) != RedlockServers {
-		t.Fatalf("redlock servers %v, want %d distinct", addrs, RedlockServers)
+	var addrs []string
+	for _, c := range rl.cli.Redlock() {
+		addrs = append(addrs, c.Options().Addr)
 	}
-	if os.Getenv(EnvRedlockURLs) != "" {
+	if len(slices.Compact(slices.Sorted(slices.Values(addrs)))) != backends.RedlockServers {
+		t.Fatalf("redlock servers %v, want %d distinct", addrs, backends.RedlockServers)
+	}
+	if os.Getenv(backends.EnvRedlockURLs) != "" {
 		return // not ours to stop
 	}
 	if err := l.Close(t.Context()); err != nil {

@@ -160,87 +160,34 @@ func (w *worker) ObserveCall(_ context.Context, c occ.Call) {
 // errors.Is(err, errNotApplicable)); a broken invariant is not an error but
 // a Result with InvariantOK false.
 func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
-	wl, ok := lookupWorkload(c.Workload)
-	if !ok {
-		return Result{}, fmt.Errorf("benchmarks: unknown workload %q", c.Workload)
-	}
-	spec, ok := lookupStrategy(c.Strategy)
-	if !ok {
-		return Result{}, fmt.Errorf("benchmarks: unknown strategy %q", c.Strategy)
-	}
-	be, ok := l.Backend(c.Backend)
-	if !ok {
-		return Result{}, fmt.Errorf("benchmarks: backend %q is not open", c.Backend)
-	}
-	switch {
-	case c.Workers < 1:
-		return Result{}, fmt.Errorf("benchmarks: %d workers", c.Workers)
-	case c.Keys < wl.KeysPerOp:
-		return Result{}, fmt.Errorf("benchmarks: workload %s needs at least %d keys, cell has %d", wl.Name, wl.KeysPerOp, c.Keys)
-	case c.Duration <= 0 && c.Ops <= 0:
-		return Result{}, errors.New("benchmarks: a cell needs a duration or an operation count")
-	case wl.KeysPerOp == 1 && !spec.SingleKey, wl.KeysPerOp > 1 && !spec.MultiKey:
-		return Result{}, fmt.Errorf("%s on %s: %w", c.Strategy, c.Workload, errNotApplicable)
-	case wl.KeysPerOp > 1 && be.multiKeyUnsupported() != "":
-		return Result{}, fmt.Errorf("%s on %s: %s: %w", c.Workload, c.Backend, be.multiKeyUnsupported(), errNotApplicable)
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.Initial == 0 {
-		c.Initial = wl.Initial
+	c, wl, spec, be, err := l.check(c)
+	if err != nil {
+		return Result{}, err
 	}
 	zipf, err := newZipf(c.Keys, c.Theta)
 	if err != nil {
 		return Result{}, err
 	}
-
 	ns := l.namespace()
-	store, drop, err := be.NewStore(ctx, ns)
+	store, err := be.cli.CreateStore(ctx, ns)
 	if err != nil {
 		return Result{}, fmt.Errorf("benchmarks: %s: new store: %w", c.Backend, err)
 	}
-	defer func() { _ = drop(context.WithoutCancel(ctx)) }()
+	defer func() { _ = be.cli.Drop(context.WithoutCancel(ctx), ns) }()
 	ks := newKeySpace(be, wl, c.Keys)
 	h := &harness{
 		Cell: c, Workload: wl, Backend: be, Store: store,
 		Values: cas.NewTyped(store, cas.JSON[int64]()),
 		Keys:   ks.names, NS: ns, lab: l,
 	}
-	var seededMu sync.Mutex
-	storeKeys := h.Keys
+	seed := h.Keys
 	if spec.OwnTable {
-		// The data lives in the strategy's own table, which its New
-		// seeds: the store stays empty.
-		storeKeys = nil
+		seed = nil // the data lives in the strategy's own table, which its New seeds
 	}
-	if err := parallel(ctx, storeKeys, func(ctx context.Context, k string) error {
-		v, err := h.Values.CompareAndSwap(ctx, k, 0, c.Initial)
-		if err != nil {
-			return err
-		}
-		b, err := h.Values.Encode(k, c.Initial)
-		if err != nil {
-			return err
-		}
-		seededMu.Lock()
-		h.seeded = append(h.seeded, cas.Item{Key: k, Value: b, Version: v})
-		seededMu.Unlock()
-		return nil
-	}); err != nil {
-		return Result{}, fmt.Errorf("benchmarks: seeding %d keys: %w", c.Keys, err)
+	if err := h.seed(ctx, seed, c.Initial); err != nil {
+		return Result{}, err
 	}
-	if err := be.catchUp(ctx); err != nil {
-		return Result{}, fmt.Errorf("benchmarks: %s: after seeding: %w", c.Backend, err)
-	}
-
-	workers := make([]*worker, c.Workers)
-	h.opts = make([][]occ.Option, c.Workers)
-	tuning := be.tuning()
-	for i := range workers {
-		workers[i] = &worker{}
-		h.opts[i] = retryOptions(c, tuning, workers[i])
-	}
+	workers := h.newWorkers()
 	defer func() { _ = h.close(context.WithoutCancel(ctx)) }()
 	strat, err := spec.New(ctx, h)
 	if err != nil {
@@ -262,7 +209,106 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		elapsed = runWorkers(ctx, c, wl, zipf, ks, strat, workers, 0, time.Now())
 		closeErr = strat.Close(context.WithoutCancel(ctx))
 	}
+	res, tally := l.result(c, zipf, elapsed, workers)
+	read := func(ctx context.Context, k string) (int64, error) {
+		v, _, err := h.Values.Get(ctx, k)
+		return v, err
+	}
+	if spec.OwnTable {
+		vr, ok := strat.(valueReader)
+		if !ok {
+			return Result{}, fmt.Errorf("%s keeps its own table but cannot read it back (no Value method)", c.Strategy)
+		}
+		read = vr.Value
+	}
+	res.Invariant = checkInvariant(ctx, c, wl, h.Keys, read, tally)
+	res.InvariantOK = res.Invariant == ""
+	if res.InvariantOK && closeErr != nil && res.Error == "" {
+		res.Error = "closing the strategy: " + closeErr.Error()
+	}
+	return res, nil
+}
 
+// check returns cell c with its defaults filled in, its workload,
+// strategy and backend, or why it cannot run.
+func (l *Lab) check(c Cell) (Cell, *workloadSpec, strategySpec, *backend, error) {
+	wl, ok := lookupWorkload(c.Workload)
+	if !ok {
+		return c, nil, strategySpec{}, nil, fmt.Errorf("benchmarks: unknown workload %q", c.Workload)
+	}
+	spec, ok := lookupStrategy(c.Strategy)
+	if !ok {
+		return c, nil, strategySpec{}, nil, fmt.Errorf("benchmarks: unknown strategy %q", c.Strategy)
+	}
+	be, ok := l.backend(c.Backend)
+	var err error
+	switch {
+	case !ok || be.sys.lendsLock:
+		err = fmt.Errorf("benchmarks: backend %q is not open", c.Backend)
+	case c.Workers < 1:
+		err = fmt.Errorf("benchmarks: %d workers", c.Workers)
+	case c.Keys < wl.KeysPerOp:
+		err = fmt.Errorf("benchmarks: workload %s needs at least %d keys, cell has %d", wl.Name, wl.KeysPerOp, c.Keys)
+	case c.Duration <= 0 && c.Ops <= 0:
+		err = errors.New("benchmarks: a cell needs a duration or an operation count")
+	case wl.KeysPerOp == 1 && !spec.SingleKey, wl.KeysPerOp > 1 && !spec.MultiKey:
+		err = fmt.Errorf("%s on %s: %w", c.Strategy, c.Workload, errNotApplicable)
+	case wl.KeysPerOp > 1 && be.srv.MultiKeyUnsupported != "":
+		err = fmt.Errorf("%s on %s: %s: %w", c.Workload, c.Backend, be.srv.MultiKeyUnsupported, errNotApplicable)
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Initial == 0 {
+		c.Initial = wl.Initial
+	}
+	return c, wl, spec, be, err
+}
+
+// seed writes every key's initial value, remembers what it wrote (to
+// start version caches warm), and waits until the followers or replica
+// have it (postgres-replica), so that a cell does not start with reads of
+// keys the replica has not seen yet.
+func (h *harness) seed(ctx context.Context, keys []string, initial int64) error {
+	var mu sync.Mutex
+	if err := parallel(ctx, keys, func(ctx context.Context, k string) error {
+		v, err := h.Values.CompareAndSwap(ctx, k, 0, initial)
+		if err != nil {
+			return err
+		}
+		b, err := h.Values.Encode(k, initial)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		h.seeded = append(h.seeded, cas.Item{Key: k, Value: b, Version: v})
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return fmt.Errorf("benchmarks: seeding %d keys: %w", len(keys), err)
+	}
+	if err := h.Backend.cli.CatchUp(ctx); err != nil {
+		return fmt.Errorf("benchmarks: %s: after seeding: %w", h.Cell.Backend, err)
+	}
+	return nil
+}
+
+// newWorkers returns the cell's workers, each with its retry options
+// (harness.Options).
+func (h *harness) newWorkers() []*worker {
+	workers := make([]*worker, h.Cell.Workers)
+	h.opts = make([][]occ.Option, h.Cell.Workers)
+	tuning := h.Backend.tuning()
+	for i := range workers {
+		workers[i] = &worker{}
+		h.opts[i] = retryOptions(h.Cell, tuning, workers[i])
+	}
+	return workers
+}
+
+// result sums the workers' counters into the cell's Result, and returns
+// the tally of every operation for the invariant.
+func (l *Lab) result(c Cell, zipf *zipfDist, elapsed time.Duration, workers []*worker) (Result, opTally) {
 	res := Result{
 		Procs: max(c.Procs, 1), Proxy: l.env.Proxy, DelayMs: ms(l.env.Delay),
 		Backend: c.Backend, Strategy: c.Strategy, Workload: c.Workload,
@@ -305,28 +351,21 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 	}
 	res.P50Ms, res.P99Ms, res.P999Ms = ms(hist.Quantile(0.5)), ms(hist.Quantile(0.99)), ms(hist.Quantile(0.999))
 	res.MaxMs = ms(hist.Max())
+	return res, tally
+}
 
-	// The invariant, over every key, with every operation of the cell
-	// (warm-up and late finishers included).
-	final := make([]int64, c.Keys)
-	idx := make(map[string]int, c.Keys)
-	for i, k := range h.Keys {
+// checkInvariant reads every key's final value with read and checks the
+// workload's invariant with every operation of the cell (warm-up and
+// late finishers included); it says how the invariant broke, or "".
+func checkInvariant(ctx context.Context, c Cell, wl *workloadSpec, keys []string, read func(context.Context, string) (int64, error), tally opTally) string {
+	final := make([]int64, len(keys))
+	idx := make(map[string]int, len(keys))
+	for i, k := range keys {
 		idx[k] = i
 	}
-	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	read := func(ctx context.Context, k string) (int64, error) {
-		v, _, err := h.Values.Get(ctx, k)
-		return v, err
-	}
-	if spec.OwnTable {
-		vr, ok := strat.(valueReader)
-		if !ok {
-			return Result{}, fmt.Errorf("%s keeps its own table but cannot read it back (no Value method)", c.Strategy)
-		}
-		read = vr.Value
-	}
-	if err := parallel(checkCtx, h.Keys, func(ctx context.Context, k string) error {
+	if err := parallel(ctx, keys, func(ctx context.Context, k string) error {
 		v, err := read(ctx, k)
 		if errors.Is(err, cas.ErrNotFound) {
 			return fmt.Errorf("key %s is gone", k)
@@ -334,18 +373,12 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		final[idx[k]] = v
 		return err
 	}); err != nil {
-		res.Invariant = "could not read the final values: " + err.Error()
-		return res, nil
+		return "could not read the final values: " + err.Error()
 	}
 	if err := wl.Check(final, c.Initial, tally); err != nil {
-		res.Invariant = err.Error()
-		return res, nil
+		return err.Error()
 	}
-	res.InvariantOK = true
-	if closeErr != nil && res.Error == "" {
-		res.Error = "closing the strategy: " + closeErr.Error()
-	}
-	return res, nil
+	return ""
 }
 
 // runWorkers runs the cell's workers (global indices w0, w0+1, ...) from

@@ -33,8 +33,8 @@ func TestSQLiteSmoke(t *testing.T) {
 	if !strings.Contains(info.Durability, "journal_mode=wal") || !strings.Contains(info.Locker, "NewLocalLocker") {
 		t.Errorf("info %+v: want WAL and the local locker", info)
 	}
-	svc, _ := l.Service("sqlite")
-	dir := svc.(*dataService).srv.URL
+	b, _ := l.backend("sqlite")
+	dir := b.srv.URL
 	if err := l.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}

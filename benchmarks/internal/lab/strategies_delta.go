@@ -94,21 +94,13 @@ func newBlindWrite(_ context.Context, h *harness) (cellStrategy, error) {
 	var incr func(ctx context.Context, key string, n int64) error
 	switch s := h.Store.(type) {
 	case *pgcas.Store:
-		ps, ok := h.Backend.(postgresService)
-		if !ok {
-			return nil, fmt.Errorf("no PostgreSQL pool: %w", errNotApplicable)
-		}
-		incr = pgBlind(ps.PGPool(), ps.Table(h.NS))
+		incr = pgBlind(h.Backend.cli.Postgres(), h.Backend.cli.Table(h.NS))
 	case *sqlcas.Store:
 		incr = sqlBlind(s.DB(), s.Dialect(), h.NS)
 	case *rediscas.Store:
-		rs, ok := h.Backend.(RedisService)
-		if !ok {
-			return nil, fmt.Errorf("no Redis client: %w", errNotApplicable)
-		}
 		// rediscas keeps a key's value in field "v" of the hash
 		// prefix + "d:" + key (its prefix here: the namespace and ":").
-		cli, prefix := rs.RedisClient(), h.NS+":d:"
+		cli, prefix := h.Backend.cli.RedisUniversal(), h.NS+":d:"
 		incr = func(ctx context.Context, key string, n int64) error {
 			return cli.HIncrBy(ctx, prefix+key, "v", n).Err()
 		}

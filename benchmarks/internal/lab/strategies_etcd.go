@@ -27,16 +27,17 @@ var etcdStrategies = []strategySpec{
 
 func newEtcdMutex(ctx context.Context, h *harness) (cellStrategy, error) {
 	// The data's own etcd (etcd, etcd3), else the etcd backend's.
-	es, ok := h.Backend.(EtcdService)
-	if !ok {
-		svc, _ := h.Service("etcd")
-		if es, ok = svc.(EtcdService); !ok {
+	cli := h.Backend.cli.Etcd()
+	if cli == nil {
+		b, ok := h.lab.backend("etcd")
+		if !ok {
 			return nil, fmt.Errorf("the etcd backend is not open: %w", errNotApplicable)
 		}
+		cli = b.cli.Etcd()
 	}
 	// A session per worker (see locks.EtcdMutex).
 	return lockedPerWorker(h, "lab-mutex/"+h.NS+"/", func() (locks.Locker, func(), error) {
-		s, err := concurrency.NewSession(es.EtcdClient(), concurrency.WithTTL(10), concurrency.WithContext(context.WithoutCancel(ctx)))
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(context.WithoutCancel(ctx)))
 		if err != nil {
 			return nil, nil, fmt.Errorf("etcd session: %w", err)
 		}

@@ -40,13 +40,12 @@ const mysqlErDupEntry = 1062
 
 func newMySQLForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 	st, ok := h.Store.(*sqlcas.Store)
-	mb, ok2 := h.Backend.(*mysqlBackend)
-	if !ok || !ok2 || st.Dialect() != sqlcas.MySQL {
+	if !ok || st.Dialect() != sqlcas.MySQL {
 		return nil, fmt.Errorf("SELECT ... FOR UPDATE locks rows of the MySQL table holding the data, which is on %s: %w", h.Backend.Info().Name, errNotApplicable)
 	}
-	db := mb.MySQLDB()
+	db := st.DB()
 	codec := h.Values.Codec()
-	table := mb.table(h.NS)
+	table := h.Backend.cli.Table(h.NS)
 	// The pessimistic read-modify-write as a repository writes it, on
 	// sqlcas's table layout (see sqlcas.Store.DDL): lock every row in key
 	// order with one statement, work, write, commit. A tombstone (value
@@ -103,10 +102,9 @@ func mysqlTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) error) error {
 }
 
 func newMySQLGetLock(_ context.Context, h *harness) (cellStrategy, error) {
-	svc, _ := h.Service("mysql")
-	ms, ok := svc.(MySQLService)
+	b, ok := h.lab.backend("mysql")
 	if !ok {
 		return nil, fmt.Errorf("the mysql backend is not open: %w", errNotApplicable)
 	}
-	return lockedDo(h, "occbench:"+h.NS+"/", &locks.MySQL{DB: ms.MySQLDB()}), nil
+	return lockedDo(h, "occbench:"+h.NS+"/", &locks.MySQL{DB: b.cli.SQL()}), nil
 }

@@ -37,12 +37,12 @@ func onPostgres(b string, _ bool) bool { return b == "postgres" || b == "postgre
 
 func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 	_, ok := h.Store.(*pgcas.Store)
-	ps, ok2 := h.Backend.(postgresService)
-	if !ok || !ok2 {
+	pool := h.Backend.cli.Postgres()
+	if !ok || pool == nil {
 		return nil, fmt.Errorf("SELECT ... FOR UPDATE locks rows of the table holding the data, which is on %s: %w", h.Backend.Info().Name, errNotApplicable)
 	}
 	codec := h.Values.Codec()
-	table := ps.Table(h.NS)
+	table := h.Backend.cli.Table(h.NS)
 	// The pessimistic read-modify-write as a repository writes it, on
 	// pgcas's table layout (see pgcas.Store.DDL): lock every row in key
 	// order with one statement, work, write, commit. An absent key (or a
@@ -55,7 +55,7 @@ func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
     WHERE r.value IS NULL`
 	return strategyFunc(func(ctx context.Context, w int, op operation) error {
 		return occ.Retry(ctx, func(ctx context.Context) error {
-			return pgcas.RunTx(ctx, ps.PGPool(), pgx.TxOptions{}, func(tx pgx.Tx) error {
+			return pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 				rows, err := tx.Query(ctx, sqlLock, op.Keys)
 				if err != nil {
 					return err
@@ -79,12 +79,12 @@ func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 func newPGAdvisory(_ context.Context, h *harness) (cellStrategy, error) {
 	// The data's own PostgreSQL (postgres, postgres-replica's primary),
 	// else the postgres backend's.
-	ps, ok := h.Backend.(postgresService)
-	if !ok {
-		svc, _ := h.Service("postgres")
-		if ps, ok = svc.(postgresService); !ok {
+	b := h.Backend
+	if b.cli.Postgres() == nil {
+		var ok bool
+		if b, ok = h.lab.backend("postgres"); !ok {
 			return nil, fmt.Errorf("the postgres backend is not open: %w", errNotApplicable)
 		}
 	}
-	return lockedDo(h, h.NS+"/", locks.Lease(ps.AdvisoryLocker())), nil
+	return lockedDo(h, h.NS+"/", locks.Lease(b.locker.(*pgcas.Locker))), nil
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/locks"
 )
@@ -54,27 +56,22 @@ func defaultOnRedisLocks(b string, _ bool) bool {
 // cluster), else the redis backend's when it is open, else a Redis the
 // lab reaches (OCCKIT_REDIS_URL) or starts now, kept for the rest of the
 // run.
-func redisForLocks(ctx context.Context, h *harness) (RedisService, error) {
-	if rs, ok := h.Backend.(RedisService); ok {
-		return rs, nil
+func redisForLocks(ctx context.Context, h *harness) (redis.UniversalClient, error) {
+	if cli := h.Backend.cli.RedisUniversal(); cli != nil {
+		return cli, nil
 	}
-	svc, err := h.OpenService(ctx, "redis", openRedis)
+	b, err := h.lab.openOnDemand(ctx, backends.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("no Redis for the lock (%v): %w", err, errNotApplicable)
 	}
-	rs, ok := svc.(RedisService)
-	if !ok {
-		return nil, fmt.Errorf("the redis service is not a Redis: %w", errNotApplicable)
-	}
-	return rs, nil
+	return b.cli.RedisUniversal(), nil
 }
 
 func newRedisLock(ctx context.Context, h *harness) (cellStrategy, error) {
-	rs, err := redisForLocks(ctx, h)
+	cli, err := redisForLocks(ctx, h)
 	if err != nil {
 		return nil, err
 	}
-	cli := rs.RedisClient()
 	h.OnClose(func(ctx context.Context) error { return backends.DeleteRedisPrefix(ctx, cli, "lab-lock:"+h.NS+"/") })
 	return lockedDo(h, "lab-lock:"+h.NS+"/", &locks.Redis{Client: cli, TTL: redisLockTTL, PollMin: redisLockPollMin, PollMax: redisLockPollMax}), nil
 }

@@ -113,13 +113,6 @@ var sqlTableBackends = map[string]bool{backends.Postgres: true, backends.MySQL: 
 // (Table[T]).
 var tableBackends = map[string]bool{backends.Postgres: true, backends.MySQL: true, backends.SQLite: true, backends.DynamoDB: true}
 
-// clientOwner is implemented by the backends of benchmarks/internal/backends
-// (dataService), for strategies that make tables of their own over the
-// backend's connections.
-type clientOwner interface {
-	client() *backends.Client
-}
-
 // tableRow is a row of the repository strategies' table: the workload's
 // value under its key, and the version the adapter checks.
 type tableRow struct {
@@ -143,11 +136,10 @@ type appTable struct {
 // connections. It creates the table (dropped after the cell), unless
 // the harness is a --procs child's, which works in its parent's.
 func openAppTable(ctx context.Context, h *harness) (appTable, error) {
-	co, ok := h.Backend.(clientOwner)
-	if !ok || !tableBackends[h.Backend.Info().Name] {
+	if !tableBackends[h.Backend.Info().Name] {
 		return appTable{}, fmt.Errorf("repository tables are pgcas's, sqlcas's and dynamocas's, not %s's: %w", h.Backend.Info().Name, errNotApplicable)
 	}
-	cli := co.client()
+	cli := h.Backend.cli
 	name := h.NS + "_rows"
 	var (
 		t      appTable

@@ -22,14 +22,13 @@ var zookeeperStrategies = []strategySpec{
 }
 
 func newZooKeeperLock(_ context.Context, h *harness) (cellStrategy, error) {
-	svc, _ := h.Service("zookeeper")
-	zs, ok := svc.(ZooKeeperService)
+	zk, ok := h.lab.backend("zookeeper")
 	if !ok {
 		return nil, fmt.Errorf("the zookeeper service is not open: %w", errNotApplicable)
 	}
 	// A lock node is ephemeral, tied to the session that created it.
 	return lockedPerWorker(h, "/occbench/"+h.NS+"/", func() (locks.Locker, func(), error) {
-		z, err := locks.DialZooKeeper(zs.ZooKeeperAddr(), 10*time.Second, false)
+		z, err := locks.DialZooKeeper(zk.cli.ZooKeeperAddr(), 10*time.Second, false)
 		if err != nil {
 			return nil, nil, fmt.Errorf("zookeeper session: %w", err)
 		}

@@ -177,7 +177,7 @@ type harness struct {
 	// Workload is the cell's workload.
 	Workload *workloadSpec
 	// Backend holds the data.
-	Backend dataBackend
+	Backend *backend
 	// Store is the cell's fresh store, seeded with every key's initial
 	// value; Values is the same store with the workload's codec.
 	Store  cas.Store
@@ -235,18 +235,6 @@ func (h *harness) newCache() *occ.Cache {
 	return c
 }
 
-// Service returns an open service or backend by name, for strategies
-// that take their lock from a service other than the one holding the
-// data.
-func (h *harness) Service(name string) (service, bool) { return h.lab.Service(name) }
-
-// OpenService returns the open service called name, or opens it with
-// open and keeps it until the lab closes (see Lab.OpenService): for a
-// lock whose server is started only when a cell needs it.
-func (h *harness) OpenService(ctx context.Context, name string, open func(ctx context.Context, env *Env) (service, error)) (service, error) {
-	return h.lab.OpenService(ctx, name, open)
-}
-
 // OnClose registers f to run after the cell, after the strategy's Close.
 func (h *harness) OnClose(f func(context.Context) error) {
 	h.mu.Lock()
@@ -267,7 +255,7 @@ func (h *harness) Locker(ctx context.Context) (hybrid.Locker, error) {
 		return nil, fmt.Errorf("%s's lease lock is a lock of one process: its leases and fencing tokens mean nothing in another (--procs %d): %w",
 			h.Backend.Info().Name, h.Cell.Procs, errNotApplicable)
 	}
-	l, closeFn, err := h.Backend.NewLocker(ctx, h.NS)
+	l, closeFn, err := h.Backend.newLocker(ctx, h.NS)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/internal/zktest"
 )
 
@@ -17,7 +18,7 @@ func TestZooKeeperSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	env := Env{MaxWorkers: 8, Log: testLog{t}, Getenv: func(k string) string {
-		if k == EnvZooKeeperAddr {
+		if k == backends.EnvZooKeeperAddr {
 			return srv.Addr
 		}
 		return os.Getenv(k)
