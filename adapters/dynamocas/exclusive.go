@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/holds"
 )
 
 // holdTokenLen is the length of an exclusive update's hold token.
@@ -68,12 +68,8 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	if err != nil {
 		return 0, err
 	}
-	next, write, err := ctxwait.Guard(func() { s.releaseHold(ctx, key, token) }, func() ([]byte, bool, error) { return fn(st.item) })
-	if err == nil && write {
-		err = s.limits.Put(ctx, key, next)
-	}
-	if err != nil || !write {
-		s.releaseHold(ctx, key, token)
+	next, write, err := holds.Next(ctx, s.limits, key, st.item, fn, func() { s.releaseHold(ctx, key, token) })
+	if !write {
 		return st.item.Version, err
 	}
 	return s.send(ctx, s.putWrite(key, st.item.Version, next, false, 0, token))
@@ -182,44 +178,21 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	}
 	token := make([]byte, holdTokenLen)
 	_, _ = rand.Read(token)
-	var held []string
-	written := map[string]bool{}
-	// Every path out ends the holds the commit did not end, a panic in
-	// fn included (best effort: they expire anyway).
-	defer func() {
-		for _, k := range held {
-			if !written[k] {
+	return holds.Commit(keys,
+		func(k string) (cas.Item, error) {
+			st, err := s.takeHold(ctx, k, token)
+			return st.item, err
+		},
+		fn,
+		func(ops []cas.Op, cur map[string]cas.Item) ([]cas.Version, error) {
+			if err := s.limits.Commit(ctx, ops); err != nil {
+				return nil, err
+			}
+			return s.commit(ctx, ops, token, cur)
+		},
+		func(left []string) {
+			for _, k := range left {
 				s.releaseHold(ctx, k, token)
 			}
-		}
-	}()
-	found := make(map[string]cas.Item, len(keys))
-	for _, k := range slices.Sorted(slices.Values(keys)) {
-		held = append(held, k) // before: a lost answer may have taken it
-		st, err := s.takeHold(ctx, k, token)
-		if err != nil {
-			return nil, err
-		}
-		found[k] = st.item
-	}
-	cur := make([]cas.Item, len(keys))
-	for i, k := range keys {
-		cur[i] = found[k]
-	}
-	ops, err := fn(cur)
-	if err != nil || len(ops) == 0 {
-		return nil, err
-	}
-	if err := s.limits.Commit(ctx, ops); err != nil {
-		return nil, err
-	}
-	vs, err := s.commit(ctx, ops, token, found)
-	if err == nil {
-		for _, o := range ops {
-			if o.Kind != cas.OpCheck {
-				written[o.Key] = true // the commit ended their holds
-			}
-		}
-	}
-	return vs, err
+		})
 }

@@ -2,8 +2,6 @@ package etcdcas
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/holds"
 )
 
 // DefaultExclusiveTTL is Config.ExclusiveTTL's default.
@@ -46,9 +45,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 		return 0, err
 	}
 	dk, hk := s.dataKey(key), s.holdKey(key)
-	var raw [16]byte
-	_, _ = rand.Read(raw[:])
-	token := hex.EncodeToString(raw[:])
+	token := holds.Token()
 	held := false
 	// release ends the hold, best effort (it expires with its lease).
 	release := func() {
@@ -92,14 +89,9 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 			return 0, err
 		}
 	}
-	next, write, err := ctxwait.Guard(release, func() ([]byte, bool, error) { return fn(cur) })
-	if err != nil || !write {
-		release()
+	next, write, err := holds.Next(ctx, s.limits, key, cur, fn, release)
+	if !write {
 		return cur.Version, err
-	}
-	if err := s.limits.Put(ctx, key, next); err != nil {
-		release()
-		return 0, err
 	}
 	id := s.ids.Next()
 	resp, err := s.cli.Txn(ctx).
@@ -168,9 +160,7 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	case 2*len(keys) > maxOps:
 		return nil, fmt.Errorf("etcdcas: %s: %w: %d keys, at most %d (two transaction operations each)", op, cas.ErrTooLarge, len(keys), maxOps/2)
 	}
-	var raw [16]byte
-	_, _ = rand.Read(raw[:])
-	token := hex.EncodeToString(raw[:])
+	token := holds.Token()
 	hks := make([]string, len(keys))
 	for i, k := range keys {
 		hks[i] = s.holdKey(k)

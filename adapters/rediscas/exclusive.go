@@ -2,16 +2,14 @@ package rediscas
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/holds"
 )
 
 // DefaultExclusiveTTL is Config.ExclusiveTTL's default.
@@ -59,34 +57,31 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	if err := s.limits.Get(ctx, key); err != nil {
 		return 0, err
 	}
-	var raw [16]byte
-	_, _ = rand.Read(raw[:])
-	token := hex.EncodeToString(raw[:])
-	keys := []string{s.dataKey(key)}
+	token := holds.Token()
 	cur, err := s.takeHold(ctx, key, token)
 	if err != nil {
 		return 0, err
 	}
-	release := func() {
-		// Best effort: the hold expires anyway.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
-		defer cancel()
-		_, _ = runOnce(rctx, s.cli, unholdScript, keys, token)
-	}
-	next, write, err := ctxwait.Guard(release, func() ([]byte, bool, error) { return fn(cur) })
-	if err != nil || !write {
-		release()
+	release := func() { s.releaseHolds(ctx, token, key) }
+	next, write, err := holds.Next(ctx, s.limits, key, cur, fn, release)
+	if !write {
 		return cur.Version, err
-	}
-	if err := s.limits.Put(ctx, key, next); err != nil {
-		release()
-		return 0, err
 	}
 	v, err := s.put(ctx, key, cur.Version, "", 0, next, token)
 	if err != nil {
 		release()
 	}
 	return v, err
+}
+
+// releaseHolds ends token's holds of keys, best effort: they expire
+// anyway.
+func (s *Store) releaseHolds(ctx context.Context, token string, keys ...string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
+	defer cancel()
+	for _, k := range keys {
+		_, _ = runOnce(rctx, s.cli, unholdScript, []string{s.dataKey(k)}, token)
+	}
 }
 
 // takeHold takes key's hold with token, waiting (polling) while another
@@ -147,46 +142,10 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	if err := s.checkSlots(op, keys); err != nil {
 		return nil, err
 	}
-	var raw [16]byte
-	_, _ = rand.Read(raw[:])
-	token := hex.EncodeToString(raw[:])
-	var held []string
-	written := map[string]bool{}
-	// Every path out ends the holds the commit did not end, a panic in
-	// fn included (best effort: they expire anyway).
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
-		defer cancel()
-		for _, k := range held {
-			if !written[k] {
-				_, _ = runOnce(rctx, s.cli, unholdScript, []string{s.dataKey(k)}, token)
-			}
-		}
-	}()
-	found := make(map[string]cas.Item, len(keys))
-	for _, k := range slices.Sorted(slices.Values(keys)) {
-		held = append(held, k) // before: a lost answer may have taken it
-		it, err := s.takeHold(ctx, k, token)
-		if err != nil {
-			return nil, err
-		}
-		found[k] = it
-	}
-	cur := make([]cas.Item, len(keys))
-	for i, k := range keys {
-		cur[i] = found[k]
-	}
-	ops, err := fn(cur)
-	if err != nil || len(ops) == 0 {
-		return nil, err
-	}
-	vs, err := s.commit(ctx, ops, token)
-	if err == nil {
-		for _, o := range ops {
-			if o.Kind != cas.OpCheck {
-				written[o.Key] = true // the commit ended their holds
-			}
-		}
-	}
-	return vs, err
+	token := holds.Token()
+	return holds.Commit(keys,
+		func(k string) (cas.Item, error) { return s.takeHold(ctx, k, token) },
+		fn,
+		func(ops []cas.Op, _ map[string]cas.Item) ([]cas.Version, error) { return s.commit(ctx, ops, token) },
+		func(left []string) { s.releaseHolds(ctx, token, left...) })
 }
