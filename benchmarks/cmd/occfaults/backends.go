@@ -174,7 +174,7 @@ func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err err
 	e := b.env
 	switch {
 	case b.name == backends.Etcd3 || fault == faultLeaderLoss:
-		return etcdClusterTarget(ctx, ns, fault, b.name == backends.Etcd3)
+		return etcdClusterTarget(ctx, e, ns, fault, b.name == backends.Etcd3)
 	case b.name == backends.RedisCluster:
 		return redisFailoverTarget(ctx, e, ns, fault)
 	case b.name == backends.PostgresReplica:

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/adapters/rediscas"
@@ -23,13 +22,14 @@ import (
 // fault is a one-shot disruption (target.disrupt) that returns once the
 // service is whole again.
 
-// etcdClusterTarget starts a 3-member cluster of the run's own, with fast
-// raft timings (ticks of 50 ms, elections after 500 ms: a lost leader is
-// replaced within about a second) and each member's client port behind a
-// proxy, so that a hard-stopped member is gone for its clients at once.
-// The workloads' client talks to every member (clientv3 balances requests
+// etcdClusterTarget starts a 3-member cluster of the run's own
+// (backends.Env.StartOwn: fast raft timings, a lost leader replaced
+// within about a second; each member's client port behind a proxy, so
+// that a hard-stopped member is gone for its clients at once). The
+// workloads' client talks to every member (clientv3 balances requests
 // over them); with serializable (etcd3), its reads are answered by the
-// member it talks to (etcdcas.Config.SerializableReads), possibly stale.
+// member it talks to (backends.Client.FollowerStore: etcdcas with
+// SerializableReads), possibly stale.
 //
 // Under leader-loss the disruption stops the leader abruptly and waits
 // for the next one; under partition it cuts the leader off from the other
@@ -37,67 +37,60 @@ import (
 // port still serves, its serializable reads are stale, its writes fail
 // once it has stepped down), heals the partition and waits until the
 // three agree on a leader.
-func etcdClusterTarget(ctx context.Context, ns, fault string, serializable bool) (*target, error) {
-	c, err := servers.StartEtcdCluster(ctx, servers.EtcdOptions{Members: 3, TickMs: 50, ElectionMs: 500})
+func etcdClusterTarget(ctx context.Context, e *env, ns, fault string, serializable bool) (_ *target, err error) {
+	var closers cleanups
+	tg := &target{retryable: etcdcas.Retryable, close: closers.run, staleReads: serializable}
+	defer func() {
+		if err != nil {
+			tg.close()
+		}
+	}()
+	srv, err := e.servers.StartOwn(ctx, backends.Etcd3)
 	if err != nil {
 		return nil, err
 	}
-	var clients []*clientv3.Client
-	closeAll := func() {
-		for _, cli := range clients {
-			cli.Close()
-		}
-		c.Close()
-	}
-	var stores []*etcdcas.Store
-	for i := range 2 {
-		cli, err := backends.EtcdClient(callTimeout, c.AllEndpoints()...)
-		if err != nil {
-			closeAll()
+	closers.add(func() { e.stop(srv) })
+	var clis [2]*backends.Client
+	for i := range clis {
+		if clis[i], err = srv.Connect(ctx, backends.ClientOptions{DialTimeout: callTimeout}); err != nil {
 			return nil, err
 		}
-		clients = append(clients, cli)
-		// The final reads (stores[1]) are linearizable.
-		s, err := etcdcas.New(cli, etcdcas.Config{Prefix: ns + "/", SerializableReads: serializable && i == 0})
-		if err != nil {
-			closeAll()
-			return nil, err
+		closers.add(func() { _ = clis[i].Close() })
+	}
+	if serializable {
+		tg.ops, err = clis[0].FollowerStore(ns)
+	} else {
+		tg.ops, err = clis[0].Store(ns)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The final reads are linearizable.
+	if tg.direct, err = clis[1].Store(ns); err != nil {
+		return nil, err
+	}
+	c := srv.EtcdCluster()
+	tg.disrupt = func(ctx context.Context, held time.Duration) error {
+		lead := c.Leader()
+		if lead < 0 {
+			return servers.ErrNoLeader
 		}
-		stores = append(stores, s)
-	}
-	awaitLeader := func(ctx context.Context) error {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		_, err := c.AwaitLeader(wctx)
-		return err
-	}
-	var disrupt func(ctx context.Context, held time.Duration) error
-	switch fault {
-	case faultLeaderLoss:
-		disrupt = func(ctx context.Context, held time.Duration) error {
-			lead := c.Leader()
-			if lead < 0 {
-				return servers.ErrNoLeader
-			}
+		if fault == faultLeaderLoss {
 			c.HardStop(lead)
-			return awaitLeader(ctx)
-		}
-	case faultPartition:
-		disrupt = func(ctx context.Context, held time.Duration) error {
-			lead := c.Leader()
-			if lead < 0 {
-				return servers.ErrNoLeader
-			}
+		} else { // faultPartition
 			c.Isolate(lead)
 			select {
 			case <-time.After(held):
 			case <-ctx.Done():
 			}
 			c.Heal(lead)
-			return awaitLeader(ctx)
 		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := c.AwaitLeader(wctx)
+		return err
 	}
-	return &target{ops: stores[0], direct: stores[1], retryable: etcdcas.Retryable, disrupt: disrupt, close: closeAll, staleReads: serializable}, nil
+	return tg, nil
 }
 
 // What the failover rows may show (Run.Allowed): with WaitReplicas 1 an
@@ -135,16 +128,7 @@ func redisFailoverTarget(ctx context.Context, e *env, ns, fault string) (_ *targ
 	// go-redis logs every dial to the killed master; the rows count what
 	// the failover did.
 	redis.SetLogger(quietRedis{})
-	own := e.servers
-	getenv := own.Getenv
-	own.Getenv = func(k string) string {
-		if k == backends.EnvRedisClusterURL {
-			return "" // start one
-		}
-		return getenv(k)
-	}
-	own.StartServers = true
-	srv, err := own.Reach(ctx, backends.RedisCluster)
+	srv, err := e.servers.StartOwn(ctx, backends.RedisCluster)
 	if err != nil {
 		return nil, err
 	}

@@ -185,14 +185,23 @@ func (e Env) reachEtcd3(ctx context.Context, s *Server) error {
 	// etcd's default raft timings (100 ms ticks, a 1 s election
 	// timeout), as the one-member etcd of the lab: the faster timings of
 	// the fault tests would risk elections on a loaded machine.
-	c, err := servers.StartEtcdCluster(ctx, servers.EtcdOptions{Members: etcd3Members, NoProxy: true, TickMs: 100, ElectionMs: 1000})
+	return startEtcd3(ctx, s, servers.EtcdOptions{Members: etcd3Members, NoProxy: true, TickMs: 100, ElectionMs: 1000})
+}
+
+// startEtcd3 starts the members of s in process.
+func startEtcd3(ctx context.Context, s *Server, opts servers.EtcdOptions) error {
+	c, err := servers.StartEtcdCluster(ctx, opts)
 	if err != nil {
 		return err
 	}
-	s.URL, s.Version, s.stop = strings.Join(c.AllEndpoints(), ","), servers.EtcdVersion(), c.Close
+	s.URL, s.Version, s.stop, s.etcd = strings.Join(c.AllEndpoints(), ","), servers.EtcdVersion(), c.Close, c
 	s.Where = fmt.Sprintf("etcd %s, three members in process (go.etcd.io/etcd/server/v3/embed) at %s, leader m%d at start", s.Version, s.URL, c.Leader())
 	return nil
 }
+
+// EtcdCluster returns the members of an etcd3 of StartOwn's, for faults
+// (leader loss, a partition); nil for any other server.
+func (s *Server) EtcdCluster() *servers.EtcdCluster { return s.etcd }
 
 // etcd3Driver is a client of the three members: of every one (clientv3
 // balances requests over them round robin), or of one

@@ -189,6 +189,7 @@ type Server struct {
 
 	script  *servers.Script   // restartable when the script says so
 	scripts []*servers.Script // Redlock's, when started here
+	etcd    *servers.EtcdCluster
 	stop    func()            // an in-process server's
 	memory  *memoryStores
 	closeMu sync.Mutex
@@ -300,13 +301,28 @@ func (e Env) reach(ctx context.Context, system string) (*Server, error) {
 	return s, nil
 }
 
-// StartOwn starts a server of system for the caller alone, with its
-// script, whatever the environment names: one that Restart can restart
-// (the environment's server may be shared, and is never restarted). It
-// fails, matching servers.ErrNotInstalled, when the server is not
-// installed, and with servers.ErrNoRestart for a system that cannot be
-// restarted.
+// StartOwn starts a server of system for the caller alone, whatever the
+// environment names (the environment's server may be shared, and is never
+// disrupted): a server that Restart can restart (PostgreSQL, Redis,
+// MySQL, with their scripts), or a cluster to disrupt: a Redis Cluster
+// (scripts/servers/redis-cluster.sh), or etcd3's three members in process
+// with fast raft timings (ticks of 50 ms, elections after 500 ms: a lost
+// leader is replaced within about a second) and each member's client port
+// behind a proxy, so that a hard-stopped member is gone for its clients at
+// once (Server.EtcdCluster). It fails, matching servers.ErrNotInstalled,
+// when the server is not installed, and with servers.ErrNoRestart for a
+// system that cannot be restarted.
 func (e Env) StartOwn(ctx context.Context, system string) (*Server, error) {
+	switch system {
+	case Etcd3:
+		s := &Server{System: Etcd3}
+		if err := startEtcd3(ctx, s, servers.EtcdOptions{Members: etcd3Members, TickMs: 50, ElectionMs: 500}); err != nil {
+			return nil, err
+		}
+		return s, nil
+	case RedisCluster:
+		return e.start(ctx, system)
+	}
 	s, err := e.start(ctx, system)
 	if err != nil {
 		return nil, err
