@@ -6,13 +6,13 @@
 //
 // # Pieces
 //
-//   - Backends (backend_systems.go over benchmarks/internal/backends,
-//     listed in backendSpecs): a service the lab reached or started
-//     (OpenLab skips, with the reason, one that cannot run here); a data
-//     backend holds data (NewStore, NewLocker, retryTuning);
-//     lock-only services (ZooKeeper, Redlock's servers) lend locks to the
-//     others. The clusters (redis-cluster, etcd3, postgres-replica)
-//     run only when named (backendSpec.OptIn); a Redis Cluster commits
+//   - Backends (backend.go, listed in systems): a server of
+//     benchmarks/internal/backends the lab reached or started and the
+//     lab's client of it (OpenLab skips, with the reason, one that cannot
+//     run here). Most hold data (the client's stores, its lease lock, a
+//     retryTuning); ZooKeeper and Redlock's servers lend their locks to
+//     the others. The clusters (redis-cluster, etcd3, postgres-replica)
+//     run only when named (system.optIn); a Redis Cluster commits
 //     the keys of one hash slot only, so multi-key workloads there name
 //     their keys with a hash tag per group of accounts and pick an
 //     operation's keys in one group (keyspace.go).
