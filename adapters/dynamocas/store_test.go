@@ -77,9 +77,7 @@ func sameTable(cli *dynamodb.Client, cfg dynamocas.Config, withCommit bool) (fun
 		}
 		return o
 	}
-	const bound = 200 * time.Millisecond
-	return func(t *testing.T, s cas.Store) cas.Store { return open(t, s, 0) },
-		func(t *testing.T, s cas.Store) (cas.Store, time.Duration) { return open(t, s, bound), bound }
+	return castest.SameKeys(200*time.Millisecond, open)
 }
 
 // TestConformance runs cas/castest against both servers.

@@ -46,31 +46,24 @@ func TestConformance(t *testing.T) {
 	cli := c.Client()
 	probe := newStore(t, cli, etcdcas.Config{})
 	names := map[cas.Store]string{}
+	open := func(t *testing.T, cfg etcdcas.Config) cas.Store {
+		s, err := etcdcas.New(cli, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[s] = cfg.Prefix
+		return s
+	}
+	// etcd's minimum lease TTL with default flags bounds the short hold.
+	reopen, shortHold := castest.SameKeys(2*time.Second, func(t *testing.T, s cas.Store, hold time.Duration) cas.Store {
+		return open(t, etcdcas.Config{Prefix: names[s], ExclusiveTTL: hold})
+	})
 	castest.Run(t, castest.Harness{
 		NewStore: func(t *testing.T) cas.Store {
-			cfg := etcdcas.Config{Prefix: fmt.Sprintf("test%d/", prefixes.Add(1))}
-			s, err := etcdcas.New(cli, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			names[s] = cfg.Prefix
-			return s
+			return open(t, etcdcas.Config{Prefix: fmt.Sprintf("test%d/", prefixes.Add(1))})
 		},
-		Reopen: func(t *testing.T, s cas.Store) cas.Store {
-			o, err := etcdcas.New(cli, etcdcas.Config{Prefix: names[s]})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return o
-		},
-		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
-			const bound = 2 * time.Second // etcd's minimum lease TTL with default flags
-			o, err := etcdcas.New(cli, etcdcas.Config{Prefix: names[s], ExclusiveTTL: bound})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return o, bound
-		},
+		Reopen:         reopen,
+		ShortHold:      shortHold,
 		ReturnsCurrent: true,
 		Limits:         probe.Limits(),
 		Workers:        8,
@@ -110,6 +103,10 @@ func TestConformanceCluster(t *testing.T) {
 		return p.member + 1 + (p.reopens-1)%(len(clients)-1)
 	}
 	probe := newStore(t, clients[0], etcdcas.Config{})
+	reopen, shortHold := castest.SameKeys(2*time.Second, func(t *testing.T, s cas.Store, hold time.Duration) cas.Store {
+		p := stores[s]
+		return open(t, p, elsewhere(p), hold)
+	})
 	castest.Run(t, castest.Harness{
 		NewStore: func(t *testing.T) cas.Store {
 			p := &placed{prefix: fmt.Sprintf("test%d/", prefixes.Add(1)), member: made % len(clients)}
@@ -118,15 +115,8 @@ func TestConformanceCluster(t *testing.T) {
 			stores[s] = p
 			return s
 		},
-		Reopen: func(t *testing.T, s cas.Store) cas.Store {
-			p := stores[s]
-			return open(t, p, elsewhere(p), 0)
-		},
-		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
-			const bound = 2 * time.Second // etcd's minimum lease TTL with default flags
-			p := stores[s]
-			return open(t, p, elsewhere(p), bound), bound
-		},
+		Reopen:         reopen,
+		ShortHold:      shortHold,
 		ReturnsCurrent: true,
 		StaleReads:     true,
 		Limits:         probe.Limits(),

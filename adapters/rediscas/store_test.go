@@ -31,31 +31,21 @@ func TestConformance(t *testing.T) {
 	cli := redistest.Client(t)
 	probe := newStore(t, cli, rediscas.Config{})
 	prefixes := map[cas.Store]string{}
+	open := func(t *testing.T, cfg rediscas.Config) cas.Store {
+		s, err := rediscas.New(cli, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefixes[s] = cfg.Prefix
+		return s
+	}
+	reopen, shortHold := castest.SameKeys(200*time.Millisecond, func(t *testing.T, s cas.Store, hold time.Duration) cas.Store {
+		return open(t, rediscas.Config{Prefix: prefixes[s], ExclusiveTTL: hold})
+	})
 	castest.Run(t, castest.Harness{
-		NewStore: func(t *testing.T) cas.Store {
-			cfg := rediscas.Config{Prefix: redistest.Prefix(t)}
-			s, err := rediscas.New(cli, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			prefixes[s] = cfg.Prefix
-			return s
-		},
-		Reopen: func(t *testing.T, s cas.Store) cas.Store {
-			o, err := rediscas.New(cli, rediscas.Config{Prefix: prefixes[s]})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return o
-		},
-		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
-			const bound = 200 * time.Millisecond
-			o, err := rediscas.New(cli, rediscas.Config{Prefix: prefixes[s], ExclusiveTTL: bound})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return o, bound
-		},
+		NewStore:       func(t *testing.T) cas.Store { return open(t, rediscas.Config{Prefix: redistest.Prefix(t)}) },
+		Reopen:         reopen,
+		ShortHold:      shortHold,
 		ReturnsCurrent: true,
 		Limits:         probe.Limits(),
 	})

@@ -85,6 +85,19 @@ type Harness struct {
 	StaleReads bool
 }
 
+// SameKeys returns a Harness's Reopen and ShortHold from open, which
+// returns another store over the keys of s, as another process would
+// open it, whose exclusive holds end after hold when their holder stops
+// answering (hold 0: the store's default). Reopen opens with hold 0;
+// ShortHold opens with shortHold and returns it as the bound.
+func SameKeys(shortHold time.Duration, open func(t *testing.T, s cas.Store, hold time.Duration) cas.Store) (
+	reopen func(t *testing.T, s cas.Store) cas.Store,
+	short func(t *testing.T, s cas.Store) (cas.Store, time.Duration),
+) {
+	return func(t *testing.T, s cas.Store) cas.Store { return open(t, s, 0) },
+		func(t *testing.T, s cas.Store) (cas.Store, time.Duration) { return open(t, s, shortHold), shortHold }
+}
+
 func (h *Harness) workers() int {
 	if h.Workers > 0 {
 		return h.Workers
