@@ -85,6 +85,8 @@ type driver interface {
 	describe(ctx context.Context) (version, durability string, err error)
 	dropScope(ctx context.Context) error
 	close() error
+	// native sets the client's native client (Client.Postgres, ...).
+	native(c *Client)
 }
 
 // Connect opens a client of the server. It connects when first used
@@ -139,26 +141,7 @@ func (s *Server) Connect(ctx context.Context, opts ClientOptions) (_ *Client, er
 		return nil, fmt.Errorf("%s: %w", s.System, err)
 	}
 	c.d = d
-	switch d := d.(type) {
-	case *pgDriver:
-		c.pg = d.pool
-	case *redisDriver:
-		c.rdb = d.cli
-	case *etcdDriver:
-		c.etcd = d.cli
-	case *dynamoDriver:
-		c.dyn = d.cli
-	case *sqlDriver:
-		c.db = d.db
-	case *redisClusterDriver:
-		c.rcl = d.cli
-	case *etcd3Driver:
-		c.etcd = d.cli
-	case *pgReplicaDriver:
-		c.pg, c.pgReplica = d.pool, d.replica
-	case *redlockDriver:
-		c.redlock = d.clis
-	}
+	d.native(c)
 	return c, nil
 }
 

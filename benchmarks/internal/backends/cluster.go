@@ -143,6 +143,7 @@ func (d *redisClusterDriver) describe(ctx context.Context) (string, string, erro
 
 func (d *redisClusterDriver) dropScope(context.Context) error { return nil }
 func (d *redisClusterDriver) close() error                    { return d.cli.Close() }
+func (d *redisClusterDriver) native(c *Client)                { c.rcl = d.cli }
 
 // deleteClusterPrefix removes every key under prefix on every master of a
 // cluster, one key a command (the keys of one master are in many slots).
@@ -302,18 +303,9 @@ func connectPostgresReplica(ctx context.Context, s *Server, opts ClientOptions) 
 			primary.pool.Close()
 		}
 	}()
-	cfg, err := pgxpool.ParseConfig(s.ReplicaURL)
+	cfg, err := pgConfig(s.ReplicaURL, EnvPostgresReplicaURL, opts)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", EnvPostgresReplicaURL, err)
-	}
-	if opts.DialTimeout > 0 {
-		cfg.ConnConfig.ConnectTimeout = opts.DialTimeout
-	}
-	if opts.Conns > 0 {
-		cfg.MaxConns = int32(opts.Conns)
-	}
-	if opts.Scope != "" {
-		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Scope
+		return nil, err
 	}
 	replica, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -380,6 +372,8 @@ func (d *pgReplicaDriver) describe(ctx context.Context) (string, string, error) 
 	durable += fmt.Sprintf(" on the primary; the replica streams asynchronously (wal_writer_delay=%s on the primary: with synchronous_commit=off a commit reaches the replica after up to that)", walWriterDelay)
 	return version + " with a streaming hot standby", durable, nil
 }
+
+func (d *pgReplicaDriver) native(c *Client) { c.pg, c.pgReplica = d.pool, d.replica }
 
 func (d *pgReplicaDriver) close() error {
 	d.replica.Close()

@@ -61,6 +61,7 @@ func (d *dynamoDriver) describe(context.Context) (string, string, error) {
 }
 
 func (d *dynamoDriver) dropScope(context.Context) error { return nil }
+func (d *dynamoDriver) native(c *Client)                { c.dyn = d.cli }
 
 func (d *dynamoDriver) close() error {
 	d.closeIdle()

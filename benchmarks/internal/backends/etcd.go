@@ -76,6 +76,7 @@ func (d *etcdDriver) describe(context.Context) (string, string, error) {
 }
 
 func (d *etcdDriver) dropScope(context.Context) error { return nil }
+func (d *etcdDriver) native(c *Client)                { c.etcd = d.cli }
 
 func (d *etcdDriver) close() error {
 	if err := d.cli.Close(); !errors.Is(err, context.Canceled) {

@@ -38,6 +38,7 @@ func (d lockOnly) locker(context.Context, LockerConfig) (hybrid.Locker, func() e
 func (lockOnly) drop(context.Context, string) error { return nil }
 func (lockOnly) dropScope(context.Context) error    { return nil }
 func (lockOnly) close() error                       { return nil }
+func (lockOnly) native(*Client)                     {}
 
 func (d lockOnly) describe(context.Context) (string, string, error) { return d.version, d.durable, nil }
 
@@ -140,6 +141,8 @@ func (d *redlockDriver) describe(ctx context.Context) (string, string, error) {
 	}
 	return fmt.Sprintf("%d Redis %s servers at %s,", len(addrs), version, strings.Join(addrs, ", ")), durable, nil
 }
+
+func (d *redlockDriver) native(c *Client) { c.redlock = d.clis }
 
 func (d *redlockDriver) close() error {
 	var errs []error

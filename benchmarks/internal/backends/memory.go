@@ -53,6 +53,7 @@ func (memoryDriver) describe(context.Context) (string, string, error) {
 
 func (memoryDriver) dropScope(context.Context) error { return nil }
 func (memoryDriver) close() error                    { return nil }
+func (memoryDriver) native(*Client)                  {}
 
 // localLocker is the lease lock of the systems without a lock service:
 // hybrid.NewLocalLocker, in this process.

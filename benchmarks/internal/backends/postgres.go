@@ -22,10 +22,29 @@ type pgDriver struct {
 	scope string
 }
 
-func connectPostgres(ctx context.Context, s *Server, opts ClientOptions) (_ *pgDriver, err error) {
-	cfg, err := pgxpool.ParseConfig(s.URL)
+// pgConfig returns the pool configuration of the server at url (named by
+// envVar) for a client with opts.
+func pgConfig(url, envVar string, opts ClientOptions) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.EnvVar, err)
+		return nil, fmt.Errorf("%s: %w", envVar, err)
+	}
+	if opts.DialTimeout > 0 {
+		cfg.ConnConfig.ConnectTimeout = opts.DialTimeout
+	}
+	if opts.Conns > 0 {
+		cfg.MaxConns = int32(opts.Conns)
+	}
+	if opts.Scope != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Scope
+	}
+	return cfg, nil
+}
+
+func connectPostgres(ctx context.Context, s *Server, opts ClientOptions) (_ *pgDriver, err error) {
+	cfg, err := pgConfig(s.URL, s.EnvVar, opts)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Via != "" {
 		host, port, err := net.SplitHostPort(opts.Via)
@@ -37,15 +56,6 @@ func connectPostgres(ctx context.Context, s *Server, opts ClientOptions) (_ *pgD
 			return nil, err
 		}
 		cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(pn), nil
-	}
-	if opts.DialTimeout > 0 {
-		cfg.ConnConfig.ConnectTimeout = opts.DialTimeout
-	}
-	if opts.Conns > 0 {
-		cfg.MaxConns = int32(opts.Conns)
-	}
-	if opts.Scope != "" {
-		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Scope
 	}
 	d := &pgDriver{scope: opts.Scope}
 	if d.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
@@ -127,6 +137,8 @@ func (d *pgDriver) dropScope(ctx context.Context) error {
 	_, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.scope}.Sanitize()+" CASCADE")
 	return err
 }
+
+func (d *pgDriver) native(c *Client) { c.pg = d.pool }
 
 func (d *pgDriver) close() error {
 	d.pool.Close()

@@ -100,3 +100,4 @@ func infoField(info, name string) string {
 
 func (d *redisDriver) dropScope(context.Context) error { return nil }
 func (d *redisDriver) close() error                    { return d.cli.Close() }
+func (d *redisDriver) native(c *Client)                { c.rdb = d.cli }

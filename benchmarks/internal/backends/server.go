@@ -193,7 +193,7 @@ type Server struct {
 	script  *servers.Script   // restartable when the script says so
 	scripts []*servers.Script // Redlock's, when started here
 	etcd    *servers.EtcdCluster
-	stop    func()            // an in-process server's
+	stop    func() // an in-process server's
 	memory  *memoryStores
 	closeMu sync.Mutex
 }

@@ -195,4 +195,5 @@ func (d *sqlDriver) dropScope(ctx context.Context) error {
 	return err
 }
 
-func (d *sqlDriver) close() error { return d.db.Close() }
+func (d *sqlDriver) close() error     { return d.db.Close() }
+func (d *sqlDriver) native(c *Client) { c.db = d.db }

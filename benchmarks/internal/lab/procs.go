@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/occkit/occkit/cas"
 )
 
 // envCellChild marks a process started by runProcs: ChildMain runs the
@@ -221,11 +220,10 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 	if sk := l.Skipped(); len(sk) > 0 {
 		return fmt.Errorf("cannot open %s: %s", sk[0].Name, sk[0].Reason)
 	}
-	wl, _ := lookupWorkload(c.Workload)
-	spec2, _ := lookupStrategy(c.Strategy)
-	be, ok := l.backend(c.Backend)
-	if !ok || wl == nil || spec2.New == nil {
-		return fmt.Errorf("cell %s: unknown backend, workload or strategy", CellName(c))
+	c.Workers = spec.N
+	c, wl, spec2, be, err := l.check(c)
+	if err != nil {
+		return err
 	}
 	store, err := be.cli.Store(spec.NS)
 	if err != nil {
@@ -235,14 +233,8 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	local := c
-	local.Workers = spec.N
-	ks := newKeySpace(be, wl, c.Keys)
-	h := &harness{
-		Cell: local, Workload: wl, Backend: be, Store: store,
-		Values: cas.NewTyped(store, cas.JSON[int64]()),
-		Keys:   ks.names, NS: spec.NS, Attached: true, lab: l,
-	}
+	h, ks := newHarness(l, c, wl, be, store, spec.NS)
+	h.Attached = true
 	workers := h.newWorkers()
 	defer func() { _ = h.close(context.Background()) }()
 	strat, err := spec2.New(ctx, h)

@@ -174,12 +174,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		return Result{}, fmt.Errorf("benchmarks: %s: new store: %w", c.Backend, err)
 	}
 	defer func() { _ = be.cli.Drop(context.WithoutCancel(ctx), ns) }()
-	ks := newKeySpace(be, wl, c.Keys)
-	h := &harness{
-		Cell: c, Workload: wl, Backend: be, Store: store,
-		Values: cas.NewTyped(store, cas.JSON[int64]()),
-		Keys:   ks.names, NS: ns, lab: l,
-	}
+	h, ks := newHarness(l, c, wl, be, store, ns)
 	seed := h.Keys
 	if spec.OwnTable {
 		seed = nil // the data lives in the strategy's own table, which its New seeds
@@ -263,6 +258,17 @@ func (l *Lab) check(c Cell) (Cell, *workloadSpec, strategySpec, *backend, error)
 		c.Initial = wl.Initial
 	}
 	return c, wl, spec, be, err
+}
+
+// newHarness returns the harness of cell c on store, in namespace ns, and
+// the cell's keys.
+func newHarness(l *Lab, c Cell, wl *workloadSpec, be *backend, store cas.Store, ns string) (*harness, keySpace) {
+	ks := newKeySpace(be, wl, c.Keys)
+	return &harness{
+		Cell: c, Workload: wl, Backend: be, Store: store,
+		Values: cas.NewTyped(store, cas.JSON[int64]()),
+		Keys:   ks.names, NS: ns, lab: l,
+	}, ks
 }
 
 // seed writes every key's initial value, remembers what it wrote (to
