@@ -11,6 +11,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/opsort"
+	"github.com/occkit/occkit/internal/sqlrows"
 	"github.com/occkit/occkit/internal/writeid"
 )
 
@@ -115,6 +116,13 @@ func (s *Store) commitOnce(ctx context.Context, ops []cas.Op, order []int, id wr
 		vs, err := s.commitFailed(ctx, ops, id, batchErr)
 		return vs, false, err
 	}
+	return committed(ops, results), false, nil
+}
+
+// committed returns the versions of a commit every operation of which
+// applied, as Commit returns them: a check's expected version, a put's
+// new one, 0 for a delete.
+func committed(ops []cas.Op, results []result) []cas.Version {
 	out := make([]cas.Version, len(ops))
 	for i, op := range ops {
 		switch op.Kind {
@@ -124,7 +132,7 @@ func (s *Store) commitOnce(ctx context.Context, ops []cas.Op, order []int, id wr
 			out[i] = cas.Version(*results[i].newVersion)
 		}
 	}
-	return out, false, nil
+	return out
 }
 
 // commitFailed maps the failure of a commit no operation of which reported
@@ -146,12 +154,7 @@ func (s *Store) commitFailed(ctx context.Context, ops []cas.Op, id writeid.ID, e
 	if !sent(err) {
 		return nil, &transientError{op: "commit", key: key, why: "not sent", err: err}
 	}
-	var writes []string
-	for _, op := range ops {
-		if op.Kind != cas.OpCheck {
-			writes = append(writes, op.Key)
-		}
-	}
+	writes := sqlrows.WrittenKeys(ops)
 	if len(writes) == 0 {
 		// Only checks: nothing visible was written, whatever happened.
 		return nil, fmt.Errorf("pgcas: commit: connection lost, checks not confirmed: %w", err)
@@ -163,9 +166,7 @@ func (s *Store) commitFailed(ctx context.Context, ops []cas.Op, id writeid.ID, e
 }
 
 // resolveCommit reads the written keys back and reports whether the commit
-// tagged id applied: all of them carry id. A commit is atomic, so one key
-// carrying id proves it applied; the versions are known only if no key has
-// been written since, and the outcome counts as resolved only then.
+// tagged id applied (sqlrows.Resolve).
 func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, writes []string, id writeid.ID) ([]cas.Version, bool) {
 	if ctx.Err() != nil {
 		return nil, false
@@ -174,38 +175,6 @@ func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, writes []string
 	if err != nil {
 		return nil, false
 	}
-	type row struct {
-		version int64
-		deleted bool
-		id      writeid.ID
-	}
-	found := map[string]row{}
-	for rows.Next() {
-		var k string
-		var r row
-		if err := rows.Scan(&k, &r.version, &r.deleted, &r.id); err != nil {
-			rows.Close()
-			return nil, false
-		}
-		found[k] = r
-	}
-	if rows.Err() != nil {
-		return nil, false
-	}
-	out := make([]cas.Version, len(ops))
-	for i, op := range ops {
-		switch op.Kind {
-		case cas.OpCheck:
-			out[i] = op.Expected
-		case cas.OpPut, cas.OpDelete:
-			r, ok := found[op.Key]
-			if !ok || r.id != id || r.deleted != (op.Kind == cas.OpDelete) {
-				return nil, false
-			}
-			if op.Kind == cas.OpPut {
-				out[i] = cas.Version(r.version)
-			}
-		}
-	}
-	return out, true
+	defer rows.Close()
+	return sqlrows.Resolve(ops, id, rows)
 }

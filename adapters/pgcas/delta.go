@@ -163,7 +163,6 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			}
 			if s.delta.runs.Add(1)%deltaPruneEvery == 0 {
 				cut := writeid.Before(start.Add(-s.delta.retention))
-				clear(cut[8:])
 				_, _ = s.pool.Exec(ctx, s.delta.sqlPrune, cut, s.delta.retention.Seconds())
 			}
 			return v, cas.Version(*newVer), nil

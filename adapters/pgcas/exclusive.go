@@ -284,14 +284,5 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 		}
 		return s.commitFailed(ctx, ops, id, err)
 	}
-	out := make([]cas.Version, len(ops))
-	for i, o := range ops {
-		switch o.Kind {
-		case cas.OpCheck:
-			out[i] = o.Expected
-		case cas.OpPut:
-			out[i] = cas.Version(*results[i].newVersion)
-		}
-	}
-	return out, nil
+	return committed(ops, results), nil
 }

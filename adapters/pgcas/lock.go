@@ -12,6 +12,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/leases"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -77,12 +78,7 @@ type Locker struct {
 	timeout  time.Duration // of one check
 	sqlLock  string
 
-	// closing is cancelled by Close (cause errLockerClosed): it ends the
-	// waits of Acquire.
-	closing context.Context
-	close   context.CancelCauseFunc
-	mu      sync.Mutex
-	leases  map[*Lease]struct{} // granted and not released; nil once closed
+	leases *leases.Set[*Lease] // granted and not released
 }
 
 // NewLocker returns a locker using pool. It does not talk to the server:
@@ -95,8 +91,7 @@ func NewLocker(pool *pgxpool.Pool, cfg LockerConfig) (*Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcas: NewLocker: %w", err)
 	}
-	l := &Locker{pool: pool, seq: seq, xact: cfg.Transaction, interval: cfg.CheckInterval, leases: map[*Lease]struct{}{}}
-	l.closing, l.close = context.WithCancelCause(context.Background())
+	l := &Locker{pool: pool, seq: seq, xact: cfg.Transaction, interval: cfg.CheckInterval, leases: leases.NewSet[*Lease]()}
 	if l.interval <= 0 {
 		l.interval = time.Second
 	}
@@ -132,14 +127,15 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if l.closing.Err() != nil {
+	closing := l.leases.Closing()
+	if closing.Err() != nil {
 		return nil, fmt.Errorf("pgcas: lock %q: %w", key, errLockerClosed)
 	}
 	// A Close ends the wait: the lock query is cancelled like a ctx that
 	// ended.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(l.closing, func() { cancel(errLockerClosed) })
+	stop := context.AfterFunc(closing, func() { cancel(errLockerClosed) })
 	defer stop()
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -169,16 +165,12 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	lease.ctx, lease.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	lease.stop = make(chan struct{})
 	lease.done = make(chan struct{})
-	l.mu.Lock()
-	if l.leases == nil { // closed after the grant
-		l.mu.Unlock()
+	if !l.leases.Add(lease) { // closed after the grant
 		lease.cancel(errLockerClosed)
 		_ = conn.Conn().Close(context.Background()) // frees the lock
 		conn.Release()
 		return nil, fmt.Errorf("pgcas: lock %q: %w", key, errLockerClosed)
 	}
-	l.leases[lease] = struct{}{}
-	l.mu.Unlock()
 	go lease.watch()
 	return lease, nil
 }
@@ -206,22 +198,10 @@ var errLockerClosed = fmt.Errorf("%w: pgcas: locker closed", hybrid.ErrLeaseLost
 // concurrent use with the other methods; closing again does nothing and
 // returns nil.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	leases := l.leases
-	l.leases = nil
-	l.mu.Unlock()
-	l.close(errLockerClosed)
-	for le := range leases {
+	for _, le := range l.leases.Close(errLockerClosed) {
 		le.lose(errLockerClosed)
 	}
 	return nil
-}
-
-// forget drops a released lease from the ones Close ends.
-func (l *Locker) forget(le *Lease) {
-	l.mu.Lock()
-	delete(l.leases, le)
-	l.mu.Unlock()
 }
 
 // errLockLost is the cause of a lease's Context when its lock was lost:
@@ -279,21 +259,8 @@ func (le *Lease) Tx() pgx.Tx { return le.tx }
 // watch checks the lock until the lease is released or the lock is lost.
 func (le *Lease) watch() {
 	defer close(le.done)
-	t := time.NewTicker(le.locker.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-le.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), le.locker.timeout)
-			err := le.check(ctx)
-			cancel()
-			if err != nil {
-				le.cancel(fmt.Errorf("%w: %w", errLockLost, err))
-				return
-			}
-		}
+	if err := leases.Every(le.stop, le.locker.interval, le.locker.timeout, le.check); err != nil {
+		le.cancel(fmt.Errorf("%w: %w", errLockLost, err))
 	}
 }
 
@@ -340,7 +307,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	}
 	le.ended = true
 	le.mu.Unlock()
-	defer le.locker.forget(le)
+	defer le.locker.leases.Remove(le)
 	return le.release(ctx)
 }
 

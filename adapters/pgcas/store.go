@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/sqlrows"
 	"github.com/occkit/occkit/internal/writeid"
 )
 
@@ -377,35 +378,16 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 	if err := s.limits.GetMany(ctx, keys); err != nil {
 		return nil, err
 	}
-	out := make([]cas.Item, len(keys))
 	if len(keys) == 0 {
-		return out, nil
-	}
-	at := make(map[string]int, len(keys))
-	for i, k := range keys {
-		out[i] = cas.Item{Key: k}
-		at[k] = i
+		return []cas.Item{}, nil
 	}
 	rows, err := s.read.Query(ctx, s.sqlGetMany, keys)
 	if err != nil {
 		return nil, readError("get-many", keys[0], err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var (
-			k       string
-			value   []byte
-			version int64
-		)
-		if err := rows.Scan(&k, &value, &version); err != nil {
-			return nil, readError("get-many", keys[0], err)
-		}
-		if value == nil {
-			value = []byte{}
-		}
-		out[at[k]] = cas.Item{Key: k, Value: value, Version: cas.Version(version)}
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrows.Items(keys, rows)
+	if err != nil {
 		return nil, readError("get-many", keys[0], err)
 	}
 	return out, nil

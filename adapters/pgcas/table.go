@@ -379,11 +379,8 @@ func (t *Table[T]) updateSQL(row T, token uint64, fenced bool) (sql string, args
 // stale version, also matching cas.ErrNotFound when there is no such row.
 // The versions the row had are not reused by a later Insert of the key.
 func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) error {
-	switch {
-	case expected == 0:
-		return rowupdate.ZeroVersion("delete", key)
-	case expected > math.MaxInt64:
-		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
+	if err := rowupdate.CheckDelete(key, expected); err != nil {
+		return err
 	}
 	for run := 1; ; run++ {
 		_, _, r, err := t.run(ctx, t.sqlDel, key, int64(expected))

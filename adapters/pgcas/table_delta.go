@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -64,17 +63,5 @@ func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b c
 
 // deltaColumn returns the index of the column a delta may change.
 func (t *Table[T]) deltaColumn(name string) (int, error) {
-	for i, c := range t.cols {
-		if c.Name != name {
-			continue
-		}
-		if !t.writable(i) {
-			return 0, fmt.Errorf("pgcas: Add: column %q of %s is the key, version or fence column", name, t.name)
-		}
-		if err := rowupdate.DeltaField(reflect.TypeFor[T](), c.Index); err != nil {
-			return 0, fmt.Errorf("pgcas: Add: column %q of %s %w", name, t.name, err)
-		}
-		return i, nil
-	}
-	return 0, fmt.Errorf("pgcas: Add: %s has no column %q (columns are named by T's db tags)", t.name, name)
+	return rowupdate.DeltaColumn[T]("pgcas", t.name, t.cols, t.writable, name)
 }

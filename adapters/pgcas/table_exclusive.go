@@ -81,13 +81,7 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 	}
 	in := *t
 	in.q, in.rq = conn, conn
-	var out T
-	if cur.Version == 0 {
-		out, err = in.Insert(ctx, next)
-	} else {
-		t.setVersion(&next, cur.Version)
-		out, err = in.Update(ctx, next)
-	}
+	out, err := in.rowTable().WriteAt(ctx, cur.Version, next)
 	if err == nil {
 		_, err = conn.Exec(ctx, "COMMIT")
 		if err != nil {

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/leases"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -122,12 +122,7 @@ type Locker struct {
 
 	renewed atomic.Uint64 // renewals that extended a grant
 
-	// closing is cancelled by Close (cause errLockerClosed): it ends the
-	// waits of Acquire.
-	closing context.Context
-	close   context.CancelCauseFunc
-	mu      sync.Mutex
-	leases  map[*Lease]struct{} // whose watchdog runs; nil once closed
+	leases *leases.Set[*Lease] // whose watchdog runs
 }
 
 // errLockerClosed is the error of Acquire on a closed Locker, and the
@@ -165,9 +160,8 @@ func NewLocker(cli redis.UniversalClient, cfg LockerConfig) (*Locker, error) {
 		ttl:    cfg.TTL,
 		ttlMs:  strconv.FormatInt(cfg.TTL.Milliseconds(), 10),
 		poll:   cfg.PollInterval,
-		leases: map[*Lease]struct{}{},
+		leases: leases.NewSet[*Lease](),
 	}
-	l.closing, l.close = context.WithCancelCause(context.Background())
 	return l, nil
 }
 
@@ -180,13 +174,8 @@ func NewLocker(cli redis.UniversalClient, cfg LockerConfig) (*Locker, error) {
 // caller's. Close is safe for concurrent use with the other methods;
 // closing again does nothing and returns nil.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	leases := l.leases
-	l.leases = nil
-	l.mu.Unlock()
-	l.close(errLockerClosed)
 	var errs []error
-	for g := range leases {
+	for _, g := range l.leases.Close(errLockerClosed) {
 		g.cancel(errLockerClosed)
 		<-g.done
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -215,14 +204,15 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	if key == "" {
 		return nil, errors.New("rediscas: empty lock key")
 	}
-	if l.closing.Err() != nil {
+	closing := l.leases.Closing()
+	if closing.Err() != nil {
 		return nil, fmt.Errorf("rediscas: acquiring lock %q: %w", key, errLockerClosed)
 	}
 	holderCtx := ctx
 	// A Close ends the wait.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(l.closing, func() { cancel(errLockerClosed) })
+	stop := context.AfterFunc(closing, func() { cancel(errLockerClosed) })
 	defer stop()
 	keys := []string{l.lockKey(key), l.tokenKey(key)}
 	holder := randomID()
@@ -303,17 +293,13 @@ func (l *Locker) grant(holderCtx context.Context, key, lockKey string, token uin
 	}
 	g.expires.Store(sent.Add(l.ttl).UnixNano())
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
-	l.mu.Lock()
-	if l.leases == nil {
-		l.mu.Unlock()
+	if !l.leases.Add(g) {
 		g.cancel(errLockerClosed)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = g.deleteLock(ctx)
 		return nil, fmt.Errorf("rediscas: acquiring lock %q: %w", key, errLockerClosed)
 	}
-	l.leases[g] = struct{}{}
-	l.mu.Unlock()
 	go g.watch(holderCtx)
 	return g, nil
 }
@@ -378,7 +364,7 @@ func (g *Lease) deleteLock(ctx context.Context) error {
 // holder's context ends (then it lets the lease run out).
 func (g *Lease) watch(holder context.Context) {
 	defer close(g.done)
-	defer g.l.forget(g)
+	defer g.l.leases.Remove(g)
 	every := g.l.ttl / 3
 	t := time.NewTimer(every)
 	defer t.Stop()
@@ -422,14 +408,6 @@ func (g *Lease) watch(holder context.Context) {
 			t.Reset(min(every/4+time.Millisecond, time.Until(exp)))
 		}
 	}
-}
-
-// forget drops a lease whose watchdog returned from the ones Close ends:
-// it was released, or lost, or has run out.
-func (l *Locker) forget(g *Lease) {
-	l.mu.Lock()
-	delete(l.leases, g)
-	l.mu.Unlock()
 }
 
 // runOut waits until the lease expires (or is released) and cancels its

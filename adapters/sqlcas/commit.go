@@ -1,7 +1,6 @@
 package sqlcas
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/opsort"
+	"github.com/occkit/occkit/internal/sqlrows"
 	"github.com/occkit/occkit/internal/writeid"
 )
 
@@ -356,29 +356,17 @@ func (s *Store) commitError(ctx context.Context, ops []cas.Op, id writeid.ID, st
 		// the transaction back when the session ends.
 		return &transientError{op: "commit", key: key, why: stage + " failed before COMMIT, transaction rolled back", err: err}
 	}
-	writes := writtenKeys(ops)
+	writes := sqlrows.WrittenKeys(ops)
 	if len(writes) == 0 {
 		return fmt.Errorf("sqlcas: commit: reply to COMMIT lost, checks not confirmed: %w", err)
 	}
 	return &cas.AmbiguousError{Op: "commit", Key: writes[0], WriteID: id.String(), Err: err}
 }
 
-// writtenKeys returns the keys ops put or delete.
-func writtenKeys(ops []cas.Op) []string {
-	var writes []string
-	for _, op := range ops {
-		if op.Kind != cas.OpCheck {
-			writes = append(writes, op.Key)
-		}
-	}
-	return writes
-}
-
 // resolveCommit reads the written keys back and reports whether the commit
-// tagged id applied: a commit is atomic, so its id on every written key
-// proves it did; the versions are known only if no key was written since.
+// tagged id applied (sqlrows.Resolve).
 func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, id writeid.ID) ([]cas.Version, bool) {
-	writes := writtenKeys(ops)
+	writes := sqlrows.WrittenKeys(ops)
 	if len(writes) == 0 {
 		return nil, false
 	}
@@ -399,39 +387,7 @@ func (s *Store) resolveCommit(ctx context.Context, ops []cas.Op, id writeid.ID) 
 		return nil, false
 	}
 	defer rows.Close()
-	type row struct {
-		version int64
-		dead    bool
-		id      []byte
-	}
-	found := map[string]row{}
-	for rows.Next() {
-		var k string
-		var r row
-		if err := rows.Scan(&k, &r.version, &r.dead, &r.id); err != nil {
-			return nil, false
-		}
-		found[k] = r
-	}
-	if rows.Err() != nil {
-		return nil, false
-	}
-	out := make([]cas.Version, len(ops))
-	for i, op := range ops {
-		switch op.Kind {
-		case cas.OpCheck:
-			out[i] = op.Expected
-		case cas.OpPut, cas.OpDelete:
-			r, ok := found[op.Key]
-			if !ok || !bytes.Equal(r.id, id[:]) || r.dead != (op.Kind == cas.OpDelete) {
-				return nil, false
-			}
-			if op.Kind == cas.OpPut {
-				out[i] = cas.Version(r.version)
-			}
-		}
-	}
-	return out, true
+	return sqlrows.Resolve(ops, id, rows)
 }
 
 // txn is a transaction a Store runs its statements in: its own, or the

@@ -23,6 +23,20 @@ const pgIdleInTxTimeout = "25P03"
 
 var _ cas.Exclusive = (*Store)(nil)
 
+// holdTimeout bounds an exclusive holder that stops answering: on
+// PostgreSQL, in a transaction of the adapter's own (not the caller's,
+// under With), it sets idle_in_transaction_session_timeout for tx, after
+// which the server ends the idle session and frees its rows. Elsewhere it
+// does nothing.
+func holdTimeout(ctx context.Context, d Dialect, tx *txn, callersTx bool, timeout time.Duration) error {
+	if d != Postgres || callersTx {
+		return nil
+	}
+	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10)
+	_, err := tx.q.ExecContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", ms)
+	return err
+}
+
 // UpdateExclusive implements cas.Exclusive: in one transaction it reads
 // the key's row with a locking read (MySQL and PostgreSQL: FOR UPDATE,
 // which other writers of the key wait for; SQLite: the transaction is
@@ -52,11 +66,8 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 			tx.rollback()
 		}
 	}()
-	if s.d == Postgres && !s.inTx {
-		ms := strconv.FormatInt(max(s.exclusiveTimeout.Milliseconds(), 1), 10)
-		if _, err := tx.q.ExecContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", ms); err != nil {
-			return 0, s.readError(op, key, err)
-		}
+	if err := holdTimeout(ctx, s.d, tx, s.inTx, s.exclusiveTimeout); err != nil {
+		return 0, s.readError(op, key, err)
 	}
 	var c current
 	err = tx.q.QueryRowContext(ctx, s.st.lockRow.text, key).Scan(&c.version, &c.value, &c.token, &c.dead)
@@ -143,11 +154,8 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 			tx.rollback()
 		}
 	}()
-	if s.d == Postgres && !s.inTx {
-		ms := strconv.FormatInt(max(s.exclusiveTimeout.Milliseconds(), 1), 10)
-		if _, err := tx.q.ExecContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", ms); err != nil {
-			return nil, s.readError(op, sorted[0], err)
-		}
+	if err := holdTimeout(ctx, s.d, tx, s.inTx, s.exclusiveTimeout); err != nil {
+		return nil, s.readError(op, sorted[0], err)
 	}
 	// A placeholder (a version-0 tombstone) for every key without a row,
 	// before the locking read, as Commit does: an absence has no row to

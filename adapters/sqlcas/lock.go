@@ -11,6 +11,7 @@ import (
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/leases"
 )
 
 // DefaultTokenCounter is the table fencing tokens come from when
@@ -62,9 +63,7 @@ type Locker struct {
 
 	sqlLock, sqlToken string
 
-	mu     sync.Mutex
-	closed bool
-	leases map[*Lease]struct{}
+	leases *leases.Set[*Lease] // granted and not ended
 }
 
 var _ hybrid.Locker = (*Locker)(nil)
@@ -83,7 +82,7 @@ func NewLocker(db *sql.DB, cfg LockerConfig) (*Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: NewLocker: %w", err)
 	}
-	l := &Locker{db: db, interval: cfg.CheckInterval, table: table, raw: raw, leases: map[*Lease]struct{}{}}
+	l := &Locker{db: db, interval: cfg.CheckInterval, table: table, raw: raw, leases: leases.NewSet[*Lease]()}
 	if l.interval <= 0 {
 		l.interval = time.Second
 	}
@@ -109,8 +108,9 @@ func (l *Locker) CreateTokenCounter(ctx context.Context) error {
 	return nil
 }
 
-// errLockerClosed is the error of Acquire on a closed Locker.
-var errLockerClosed = errors.New("sqlcas: locker closed")
+// errLockerClosed is the error of Acquire on a closed Locker, and the
+// cause of the Context of the leases Close ended.
+var errLockerClosed = fmt.Errorf("%w: sqlcas: locker closed", hybrid.ErrLeaseLost)
 
 // maxWait is the longest single GET_LOCK wait: Acquire waits in steps,
 // checking its context between them, so that the wait never needs to be
@@ -185,24 +185,16 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	le := &Lease{locker: l, key: key, name: name, token: uint64(token), conn: conn,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	le.ctx, le.cancel = context.WithCancelCause(context.Background())
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.leases.Add(le) {
 		discard()
-		le.cancel(hybrid.ErrLeaseLost)
+		le.cancel(errLockerClosed)
 		return nil, fmt.Errorf("sqlcas: lock %q: %w", key, errLockerClosed)
 	}
-	l.leases[le] = struct{}{}
-	l.mu.Unlock()
 	go le.watch()
 	return le, nil
 }
 
-func (l *Locker) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
+func (l *Locker) isClosed() bool { return l.leases.Closing().Err() != nil }
 
 // Close ends every lease the Locker granted and that was not released:
 // their Contexts are cancelled (the cause matches hybrid.ErrLeaseLost) and
@@ -212,19 +204,8 @@ func (l *Locker) isClosed() bool {
 // caller's. Close is safe for concurrent use with the other methods;
 // closing again does nothing and returns nil.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
-	l.closed = true
-	leases := make([]*Lease, 0, len(l.leases))
-	for le := range l.leases {
-		leases = append(leases, le)
-	}
-	l.mu.Unlock()
-	for _, le := range leases {
-		le.end(fmt.Errorf("%w: locker closed", hybrid.ErrLeaseLost), true)
+	for _, le := range l.leases.Close(errLockerClosed) {
+		le.end(errLockerClosed, true)
 	}
 	return nil
 }
@@ -264,26 +245,19 @@ func (le *Lease) Context() context.Context { return le.ctx }
 // lock.
 func (le *Lease) watch() {
 	defer close(le.done)
-	t := time.NewTicker(le.locker.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-le.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), le.locker.timeout)
-		var held sql.NullBool
-		err := le.conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, le.name).Scan(&held)
-		cancel()
-		if err == nil && !held.Bool {
-			err = errors.New("the session no longer holds the lock")
-		}
-		if err != nil {
-			go le.end(fmt.Errorf("%w: %q: %w", hybrid.ErrLeaseLost, le.key, err), true)
-			return
-		}
+	if err := leases.Every(le.stop, le.locker.interval, le.locker.timeout, le.check); err != nil {
+		go le.end(fmt.Errorf("%w: %q: %w", hybrid.ErrLeaseLost, le.key, err), true)
 	}
+}
+
+// check returns an error unless the lease's session still holds its lock.
+func (le *Lease) check(ctx context.Context) error {
+	var held sql.NullBool
+	err := le.conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, le.name).Scan(&held)
+	if err == nil && !held.Bool {
+		err = errors.New("the session no longer holds the lock")
+	}
+	return err
 }
 
 // end ends the lease with cause: it stops the checks, and for a lost lease
@@ -308,9 +282,7 @@ func (le *Lease) end(cause error, lost bool) bool {
 		_ = le.conn.Raw(func(any) error { return driver.ErrBadConn })
 		_ = le.conn.Close()
 	}
-	le.locker.mu.Lock()
-	delete(le.locker.leases, le)
-	le.locker.mu.Unlock()
+	le.locker.leases.Remove(le)
 	return true
 }
 

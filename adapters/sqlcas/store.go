@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/sqlrows"
 	"github.com/occkit/occkit/internal/writeid"
 )
 
@@ -274,15 +275,11 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 	if err := s.limits.GetMany(ctx, keys); err != nil {
 		return nil, err
 	}
-	out := make([]cas.Item, len(keys))
 	if len(keys) == 0 {
-		return out, nil
+		return []cas.Item{}, nil
 	}
-	at := make(map[string]int, len(keys))
 	args := make([]any, len(keys))
 	for i, k := range keys {
-		out[i] = cas.Item{Key: k}
-		at[k] = i
 		args[i] = k
 	}
 	rows, err := s.reader().QueryContext(ctx, s.cm.getMany(len(keys)), args...)
@@ -290,25 +287,8 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 		return nil, s.readError("get-many", keys[0], err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var (
-			k       string
-			value   []byte
-			version int64
-		)
-		if err := rows.Scan(&k, &value, &version); err != nil {
-			return nil, s.readError("get-many", keys[0], err)
-		}
-		i, ok := at[k]
-		if !ok {
-			continue // a collation that matched another spelling: not this key
-		}
-		if value == nil {
-			value = []byte{}
-		}
-		out[i] = cas.Item{Key: k, Value: value, Version: cas.Version(version)}
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrows.Items(keys, rows)
+	if err != nil {
 		return nil, s.readError("get-many", keys[0], err)
 	}
 	return out, nil

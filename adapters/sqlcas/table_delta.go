@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/rowupdate"
@@ -111,19 +110,7 @@ WHERE `+k+` = ? AND `+c+` BETWEEN ? AND ?`, n, key, lo, hi)
 
 // deltaColumn returns the index of the column a delta may change.
 func (t *Table[T]) deltaColumn(name string) (int, error) {
-	for i, c := range t.cols {
-		if c.Name != name {
-			continue
-		}
-		if !t.writable(i) {
-			return 0, fmt.Errorf("sqlcas: Add: column %q of %s is the key, version or fence column", name, t.name)
-		}
-		if err := rowupdate.DeltaField(reflect.TypeFor[T](), c.Index); err != nil {
-			return 0, fmt.Errorf("sqlcas: Add: column %q of %s %w", name, t.name, err)
-		}
-		return i, nil
-	}
-	return 0, fmt.Errorf("sqlcas: Add: %s has no column %q (columns are named by T's db tags)", t.name, name)
+	return rowupdate.DeltaColumn[T]("sqlcas", t.name, t.cols, t.writable, name)
 }
 
 // isOutOfRange reports a value out of its column type's range (MySQL

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/rowupdate"
@@ -24,12 +23,9 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 	}
 	in := *t
 	in.q, in.inTx = tx.q, true
-	if t.d == Postgres && !t.inTx {
-		ms := strconv.FormatInt(DefaultExclusiveTimeout.Milliseconds(), 10)
-		if _, err := tx.q.ExecContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", ms); err != nil {
-			tx.rollback()
-			return rowupdate.Row[T]{}, t.writeError("modify", key, err, false)
-		}
+	if err := holdTimeout(ctx, t.d, tx, t.inTx, DefaultExclusiveTimeout); err != nil {
+		tx.rollback()
+		return rowupdate.Row[T]{}, t.writeError("modify", key, err, false)
 	}
 	var cur rowupdate.Row[T]
 	row, err := in.get(ctx, tx.q, t.sqlGet+t.d.forUpdate(), "modify", key)
@@ -46,13 +42,7 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 		tx.rollback()
 		return cur, err
 	}
-	var out T
-	if cur.Version == 0 {
-		out, err = in.Insert(ctx, next)
-	} else {
-		t.setVersion(&next, cur.Version)
-		out, err = in.Update(ctx, next)
-	}
+	out, err := in.rowTable().WriteAt(ctx, cur.Version, next)
 	if err != nil {
 		tx.rollback()
 		return rowupdate.Row[T]{}, t.exclusiveError(key, cur.Version, err)

@@ -124,11 +124,8 @@ func (t *Table[T]) runUpdate(ctx context.Context, query string, args []any, row 
 // that does not exist is the same with Current.Version 0 (also matching
 // cas.ErrNotFound). The row's versions are never given to the key again.
 func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) error {
-	switch {
-	case expected == 0:
-		return rowupdate.ZeroVersion("delete", key)
-	case expected > math.MaxInt64:
-		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
+	if err := rowupdate.CheckDelete(key, expected); err != nil {
+		return err
 	}
 	conflict := func(cur sql.NullInt64) error {
 		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, HasCurrent: true,

@@ -250,15 +250,7 @@ func CommitInOrder[T any](ctx context.Context, t Table[T], writes []Write[T]) (s
 	err = t.RunTx(ctx, func(in Table[T]) error {
 		for _, i := range order {
 			w := writes[i]
-			var out T
-			var err error
-			if w.Expected == 0 {
-				out, err = in.Insert(ctx, w.Row)
-			} else {
-				next := w.Row
-				in.SetVersion(&next, w.Expected)
-				out, err = in.Update(ctx, next)
-			}
+			out, err := in.WriteAt(ctx, w.Expected, w.Row)
 			if err != nil {
 				var ce *cas.ConflictError
 				if errors.As(err, &ce) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 
@@ -41,6 +42,17 @@ type Table[T any] struct {
 	CommitMany func(ctx context.Context, writes []Write[T]) ([]Row[T], int, Row[T], error)
 }
 
+// WriteAt writes next as the row at version expected: an Insert when
+// expected is 0, otherwise an Update of next with its version field set to
+// expected. It returns what Insert or Update returned.
+func (t Table[T]) WriteAt(ctx context.Context, expected cas.Version, next T) (T, error) {
+	if expected == 0 {
+		return t.Insert(ctx, next)
+	}
+	t.SetVersion(&next, expected)
+	return t.Update(ctx, next)
+}
+
 // TableRows is the bridge of a SQL repository table: Rows whose reads go
 // through t.Get and whose writes go through t.Insert (absent) or t.Update
 // (present, at the version read).
@@ -61,14 +73,7 @@ func NewTable[T any](t Table[T]) *TableRows[T] {
 			return row(v), nil
 		},
 		Write: func(ctx context.Context, _ any, expected cas.Version, next T) (Row[T], Row[T], error) {
-			var out T
-			var err error
-			if expected == 0 {
-				out, err = t.Insert(ctx, next)
-			} else {
-				t.SetVersion(&next, expected)
-				out, err = t.Update(ctx, next)
-			}
+			out, err := t.WriteAt(ctx, expected, next)
 			if err != nil {
 				return Row[T]{}, row(out), err
 			}
@@ -244,6 +249,26 @@ func Roles(rt reflect.Type, cols []Column, keyCol, versionCol, fenceCol string) 
 	return key, version, fence, nil
 }
 
+// DeltaColumn returns the index in cols of the column named name that a
+// delta (a Table's Add) may change: writable (not the key, version or
+// fence column) and of a signed integer field of T. pkg and table name
+// the errors ("pgcas: Add: ...").
+func DeltaColumn[T any](pkg, table string, cols []Column, writable func(i int) bool, name string) (int, error) {
+	for i, c := range cols {
+		if c.Name != name {
+			continue
+		}
+		if !writable(i) {
+			return 0, fmt.Errorf("%s: Add: column %q of %s is the key, version or fence column", pkg, name, table)
+		}
+		if err := DeltaField(reflect.TypeFor[T](), c.Index); err != nil {
+			return 0, fmt.Errorf("%s: Add: column %q of %s %w", pkg, name, table, err)
+		}
+		return i, nil
+	}
+	return 0, fmt.Errorf("%s: Add: %s has no column %q (columns are named by T's db tags)", pkg, table, name)
+}
+
 // DeltaField checks that the field at index of struct type rt can take a
 // column delta (Table.Add): a signed integer, or a pointer to one (NULL
 // in the database). The error names the field's type.
@@ -292,6 +317,19 @@ func DeltaRefused[T any](cur *T, index []int, key string, column string, n int64
 		return &cas.BoundError{Key: key, Add: n, Bounds: b}
 	}
 	return &cas.BoundError{Key: key, Add: n, Bounds: b, Current: f.Int(), HasCurrent: true}
+}
+
+// CheckDelete refuses the expected version of a table's Delete that no
+// row can have, before anything is sent: 0 (ZeroVersion) and a version
+// past a bigint column (a *cas.ConflictError, as a stale version is).
+func CheckDelete(key any, expected cas.Version) error {
+	switch {
+	case expected == 0:
+		return ZeroVersion("delete", key)
+	case expected > math.MaxInt64:
+		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
+	}
+	return nil
 }
 
 // ZeroVersion is the error of a table's Update of a row whose version

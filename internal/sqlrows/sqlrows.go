@@ -1,0 +1,123 @@
+// Package sqlrows reads what the SQL adapters read alike: pgcas (pgx) and
+// sqlcas (database/sql) both get their result rows as a set with Next,
+// Scan and Err, so the loops over the rows of a batch read (GetMany) and
+// of a commit's read-back (resolving a lost reply by write id) are
+// written once, here. Each adapter still sends its own statement and
+// wraps the errors in its own.
+package sqlrows
+
+import (
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
+)
+
+// Rows is a result set as pgx.Rows and *sql.Rows both are. The caller
+// closes it.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// Items reads rows of (key, value, version), the rows of keys that exist,
+// into the items of keys in keys' order: a key without a row stays an
+// absent cas.Item{Key: key}, a NULL value reads as empty, and a row whose
+// key is not one of keys (a collation that matched another spelling) is
+// passed over.
+func Items(keys []string, rows Rows) ([]cas.Item, error) {
+	out := make([]cas.Item, len(keys))
+	at := make(map[string]int, len(keys))
+	for i, k := range keys {
+		out[i] = cas.Item{Key: k}
+		at[k] = i
+	}
+	for rows.Next() {
+		var (
+			k       string
+			value   []byte
+			version int64
+		)
+		if err := rows.Scan(&k, &value, &version); err != nil {
+			return nil, err
+		}
+		i, ok := at[k]
+		if !ok {
+			continue
+		}
+		if value == nil {
+			value = []byte{}
+		}
+		out[i] = cas.Item{Key: k, Value: value, Version: cas.Version(version)}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// WrittenKeys returns the keys ops put or delete, in ops' order.
+func WrittenKeys(ops []cas.Op) []string {
+	var keys []string
+	for _, op := range ops {
+		if op.Kind != cas.OpCheck {
+			keys = append(keys, op.Key)
+		}
+	}
+	return keys
+}
+
+// Resolve reads rows of (key, version, deleted, write id), the read-back
+// of the keys a commit tagged id wrote (WrittenKeys), and reports whether
+// the commit applied: a commit is atomic, so id on every written key,
+// each a tombstone exactly where the commit deleted it, proves it did.
+// The versions it returns, one per op as Committer.Commit returns them,
+// are known only if no key was written since, and the outcome counts as
+// resolved (true) only then; a scan that fails resolves nothing. The
+// write id column may be a PostgreSQL uuid (pgx gives it as [16]byte) or
+// bytes (a BINARY(16), BLOB or bytea column).
+func Resolve(ops []cas.Op, id writeid.ID, rows Rows) ([]cas.Version, bool) {
+	type row struct {
+		version int64
+		deleted bool
+		id      writeid.ID
+	}
+	found := map[string]row{}
+	for rows.Next() {
+		var (
+			k   string
+			r   row
+			raw any
+		)
+		if err := rows.Scan(&k, &r.version, &r.deleted, &raw); err != nil {
+			return nil, false
+		}
+		switch raw := raw.(type) {
+		case [writeid.Len]byte:
+			r.id = raw
+		case []byte:
+			if len(raw) == writeid.Len {
+				r.id = writeid.ID(raw)
+			}
+		}
+		found[k] = r
+	}
+	if rows.Err() != nil {
+		return nil, false
+	}
+	out := make([]cas.Version, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case cas.OpCheck:
+			out[i] = op.Expected
+		case cas.OpPut, cas.OpDelete:
+			r, ok := found[op.Key]
+			if !ok || r.id != id || r.deleted != (op.Kind == cas.OpDelete) {
+				return nil, false
+			}
+			if op.Kind == cas.OpPut {
+				out[i] = cas.Version(r.version)
+			}
+		}
+	}
+	return out, true
+}

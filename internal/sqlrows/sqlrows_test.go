@@ -1,0 +1,84 @@
+package sqlrows
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/writeid"
+)
+
+// table is a result set held in memory, as a driver hands one over:
+// Scan assigns each column to its destination's type.
+type table struct {
+	rows [][]any
+	at   int
+	err  error
+}
+
+func (t *table) Next() bool { t.at++; return t.at <= len(t.rows) }
+func (t *table) Err() error { return t.err }
+func (t *table) Scan(dest ...any) error {
+	row := t.rows[t.at-1]
+	if len(dest) != len(row) {
+		return fmt.Errorf("%d destinations for %d columns", len(dest), len(row))
+	}
+	for i, d := range dest {
+		reflect.ValueOf(d).Elem().Set(reflect.ValueOf(row[i]))
+	}
+	return nil
+}
+
+func TestItems(t *testing.T) {
+	rows := &table{rows: [][]any{
+		{"b", []byte("2"), int64(7)},
+		{"B", []byte("x"), int64(9)}, // another spelling a collation matched
+		{"a", []byte(nil), int64(3)},
+	}}
+	got, err := Items([]string{"a", "b", "c"}, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []cas.Item{{Key: "a", Value: []byte{}, Version: 3}, {Key: "b", Value: []byte("2"), Version: 7}, {Key: "c"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Items = %v, want %v", got, want)
+	}
+	broken := errors.New("broken")
+	if _, err := Items([]string{"a"}, &table{err: broken}); !errors.Is(err, broken) {
+		t.Fatalf("Items of a failed read: %v", err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	id := writeid.NewSource().Next()
+	other := writeid.NewSource().Next()
+	ops := []cas.Op{cas.Check("c", 4), cas.Put("p", 1, []byte("v")), cas.Delete("d", 2)}
+	for _, tc := range []struct {
+		name string
+		rows [][]any
+		want []cas.Version
+	}{
+		{"uuid ids", [][]any{{"p", int64(5), false, any([writeid.Len]byte(id))}, {"d", int64(3), true, any([writeid.Len]byte(id))}}, []cas.Version{4, 5, 0}},
+		{"byte ids", [][]any{{"p", int64(5), false, any(id[:])}, {"d", int64(3), true, any(id[:])}}, []cas.Version{4, 5, 0}},
+		{"written since", [][]any{{"p", int64(6), false, any(other[:])}, {"d", int64(3), true, any(id[:])}}, nil},
+		{"not a tombstone", [][]any{{"p", int64(5), false, any(id[:])}, {"d", int64(4), false, any(id[:])}}, nil},
+		{"key missing", [][]any{{"p", int64(5), false, any(id[:])}}, nil},
+		{"short id", [][]any{{"p", int64(5), false, any(id[:8])}, {"d", int64(3), true, any(id[:])}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := Resolve(ops, id, &table{rows: tc.rows})
+			if ok != (tc.want != nil) || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("Resolve = %v, %v; want %v", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+func TestWrittenKeys(t *testing.T) {
+	got := WrittenKeys([]cas.Op{cas.Check("c", 1), cas.Put("p", 0, nil), cas.Delete("d", 1)})
+	if !reflect.DeepEqual(got, []string{"p", "d"}) {
+		t.Fatalf("WrittenKeys = %v", got)
+	}
+}
