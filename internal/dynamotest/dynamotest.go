@@ -17,7 +17,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/occkit/occkit/internal/servers"
+	"github.com/occkit/occkit/internal/testenv"
 )
 
 // EnvDynaliteURL is the environment variable holding dynalite's URL.
@@ -52,13 +52,8 @@ type Server struct {
 // the test.
 func DynaliteURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(EnvDynaliteURL)
-	if u == "" {
-		t.Fatalf("%s is not set: this test needs dynalite, a DynamoDB-compatible server. Run `make test` "+
-			"(it starts one), or start one with `bash scripts/servers/dynalite.sh` and export the %s "+
-			"it prints, or set %s to any DynamoDB endpoint you own (http://host:port)", EnvDynaliteURL, EnvDynaliteURL, EnvDynaliteURL)
-	}
-	return u
+	return testenv.Server{Env: EnvDynaliteURL, What: "dynalite, a DynamoDB-compatible server", Script: "dynalite.sh",
+		Own: "http://host:port, any DynamoDB endpoint"}.Lookup(t)
 }
 
 // Dynalite returns the dynalite server of OCCKIT_DYNALITE_URL, or fails the

@@ -10,14 +10,12 @@ package mysqltest
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/occkit/occkit/internal/testenv"
 )
 
 // EnvDSN is the environment variable holding the test server's DSN, in
@@ -27,13 +25,8 @@ const EnvDSN = "OCCKIT_MYSQL_DSN"
 // Config returns the parsed DSN from OCCKIT_MYSQL_DSN, or fails the test.
 func Config(t testing.TB) *mysql.Config {
 	t.Helper()
-	dsn := os.Getenv(EnvDSN)
-	if dsn == "" {
-		t.Fatalf("%s is not set: this test needs a MySQL or MariaDB server. Run `make test` "+
-			"(it starts one), or start one with `bash scripts/servers/mariadb.sh` and "+
-			"export the %s it prints, or point %s at a server you own "+
-			"(user:pass@tcp(host:port)/db)", EnvDSN, EnvDSN, EnvDSN)
-	}
+	dsn := testenv.Server{Env: EnvDSN, What: "a MySQL or MariaDB server", Script: "mariadb.sh",
+		Own: "user:pass@tcp(host:port)/db"}.Lookup(t)
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatalf("mysqltest: parse %s: %v", EnvDSN, err)
@@ -48,9 +41,7 @@ func Config(t testing.TB) *mysql.Config {
 func Database(t testing.TB, configure ...func(*mysql.Config)) *mysql.Config {
 	t.Helper()
 	cfg := Config(t)
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	name := "occkit_test_" + hex.EncodeToString(b[:])
+	name := testenv.UniqueName("occkit_test_")
 	admin(t, cfg, "CREATE DATABASE `"+name+"`")
 	t.Cleanup(func() { admin(t, cfg, "DROP DATABASE IF EXISTS `"+name+"`") })
 	c := cfg.Clone()

@@ -1,7 +1,6 @@
 package pgtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/occkit/occkit/internal/connfault"
 )
 
 // ErrInjected is the error of a connection broken by [Faults].
@@ -30,23 +30,14 @@ var ErrInjected = errors.New("pgtest: connection broken by an injected fault")
 // connections the pool makes (Pool.Reset closes its idle ones). Faults is
 // safe for concurrent use.
 type Faults struct {
-	mu     sync.Mutex
-	marker []byte
-	mode   faultMode
-	fired  atomic.Int64
+	writes connfault.Marker // LoseReply, FailSend
 
+	mu         sync.Mutex
 	dials      int    // new connections still to break
 	rejectCode string // "": refuse them; otherwise the SQLSTATE refusing their session
 	rejectMsg  string
+	dialFired  atomic.Int64
 }
-
-type faultMode uint8
-
-const (
-	faultNone faultMode = iota
-	faultLoseReply
-	faultFailSend
-)
 
 // Configure makes the pool's connections go through f.
 func (f *Faults) Configure(cfg *pgxpool.Config) {
@@ -59,7 +50,7 @@ func (f *Faults) Configure(cfg *pgxpool.Config) {
 		if err != nil {
 			return nil, err
 		}
-		return &faultyConn{Conn: c, f: f}, nil
+		return f.writes.Wrap(c, ErrInjected), nil
 	}
 }
 
@@ -67,11 +58,11 @@ func (f *Faults) Configure(cfg *pgxpool.Config) {
 // lost": the next write containing marker is sent as usual; the server runs
 // it and answers, and the connection then fails when the client reads that
 // answer (it reads the error, never the answer).
-func (f *Faults) LoseReply(marker string) { f.arm(marker, faultLoseReply) }
+func (f *Faults) LoseReply(marker string) { f.writes.LoseReply(marker, nil) }
 
 // FailSend arms the fault "the connection broke before the request was
 // sent": the next write containing marker is not sent and fails.
-func (f *Faults) FailSend(marker string) { f.arm(marker, faultFailSend) }
+func (f *Faults) FailSend(marker string) { f.writes.FailSend(marker) }
 
 // RefuseConnections arms the fault "the server is down": the next n new
 // connections fail to connect, refused, as against a stopped server. Each
@@ -102,7 +93,7 @@ func (f *Faults) dialFault(network string) (net.Conn, bool, error) {
 	f.dials--
 	code, msg := f.rejectCode, f.rejectMsg
 	f.mu.Unlock()
-	f.fired.Add(1)
+	f.dialFired.Add(1)
 	if code == "" {
 		return nil, true, &net.OpError{Op: "dial", Net: network, Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
 	}
@@ -154,55 +145,4 @@ func rejectSession(c net.Conn, code, msg string) {
 }
 
 // Fired returns how many armed faults have fired.
-func (f *Faults) Fired() int { return int(f.fired.Load()) }
-
-func (f *Faults) arm(marker string, m faultMode) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.marker, f.mode = []byte(marker), m
-}
-
-// take returns the armed fault if p matches it, disarming it.
-func (f *Faults) take(p []byte) faultMode {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.mode == faultNone || !bytes.Contains(p, f.marker) {
-		return faultNone
-	}
-	m := f.mode
-	f.mode, f.marker = faultNone, nil
-	f.fired.Add(1)
-	return m
-}
-
-type faultyConn struct {
-	net.Conn
-	f *Faults
-	// lose is set before a request whose reply is to be lost is written,
-	// so that a read that returns after it (a reply can only come after the
-	// request) reports the fault; pgconn may already be blocked in Read on
-	// another goroutine when the write starts.
-	lose atomic.Bool
-}
-
-func (c *faultyConn) Write(p []byte) (int, error) {
-	switch c.f.take(p) {
-	case faultFailSend:
-		c.Conn.Close()
-		return 0, ErrInjected
-	case faultLoseReply:
-		c.lose.Store(true)
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *faultyConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if c.lose.Load() {
-		// The server has answered (or the connection failed anyway): drop
-		// the answer and the connection.
-		c.Conn.Close()
-		return 0, ErrInjected
-	}
-	return n, err
-}
+func (f *Faults) Fired() int { return f.writes.Fired() + int(f.dialFired.Load()) }

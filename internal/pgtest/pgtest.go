@@ -10,14 +10,12 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/occkit/occkit/internal/testenv"
 )
 
 // EnvURL is the environment variable holding the test server's URL.
@@ -26,14 +24,8 @@ const EnvURL = "OCCKIT_PG_URL"
 // URL returns the test server's URL from OCCKIT_PG_URL, or fails the test.
 func URL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(EnvURL)
-	if u == "" {
-		t.Fatalf("%s is not set: this test needs a PostgreSQL server. Run `make test` "+
-			"(it starts one), or start one with `bash scripts/servers/postgres.sh` and "+
-			"export the %s it prints, or point %s at a server you own "+
-			"(postgres://user:pass@host:port/db)", EnvURL, EnvURL, EnvURL)
-	}
-	return u
+	return testenv.Server{Env: EnvURL, What: "a PostgreSQL server", Script: "postgres.sh",
+		Own: "postgres://user:pass@host:port/db"}.Lookup(t)
 }
 
 // Schema creates a fresh, uniquely named, empty schema and returns its
@@ -42,9 +34,7 @@ func URL(t testing.TB) string {
 func Schema(t testing.TB) string {
 	t.Helper()
 	url := URL(t)
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	name := "occkit_test_" + hex.EncodeToString(b[:])
+	name := testenv.UniqueName("occkit_test_")
 	admin(t, url, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
 	t.Cleanup(func() {
 		admin(t, url, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")

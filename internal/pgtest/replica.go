@@ -3,13 +3,13 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/occkit/occkit/internal/testenv"
 )
 
 // EnvReplicaURL is the environment variable holding the URL of a hot
@@ -21,13 +21,8 @@ const EnvReplicaURL = "OCCKIT_PG_REPLICA_URL"
 // the test: a test that reads from a replica never passes without one.
 func ReplicaURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(EnvReplicaURL)
-	if u == "" {
-		t.Fatalf("%s is not set: this test needs a streaming replica of the server of %s. Run `make test` "+
-			"(it starts both), or start both with `bash scripts/servers/postgres.sh --replica` and "+
-			"export the %s and %s it prints", EnvReplicaURL, EnvURL, EnvURL, EnvReplicaURL)
-	}
-	return u
+	return testenv.Server{Env: EnvReplicaURL, What: "a streaming replica of the server of " + EnvURL,
+		Script: "postgres.sh --replica"}.Lookup(t)
 }
 
 // ReplicaPool returns a pool on the replica whose connections work in the

@@ -2,10 +2,10 @@ package redistest
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/occkit/occkit/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,13 +18,7 @@ const EnvClusterURL = "OCCKIT_REDIS_CLUSTER_URL"
 // or fails the test.
 func ClusterURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(EnvClusterURL)
-	if u == "" {
-		t.Fatalf("%s is not set: this test needs a Redis Cluster. Run `make test` "+
-			"(it starts one), or start one with `bash scripts/servers/redis-cluster.sh` and "+
-			"export the %s it prints", EnvClusterURL, EnvClusterURL)
-	}
-	return u
+	return testenv.Server{Env: EnvClusterURL, What: "a Redis Cluster", Script: "redis-cluster.sh"}.Lookup(t)
 }
 
 // ClusterOptions returns client options for the cluster at url.

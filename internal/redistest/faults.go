@@ -1,14 +1,12 @@
 package redistest
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
-	"sync"
-	"sync/atomic"
 	"testing"
 
+	"github.com/occkit/occkit/internal/connfault"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,20 +28,8 @@ func (injected) Is(target error) bool { return target == io.EOF }
 // the command to break), on whichever connection sends it. Faults is safe
 // for concurrent use.
 type Faults struct {
-	mu     sync.Mutex
-	marker []byte
-	mode   faultMode
-	then   func()
-	fired  atomic.Int64
+	writes connfault.Marker
 }
-
-type faultMode uint8
-
-const (
-	faultNone faultMode = iota
-	faultLoseReply
-	faultFailSend
-)
 
 // Configure makes the client's connections go through f.
 func (f *Faults) Configure(opt *redis.Options) {
@@ -53,7 +39,7 @@ func (f *Faults) Configure(opt *redis.Options) {
 		if err != nil {
 			return nil, err
 		}
-		return &faultyConn{Conn: c, f: f}, nil
+		return f.writes.Wrap(c, ErrInjected), nil
 	}
 }
 
@@ -62,65 +48,14 @@ func (f *Faults) Configure(opt *redis.Options) {
 // runs it and answers; then then (if not nil) runs, standing for whatever
 // other clients do meanwhile, and the connection fails when the client
 // reads the answer (it reads the error, never the answer).
-func (f *Faults) LoseReply(marker string, then func()) { f.arm(marker, faultLoseReply, then) }
+func (f *Faults) LoseReply(marker string, then func()) { f.writes.LoseReply(marker, then) }
 
 // FailSend arms the fault "the connection broke as the request was being
 // sent": the next request containing marker is not sent and fails.
-func (f *Faults) FailSend(marker string) { f.arm(marker, faultFailSend, nil) }
+func (f *Faults) FailSend(marker string) { f.writes.FailSend(marker) }
 
 // Fired returns how many armed faults have fired.
-func (f *Faults) Fired() int { return int(f.fired.Load()) }
-
-func (f *Faults) arm(marker string, m faultMode, then func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.marker, f.mode, f.then = []byte(marker), m, then
-}
-
-// take returns the armed fault if p matches it, disarming it.
-func (f *Faults) take(p []byte) (faultMode, func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.mode == faultNone || !bytes.Contains(p, f.marker) {
-		return faultNone, nil
-	}
-	m, then := f.mode, f.then
-	f.mode, f.marker, f.then = faultNone, nil, nil
-	f.fired.Add(1)
-	return m, then
-}
-
-type faultyConn struct {
-	net.Conn
-	f    *Faults
-	lose atomic.Pointer[func()] // set before a request whose answer is to be lost is written
-}
-
-func (c *faultyConn) Write(p []byte) (int, error) {
-	switch m, then := c.f.take(p); m {
-	case faultFailSend:
-		c.Conn.Close()
-		return 0, ErrInjected
-	case faultLoseReply:
-		if then == nil {
-			then = func() {}
-		}
-		c.lose.Store(&then)
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *faultyConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if then := c.lose.Swap(nil); then != nil {
-		// The server has answered (or the connection failed anyway): drop
-		// the answer and the connection.
-		(*then)()
-		c.Conn.Close()
-		return 0, ErrInjected
-	}
-	return n, err
-}
+func (f *Faults) Fired() int { return f.writes.Fired() }
 
 func freeAddr(t testing.TB) string {
 	t.Helper()

@@ -11,12 +11,10 @@ package redistest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/occkit/occkit/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,14 +25,8 @@ const EnvURL = "OCCKIT_REDIS_URL"
 // test.
 func URL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(EnvURL)
-	if u == "" {
-		t.Fatalf("%s is not set: this test needs a Redis server. Run `make test` "+
-			"(it starts one), or start one with `bash scripts/servers/redis.sh` and "+
-			"export the %s it prints, or point %s at a server you own "+
-			"(redis://[:password@]host:port[/db])", EnvURL, EnvURL, EnvURL)
-	}
-	return u
+	return testenv.Server{Env: EnvURL, What: "a Redis server", Script: "redis.sh",
+		Own: "redis://[:password@]host:port[/db]"}.Lookup(t)
 }
 
 // Options returns client options for the test server.
@@ -78,9 +70,7 @@ func Prefix(t testing.TB) string {
 
 // newPrefix returns "occkit-test:<random>:".
 func newPrefix() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "occkit-test:" + hex.EncodeToString(b[:]) + ":"
+	return testenv.UniqueName("occkit-test:") + ":"
 }
 
 // DeleteKeys deletes every key that starts with prefix (which must not
