@@ -233,51 +233,16 @@ func TestConnectFailuresRetryable(t *testing.T) {
 				tc.arm(&f, 1)
 			}
 
-			down()
-			_, err = s.CompareAndSwap(ctx, "k", v1, []byte("2"))
-			fired(t, &f, 1)
-			wantNotApplied(t, "swap", err, tc.cause())
-			if ce := new(*pgconn.ConnectError); !errors.As(err, ce) {
-				t.Fatalf("swap: %v; the *pgconn.ConnectError is not reachable", err)
-			}
-
-			down()
-			_, err = s.Commit(ctx, []cas.Op{cas.Put("k", v1, []byte("2")), cas.Put("k2", 0, []byte("x"))})
-			fired(t, &f, 2)
-			wantNotApplied(t, "commit", err, tc.cause())
-
-			down()
-			_, err = s.Get(ctx, "k")
-			fired(t, &f, 3)
-			wantNotApplied(t, "get", err, tc.cause())
-
-			if it, err := s.Get(ctx, "k"); err != nil || it.Version != v1 {
-				t.Fatalf("get = %+v, %v; want v%d untouched", it, err, v1)
-			}
-			if _, err := s.Get(ctx, "k2"); !errors.Is(err, cas.ErrNotFound) {
-				t.Fatalf("get k2: %v, want not found (the commit applied nothing)", err)
-			}
-
-			// The server goes away between the read and the write of an
-			// update: occ, with Retryable, reads again and writes once.
-			counters := cas.NewTyped[int](s, cas.JSON[int]())
-			if _, err := s.CompareAndSwap(ctx, "n", 0, []byte("0")); err != nil {
-				t.Fatal(err)
-			}
-			calls := 0
-			n, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
-				if calls++; calls == 1 {
-					down()
+			wantFaultsApplyNothing(t, s, v1, down, func(step int, op string, err error) {
+				fired(t, &f, step)
+				if err == nil {
+					return // the update, which rode over its fault
 				}
-				return n + 1, nil
-			}, occ.WithRetryable(pgcas.Retryable), occ.WithBackOff(&backoff.ZeroBackOff{}))
-			fired(t, &f, 4)
-			if err != nil || n != 1 || calls != 2 {
-				t.Fatalf("update over a lost server = %d, %v after %d calls; want 1 after 2", n, err, calls)
-			}
-			if got, _, err := counters.Get(ctx, "n"); err != nil || got != 1 {
-				t.Fatalf("n = %d, %v; want 1 (applied once)", got, err)
-			}
+				wantNotApplied(t, op, err, tc.cause())
+				if ce := new(*pgconn.ConnectError); op == "swap" && !errors.As(err, ce) {
+					t.Fatalf("swap: %v; the *pgconn.ConnectError is not reachable", err)
+				}
+			})
 		})
 	}
 }
@@ -358,20 +323,34 @@ func TestSessionEndedRetryable(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	kill()
-	_, err = s.CompareAndSwap(ctx, "k", v1, []byte("2"))
-	is57P01(t, "swap", err)
-	wantNotApplied(t, "swap", err, nil)
+	wantFaultsApplyNothing(t, s, v1, kill, func(_ int, op string, err error) {
+		if err != nil {
+			is57P01(t, op, err)
+			wantNotApplied(t, op, err, nil)
+		}
+	})
+}
 
-	kill()
+// wantFaultsApplyNothing runs fault before a swap of "k" (at version v1),
+// a commit and a get of s, each of which must fail, and between the read
+// and the write of an occ.Update of "n" with Retryable: nothing applied,
+// and the update reads again and writes once. check gets each failed
+// call's error (op "swap", "commit", "get"), then the update's nil error;
+// step counts the faults so far.
+func wantFaultsApplyNothing(t *testing.T, s *pgcas.Store, v1 cas.Version, fault func(), check func(step int, op string, err error)) {
+	t.Helper()
+	ctx := context.Background()
+	fault()
+	_, err := s.CompareAndSwap(ctx, "k", v1, []byte("2"))
+	check(1, "swap", err)
+
+	fault()
 	_, err = s.Commit(ctx, []cas.Op{cas.Put("k", v1, []byte("2")), cas.Put("k2", 0, []byte("x"))})
-	is57P01(t, "commit", err)
-	wantNotApplied(t, "commit", err, nil)
+	check(2, "commit", err)
 
-	kill()
+	fault()
 	_, err = s.Get(ctx, "k")
-	is57P01(t, "get", err)
-	wantNotApplied(t, "get", err, nil)
+	check(3, "get", err)
 
 	if it, err := s.Get(ctx, "k"); err != nil || it.Version != v1 {
 		t.Fatalf("get = %+v, %v; want v%d untouched", it, err, v1)
@@ -380,7 +359,8 @@ func TestSessionEndedRetryable(t *testing.T) {
 		t.Fatalf("get k2: %v, want not found (the commit applied nothing)", err)
 	}
 
-	// The session ends between the read and the write of an update.
+	// The fault comes between the read and the write of an update: occ,
+	// with Retryable, reads again and writes once.
 	counters := cas.NewTyped[int](s, cas.JSON[int]())
 	if _, err := s.CompareAndSwap(ctx, "n", 0, []byte("0")); err != nil {
 		t.Fatal(err)
@@ -388,13 +368,14 @@ func TestSessionEndedRetryable(t *testing.T) {
 	calls := 0
 	n, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
 		if calls++; calls == 1 {
-			kill()
+			fault()
 		}
 		return n + 1, nil
 	}, occ.WithRetryable(pgcas.Retryable), occ.WithBackOff(&backoff.ZeroBackOff{}))
 	if err != nil || n != 1 || calls != 2 {
-		t.Fatalf("update over an ended session = %d, %v after %d calls; want 1 after 2", n, err, calls)
+		t.Fatalf("update over a fault = %d, %v after %d calls; want 1 after 2", n, err, calls)
 	}
+	check(4, "update", nil)
 	if got, _, err := counters.Get(ctx, "n"); err != nil || got != 1 {
 		t.Fatalf("n = %d, %v; want 1 (applied once)", got, err)
 	}

@@ -121,16 +121,32 @@ func TestRunTxRetriesSerializationFailure(t *testing.T) {
 	}
 }
 
+// eventsPool returns a pool over a fresh schema holding an empty table
+// events (id int PRIMARY KEY), and a count of its rows.
+func eventsPool(t *testing.T, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, func() int) {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, configure...)
+	if _, err := pool.Exec(ctx, `CREATE TABLE events (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return pool, func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
 // Fault: dropped connection after COMMIT was sent (and applied). The
 // outcome is unknown to the client: ErrAmbiguous, and the function is not
 // run again.
 func TestRunTxAmbiguousCommit(t *testing.T) {
 	ctx := context.Background()
 	var f pgtest.Faults
-	pool := pgtest.Pool(t, f.Configure)
-	if _, err := pool.Exec(ctx, `CREATE TABLE events (id int PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	pool, count := eventsPool(t, f.Configure)
 	calls := 0
 	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		calls++
@@ -144,9 +160,8 @@ func TestRunTxAmbiguousCommit(t *testing.T) {
 	if !errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || pgcas.Retryable(err) || calls != 1 {
 		t.Fatalf("err = %v after %d calls, want ErrAmbiguous, not Retryable, after 1 (also with Retryable)", err, calls)
 	}
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("events = %d, %v; want the one committed row (applied once)", n, err)
+	if n := count(); n != 1 {
+		t.Fatalf("events = %d; want the one committed row (applied once)", n)
 	}
 }
 
@@ -155,10 +170,7 @@ func TestRunTxAmbiguousCommit(t *testing.T) {
 func TestRunTxCommitNotSent(t *testing.T) {
 	ctx := context.Background()
 	var f pgtest.Faults
-	pool := pgtest.Pool(t, f.Configure)
-	if _, err := pool.Exec(ctx, `CREATE TABLE events (id int PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	pool, count := eventsPool(t, f.Configure)
 	calls := 0
 	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		calls++
@@ -169,9 +181,8 @@ func TestRunTxCommitNotSent(t *testing.T) {
 	if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || !pgcas.Retryable(err) || calls != 1 {
 		t.Fatalf("err = %v after %d calls, want a plain error Retryable accepts after 1", err, calls)
 	}
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("events = %d, %v; want none", n, err)
+	if n := count(); n != 0 {
+		t.Fatalf("events = %d; want none", n)
 	}
 }
 
@@ -182,22 +193,12 @@ func TestRunTxCommitNotSent(t *testing.T) {
 // and commits once.
 func TestRunTxCommitSessionEnded(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	if _, err := pool.Exec(ctx, `CREATE TABLE events (id int PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	pool, count := eventsPool(t)
 	admin, err := pgx.Connect(ctx, pgtest.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close(ctx)
-	count := func() int {
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	for _, retry := range []bool{false, true} {
 		var opts []occ.Option
 		if retry {

@@ -199,8 +199,6 @@ func ExampleTable() {
 	// Output: 2 <nil>
 }
 
-// MySQL's GET_LOCK as a lease with a fencing token, checked by the write
-// it protects.
 // A transfer between two rows of an accounts table, as one optimistic
 // transaction: both rows are written or neither, and a concurrent change
 // of either runs the function again.
@@ -250,6 +248,8 @@ func ExampleTable_ModifyMany() {
 	// 70 30
 }
 
+// MySQL's GET_LOCK as a lease with a fencing token, checked by the write
+// it protects.
 func ExampleNewLocker() {
 	ctx := context.Background()
 	db, done := exampleMySQL() // sql.OpenDB(mysql.NewConnector(cfg)), cfg.InterpolateParams on

@@ -2,6 +2,7 @@ package sqlcas_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
@@ -43,27 +44,10 @@ func proxied(t *testing.T) (direct *mysql.Config, viaProxy *mysql.Config, p *fau
 func TestLostReplyResolved(t *testing.T) {
 	ctx := context.Background()
 	direct, viaProxy, p := proxied(t)
-	store, err := sqlcas.New(mysqltest.Open(t, direct), sqlcas.Config{Dialect: sqlcas.MySQL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
-	v1, err := store.CompareAndSwap(ctx, "k", 0, []byte("1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, v1 := storeWithK(t, mysqltest.Open(t, direct))
 	proxyDB := mysqltest.Open(t, viaProxy)
 
-	conn, err := proxyDB.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.PingContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	conn := openConn(t, proxyDB)
 	p.CutAfter(1) // the next answer on every proxied connection stops after 1 byte
 	v2, err := store.With(conn).CompareAndSwap(ctx, "k", v1, []byte("2"))
 	p.CutAfter(0)
@@ -78,14 +62,7 @@ func TestLostReplyResolved(t *testing.T) {
 		t.Fatalf("get = %+v, %v; want value 2 at v%d", it, err, v2)
 	}
 
-	conn2, err := proxyDB.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn2.Close()
-	if err := conn2.PingContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	conn2 := openConn(t, proxyDB)
 	cuts := p.Cuts()
 	vs, err := commitWithLostCommitReply(ctx, t, store, conn2, p)
 	if p.Cuts() == cuts {
@@ -98,6 +75,40 @@ func TestLostReplyResolved(t *testing.T) {
 	if string(it.Value) != "3" || it.Version != vs[0] {
 		t.Fatalf("after the commit: %+v, want value 3 at v%d", it, vs[0])
 	}
+}
+
+// storeWithK returns a MySQL store on db, its table created, and the
+// version of the key "k" it wrote with value "1".
+func storeWithK(t *testing.T, db *sql.DB) (*sqlcas.Store, cas.Version) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.MySQL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v1, err := store.CompareAndSwap(ctx, "k", 0, []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, v1
+}
+
+// openConn returns a connection of db, connected (closed in the
+// cleanup).
+func openConn(t *testing.T, db *sql.DB) *sql.Conn {
+	t.Helper()
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.PingContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
 
 // commitWithLostCommitReply runs a Commit on conn whose reply to COMMIT
@@ -123,19 +134,9 @@ func TestLostReplyAmbiguous(t *testing.T) {
 	ctx := context.Background()
 	direct, viaProxy, p := proxied(t)
 	directDB := mysqltest.Open(t, direct)
-	store, err := sqlcas.New(mysqltest.Open(t, viaProxy), sqlcas.Config{Dialect: sqlcas.MySQL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
-	v1, err := store.CompareAndSwap(ctx, "k", 0, []byte("1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, v1 := storeWithK(t, mysqltest.Open(t, viaProxy))
 	p.CutAfter(1)
-	_, err = store.CompareAndSwap(ctx, "k", v1, []byte("2"))
+	_, err := store.CompareAndSwap(ctx, "k", v1, []byte("2"))
 	p.CutAfter(0)
 	var amb *cas.AmbiguousError
 	if !errors.As(err, &amb) || amb.WriteID == "" {

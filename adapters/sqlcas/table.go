@@ -411,19 +411,9 @@ func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exist
 // occ.Txn does (calls of one process take turns at hot rows; opts are
 // occ's). The rows are written in key order, so concurrent ModifyMany
 // calls lock them in one order. It returns the rows as stored, with their
-// new versions. The keys must be distinct. A transfer:
-//
-//	_, err := accounts.ModifyMany(ctx, []any{from, to}, func(a []Account, exists []bool) ([]Account, error) {
-//		if !exists[0] || !exists[1] {
-//			return nil, ErrNoAccount
-//		}
-//		if a[0].Balance < amount {
-//			return nil, ErrInsufficientFunds // returned as is, nothing written
-//		}
-//		a[0].Balance -= amount
-//		a[1].Balance += amount
-//		return a, nil
-//	})
+// new versions. The keys must be distinct. On a table bound to the
+// caller's transaction (With) the writes run inside a savepoint. The
+// example transfers between two accounts rows.
 func (t *Table[T]) ModifyMany(ctx context.Context, keys []any, mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
 	return t.rows.ModifyMany(ctx, keys, mutate, opts...)
 }
