@@ -44,12 +44,7 @@ func Add(ctx context.Context, s cas.Store, key string, n int64, b cas.Bounds, op
 		}, opts...)
 	}
 	var c config
-	if len(opts) > 0 {
-		c.apply(opts)
-	} else {
-		c.maxAttempts = DefaultMaxAttempts
-	}
-	c.op, c.key = "add", key
+	c.start("add", key, opts)
 	if c.noTurns || ctx == nil || !reflect.TypeOf(a).Comparable() {
 		// A store whose type cannot key a map (a struct value holding a
 		// map or a slice) has no line: its deltas go one by one.

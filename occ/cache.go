@@ -2,6 +2,7 @@ package occ
 
 import (
 	"container/list"
+	"errors"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -125,6 +126,30 @@ func (c *Cache) Remember(items ...cas.Item) {
 	for _, it := range items {
 		c.put(it)
 	}
+}
+
+// noteWrite records the outcome of a write of value to key: on success
+// (err nil) the version nv it made, after a conflict the current state
+// the conflict carries, and otherwise nothing (the key's entry is
+// dropped). value must not be modified afterwards.
+func (c *Cache) noteWrite(key string, value []byte, nv cas.Version, err error) {
+	if err == nil {
+		c.put(cas.Item{Key: key, Value: value, Version: nv})
+	} else if cur, ok := conflictCurrent(err, key); ok {
+		c.put(cur)
+	} else {
+		c.forget(key)
+	}
+}
+
+// conflictCurrent returns the current state of key that err, a conflict
+// of a write of key, carries.
+func conflictCurrent(err error, key string) (cas.Item, bool) {
+	var ce *cas.ConflictError
+	if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
+		return ce.Current, true
+	}
+	return cas.Item{}, false
 }
 
 // forget drops key's entry.

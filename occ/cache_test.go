@@ -163,11 +163,7 @@ func TestCacheTxn(t *testing.T) {
 	put(t, cc.countingStore.Store, "a", "100")
 	put(t, cc.countingStore.Store, "b", "0")
 	move := func(tx *Tx) error {
-		av, _, err := tx.Get("a")
-		if err != nil {
-			return err
-		}
-		bv, _, err := tx.Get("b")
+		av, bv, err := getAB(tx)
 		if err != nil {
 			return err
 		}

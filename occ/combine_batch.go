@@ -179,17 +179,7 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 			sh.writes.Add(1)
 			nv, err = store.CompareAndSwap(ctx, key, it.Version, st.raw)
 			if cache != nil {
-				switch {
-				case err == nil:
-					cache.put(cas.Item{Key: key, Value: st.raw, Version: nv})
-				default:
-					var ce *cas.ConflictError
-					if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
-						cache.put(ce.Current)
-					} else {
-						cache.forget(key)
-					}
-				}
+				cache.noteWrite(key, st.raw, nv, err)
 			}
 		}
 
@@ -198,9 +188,8 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 			if errors.Is(err, cas.ErrConflict) {
 				lost++
 			}
-			var ce *cas.ConflictError
-			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
-				hint, haveHint, c.retryNow = ce.Current, true, true
+			if cur, ok := conflictCurrent(err, key); ok {
+				hint, haveHint, c.retryNow = cur, true, true
 			}
 		}
 		return err

@@ -216,10 +216,16 @@ func TestCombinerLinearizable(t *testing.T) {
 	}
 }
 
-// holdLeader starts one update that reaches the store's write and holds
-// there until the gate opens; it returns when the write is held.
-func holdLeader(t *testing.T, counter *cas.Typed[int], store *gatedStore, cb *Combiner, wg *sync.WaitGroup) {
+// holdLeader makes a gated store, a counter on it and a combiner whose
+// callers queue from the first, and starts one update of "k" (counted in
+// wg) that reaches the store's write and holds there until the gate
+// opens; it returns when the write is held.
+func holdLeader(t *testing.T) (store *gatedStore, counter *cas.Typed[int], cb *Combiner, wg *sync.WaitGroup) {
 	t.Helper()
+	store = newGatedStore(0, newGate())
+	counter = cas.NewTyped[int](store, cas.JSON[int]())
+	cb = NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
+	wg = &sync.WaitGroup{}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -232,6 +238,7 @@ func holdLeader(t *testing.T, counter *cas.Typed[int], store *gatedStore, cb *Co
 	case <-time.After(10 * time.Second):
 		t.Fatal("the leader's write never reached the store")
 	}
+	return store, counter, cb, wg
 }
 
 // waitQueued waits until n callers wait in key k's queue.
@@ -252,11 +259,7 @@ func waitQueued(t *testing.T, cb *Combiner, store cas.Store, key string, n int) 
 // while it waits behind a leader leaves the queue; its mutate never runs
 // and the others' updates are all applied.
 func TestCombinerCancelledWaiterIsNotApplied(t *testing.T) {
-	store := newGatedStore(0, newGate())
-	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
-	var wg sync.WaitGroup
-	holdLeader(t, counter, store, cb, &wg)
+	store, counter, cb, wg := holdLeader(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var ran atomic.Bool
@@ -296,11 +299,7 @@ func TestCombinerCancelledWaiterIsNotApplied(t *testing.T) {
 // fails is left out; its caller gets its error and the updates ahead of
 // and behind it are written.
 func TestCombinerMutateErrorLeavesOthersIntact(t *testing.T) {
-	store := newGatedStore(0, newGate())
-	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
-	var wg sync.WaitGroup
-	holdLeader(t, counter, store, cb, &wg) // writes 1
+	store, counter, cb, wg := holdLeader(t) // writes 1
 
 	errSoldOut := errors.New("sold out")
 	type res struct {
@@ -348,11 +347,7 @@ func TestCombinerMutateErrorLeavesOthersIntact(t *testing.T) {
 // TestCombinerPanicReachesItsCaller: a mutate that panics on the leader's
 // goroutine panics on its own caller's, and the batch goes on.
 func TestCombinerPanicReachesItsCaller(t *testing.T) {
-	store := newGatedStore(0, newGate())
-	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
-	var wg sync.WaitGroup
-	holdLeader(t, counter, store, cb, &wg)
+	store, counter, cb, wg := holdLeader(t)
 	panicked := make(chan any, 1)
 	wg.Add(2)
 	go func() {
@@ -383,12 +378,8 @@ func TestCombinerPanicReachesItsCaller(t *testing.T) {
 // from the conflict's state and nothing is lost.
 func TestCombinerConflictFromAnotherProcess(t *testing.T) {
 	ctx := context.Background()
-	store := newGatedStore(0, newGate())
+	store, counter, cb, wg := holdLeader(t) // read version 0, holds its write
 	inner := store.Store
-	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
-	var wg sync.WaitGroup
-	holdLeader(t, counter, store, cb, &wg) // read version 0, holds its write
 	for range 3 {
 		wg.Add(1)
 		go func() {
@@ -440,13 +431,9 @@ func TestCombinerWithCache(t *testing.T) {
 // TestCombinerLeaderContextEnds: the leader's context ending while the
 // batch's write is in flight fails nobody else.
 func TestCombinerLeaderContextEnds(t *testing.T) {
-	store := newGatedStore(0, newGate())
-	counter := cas.NewTyped[int](store, cas.JSON[int]())
-	cb := NewCombiner(WithQueueFromStart()) // queue behind a held write from the first call
 	// First batch: a leader that holds its write; queue a second caller
 	// with a cancellable context, who will lead the second batch.
-	var wg sync.WaitGroup
-	holdLeader(t, counter, store, cb, &wg)
+	store, counter, cb, wg := holdLeader(t)
 	lctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {

@@ -100,6 +100,17 @@ type config struct {
 	exclusive  bool // the current attempt runs exclusively (Attempt.Exclusive)
 }
 
+// start sets c for a call of op on key with opts. A call without options
+// (an uncontended Update's hot path) skips apply.
+func (c *config) start(op, key string, opts []Option) {
+	if len(opts) > 0 {
+		c.apply(opts)
+	} else {
+		c.maxAttempts = DefaultMaxAttempts
+	}
+	c.op, c.key = op, key
+}
+
 // apply sets c from opts. Options are data, not closures, so that c can
 // stay on the caller's stack: an uncontended Update allocates nothing here.
 func (c *config) apply(opts []Option) {

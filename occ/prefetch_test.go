@@ -49,11 +49,7 @@ func TestTxnPrefetch(t *testing.T) {
 			if err := tx.Prefetch("a", "b", "a"); err != nil {
 				return err
 			}
-			av, _, err := tx.Get("a")
-			if err != nil {
-				return err
-			}
-			bv, _, err := tx.Get("b")
+			av, bv, err := getAB(tx)
 			if err != nil {
 				return err
 			}

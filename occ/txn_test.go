@@ -770,6 +770,15 @@ func TestTxnNonCommitterSingleKey(t *testing.T) {
 	}
 }
 
+// getAB reads keys a and b, in that order, in tx.
+func getAB(tx *Tx) (av, bv []byte, err error) {
+	if av, _, err = tx.Get("a"); err != nil {
+		return nil, nil, err
+	}
+	bv, _, err = tx.Get("b")
+	return av, bv, err
+}
+
 func TestTxnCommitConflictRetries(t *testing.T) {
 	mem := memcas.New()
 	va := put(t, mem, "a", "1")
@@ -778,11 +787,7 @@ func TestTxnCommitConflictRetries(t *testing.T) {
 	calls := 0
 	err := Txn(context.Background(), mem, func(tx *Tx) error {
 		calls++
-		av, _, err := tx.Get("a")
-		if err != nil {
-			return err
-		}
-		bv, _, err := tx.Get("b")
+		av, bv, err := getAB(tx)
 		if err != nil {
 			return err
 		}
@@ -834,11 +839,7 @@ func TestTxnReusesConflictCurrent(t *testing.T) {
 			calls := 0
 			err := Txn(context.Background(), cc, func(tx *Tx) error {
 				calls++
-				av, _, err := tx.Get("a")
-				if err != nil {
-					return err
-				}
-				bv, _, err := tx.Get("b")
+				av, bv, err := getAB(tx)
 				if err != nil {
 					return err
 				}

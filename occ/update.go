@@ -53,12 +53,7 @@ import (
 //	})
 func Update[T any](ctx context.Context, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error), opts ...Option) (T, cas.Version, error) {
 	var c config
-	if len(opts) > 0 {
-		c.apply(opts)
-	} else {
-		c.maxAttempts = DefaultMaxAttempts
-	}
-	c.op, c.key = "update", key
+	c.start("update", key, opts)
 	if c.combiner != nil && ctx != nil && combinable(s.Store()) {
 		return combineUpdate(ctx, &c, c.combiner, s, key, mutate)
 	}
@@ -177,13 +172,12 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			if errors.Is(err, cas.ErrConflict) {
 				lost++
 			}
-			var ce *cas.ConflictError
-			if errors.As(err, &ce) && ce.HasCurrent && ce.Key == key {
-				hint, haveHint, c.retryNow = ce.Current, true, true
-				seen = max(seen, ce.Current.Version)
+			if cur, ok := conflictCurrent(err, key); ok {
+				hint, haveHint, c.retryNow = cur, true, true
+				seen = max(seen, cur.Version)
 				if c.escalate {
 					// The combiner goes on from this state (combineCold).
-					c.handed = &ticket{state: ce.Current, known: true}
+					c.handed = &ticket{state: cur, known: true}
 				}
 			}
 			return err
@@ -273,20 +267,11 @@ func writeThrough[T any](ctx context.Context, s *cas.Typed[T], c *Cache, key str
 		return cas.Item{}, err
 	}
 	nv, err := s.Store().CompareAndSwap(ctx, key, expected, b)
-	if err == nil {
-		it := cas.Item{Key: key, Value: b, Version: nv}
-		if c != nil {
-			c.put(it)
-		}
-		return it, nil
+	if c != nil {
+		c.noteWrite(key, b, nv, err)
 	}
-	var ce *cas.ConflictError
-	switch {
-	case c == nil:
-	case errors.As(err, &ce) && ce.HasCurrent && ce.Key == key:
-		c.put(ce.Current)
-	default:
-		c.forget(key)
+	if err != nil {
+		return cas.Item{}, err
 	}
-	return cas.Item{}, err
+	return cas.Item{Key: key, Value: b, Version: nv}, nil
 }
