@@ -167,20 +167,29 @@ func mustPut(t *testing.T, s cas.Store, key string, expected cas.Version, value 
 	return v
 }
 
-// TestReplicaTableReads is TestReplicaReads for a Table: Get and the reads
-// of Modify and ModifyMany come from the replica, every write and the
-// current row of a conflict from the primary.
-func TestReplicaTableReads(t *testing.T) {
-	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	replica := pgtest.ReplicaPool(t, pool)
-	if _, err := pool.Exec(ctx, inventoryDDL); err != nil {
+// replicaInventory returns a pool over a fresh schema holding the
+// inventory table, a pool of its streaming replica, and a Table of
+// inventory that reads from the replica.
+func replicaInventory(t *testing.T, configure ...func(*pgxpool.Config)) (pool, replica *pgxpool.Pool, tbl *pgcas.Table[item]) {
+	t.Helper()
+	pool = pgtest.Pool(t, configure...)
+	replica = pgtest.ReplicaPool(t, pool)
+	if _, err := pool.Exec(context.Background(), inventoryDDL); err != nil {
 		t.Fatal(err)
 	}
 	tbl, err := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "inventory", KeyColumn: "sku", ReadPool: replica})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pool, replica, tbl
+}
+
+// TestReplicaTableReads is TestReplicaReads for a Table: Get and the reads
+// of Modify and ModifyMany come from the replica, every write and the
+// current row of a conflict from the primary.
+func TestReplicaTableReads(t *testing.T) {
+	ctx := context.Background()
+	pool, replica, tbl := replicaInventory(t)
 	if tbl.ReadPool() != replica {
 		t.Fatal("ReadPool() is not TableConfig.ReadPool")
 	}
@@ -287,15 +296,7 @@ func TestReplicaModifyManyAbsentRows(t *testing.T) {
 	const calls = 6
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 2 })
-	replica := pgtest.ReplicaPool(t, pool)
-	if _, err := pool.Exec(ctx, inventoryDDL); err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := pgcas.NewTable[item](pool, pgcas.TableConfig{Table: "inventory", KeyColumn: "sku", ReadPool: replica})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, replica, tbl := replicaInventory(t, func(c *pgxpool.Config) { c.MaxConns = 2 })
 	pgtest.CatchUp(t, pool, replica)
 	pgtest.PauseReplay(t, replica)
 	for _, sku := range []string{"a", "b"} {
