@@ -216,6 +216,22 @@ func TestCombinerLinearizable(t *testing.T) {
 	}
 }
 
+// incrRacedOnce returns an increment under whose first call "another
+// process" writes 100 to key in store, at version 0, so that the first
+// attempt's write conflicts.
+func incrRacedOnce(ctx context.Context, store cas.Store, key string) func(int, bool) (int, error) {
+	first := true
+	return func(n int, _ bool) (int, error) {
+		if first {
+			first = false
+			if _, err := store.CompareAndSwap(ctx, key, 0, []byte("100")); err != nil {
+				return 0, err
+			}
+		}
+		return n + 1, nil
+	}
+}
+
 // holdLeader makes a gated store, a counter on it and a combiner whose
 // callers queue from the first, and starts one update of "k" (counted in
 // wg) that reaches the store's write and holds there until the gate
@@ -239,6 +255,18 @@ func holdLeader(t *testing.T) (store *gatedStore, counter *cas.Typed[int], cb *C
 		t.Fatal("the leader's write never reached the store")
 	}
 	return store, counter, cb, wg
+}
+
+// queueIncr starts an increment of "k" through cb (counted in wg; who
+// names it in its error) and waits until it is the nth caller queued.
+func queueIncr(t *testing.T, store *gatedStore, counter *cas.Typed[int], cb *Combiner, wg *sync.WaitGroup, who string, n int) {
+	t.Helper()
+	wg.Go(func() {
+		if _, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb)); err != nil {
+			t.Errorf("%s: %v", who, err)
+		}
+	})
+	waitQueued(t, cb, store, "k", n)
 }
 
 // waitQueued waits until n callers wait in key k's queue.
@@ -272,14 +300,7 @@ func TestCombinerCancelledWaiterIsNotApplied(t *testing.T) {
 		errc <- err
 	}()
 	waitQueued(t, cb, store, "k", 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if _, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb)); err != nil {
-			t.Errorf("second: %v", err)
-		}
-	}()
-	waitQueued(t, cb, store, "k", 2)
+	queueIncr(t, store, counter, cb, wg, "second", 2)
 	cancel()
 	err := <-errc
 	if !errors.Is(err, context.Canceled) || errors.Is(err, cas.ErrAmbiguous) {
@@ -349,20 +370,14 @@ func TestCombinerMutateErrorLeavesOthersIntact(t *testing.T) {
 func TestCombinerPanicReachesItsCaller(t *testing.T) {
 	store, counter, cb, wg := holdLeader(t)
 	panicked := make(chan any, 1)
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer func() { panicked <- recover() }()
 		_, _, _ = Update(context.Background(), counter, "k", func(int, bool) (int, error) { panic("boom") }, WithCombiner(cb))
 	}()
 	waitQueued(t, cb, store, "k", 1)
-	go func() {
-		defer wg.Done()
-		if _, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb)); err != nil {
-			t.Errorf("third: %v", err)
-		}
-	}()
-	waitQueued(t, cb, store, "k", 2)
+	queueIncr(t, store, counter, cb, wg, "third", 2)
 	store.gate.Load().release()
 	wg.Wait()
 	if p := <-panicked; p != "boom" {
@@ -441,14 +456,7 @@ func TestCombinerLeaderContextEnds(t *testing.T) {
 		errc <- err
 	}()
 	waitQueued(t, cb, store, "k", 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if _, _, err := Update(context.Background(), counter, "k", incrInt, WithCombiner(cb)); err != nil {
-			t.Errorf("follower: %v", err)
-		}
-	}()
-	waitQueued(t, cb, store, "k", 2)
+	queueIncr(t, store, counter, cb, wg, "follower", 2)
 	// Let the first write through, but hold the second batch's write.
 	g2 := newGate()
 	g1 := store.gate.Swap(g2)
@@ -705,16 +713,7 @@ func TestCombinerIdleHotKeyCools(t *testing.T) {
 	}
 	// "Another process" writes k under the call's first attempt.
 	var calls Call
-	first := true
-	_, _, err := Update(ctx, counter, "k", func(n int, _ bool) (int, error) {
-		if first {
-			first = false
-			if _, err := store.Store.CompareAndSwap(ctx, "k", 0, []byte("100")); err != nil {
-				return 0, err
-			}
-		}
-		return n + 1, nil
-	}, WithCombiner(cb), WithObserver(ObserverFuncs{Call: func(_ context.Context, c Call) { calls = c }}))
+	_, _, err := Update(ctx, counter, "k", incrRacedOnce(ctx, store.Store, "k"), WithCombiner(cb), WithObserver(ObserverFuncs{Call: func(_ context.Context, c Call) { calls = c }}))
 	if err != nil {
 		t.Fatal(err)
 	}

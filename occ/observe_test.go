@@ -219,17 +219,8 @@ func TestStartCallEscalated(t *testing.T) {
 	store := newGatedStore(0, nil)
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
 	obs := &hookObserver{}
-	first := true
-	_, _, err := Update(ctx, counter, "k", func(n int, _ bool) (int, error) {
-		if first {
-			first = false
-			// Another process writes under the first attempt.
-			if _, err := store.Store.CompareAndSwap(ctx, "k", 0, []byte("100")); err != nil {
-				return 0, err
-			}
-		}
-		return n + 1, nil
-	}, WithCombiner(NewCombiner()), WithObserver(obs))
+	// Another process writes under the first attempt.
+	_, _, err := Update(ctx, counter, "k", incrRacedOnce(ctx, store.Store, "k"), WithCombiner(NewCombiner()), WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
