@@ -184,7 +184,9 @@
 // Store, Table and Locker are safe for concurrent use: they hold the
 // pool and prepared SQL text; a Table also holds the names of the key's
 // unique indexes once looked up, and the one bridge onto occ that its
-// Modify calls share (turns at a hot row, combined writes, NewCache). The methods of a [Lease] may be
+// Modify calls share (turns at a hot row, combined writes, NewCache); a
+// Locker also holds the leases it granted, which [Locker.Close] ends. The
+// methods of a [Lease] may be
 // called from any goroutine; the transaction of a transaction lease
 // ([Lease.Tx]) is used by one goroutine at a time, as any pgx.Tx.
 package pgcas
