@@ -4,13 +4,12 @@ import (
 	"context"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/adapters/dynamocas"
-	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/cas/castest"
 	"github.com/occkit/occkit/internal/dynamotest"
 )
 
@@ -41,27 +40,12 @@ func BenchmarkCAS(b *testing.B) {
 }
 
 func benchCAS(b *testing.B, cli *dynamodb.Client) {
-	ctx := context.Background()
 	value := []byte("0123456789abcdef0123456789abcdef")
 	s := newStore(b, cli, dynamocas.Config{})
 	table := aws.String(s.Table())
 	rawKey := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "raw"}}
-	var (
-		v           cas.Version
-		rawV        uint64
-		occkit, raw time.Duration
-	)
-	for i := 0; b.Loop(); i++ {
-		t0 := time.Now()
-		if i%2 == 0 {
-			nv, err := s.CompareAndSwap(ctx, "k", v, value)
-			if err != nil {
-				b.Fatal(err)
-			}
-			v = nv
-			occkit += time.Since(t0)
-			continue
-		}
+	var rawV uint64
+	castest.BenchCAS(b, "dynamocas", s, value, func(ctx context.Context) error {
 		in := &dynamodb.UpdateItemInput{
 			TableName:                           table,
 			Key:                                 rawKey,
@@ -80,18 +64,9 @@ func benchCAS(b *testing.B, cli *dynamodb.Client) {
 			in.ExpressionAttributeValues[":e"] = &types.AttributeValueMemberN{Value: strconv.FormatUint(rawV, 10)}
 		}
 		if _, err := cli.UpdateItem(ctx, in); err != nil {
-			b.Fatal(err)
+			return err
 		}
 		rawV++
-		raw += time.Since(t0)
-	}
-	// Invariant: both keys saw every write.
-	it, err := s.Get(ctx, "k")
-	if err != nil || it.Version != v || string(it.Value) != string(value) {
-		b.Fatalf("store key = %+v, %v; want v%d", it, err, v)
-	}
-	half := float64(b.N) / 2
-	b.ReportMetric(float64(occkit.Nanoseconds())/half, "dynamocas-ns/op")
-	b.ReportMetric(float64(raw.Nanoseconds())/half, "raw-ns/op")
-	b.ReportMetric(float64(occkit)/float64(raw), "dynamocas/raw")
+		return nil
+	})
 }

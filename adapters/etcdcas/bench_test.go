@@ -13,6 +13,7 @@ import (
 
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/cas/castest"
 	"github.com/occkit/occkit/internal/etcdtest"
 	"github.com/occkit/occkit/occ"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -29,41 +30,24 @@ import (
 func BenchmarkCAS(b *testing.B) {
 	c := etcdtest.Start(b, etcdtest.Options{})
 	cli := c.Client()
-	ctx := context.Background()
 	value := []byte("0123456789abcdef0123456789abcdef")
-	s := newStore(b, cli, etcdcas.Config{})
 	rawKey := fmt.Sprintf("raw%d/k", prefixes.Add(1))
-	var (
-		v           cas.Version
-		rawV        int64
-		occkit, raw time.Duration
-	)
-	for i := 0; b.Loop(); i++ {
-		t0 := time.Now()
-		if i%2 == 0 {
-			nv, err := s.CompareAndSwap(ctx, "k", v, value)
-			if err != nil {
-				b.Fatal(err)
-			}
-			v = nv
-			occkit += time.Since(t0)
-		} else {
-			resp, err := cli.Txn(ctx).
-				If(clientv3.Compare(clientv3.ModRevision(rawKey), "=", rawV)).
-				Then(clientv3.OpPut(rawKey, string(value))).
-				Else(clientv3.OpGet(rawKey)).
-				Commit()
-			if err != nil || !resp.Succeeded {
-				b.Fatal(err, resp.Succeeded)
-			}
-			rawV = resp.Header.Revision
-			raw += time.Since(t0)
+	var rawV int64
+	castest.BenchCAS(b, "etcdcas", newStore(b, cli, etcdcas.Config{}), value, func(ctx context.Context) error {
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(rawKey), "=", rawV)).
+			Then(clientv3.OpPut(rawKey, string(value))).
+			Else(clientv3.OpGet(rawKey)).
+			Commit()
+		if err != nil {
+			return err
 		}
-	}
-	half := float64(b.N) / 2
-	b.ReportMetric(float64(occkit.Nanoseconds())/half, "etcdcas-ns/op")
-	b.ReportMetric(float64(raw.Nanoseconds())/half, "raw-ns/op")
-	b.ReportMetric(float64(occkit)/float64(raw), "etcdcas/raw")
+		if !resp.Succeeded {
+			return errors.New("the raw transaction's compare failed")
+		}
+		rawV = resp.Header.Revision
+		return nil
+	})
 }
 
 // BenchmarkUpdateVsMutex runs the same read-modify-write (increment a
