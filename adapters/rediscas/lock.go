@@ -154,15 +154,14 @@ func NewLocker(cli redis.UniversalClient, cfg LockerConfig) (*Locker, error) {
 	if cfg.PollInterval < 0 {
 		return nil, fmt.Errorf("rediscas: negative PollInterval %v", cfg.PollInterval)
 	}
-	l := &Locker{
+	return &Locker{
 		cli:    cli,
 		prefix: cfg.Prefix,
 		ttl:    cfg.TTL,
 		ttlMs:  strconv.FormatInt(cfg.TTL.Milliseconds(), 10),
 		poll:   cfg.PollInterval,
 		leases: leases.NewSet[*Lease](),
-	}
-	return l, nil
+	}, nil
 }
 
 // Close ends every lease the Locker granted and that was not released:
