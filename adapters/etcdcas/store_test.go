@@ -12,21 +12,11 @@ import (
 	"github.com/occkit/occkit/cas/castest"
 	"github.com/occkit/occkit/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 )
 
-// TestMain checks for goroutine leaks. A hard-stopped embedded etcd member
-// (TestLeaderLoss) leaves the HTTP keep-alive connections of its raft peer
-// transport open in the surviving members; they are etcd's, on its peer
-// port, and occkit uses no net/http, so those frames are ignored.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
-	)
-}
+// TestMain checks for goroutine leaks, those of the embedded etcd
+// members' peer connections aside (TestLeaderLoss hard-stops a member).
+func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
 
 var prefixes atomic.Int64
 

@@ -22,9 +22,25 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 
 	"github.com/occkit/occkit/internal/servers"
 )
+
+// VerifyTestMain runs m's tests, then fails if goroutines leaked
+// (goleak), for the TestMain of a package whose tests run embedded etcd.
+// It ignores the HTTP keep-alive connections of etcd's raft peer
+// transport, which outlive a member's shutdown (a hard-stopped member's
+// stay open in the surviving members): occkit uses no net/http, so those
+// goroutines are etcd's. opts are further goleak options.
+func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+	goleak.VerifyTestMain(m, append([]goleak.Option{
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
+	}, opts...)...)
+}
 
 // Options configure a cluster (servers.EtcdOptions). The zero value is one
 // member with fast raft timings behind a proxy.

@@ -3,21 +3,9 @@ package etcdtest
 import (
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	// Embedded etcd's peer HTTP connections outlive its shutdown (as in
-	// adapters/etcdcas): occkit uses no net/http, so those frames are
-	// ignored.
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
-	)
-}
+func TestMain(m *testing.M) { VerifyTestMain(m) }
 
 // TestStart: the test wrapper's cluster serves through its client and
 // agrees on a leader; the test's cleanup stops it.
