@@ -260,15 +260,9 @@ func (e Env) reachReplica(ctx context.Context) (*Server, error) {
 		s.Where = fmt.Sprintf("primary at %s (%s), streaming replica at %s (%s)", redact(s.URL), primaryVar, redact(s.ReplicaURL), EnvPostgresReplicaURL)
 		return s, nil
 	}
-	if !e.StartServers {
-		return nil, fmt.Errorf("%s is not set, and starting servers is off", EnvPostgresReplicaURL)
-	}
-	root, err := e.Root()
+	root, err := e.mayStart("postgres-replica", EnvPostgresReplicaURL, "a throwaway primary and replica with scripts/servers/postgres.sh --replica")
 	if err != nil {
-		return nil, fmt.Errorf("%s is not set, and scripts/servers/postgres.sh cannot be found: %w", EnvPostgresReplicaURL, err)
-	}
-	if e.Log != nil {
-		fmt.Fprintf(e.Log, "postgres-replica: %s is not set: starting a throwaway primary and replica with scripts/servers/postgres.sh --replica\n", EnvPostgresReplicaURL)
+		return nil, err
 	}
 	script, err := servers.StartScriptArgs(ctx, root, "postgres", EnvPostgresURL, servers.PostgresBinary, e.Log, "--replica")
 	if err != nil {

@@ -61,15 +61,9 @@ func (e Env) reachRedlock(ctx context.Context) (_ *Server, err error) {
 		s.Where = "named by " + EnvRedlockURLs
 		return s, nil
 	}
-	if !e.StartServers {
-		return nil, fmt.Errorf("%s is not set, and starting servers is off", EnvRedlockURLs)
-	}
-	root, err := e.Root()
+	root, err := e.mayStart("redlock", EnvRedlockURLs, fmt.Sprintf("%d throwaway Redis servers with scripts/servers/redis.sh", RedlockServers))
 	if err != nil {
-		return nil, fmt.Errorf("%s is not set, and scripts/servers/redis.sh cannot be found: %w", EnvRedlockURLs, err)
-	}
-	if e.Log != nil {
-		fmt.Fprintf(e.Log, "redlock: %s is not set: starting %d throwaway Redis servers with scripts/servers/redis.sh\n", EnvRedlockURLs, RedlockServers)
+		return nil, err
 	}
 	defer func() {
 		if err != nil {

@@ -223,11 +223,8 @@ func (e Env) reach(ctx context.Context, system string) (*Server, error) {
 			s.Where = "at " + redact(s.URL) + " (" + sc.envVar + ")"
 			return s, nil
 		}
-		if !e.StartServers {
-			return nil, fmt.Errorf("%s is not set, and starting servers is off", sc.envVar)
-		}
-		if e.Log != nil {
-			fmt.Fprintf(e.Log, "%s: %s is not set: starting a throwaway server with scripts/servers/%s.sh\n", sc.script, sc.envVar, sc.script)
+		if _, err := e.mayStart(sc.script, sc.envVar, "a throwaway server with scripts/servers/"+sc.script+".sh"); err != nil {
+			return nil, err
 		}
 		started, err := e.start(ctx, system)
 		if err != nil {
@@ -302,6 +299,22 @@ func (e Env) reach(ctx context.Context, system string) (*Server, error) {
 		fmt.Fprintf(e.Log, "%s: started %s\n", system, s.Where)
 	}
 	return s, nil
+}
+
+// mayStart returns the checkout's root when e may start what envVar does
+// not name (starting, logged as name's), or says why it may not.
+func (e Env) mayStart(name, envVar, starting string) (string, error) {
+	if !e.StartServers {
+		return "", fmt.Errorf("%s is not set, and starting servers is off", envVar)
+	}
+	root, err := e.Root()
+	if err != nil {
+		return "", fmt.Errorf("%s is not set, and scripts/servers cannot be found: %w", envVar, err)
+	}
+	if e.Log != nil {
+		fmt.Fprintf(e.Log, "%s: %s is not set: starting %s\n", name, envVar, starting)
+	}
+	return root, nil
 }
 
 // StartOwn starts a server of system for the caller alone, whatever the
