@@ -49,46 +49,14 @@ occkit_dynalite_main() {
     return 1
   fi
 
-  local run_dir="${OCCKIT_RUN_DIR:-}"
-  if [ -z "$run_dir" ]; then
-    run_dir="$(mktemp -d "${TMPDIR:-/tmp}/occkit-dynalite.XXXXXX")"
-  fi
-  local dir
-  dir="$(mktemp -d "$run_dir/dynalite.XXXXXX")"
-  # What the stop command removes: the server's directory, or all of
-  # $run_dir when this script made it.
-  local remove="$dir"
-  if [ -z "${OCCKIT_RUN_DIR:-}" ]; then remove="$run_dir"; fi
+  occkit_server_dir dynalite
+  local dir=$OCCKIT_DIR remove=$OCCKIT_REMOVE
 
-  # A free port: ask for one, start on it; if another process takes it
-  # in between (or the server does not come up), try a new one.
-  local port="" pid="" attempt i
-  for attempt in 1 2 3 4 5; do
-    port="$(occkit_free_port)"
-    # serve.js runs $bin, surviving clients that hang up mid-request.
-    node "$pkg/serve.js" --host 127.0.0.1 --port "$port" --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 \
-      >"$dir/dynalite.log" 2>&1 </dev/null &
-    pid=$!
-    # dynalite is ready in about 0.2 s; allow 15 s on a loaded machine.
-    for i in $(seq 1 150); do
-      if ! kill -0 "$pid" 2>/dev/null; then
-        break
-      fi
-      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        break 2
-      fi
-      sleep 0.1
-    done
-    echo "dynalite: start on port $port failed (attempt $attempt), retrying; its log:" >&2
-    cat "$dir/dynalite.log" >&2 || true
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-  done
-  if [ -z "$pid" ]; then
-    echo "dynalite: could not start the server" >&2
-    return 1
-  fi
+  # serve.js runs $bin, surviving clients that hang up mid-request.
+  # dynalite is ready in about 0.2 s; allow 15 s on a loaded machine.
+  occkit_start_on_free_port dynalite "$dir/dynalite.log" "$dir/dynalite.log" 150 occkit_dynalite_ready \
+    node "$pkg/serve.js" --host 127.0.0.1 --port @PORT@ --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 || return 1
+  local port=$OCCKIT_PORT pid=$OCCKIT_PID
 
   local stop
   stop="kill $pid 2>/dev/null; for _ in \$(seq 1 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; kill -9 $pid 2>/dev/null; rm -rf $(printf '%q' "$remove")"
@@ -97,6 +65,11 @@ occkit_dynalite_main() {
   occkit_register_cleanup "$stop"
   OCCKIT_DYNALITE_STOP="$stop"
   echo "dynalite: $(node -p "require('$pkg/node_modules/dynalite/package.json').version" 2>/dev/null || echo '?') on 127.0.0.1:$port (pid $pid, log in $dir)" >&2
+}
+
+# occkit_dynalite_ready PORT reports whether a server listens on PORT.
+occkit_dynalite_ready() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
 # occkit_dynalite_install_node installs Node.js and npm from Debian's

@@ -58,32 +58,11 @@ occkit_mariadb_main() {
     --innodb-buffer-pool-size=128M --max-connections=500
     --innodb-lock-wait-timeout=10)
 
-  # A free port: ask for one, start on it; if another process takes it in
-  # between, start again on a new one.
-  local port="" pid="" attempt i
-  for attempt in 1 2 3 4 5; do
-    port="$(occkit_free_port)"
-    "$bin" "${args[@]}" --port="$port" >/dev/null 2>&1 &
-    pid=$!
-    for i in $(seq 1 300); do
-      if occkit_mariadb_ping "$client" "$dir"; then break; fi
-      if ! kill -0 "$pid" 2>/dev/null; then break; fi
-      sleep 0.1
-    done
-    if occkit_mariadb_ping "$client" "$dir" && kill -0 "$pid" 2>/dev/null; then break; fi
-    echo "mariadb: start on port $port failed (attempt $attempt), retrying" >&2
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    port="" pid=""
-  done
-  if [ -n "$pid" ]; then
-    disown "$pid" 2>/dev/null || true # no "Killed" job notice when the stop command runs
-  fi
-  if [ -z "$port" ]; then
-    echo "mariadb: could not start the server; its log:" >&2
-    cat "$dir/server.log" >&2 || true
-    return 1
-  fi
+  # occkit_mariadb_up PORT: the server answers on its socket.
+  occkit_mariadb_up() { occkit_mariadb_ping "$client" "$dir"; }
+  occkit_start_on_free_port mariadb "$dir/server.log" /dev/null 300 occkit_mariadb_up "$bin" "${args[@]}" --port=@PORT@ || return 1
+  local port=$OCCKIT_PORT pid=$OCCKIT_PID
+  disown "$pid" 2>/dev/null || true # no "Killed" job notice when the stop command runs
 
   "$client" --no-defaults --socket="$dir/mariadb.sock" -u root -e "
     CREATE USER 'occkit'@'127.0.0.1';

@@ -34,43 +34,15 @@ occkit_redis_main() {
     occkit_redis_install || return 1
   fi
 
-  local run_dir="${OCCKIT_RUN_DIR:-}"
-  if [ -z "$run_dir" ]; then
-    run_dir="$(mktemp -d "${TMPDIR:-/tmp}/occkit-redis.XXXXXX")"
-  fi
-  local dir
-  dir="$(mktemp -d "$run_dir/redis.XXXXXX")"
-  # What the stop command removes: the server's directory, or all of
-  # $run_dir when this script made it.
-  local remove="$dir"
-  if [ -z "${OCCKIT_RUN_DIR:-}" ]; then remove="$run_dir"; fi
+  occkit_server_dir redis
+  local dir=$OCCKIT_DIR remove=$OCCKIT_REMOVE
 
-  # A free port: ask for one, start on it; if another process takes it in
-  # between, start again on a new one.
-  local port="" pid="" attempt i args
-  for attempt in 1 2 3 4 5; do
-    port="$(occkit_free_port)"
-    args=(--port "$port" --bind 127.0.0.1 --save '' --appendonly no
-      --dir "$dir" --daemonize no --logfile "$dir/server.log"
-      --pidfile "$dir/redis.pid")
-    "$bin" "${args[@]}" >/dev/null 2>&1 &
-    pid=$!
-    for i in $(seq 1 100); do
-      if occkit_redis_ping "$port"; then break; fi
-      if ! kill -0 "$pid" 2>/dev/null; then break; fi
-      sleep 0.1
-    done
-    if occkit_redis_ping "$port"; then break; fi
-    echo "redis: start on port $port failed (attempt $attempt), retrying" >&2
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    port="" pid=""
-  done
-  if [ -z "$port" ]; then
-    echo "redis: could not start the server; its log:" >&2
-    cat "$dir/server.log" >&2 || true
-    return 1
-  fi
+  local args=(--port @PORT@ --bind 127.0.0.1 --save '' --appendonly no
+    --dir "$dir" --daemonize no --logfile "$dir/server.log"
+    --pidfile "$dir/redis.pid")
+  occkit_start_on_free_port redis "$dir/server.log" /dev/null 100 occkit_redis_ping "$bin" "${args[@]}" || return 1
+  local port=$OCCKIT_PORT pid=$OCCKIT_PID
+  args=("${args[@]//@PORT@/$port}")
 
   # The restart command (for fault runs), a script in the server's
   # directory: SHUTDOWN SAVE (the server writes its data to dump.rdb in its

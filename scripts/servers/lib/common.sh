@@ -14,6 +14,39 @@ occkit_free_port() {
   done
 }
 
+# occkit_start_on_free_port NAME LOG OUT TRIES READY CMD... starts a
+# server on a free port: up to five times it asks for a port
+# (occkit_free_port), runs CMD in the background with every @PORT@ in its
+# words replaced by the port (its stdout and stderr to OUT, stdin from
+# /dev/null), and polls READY PORT every 0.1 s, up to TRIES times, while
+# the server runs. If another process took the port in between (or the
+# server does not come up), it stops that server and tries a new port. It
+# sets OCCKIT_PORT and OCCKIT_PID (the server's own pid), or prints the
+# server's LOG and returns 1.
+occkit_start_on_free_port() {
+  local name=$1 log=$2 out=$3 tries=$4 ready=$5 port pid attempt i
+  shift 5
+  for attempt in 1 2 3 4 5; do
+    port="$(occkit_free_port)"
+    "${@//@PORT@/$port}" >"$out" 2>&1 </dev/null &
+    pid=$!
+    for ((i = 0; i < tries; i++)); do
+      if "$ready" "$port" || ! kill -0 "$pid" 2>/dev/null; then break; fi
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null && "$ready" "$port"; then
+      OCCKIT_PORT=$port OCCKIT_PID=$pid
+      return 0
+    fi
+    echo "$name: start on port $port failed (attempt $attempt), retrying" >&2
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  echo "$name: could not start the server; its log:" >&2
+  cat "$log" >&2 || true
+  return 1
+}
+
 # occkit_server_dir NAME makes the directory of one server, under
 # $OCCKIT_RUN_DIR (set by scripts/test.sh) or a new temporary directory when
 # run on its own. It sets OCCKIT_DIR to it and OCCKIT_REMOVE to what the
