@@ -67,12 +67,8 @@ occkit_pg_main() {
 
   local replica="${OCCKIT_PG_REPLICA:-1}"
 
-  local as_pg=()
-  if [ "$(id -u)" -eq 0 ]; then
-    as_pg=(runuser -u postgres --)
-  elif [ "$(id -un)" != postgres ]; then
-    as_pg=(sudo -u postgres --)
-  fi
+  occkit_pg_as_postgres
+  local as_pg=("${OCCKIT_AS_PG[@]}")
 
   "${as_pg[@]}" "$pgbin/initdb" -D "$dir/data" -U postgres --auth=trust \
     -E UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1 || {
@@ -106,23 +102,8 @@ EOF
   # wins: this one, whatever initdb wrote below it).
   sed -i "1i host replication $OCCKIT_PG_REPLICATOR 127.0.0.1/32 trust" "$dir/data/pg_hba.conf"
 
-  # A free port: ask the kernel for one, then start on it; if another
-  # process takes it in between, start again on a new one.
-  local port="" attempt
-  for attempt in 1 2 3 4 5; do
-    port="$(occkit_free_port)"
-    if "${as_pg[@]}" "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-p $port" start >/dev/null 2>&1; then
-      break
-    fi
-    echo "postgres: start on port $port failed (attempt $attempt), retrying" >&2
-    port=""
-  done
-  if [ -z "$port" ]; then
-    echo "postgres: could not start the server; its log:" >&2
-    cat "$dir/server.log" >&2 || true
-    return 1
-  fi
+  occkit_pg_start server "$dir" || return 1
+  local port=$OCCKIT_PORT
 
   local stop
   stop="$(printf '%q ' "${as_pg[@]}" "$pgbin/pg_ctl" -D "$dir/data" -m immediate -w stop)>/dev/null 2>&1; rm -rf $(printf '%q' "$remove")"
@@ -159,12 +140,8 @@ OCCKIT_PG_REPLICATOR=occkit_replicator
 # started.
 occkit_pg_replica() {
   local pdir=$1 pport=$2 rdir=$3 pgbin=/usr/lib/postgresql/15/bin
-  local as_pg=()
-  if [ "$(id -u)" -eq 0 ]; then
-    as_pg=(runuser -u postgres --)
-  elif [ "$(id -un)" != postgres ]; then
-    as_pg=(sudo -u postgres --)
-  fi
+  occkit_pg_as_postgres
+  local as_pg=("${OCCKIT_AS_PG[@]}")
   # psql on a unix socket (-h DIR -p PORT follow), one bare value out.
   local psql=("${as_pg[@]}" "$pgbin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -U postgres -d postgres)
 
@@ -202,21 +179,8 @@ wal_receiver_status_interval = 1s
 wal_retrieve_retry_interval = 1s
 EOF
 
-  local port="" attempt
-  for attempt in 1 2 3 4 5; do
-    port="$(occkit_free_port)"
-    if "${as_pg[@]}" "$pgbin/pg_ctl" -D "$rdir/data" -l "$rdir/server.log" -w -t 60 \
-      -o "-p $port" start >/dev/null 2>&1; then
-      break
-    fi
-    echo "postgres: replica start on port $port failed (attempt $attempt), retrying" >&2
-    port=""
-  done
-  if [ -z "$port" ]; then
-    echo "postgres: could not start the replica; its log:" >&2
-    cat "$rdir/server.log" >&2 || true
-    return 1
-  fi
+  occkit_pg_start replica "$rdir" || return 1
+  local port=$OCCKIT_PORT
 
   # A record written now (a WAL message: no table, nothing to drop); the
   # replica has caught up once it has replayed up to its end.
@@ -244,6 +208,39 @@ EOF
   OCCKIT_PG_REPLICA_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
   export OCCKIT_PG_REPLICA_URL
   echo "postgres: streaming replica on 127.0.0.1:$port (data in $rdir)" >&2
+}
+
+# occkit_pg_as_postgres sets the array OCCKIT_AS_PG to the prefix that runs
+# a command as the postgres user (none when this is that user).
+occkit_pg_as_postgres() {
+  OCCKIT_AS_PG=()
+  if [ "$(id -u)" -eq 0 ]; then
+    OCCKIT_AS_PG=(runuser -u postgres --)
+  elif [ "$(id -un)" != postgres ]; then
+    OCCKIT_AS_PG=(sudo -u postgres --)
+  fi
+}
+
+# occkit_pg_start WHAT DIR starts the server whose data is in DIR/data
+# (log in DIR/server.log) on a free port: it asks the kernel for one, then
+# starts on it; if another process takes it in between, it starts again on
+# a new one. It sets OCCKIT_PORT, or prints the log and returns 1. WHAT
+# ("server", "replica") names it in messages.
+occkit_pg_start() {
+  local what=$1 dir=$2 port attempt
+  occkit_pg_as_postgres
+  for attempt in 1 2 3 4 5; do
+    port="$(occkit_free_port)"
+    if "${OCCKIT_AS_PG[@]}" /usr/lib/postgresql/15/bin/pg_ctl -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+      -o "-p $port" start >/dev/null 2>&1; then
+      OCCKIT_PORT=$port
+      return 0
+    fi
+    echo "postgres: $what start on port $port failed (attempt $attempt), retrying" >&2
+  done
+  echo "postgres: could not start the $what; its log:" >&2
+  cat "$dir/server.log" >&2 || true
+  return 1
 }
 
 # occkit_pg_install installs Debian's postgresql-15 without starting the
