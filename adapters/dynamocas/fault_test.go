@@ -477,16 +477,12 @@ func TestTxResendRefusalCut(t *testing.T) {
 	cli := dynamotest.ClientWith(t, srv, func(next http.RoundTripper) http.RoundTripper { return fl.wrap(c.wrap(next)) })
 	items, _ := newStocks(t, cli)
 	ctx := dynamotest.Ctx(t, time.Minute)
-	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sv := b.Version
+	sv := stockBook(t, ctx, items)
 	tx := dynamocas.NewTx(cli)
 	must(t, items.TxUpdate(tx, stock{SKU: "book", Remaining: 4, Sold: 1, Version: sv}))
 	fl.arm("TransactWriteItems", dropAnswer, nil)
 	c.arm("TransactWriteItems", 400, 5, nil)
-	_, err = tx.Commit(ctx)
+	_, err := tx.Commit(ctx)
 	if fl.armed.Load() || c.cuts.Load() != 1 {
 		t.Fatalf("faults not injected (lost answer armed: %v, cuts %d)", fl.armed.Load(), c.cuts.Load())
 	}
@@ -510,11 +506,7 @@ func TestTableResendRefusalCut(t *testing.T) {
 	items, name := newStocks(t, cli)
 	others := openStocks(t, dynamotest.Client(t, srv), name, dynamocas.TableConfig{})
 	ctx := dynamotest.Ctx(t, time.Minute)
-	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := b.Version
+	v := stockBook(t, ctx, items)
 	fl.arm("PutItem", dropRequest, nil)
 	c.arm("PutItem", 400, 5, nil)
 	c.pre = func() {
@@ -522,7 +514,7 @@ func TestTableResendRefusalCut(t *testing.T) {
 			t.Errorf("other writer: %v", err)
 		}
 	}
-	_, err = items.Update(ctx, stock{SKU: "book", Remaining: 4, Sold: 1, Version: v})
+	_, err := items.Update(ctx, stock{SKU: "book", Remaining: 4, Sold: 1, Version: v})
 	if fl.armed.Load() || c.cuts.Load() != 1 {
 		t.Fatalf("faults not injected (lost request armed: %v, cuts %d)", fl.armed.Load(), c.cuts.Load())
 	}

@@ -102,6 +102,17 @@ func newStocks(t testing.TB, cli *dynamodb.Client) (*dynamocas.Table[stock], str
 	return openStocks(t, cli, name, dynamocas.TableConfig{}), name
 }
 
+// stockBook inserts the item "book", 5 remaining, into items and returns
+// its version.
+func stockBook(t testing.TB, ctx context.Context, items *dynamocas.Table[stock]) cas.Version {
+	t.Helper()
+	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Version
+}
+
 // openStocks opens the stock table name with cli and cfg (its Table and
 // PartitionKey set here).
 func openStocks(t testing.TB, cli *dynamodb.Client, name string, cfg dynamocas.TableConfig) *dynamocas.Table[stock] {
@@ -377,11 +388,7 @@ func TestTableTx(t *testing.T) {
 	orders := newOrders(t, cli)
 	items, _ := newStocks(t, cli)
 	ctx := dynamotest.Ctx(t, time.Minute)
-	b, err := items.Insert(ctx, stock{SKU: "book", Remaining: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sv := b.Version
+	sv := stockBook(t, ctx, items)
 
 	// Place an order and take the stock, atomically.
 	tx := dynamocas.NewTx(cli)
