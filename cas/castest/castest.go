@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -96,6 +97,18 @@ func SameKeys(shortHold time.Duration, open func(t *testing.T, s cas.Store, hold
 ) {
 	return func(t *testing.T, s cas.Store) cas.Store { return open(t, s, 0) },
 		func(t *testing.T, s cas.Store) (cas.Store, time.Duration) { return open(t, s, shortHold), shortHold }
+}
+
+// capability returns s as a C, one of the optional interfaces of cas
+// (cas.Adder, cas.Exclusive, ...), or skips the test, visibly, when s
+// does not implement it.
+func capability[C any](t *testing.T, s cas.Store) C {
+	t.Helper()
+	c, ok := s.(C)
+	if !ok {
+		t.Skipf("skipped: %T does not implement %v", s, reflect.TypeFor[C]())
+	}
+	return c
 }
 
 func (h *Harness) workers() int {

@@ -14,16 +14,6 @@ import (
 	"github.com/occkit/occkit/occ"
 )
 
-// adder returns s as a cas.Adder, or skips the test, visibly.
-func adder(t *testing.T, s cas.Store) cas.Adder {
-	t.Helper()
-	a, ok := s.(cas.Adder)
-	if !ok {
-		t.Skipf("skipped: %T does not implement cas.Adder", s)
-	}
-	return a
-}
-
 // mustAdd adds n to k within b and checks the answer against a Get.
 func mustAdd(t *testing.T, h *Harness, a cas.Adder, k string, n int64, b cas.Bounds, want int64) cas.Version {
 	t.Helper()
@@ -58,7 +48,7 @@ func wantBound(t *testing.T, err error, k string, n int64, cur int64) {
 
 var deltaTests = []test{
 	{"CreatesAndAdds", func(t *testing.T, h *Harness, s cas.Store) {
-		a := adder(t, s)
+		a := capability[cas.Adder](t, s)
 		v1 := mustAdd(t, h, a, "stock", 5, cas.Bounds{}, 5)
 		v2 := mustAdd(t, h, a, "stock", -2, cas.AtLeast(0), 3)
 		if v2 <= v1 {
@@ -77,7 +67,7 @@ var deltaTests = []test{
 		})
 	}},
 	{"BoundRefusedWritesNothing", func(t *testing.T, h *Harness, s cas.Store) {
-		a := adder(t, s)
+		a := capability[cas.Adder](t, s)
 		ctx := context.Background()
 		ver := mustAdd(t, h, a, "stock", 3, cas.AtLeast(0), 3)
 		_, _, err := a.Add(ctx, "stock", -4, cas.AtLeast(0))
@@ -98,7 +88,7 @@ var deltaTests = []test{
 		wantAbsent(t, h, s, "sold-out")
 	}},
 	{"Overflow", func(t *testing.T, h *Harness, s cas.Store) {
-		a := adder(t, s)
+		a := capability[cas.Adder](t, s)
 		ctx := context.Background()
 		top := mustCreate(t, s, "top", strconv.FormatInt(math.MaxInt64, 10))
 		_, _, err := a.Add(ctx, "top", 1, cas.Bounds{})
@@ -117,7 +107,7 @@ var deltaTests = []test{
 		mustAdd(t, h, a, "bottom", math.MaxInt64, cas.Bounds{}, -1)
 	}},
 	{"MixedWithCompareAndSwap", func(t *testing.T, h *Harness, s cas.Store) {
-		a := adder(t, s)
+		a := capability[cas.Adder](t, s)
 		ctx := context.Background()
 		v1 := mustCreate(t, s, "n", "10")
 		v2 := mustAdd(t, h, a, "n", 1, cas.Bounds{}, 11)
@@ -138,7 +128,7 @@ var deltaTests = []test{
 		}
 	}},
 	{"NotInteger", func(t *testing.T, h *Harness, s cas.Store) {
-		a := adder(t, s)
+		a := capability[cas.Adder](t, s)
 		for i, v := range []string{"abc", "1.5", "007", "-0", "", `"5"`, "1e3", "99999999999999999999", " 5", "+5", "5 "} {
 			k := "bad" + strconv.Itoa(i)
 			ver := mustCreate(t, s, k, v)
@@ -150,7 +140,7 @@ var deltaTests = []test{
 		}
 	}},
 	{"Input", func(t *testing.T, h *Harness, s cas.Store) {
-		a := adder(t, s)
+		a := capability[cas.Adder](t, s)
 		//lint:ignore SA1012 the nil context is the input under test
 		if _, _, err := a.Add(nil, "k", 1, cas.Bounds{}); !errors.Is(err, cas.ErrNilContext) { //nolint:staticcheck
 			t.Fatalf("nil context: %v", err)
@@ -190,7 +180,7 @@ func testOccAddStock(t *testing.T, h *Harness, s cas.Store) {
 // succeeds, the value ends at their number, and each returned value is
 // returned once (each delta saw the one before it).
 func testDeltaConcurrent(t *testing.T, h *Harness, s cas.Store) {
-	a := adder(t, s)
+	a := capability[cas.Adder](t, s)
 	total := h.workers() * h.opsPerWorker()
 	seen := make([]int64, 0, total)
 	var mu sync.Mutex
@@ -228,7 +218,7 @@ func testDeltaConcurrent(t *testing.T, h *Harness, s cas.Store) {
 // exactly the stock is sold, the rest fail with ErrBound, and the value
 // ends at 0, never below.
 func testDeltaStock(t *testing.T, h *Harness, s cas.Store) {
-	a := adder(t, s)
+	a := capability[cas.Adder](t, s)
 	stock := int64(h.workers() * h.opsPerWorker() / 3)
 	mustAdd(t, h, a, "stock", stock, cas.Bounds{}, stock)
 	sellOut(t, h, s, stock, func() (int64, error) {
@@ -278,7 +268,7 @@ func sellOut(t *testing.T, h *Harness, s cas.Store, stock int64, sell func() (le
 // testDeltaMixed mixes deltas with read-modify-write increments
 // (CompareAndSwap, retried on conflict) on one key: none is lost.
 func testDeltaMixed(t *testing.T, h *Harness, s cas.Store) {
-	a := adder(t, s)
+	a := capability[cas.Adder](t, s)
 	ctx := context.Background()
 	total := h.workers() * h.opsPerWorker()
 	var wg sync.WaitGroup

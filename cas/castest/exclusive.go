@@ -13,21 +13,11 @@ import (
 	"github.com/occkit/occkit/occ"
 )
 
-// exclusive returns s as a cas.Exclusive, or skips the test, visibly.
-func exclusive(t *testing.T, s cas.Store) cas.Exclusive {
-	t.Helper()
-	ex, ok := s.(cas.Exclusive)
-	if !ok {
-		t.Skipf("skipped: %T does not implement cas.Exclusive", s)
-	}
-	return ex
-}
-
 var errExclusiveFn = errors.New("castest: fn's own error")
 
 var exclusiveTests = []test{
 	{"Semantics", func(t *testing.T, h *Harness, s cas.Store) {
-		ex := exclusive(t, s)
+		ex := capability[cas.Exclusive](t, s)
 		ctx := context.Background()
 		// An absent key: fn sees version 0; its value is created.
 		v1, err := ex.UpdateExclusive(ctx, "k", func(cur cas.Item) ([]byte, bool, error) {
@@ -94,7 +84,7 @@ var exclusiveTests = []test{
 		// A write of the key while fn runs cannot get in between the
 		// exclusive read and write: it waits or fails, and never
 		// succeeds at the version fn saw.
-		ex := exclusive(t, s)
+		ex := capability[cas.Exclusive](t, s)
 		ctx := context.Background()
 		v0 := mustCreate(t, s, "k", "0")
 		inFn := make(chan struct{})
@@ -147,7 +137,7 @@ var exclusiveTests = []test{
 		// A panic in fn ends the hold at once: a write of the key goes
 		// through well within the hold's bound (2 s by default on every
 		// adapter), not after it expires.
-		ex := exclusive(t, s)
+		ex := capability[cas.Exclusive](t, s)
 		ctx := context.Background()
 		v := mustCreate(t, s, "k", "1")
 		func() {
@@ -168,7 +158,7 @@ var exclusiveTests = []test{
 		// Several stores of one backend stand for several processes:
 		// their calls take no turns with each other's. Every call
 		// succeeds at the default options and the counter is exact.
-		exclusive(t, s)
+		capability[cas.Exclusive](t, s)
 		if h.Reopen == nil {
 			t.Skip("skipped: Harness.Reopen is not set (no second store of the same keys)")
 		}
@@ -208,12 +198,12 @@ var exclusiveTests = []test{
 // write is refused as a conflict; every increment of the others counts,
 // none twice.
 func testHolderPaused(t *testing.T, h *Harness, s cas.Store) {
-	exclusive(t, s)
+	capability[cas.Exclusive](t, s)
 	if h.ShortHold == nil {
 		t.Skip("skipped: Harness.ShortHold is not set")
 	}
 	short, bound := h.ShortHold(t, s)
-	ex := exclusive(t, short)
+	ex := capability[cas.Exclusive](t, short)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustCreate(t, s, "n", "100")

@@ -14,20 +14,9 @@ import (
 	"github.com/occkit/occkit/occ"
 )
 
-// exclusiveCommitter returns s as a cas.ExclusiveCommitter, or skips the
-// test, visibly.
-func exclusiveCommitter(t *testing.T, s cas.Store) cas.ExclusiveCommitter {
-	t.Helper()
-	ec, ok := s.(cas.ExclusiveCommitter)
-	if !ok {
-		t.Skipf("skipped: %T does not implement cas.ExclusiveCommitter", s)
-	}
-	return ec
-}
-
 var exclusiveCommitTests = []test{
 	{"Semantics", func(t *testing.T, h *Harness, s cas.Store) {
-		ec := exclusiveCommitter(t, s)
+		ec := capability[cas.ExclusiveCommitter](t, s)
 		ctx := context.Background()
 		va := mustCreate(t, s, "a", "A")
 		vd := mustCreate(t, s, "d", "D")
@@ -67,7 +56,7 @@ var exclusiveCommitTests = []test{
 	{"HoldsTheKeys", func(t *testing.T, h *Harness, s cas.Store) {
 		// While fn runs, a write of a held key waits (or is refused), and
 		// never succeeds at the version fn saw.
-		ec := exclusiveCommitter(t, s)
+		ec := capability[cas.ExclusiveCommitter](t, s)
 		ctx := context.Background()
 		mustCreate(t, s, "a", "1")
 		vb := mustCreate(t, s, "b", "1")
@@ -115,7 +104,7 @@ var exclusiveCommitTests = []test{
 	{"PanicInFnReleases", func(t *testing.T, h *Harness, s cas.Store) {
 		// A panic in fn leaves the keys free: a later write of them goes
 		// through at once, not after a lock times out.
-		ec := exclusiveCommitter(t, s)
+		ec := capability[cas.ExclusiveCommitter](t, s)
 		ctx := context.Background()
 		v := mustCreate(t, s, "a", "1")
 		func() {
@@ -143,7 +132,7 @@ var exclusiveCommitTests = []test{
 		// their transactions moving units between two hot keys: every
 		// transfer succeeds at the default options (a transaction that
 		// keeps losing commits holding its keys) and the total holds.
-		exclusiveCommitter(t, s)
+		capability[cas.ExclusiveCommitter](t, s)
 		if h.Reopen == nil {
 			t.Skip("skipped: Harness.Reopen is not set (no second store of the same keys)")
 		}

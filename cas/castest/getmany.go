@@ -10,16 +10,6 @@ import (
 	"github.com/occkit/occkit/cas"
 )
 
-// batchGetter returns s as a cas.BatchGetter, or skips the test, visibly.
-func batchGetter(t *testing.T, s cas.Store) cas.BatchGetter {
-	t.Helper()
-	b, ok := s.(cas.BatchGetter)
-	if !ok {
-		t.Skipf("skipped: %T does not implement cas.BatchGetter", s)
-	}
-	return b
-}
-
 // wantGetMany checks GetMany's answer for keys against what Get says of
 // each key. With StaleReads, where either may read an older state, both
 // are read again until they agree.
@@ -57,7 +47,7 @@ func wantGetMany(t *testing.T, h *Harness, s cas.Store, b cas.BatchGetter, keys 
 
 var getManyTests = []test{
 	{"LikeGet", func(t *testing.T, h *Harness, s cas.Store) {
-		b := batchGetter(t, s)
+		b := capability[cas.BatchGetter](t, s)
 		ctx := context.Background()
 		mustCreate(t, s, "a", "one")
 		vb := mustCreate(t, s, "b", "two")
@@ -74,7 +64,7 @@ var getManyTests = []test{
 		}
 	}},
 	{"ManyKeys", func(t *testing.T, h *Harness, s cas.Store) {
-		b := batchGetter(t, s)
+		b := capability[cas.BatchGetter](t, s)
 		n := min(h.Limits.MaxCommitOps, 100)
 		keys := make([]string, n)
 		for i := range keys {
@@ -86,7 +76,7 @@ var getManyTests = []test{
 		wantGetMany(t, h, s, b, keys)
 	}},
 	{"BadInput", func(t *testing.T, h *Harness, s cas.Store) {
-		b := batchGetter(t, s)
+		b := capability[cas.BatchGetter](t, s)
 		ctx := context.Background()
 		for _, keys := range [][]string{{"a", ""}, {"a", "a"}, {"a", "x\x00y"}} {
 			if _, err := b.GetMany(ctx, keys); !errors.Is(err, cas.ErrInvalidKey) {
@@ -114,7 +104,7 @@ var getManyTests = []test{
 	// keys, every item's value is the value written at its version, never
 	// a value paired with another write's version.
 	{"ConsistentItems", func(t *testing.T, h *Harness, s cas.Store) {
-		b := batchGetter(t, s)
+		b := capability[cas.BatchGetter](t, s)
 		ctx := context.Background()
 		keys := []string{"x", "y"}
 		var mu sync.Mutex

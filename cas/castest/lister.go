@@ -11,10 +11,7 @@ import (
 
 var listerTests = []test{
 	{"KeysWithPrefix", func(t *testing.T, h *Harness, s cas.Store) {
-		l, ok := s.(cas.Lister)
-		if !ok {
-			t.Skipf("skipped: %T does not implement cas.Lister", s)
-		}
+		l := capability[cas.Lister](t, s)
 		ctx := context.Background()
 		for _, k := range []string{"a/1", "a/2", "ab", "b/1"} {
 			mustCreate(t, s, k, "v")
