@@ -325,7 +325,7 @@ func TestDroppedConnectionsUnderLoad(t *testing.T) {
 	if _, err := counters.CompareAndSwap(ctx, "n", 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	var ok, ambiguous atomic.Int64
+	var incs increments
 	stop := make(chan struct{})
 	var faults sync.WaitGroup
 	faults.Add(1)
@@ -352,38 +352,59 @@ func TestDroppedConnectionsUnderLoad(t *testing.T) {
 	}()
 	var wg sync.WaitGroup
 	for range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range 30 {
-				_, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) { return n + 1, nil },
-					occ.WithRetryable(rediscas.Retryable), occ.WithMaxAttempts(100))
-				switch {
-				case err == nil:
-					ok.Add(1)
-				case errors.Is(err, cas.ErrAmbiguous):
-					ambiguous.Add(1)
-				default:
-					t.Error(err)
+				if !incs.increment(t, ctx, counters, 100) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(stop)
 	faults.Wait()
-	n, _, err := counters.Get(ctx, "n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d increments confirmed, %d ambiguous, %d answers lost; counter %d", ok.Load(), ambiguous.Load(), f.Fired(), n)
-	if int64(n) < ok.Load() || int64(n) > ok.Load()+ambiguous.Load() {
-		t.Fatalf("counter %d, confirmed %d, ambiguous %d: updates lost or applied twice", n, ok.Load(), ambiguous.Load())
-	}
+	n, _ := incs.check(t, ctx, counters)
+	t.Logf("%d increments confirmed, %d ambiguous, %d answers lost; counter %d", incs.ok.Load(), incs.ambiguous.Load(), f.Fired(), n)
 	if f.Fired() == 0 {
 		t.Fatal("no fault fired")
 	}
+}
+
+// increments counts the increments of a counter made under faults: those
+// reported done, and those whose outcome is ambiguous.
+type increments struct{ ok, ambiguous atomic.Int64 }
+
+// increment increments "n" with occ.Update (at most maxAttempts
+// attempts), counts the outcome, and reports false, failing t, when the
+// update failed otherwise.
+func (c *increments) increment(t *testing.T, ctx context.Context, counters *cas.Typed[int], maxAttempts int) bool {
+	_, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) { return n + 1, nil },
+		occ.WithRetryable(rediscas.Retryable), occ.WithMaxAttempts(maxAttempts))
+	switch {
+	case err == nil:
+		c.ok.Add(1)
+	case errors.Is(err, cas.ErrAmbiguous):
+		c.ambiguous.Add(1)
+	default:
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+// check reads "n" and fails t unless every increment reported done is in
+// it and none twice: done <= n <= done + ambiguous. It returns n and its
+// version.
+func (c *increments) check(t *testing.T, ctx context.Context, counters *cas.Typed[int]) (int, cas.Version) {
+	t.Helper()
+	n, v, err := counters.Get(ctx, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(n) < c.ok.Load() || int64(n) > c.ok.Load()+c.ambiguous.Load() {
+		t.Fatalf("counter %d, confirmed %d, ambiguous %d: updates lost or applied twice", n, c.ok.Load(), c.ambiguous.Load())
+	}
+	return n, v
 }
 
 // wantValue checks key's value, and its version unless ver is 0.
@@ -416,48 +437,32 @@ func TestServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ok, ambiguous atomic.Int64
+	var incs increments
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				_, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) { return n + 1, nil },
-					occ.WithRetryable(rediscas.Retryable), occ.WithMaxAttempts(500))
-				switch {
-				case err == nil:
-					ok.Add(1)
-				case errors.Is(err, cas.ErrAmbiguous):
-					ambiguous.Add(1)
-				default:
-					t.Error(err)
+				if !incs.increment(t, ctx, counters, 500) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	time.Sleep(200 * time.Millisecond)
-	before := ok.Load()
+	before := incs.ok.Load()
 	srv.Restart()
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	n, v, err := counters.Get(ctx, "n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d increments before the restart, %d in all, %d ambiguous; counter %d at version %d", before, ok.Load(), ambiguous.Load(), n, v)
-	if int64(n) < ok.Load() || int64(n) > ok.Load()+ambiguous.Load() {
-		t.Fatalf("counter %d, confirmed %d, ambiguous %d: updates lost or applied twice", n, ok.Load(), ambiguous.Load())
-	}
-	if ok.Load() == before {
+	n, v := incs.check(t, ctx, counters)
+	t.Logf("%d increments before the restart, %d in all, %d ambiguous; counter %d at version %d", before, incs.ok.Load(), incs.ambiguous.Load(), n, v)
+	if incs.ok.Load() == before {
 		t.Fatal("no increment succeeded after the restart")
 	}
 	if v <= v0 || uint64(v) < uint64(n) {
