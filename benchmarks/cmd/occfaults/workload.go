@@ -165,6 +165,30 @@ func accountKey(i int, gen int64) string {
 	return "account-" + strconv.Itoa(i) + ".g" + strconv.FormatInt(gen, 10)
 }
 
+// read is a worker's read of key: counted, and recorded (when rec, and
+// reads are not stale) with the state decode makes of the item ("" when
+// the key is absent). A value that cannot be decoded is a failed read,
+// its error sampled.
+func (wk *worker) read(ctx context.Context, wl *workload, rec bool, s cas.Store, key string, decode func(cas.Item) (string, error)) {
+	call := wl.now()
+	it, err := s.Get(ctx, key)
+	ret := wl.now()
+	state := ""
+	if err == nil {
+		if state, err = decode(it); err != nil {
+			wk.errs[shorten(err.Error())]++
+		}
+	}
+	if err != nil && !errors.Is(err, cas.ErrNotFound) {
+		wk.readsFailed++
+		return
+	}
+	wk.reads++
+	if rec && !wl.staleReads {
+		wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: state})
+	}
+}
+
 // counterCall returns the function a worker of the counter workload calls
 // in a loop: one call, a Get of a counter or an occ.Update that increments
 // it, counted and (inside the window) recorded.
@@ -175,17 +199,11 @@ func counterCall(wl *workload, counters *cas.Typed[int64], opts []occ.Option) fu
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		if wk.rng.IntN(readEvery) == 0 {
-			call := wl.now()
-			n, _, err := counters.Get(ctx, key)
-			ret := wl.now()
-			if err != nil && !errors.Is(err, cas.ErrNotFound) {
-				wk.readsFailed++
-				return
-			}
-			wk.reads++
-			if rec && !wl.staleReads {
-				wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: counterState(n, err == nil)})
-			}
+			wk.read(ctx, wl, rec, counters.Store(), key, func(it cas.Item) (string, error) {
+				var n int64
+				err := counters.Decode(key, it.Value, &n)
+				return counterState(n, true), err
+			})
 			return
 		}
 		call := int64(-1)
@@ -230,21 +248,10 @@ func deltaCall(wl *workload, store cas.Store, opts []occ.Option) func(ctx contex
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		if wk.rng.IntN(readEvery) == 0 {
-			call := wl.now()
-			it, err := store.Get(ctx, key)
-			ret := wl.now()
-			var n int64
-			if err == nil {
-				n, err = cas.ParseInt(key, it.Value)
-			}
-			if err != nil && !errors.Is(err, cas.ErrNotFound) {
-				wk.readsFailed++
-				return
-			}
-			wk.reads++
-			if rec && !wl.staleReads {
-				wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: counterState(n, err == nil)})
-			}
+			wk.read(ctx, wl, rec, store, key, func(it cas.Item) (string, error) {
+				n, err := cas.ParseInt(key, it.Value)
+				return counterState(n, true), err
+			})
 			return
 		}
 		call := wl.now()
@@ -297,29 +304,10 @@ func transferCallFunc(wl *workload, store cas.Store, opts []occ.Option) func(ctx
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		if wk.rng.IntN(readEvery) == 0 {
-			key := accountKey(wk.rng.IntN(numAccounts), gen)
-			call := wl.now()
-			it, err := store.Get(ctx, key)
-			ret := wl.now()
-			state := ""
-			switch {
-			case errors.Is(err, cas.ErrNotFound):
-			case err != nil:
-				wk.readsFailed++
-				return
-			default:
-				a, derr := decodeAccount(it.Value)
-				if derr != nil {
-					wk.readsFailed++
-					wk.errs[shorten(derr.Error())]++
-					return
-				}
-				state = accountState(a)
-			}
-			wk.reads++
-			if rec && !wl.staleReads {
-				wk.events = append(wk.events, linearcheck.Op{Client: wk.id, Key: key, Kind: linearcheck.Read, Call: call, Return: ret, Read: state})
-			}
+			wk.read(ctx, wl, rec, store, accountKey(wk.rng.IntN(numAccounts), gen), func(it cas.Item) (string, error) {
+				a, err := decodeAccount(it.Value)
+				return accountState(a), err
+			})
 			return
 		}
 		i := wk.rng.IntN(numAccounts)
