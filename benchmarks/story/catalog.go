@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 )
 
 // The story and mode names.
@@ -55,7 +57,8 @@ type modeSpec struct {
 	data dataKind
 	// lock opens the mode's lock service for a run (nil: no lock).
 	lock func(ctx context.Context, r *run) (lockService, error)
-	// needs names the lab services the mode needs besides Redis.
+	// needs names the system (backends.Etcd, ...) the mode needs besides
+	// Redis.
 	needs string
 }
 
@@ -130,7 +133,7 @@ func modes() []modeSpec {
 			Info: Info{Name: ModeRedlock, Title: "Redlock on 5 Redis servers",
 				About: "github.com/go-redsync/redsync/v4 over 5 independent Redis servers: SET NX PX on each, held with a majority " +
 					"(3), retried every 20 ms; no renewal, no fencing token. " + data},
-			data: plainData, lock: openRedlock, needs: "redlock",
+			data: plainData, lock: openRedlock, needs: backends.Redlock,
 		},
 		{
 			Info: Info{Name: ModeZooKeeper, Title: "ZooKeeper lock recipe",
@@ -138,14 +141,14 @@ func modes() []modeSpec {
 					"under the lock's node, held by the lowest, each waiter watching its predecessor; the lock lasts as long as the " +
 					"session (its timeout is the TTL, or the server's minimum). The token shown is the node's place in the sequence " +
 					"(from 1), which nothing checks. " + data},
-			data: plainData, lock: openZooKeeperLock, needs: "zookeeper",
+			data: plainData, lock: openZooKeeperLock, needs: backends.ZooKeeper,
 		},
 		{
 			Info: Info{Name: ModeEtcd, Title: "etcd lease lock",
 				About: "etcdcas.Locker on etcd (in process): a key attached to a lease kept alive by the client, held by the oldest " +
 					"key of the lock, waiters watching their predecessor. Its token is the key's creation revision, which this mode " +
 					"does not check. " + data},
-			data: plainData, lock: openEtcdLock, needs: "etcd",
+			data: plainData, lock: openEtcdLock, needs: backends.Etcd,
 		},
 		{
 			Info: Info{Name: ModeMySQL, Title: "MySQL GET_LOCK",
@@ -154,7 +157,7 @@ func modes() []modeSpec {
 					"the session: the client keeps it alive with a statement every TTL/3, and the server ends a session idle for " +
 					"longer than its wait_timeout (the TTL, in whole seconds), or whose connection was killed or dropped. " +
 					"No fencing token. " + data},
-			data: plainData, lock: openMySQLLock, needs: "mysql",
+			data: plainData, lock: openMySQLLock, needs: backends.MySQL,
 		},
 		{
 			Info: Info{Name: ModeFenced, Title: "Lock + fenced write (occkit)",

@@ -135,7 +135,7 @@ type serverSet struct {
 
 // unavailable says why mode m cannot run, or "".
 func (s *serverSet) unavailable(m modeSpec) string {
-	if why := s.missing["redis"]; why != "" {
+	if why := s.missing[backends.Redis]; why != "" {
 		return "no Redis (it holds every mode's data): " + why
 	}
 	if m.needs != "" {
