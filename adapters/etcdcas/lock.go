@@ -25,7 +25,7 @@ const (
 var errSessionLost = fmt.Errorf("%w: etcdcas: the locker's etcd lease expired or was revoked", hybrid.ErrLeaseLost)
 
 // errLockerClosed is the cause of a lease's Context when its Locker was
-// closed.
+// closed, and the error of Acquire on a closed Locker.
 var errLockerClosed = fmt.Errorf("%w: etcdcas: locker closed", hybrid.ErrLeaseLost)
 
 // LockerConfig configures a Locker. The zero value is usable.
@@ -104,7 +104,7 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return nil, errors.New("etcdcas: locker closed")
+		return nil, errLockerClosed
 	}
 	if l.sess != nil && l.sess.ctx.Err() == nil {
 		return l.sess, nil
@@ -287,7 +287,7 @@ func (l *Locker) Renewals() uint64 { return l.renewed.Load() }
 // their grants deleted, by revoking the etcd lease they share (the Locker
 // stops renewing it; if the revoke fails, Close returns the error and the
 // grants run out after the TTL). Acquire fails from then on, also a call
-// already waiting. The client stays open: it is the caller's. Close is
+// already waiting, with an error matching hybrid.ErrLeaseLost. The client stays open: it is the caller's. Close is
 // safe for concurrent use with the other methods; closing again does
 // nothing and returns nil.
 func (l *Locker) Close() error {

@@ -194,7 +194,7 @@ var errLockerClosed = fmt.Errorf("%w: pgcas: locker closed", hybrid.ErrLeaseLost
 // connection is cut under its Tx (whose work then fails) and goes back to
 // the pool when the lease is released, which may still be done and
 // returns the cause. Acquire fails from then on, also a call already
-// waiting. The pool stays open: it is the caller's. Close is safe for
+// waiting, with an error matching hybrid.ErrLeaseLost. The pool stays open: it is the caller's. Close is safe for
 // concurrent use with the other methods; closing again does nothing and
 // returns nil.
 func (l *Locker) Close() error {

@@ -169,7 +169,8 @@ func NewLocker(cli redis.UniversalClient, cfg LockerConfig) (*Locker, error) {
 // their watchdogs stopped and their locks deleted (by token and holder,
 // as Release does; a lock Close cannot delete, Redis unreachable, runs
 // out after the TTL, and Close returns the errors). Acquire fails from
-// then on, also a call already waiting. The client stays open: it is the
+// then on, also a call already waiting, with an error matching
+// hybrid.ErrLeaseLost. The client stays open: it is the
 // caller's. Close is safe for concurrent use with the other methods;
 // closing again does nothing and returns nil.
 func (l *Locker) Close() error {

@@ -127,8 +127,8 @@ func TestLockerCloseDeletesLocks(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-waiting; err == nil {
-		t.Error("an Acquire waiting on a closed locker succeeded")
+	if err := <-waiting; !errors.Is(err, hybrid.ErrLeaseLost) {
+		t.Errorf("an Acquire waiting on a closed locker ended with %v, want an error matching hybrid.ErrLeaseLost", err)
 	}
 	if cause := context.Cause(held.Context()); !errors.Is(cause, hybrid.ErrLeaseLost) {
 		t.Fatalf("a lease of the closed locker ended with %v", cause)

@@ -200,7 +200,8 @@ func (l *Locker) isClosed() bool { return l.leases.Closing().Err() != nil }
 // their Contexts are cancelled (the cause matches hybrid.ErrLeaseLost) and
 // their locks freed by closing their connections, which ends their
 // sessions. Acquire fails from then on, also a call already waiting (at
-// its next step, within half a second). The *sql.DB stays open: it is the
+// its next step, within half a second), with an error matching
+// hybrid.ErrLeaseLost. The *sql.DB stays open: it is the
 // caller's. Close is safe for concurrent use with the other methods;
 // closing again does nothing and returns nil.
 func (l *Locker) Close() error {
