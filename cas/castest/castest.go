@@ -111,6 +111,21 @@ func capability[C any](t *testing.T, s cas.Store) C {
 	return c
 }
 
+// processes returns n stores over the keys of s, standing for as many
+// processes: s and n-1 stores from Harness.Reopen. Without Reopen it
+// skips the test, visibly.
+func processes(t *testing.T, h *Harness, s cas.Store, n int) []cas.Store {
+	t.Helper()
+	if h.Reopen == nil {
+		t.Skip("skipped: Harness.Reopen is not set (no second store of the same keys)")
+	}
+	stores := []cas.Store{s}
+	for range n - 1 {
+		stores = append(stores, h.Reopen(t, s))
+	}
+	return stores
+}
+
 func (h *Harness) workers() int {
 	if h.Workers > 0 {
 		return h.Workers

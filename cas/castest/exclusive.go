@@ -159,13 +159,7 @@ var exclusiveTests = []test{
 		// their calls take no turns with each other's. Every call
 		// succeeds at the default options and the counter is exact.
 		capability[cas.Exclusive](t, s)
-		if h.Reopen == nil {
-			t.Skip("skipped: Harness.Reopen is not set (no second store of the same keys)")
-		}
-		stores := []cas.Store{s}
-		for range 3 {
-			stores = append(stores, h.Reopen(t, s))
-		}
+		stores := processes(t, h, s, 4)
 		ctx := context.Background()
 		var failed atomic.Int64
 		var wg sync.WaitGroup

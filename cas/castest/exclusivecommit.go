@@ -133,13 +133,7 @@ var exclusiveCommitTests = []test{
 		// transfer succeeds at the default options (a transaction that
 		// keeps losing commits holding its keys) and the total holds.
 		capability[cas.ExclusiveCommitter](t, s)
-		if h.Reopen == nil {
-			t.Skip("skipped: Harness.Reopen is not set (no second store of the same keys)")
-		}
-		stores := []cas.Store{s}
-		for range 3 {
-			stores = append(stores, h.Reopen(t, s))
-		}
+		stores := processes(t, h, s, 4)
 		ctx := context.Background()
 		mustCreate(t, s, "x", "1000")
 		mustCreate(t, s, "y", "1000")
