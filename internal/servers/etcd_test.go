@@ -22,17 +22,25 @@ func TestMain(m *testing.M) {
 	)
 }
 
+// startCluster starts a cluster with opts, closed when the test ends, and
+// returns it with a context that ends after a minute.
+func startCluster(t *testing.T, opts EtcdOptions) (*EtcdCluster, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	c, err := StartEtcdCluster(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, ctx
+}
+
 // TestStartClusterLeaderLoss: a cluster started without a test serves
 // through its proxies, elects a new leader after the leader's hard stop,
 // and keeps serving; Close stops it, twice without harm.
 func TestStartClusterLeaderLoss(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := StartEtcdCluster(ctx, EtcdOptions{Members: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := startCluster(t, EtcdOptions{Members: 3})
 	cli, err := c.NewClient()
 	if err != nil {
 		t.Fatal(err)
@@ -68,13 +76,7 @@ func TestStartClusterLeaderLoss(t *testing.T) {
 // TestStartClusterNoProxy: with NoProxy the client URL is the member's
 // own port; AwaitLeader on a stopped cluster gives up with ErrNoLeader.
 func TestStartClusterNoProxy(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := StartEtcdCluster(ctx, EtcdOptions{NoProxy: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := startCluster(t, EtcdOptions{NoProxy: true})
 	if c.members[0].proxy != nil || c.AllEndpoints()[0] != c.members[0].cfg.ListenClientUrls[0].String() {
 		t.Fatalf("endpoint %s, want the member's port %s", c.AllEndpoints()[0], c.members[0].cfg.ListenClientUrls[0].String())
 	}
@@ -98,13 +100,7 @@ func TestStartClusterNoProxy(t *testing.T) {
 // linearizable read, and catches up once healed; an isolated leader is
 // replaced.
 func TestIsolate(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := StartEtcdCluster(ctx, EtcdOptions{Members: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := startCluster(t, EtcdOptions{Members: 3})
 	lead := c.Leader()
 	f, g := (lead+1)%3, (lead+2)%3
 	eps := c.AllEndpoints()
