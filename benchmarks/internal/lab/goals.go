@@ -184,51 +184,43 @@ func checkGoals(results []Result) []goalCheck {
 			c.Rounds = rounds
 			judge(c, ratio, need, detail+how)
 		}
+		// vsCross judges r (named what, when there is one) against the
+		// best cross-process lock, the detail written by detail; it
+		// reports whether it judged.
+		vsCross := func(c *goalCheck, r Result, ok bool, what string, need float64, detail func() string) bool {
+			switch {
+			case !ok:
+				missing(c, what)
+			case !hasCross || bestCross.Throughput <= 0:
+				missing(c, "cross-process lock-*")
+			default:
+				judgeThroughput(c, r, bestCross, need, detail())
+				return true
+			}
+			return false
+		}
+		versus := func(r Result, name string) string {
+			return fmt.Sprintf("%s %s/s vs %s %s/s", name, rate(r.Throughput), bestCross.Strategy, rate(bestCross.Throughput))
+		}
 		p := g.point
 		if p.Low() {
-			c := check(goalLowOCC)
-			switch {
-			case !hasOCC:
-				missing(c, "occ")
-			case !hasCross || bestCross.Throughput <= 0:
-				missing(c, "cross-process lock-*")
-			default:
-				judgeThroughput(c, occR, bestCross, 2,
-					fmt.Sprintf("%s %s/s vs %s %s/s%s", occName, rate(occR.Throughput), bestCross.Strategy, rate(bestCross.Throughput), reference(occR)))
-			}
+			vsCross(check(goalLowOCC), occR, hasOCC, "occ", 2, func() string { return versus(occR, occName) + reference(occR) })
 		}
 		if p.High() {
-			c := check(goalHighHybrid)
 			hy, okH := g.byName["hybrid"]
 			ad, okA := g.byName["adaptive"]
-			switch {
-			case !okH && !okA:
-				missing(c, "hybrid or adaptive")
-			case !hasCross || bestCross.Throughput <= 0:
-				missing(c, "cross-process lock-*")
-			default:
-				pick := hy
-				if !okH || (okA && ad.Throughput > hy.Throughput) {
-					pick = ad
-				}
-				judgeThroughput(c, pick, bestCross, 0.9,
-					fmt.Sprintf("%s %s/s vs %s %s/s%s", pick.Strategy, rate(pick.Throughput), bestCross.Strategy, rate(bestCross.Throughput), reference(pick)))
+			pick := hy
+			if !okH || (okA && ad.Throughput > hy.Throughput) {
+				pick = ad
 			}
-			c = check(goalHighOCC)
-			switch {
-			case !hasOCC:
-				missing(c, "occ")
-			case !hasCross || bestCross.Throughput <= 0:
-				missing(c, "cross-process lock-*")
-			default:
-				judgeThroughput(c, occR, bestCross, 0.5,
-					fmt.Sprintf("%s %s/s vs %s %s/s, %d of %d workers committed, %.2f attempts/op, %d failed, %d stalled through the window%s",
-						occName, rate(occR.Throughput), bestCross.Strategy, rate(bestCross.Throughput),
-						occR.WorkersCommitted, occR.Workers, occR.AttemptsPerOp, occR.FailedOps, occR.StalledOps, reference(occR)))
-				if occR.WorkersCommitted < occR.Workers {
-					c.Status = goalNotMet
-					c.Detail += " (a worker committed nothing)"
-				}
+			vsCross(check(goalHighHybrid), pick, okH || okA, "hybrid or adaptive", 0.9, func() string { return versus(pick, pick.Strategy) + reference(pick) })
+			c := check(goalHighOCC)
+			if vsCross(c, occR, hasOCC, "occ", 0.5, func() string {
+				return versus(occR, occName) + fmt.Sprintf(", %d of %d workers committed, %.2f attempts/op, %d failed, %d stalled through the window%s",
+					occR.WorkersCommitted, occR.Workers, occR.AttemptsPerOp, occR.FailedOps, occR.StalledOps, reference(occR))
+			}) && occR.WorkersCommitted < occR.Workers {
+				c.Status = goalNotMet
+				c.Detail += " (a worker committed nothing)"
 			}
 		}
 		// The hot-key goals of occ-combine and occ-cached.
