@@ -140,19 +140,10 @@ var exclusiveTests = []test{
 		ex := capability[cas.Exclusive](t, s)
 		ctx := context.Background()
 		v := mustCreate(t, s, "k", "1")
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Error("fn's panic did not reach the caller")
-				}
-			}()
+		mustPanic(t, func() {
 			_, _ = ex.UpdateExclusive(ctx, "k", func(cas.Item) ([]byte, bool, error) { panic("castest: fn panics") })
-		}()
-		wctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		if _, err := s.CompareAndSwap(wctx, "k", v, []byte("2")); err != nil {
-			t.Fatalf("a write after fn panicked: %v (the key is still held)", err)
-		}
+		})
+		writableAfterPanic(t, s, "k", v, time.Second)
 	}},
 	{"EscalatedIncrementsAcrossStores", func(t *testing.T, h *Harness, s cas.Store) {
 		// Several stores of one backend stand for several processes:
@@ -183,6 +174,29 @@ var exclusiveTests = []test{
 			t.Fatalf("%d of %d updates failed", failed.Load(), want)
 		}
 	}},
+}
+
+// mustPanic calls f, an exclusive call whose fn panics, and fails t
+// unless the panic reaches the caller.
+func mustPanic(t *testing.T, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Error("fn's panic did not reach the caller")
+		}
+	}()
+	f()
+}
+
+// writableAfterPanic checks that key, at version v, takes a write within
+// d after an exclusive call's fn panicked: the call left no hold on it.
+func writableAfterPanic(t *testing.T, s cas.Store, key string, v cas.Version, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if _, err := s.CompareAndSwap(ctx, key, v, []byte("2")); err != nil {
+		t.Fatalf("a write after fn panicked: %v (the key is still held)", err)
+	}
 }
 
 // testHolderPaused is the fault of a process pause: the holder of an

@@ -107,25 +107,16 @@ var exclusiveCommitTests = []test{
 		ec := capability[cas.ExclusiveCommitter](t, s)
 		ctx := context.Background()
 		v := mustCreate(t, s, "a", "1")
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Error("fn's panic did not reach the caller")
-				}
-			}()
+		mustPanic(t, func() {
 			_, _ = ec.CommitExclusive(ctx, []string{"a"}, func([]cas.Item) ([]cas.Op, error) { panic("castest: fn panics") })
-		}()
+		})
 		if ex, ok := s.(cas.Exclusive); ok {
 			func() {
 				defer func() { _ = recover() }()
 				_, _ = ex.UpdateExclusive(ctx, "a", func(cas.Item) ([]byte, bool, error) { panic("castest: fn panics") })
 			}()
 		}
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if _, err := s.CompareAndSwap(wctx, "a", v, []byte("2")); err != nil {
-			t.Fatalf("a write after fn panicked: %v (the keys are still held)", err)
-		}
+		writableAfterPanic(t, s, "a", v, 5*time.Second)
 	}},
 	{"EscalatedTransfersAcrossStores", func(t *testing.T, h *Harness, s cas.Store) {
 		// Several stores of one backend stand for several processes,
