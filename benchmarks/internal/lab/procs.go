@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
 )
 
 // envCellChild marks a process started by runProcs: ChildMain runs the
