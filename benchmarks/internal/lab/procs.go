@@ -24,8 +24,11 @@ type childSpec struct {
 	Cell Cell
 	NS   string
 	// W0 and N are the global index of the child's first worker and how
-	// many it runs.
+	// many it runs (N may be 0: more processes than workers).
 	W0, N int
+	// Ops is the child's share of Cell.Ops, the cell's count in all (0
+	// when the cell runs for a duration, or when the share is empty).
+	Ops int64
 	// Proc is the child's index among the cell's processes.
 	Proc int
 	// Services are the parent's open services, opened again by the
@@ -152,7 +155,7 @@ func (l *Lab) runProcs(ctx context.Context, c Cell, ns string, workers []*worker
 			// A count of operations is the cell's, in all: each child
 			// runs its workers' share.
 			w := int64(c.Workers)
-			spec.Cell.Ops = c.Ops*int64(ch.w0+ch.n)/w - c.Ops*int64(ch.w0)/w
+			spec.Ops = c.Ops*int64(ch.w0+ch.n)/w - c.Ops*int64(ch.w0)/w
 		}
 		if err := json.NewEncoder(ch.in).Encode(spec); err != nil {
 			return 0, fail(ch, err)
@@ -219,10 +222,16 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 	if sk := l.Skipped(); len(sk) > 0 {
 		return fmt.Errorf("cannot open %s: %s", sk[0].Name, sk[0].Reason)
 	}
-	c.Workers = spec.N
+	// The cell is checked as the parent checked it (its workers and
+	// operations in all); the child then runs its share, which may be
+	// empty.
 	c, wl, spec2, be, err := l.check(c)
 	if err != nil {
 		return err
+	}
+	c.Workers = spec.N
+	if c.Ops > 0 {
+		c.Ops = spec.Ops
 	}
 	store, err := be.cli.Store(spec.NS)
 	if err != nil {

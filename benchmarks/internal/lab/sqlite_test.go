@@ -42,3 +42,20 @@ func TestSQLiteSmoke(t *testing.T) {
 		t.Errorf("the lab's SQLite directory %s is still there after Close (%v)", dir, err)
 	}
 }
+
+// TestProcsEmptyShares runs cells whose --procs split leaves some child
+// processes nothing to do: more processes than workers, and fewer
+// operations than workers. Such a child runs its empty share; the cell
+// runs whole.
+func TestProcsEmptyShares(t *testing.T) {
+	l := openLab(t, "sqlite")
+	for _, c := range []Cell{
+		{Backend: "sqlite", Strategy: "occ", Workload: "counter", Workers: 2, Keys: 1, Ops: 40, Seed: 3, Procs: 4},
+		{Backend: "sqlite", Strategy: "occ", Workload: "counter", Workers: 8, Keys: 1, Ops: 3, Seed: 3, Procs: 4},
+	} {
+		r := runCell(t, l, c)
+		if !r.InvariantOK || r.FailedOps != 0 || r.Ops != c.Ops {
+			t.Errorf("%d workers, %d ops in %d processes: invariant %v %s; %d committed, %d failed (%s)", c.Workers, c.Ops, c.Procs, r.InvariantOK, r.Invariant, r.Ops, r.FailedOps, r.Error)
+		}
+	}
+}
