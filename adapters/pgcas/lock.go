@@ -240,8 +240,9 @@ type Lease struct {
 	done    chan struct{} // closed when watch has returned
 	stopped sync.Once
 
-	mu    sync.Mutex
-	ended bool // Release has begun, or Close released a session lease
+	mu     sync.Mutex
+	ended  bool  // Release has begun, or Close released a session lease
+	closed error // why Close released a session lease, until Release reports it
 }
 
 // Token implements hybrid.Lease.
@@ -302,8 +303,11 @@ func (le *Lease) Release(ctx context.Context) error {
 	}
 	le.mu.Lock()
 	if le.ended {
+		// Ended by Close (a session lease): report the loss once.
+		lost := le.closed
+		le.closed = nil
 		le.mu.Unlock()
-		return nil
+		return lost
 	}
 	le.ended = true
 	le.mu.Unlock()
@@ -332,6 +336,7 @@ func (le *Lease) lose(cause error) {
 	}
 	if le.tx == nil {
 		le.ended = true
+		le.closed = cause
 		ctx, cancel := context.WithTimeout(context.Background(), le.locker.timeout)
 		defer cancel()
 		_ = le.release(ctx)

@@ -268,8 +268,11 @@ func TestCloseFreesLocks(t *testing.T) {
 			if err := next.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := held.Release(ctx); err != nil && !errors.Is(err, hybrid.ErrLeaseLost) {
-				t.Fatalf("Release after Close: %v, want nil or hybrid.ErrLeaseLost", err)
+			if err := held.Release(ctx); !errors.Is(err, hybrid.ErrLeaseLost) {
+				t.Fatalf("Release after Close: %v, want hybrid.ErrLeaseLost", err)
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatalf("second Release after Close: %v, want nil", err)
 			}
 			if err := held2.Release(ctx); err != nil {
 				t.Fatal(err)
