@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -463,4 +465,73 @@ func BenchmarkUpdateReplicaReads(b *testing.B) {
 			b.ReportMetric(per(rtPrimaryOnly.total(), prim), "primary-variant-stmts/op")
 		})
 	}
+}
+
+// BenchmarkModifyVsUpdate measures Table.Modify of rows of an
+// application's table against occ.Update over the Store, 8 goroutines
+// over 1000 keys each, where nothing conflicts: the repository path's own
+// cost (read the two ns/op lines as a ratio; run with -count and
+// -cpuprofile to see where a gap goes).
+//
+//	go test -run '^$' -bench ModifyVsUpdate -benchtime 20000x -count 3 ./adapters/pgcas/
+func BenchmarkModifyVsUpdate(b *testing.B) {
+	type row struct {
+		ID      string      `db:"id"`
+		N       int64       `db:"n"`
+		Version cas.Version `db:"version"`
+	}
+	ctx := context.Background()
+	const workers = 8
+	pool := pgtest.Pool(b, func(c *pgxpool.Config) { c.MaxConns = workers })
+	s, err := pgcas.New(pool, pgcas.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.CreateTable(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE bench_rows (id text PRIMARY KEY, n bigint NOT NULL, version bigserial NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	tbl, err := pgcas.NewTable[row](pool, pgcas.TableConfig{Table: "bench_rows"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	typed := cas.NewTyped(s, cas.JSON[int64]())
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+		if _, err := tbl.Insert(ctx, row{ID: keys[i]}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.CompareAndSwap(ctx, keys[i], 0, []byte("0")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run := func(b *testing.B, op func(key string) error) {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := range b.N / workers {
+					if err := op(keys[(w*131+i*7)%len(keys)]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	b.Run("table", func(b *testing.B) {
+		run(b, func(k string) error {
+			_, err := tbl.Modify(ctx, k, func(r row, _ bool) (row, error) { r.N++; return r, nil })
+			return err
+		})
+	})
+	b.Run("store", func(b *testing.B) {
+		run(b, func(k string) error {
+			_, _, err := occ.Update(ctx, typed, k, func(n int64, _ bool) (int64, error) { return n + 1, nil })
+			return err
+		})
+	})
 }

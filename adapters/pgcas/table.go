@@ -174,11 +174,19 @@ func (t *Table[T]) prepareSQL() {
 	if t.fence >= 0 {
 		fence = "c." + t.cols[t.fence].Quoted + "::bigint"
 	}
+	// One row, the written one or else the current one (exactly one of
+	// w and cur has a row, so COALESCE takes each column from it), or no
+	// row when the key has none.
+	both := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		both[i] = "COALESCE(w." + c.Quoted + ", c." + c.Quoted + ")"
+	}
 	t.sqlTail = `, cur AS (
     SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = $1 AND NOT EXISTS (SELECT FROM w) FOR SHARE)
-SELECT w.` + k + ` IS NOT NULL, c.` + k + ` IS NOT NULL, c.` + v + `::bigint, ` + fence + `,
-    ` + t.qualified("w") + `, ` + t.qualified("c") + `
-FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
+SELECT w.` + k + ` IS NOT NULL, c.` + v + `::bigint, ` + fence + `,
+    ` + strings.Join(both, ", ") + `
+FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true
+WHERE w.` + k + ` IS NOT NULL OR c.` + k + ` IS NOT NULL`
 	tail := t.sqlTail
 	update := func(where, extraSet string) string {
 		s := set

@@ -2,12 +2,12 @@ package pgcas
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/internal/rowupdate"
 )
 
 // tableResult is the head of the one row Update and Delete return.
@@ -39,24 +39,24 @@ func (r tableResult) conflict(key any, expected cas.Version) *cas.ConflictError 
 }
 
 // run runs a conditional write and scans its row: the flags, then the
-// written row (w) and the current row (c), NULL where absent.
+// written row, or else the current row; no row when the key has none.
 func (t *Table[T]) run(ctx context.Context, sql string, args ...any) (written, current T, r tableResult, err error) {
 	return t.scanWrite(t.q.QueryRow(ctx, sql, args...))
 }
 
-// scanWrite scans the row of a conditional write (see run).
+// scanWrite scans the row of a conditional write (see run) straight into
+// the row's fields.
 func (t *Table[T]) scanWrite(row pgx.Row) (written, current T, r tableResult, err error) {
-	wv, cv := rowupdate.Nullable[T](t.cols), rowupdate.Nullable[T](t.cols)
-	dest := append([]any{&r.written, &r.exists, &r.version, &r.fence}, wv...)
-	dest = append(dest, cv...)
-	if err = row.Scan(dest...); err != nil {
+	var out T
+	dest := append([]any{&r.written, &r.version, &r.fence}, t.targets(&out)...)
+	switch err = row.Scan(dest...); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return written, current, tableResult{}, nil // nothing written, no current row
+	case err != nil:
 		return written, current, r, err
+	case r.written:
+		return out, current, r, nil
 	}
-	if r.written {
-		rowupdate.Assign(&written, t.cols, wv)
-	}
-	if r.exists {
-		rowupdate.Assign(&current, t.cols, cv)
-	}
-	return written, current, r, nil
+	r.exists = true
+	return written, out, r, nil
 }
