@@ -369,30 +369,6 @@ func Targets[T any](row *T, cols []Column) []any {
 	return out
 }
 
-// Nullable returns scan targets that accept NULL for every column of
-// cols: a pointer to a pointer to the field's type. Assign copies what
-// they received into a row.
-func Nullable[T any](cols []Column) []any {
-	rt := reflect.TypeFor[T]()
-	out := make([]any, len(cols))
-	for i, c := range cols {
-		out[i] = reflect.New(reflect.PointerTo(rt.FieldByIndex(c.Index).Type)).Interface()
-	}
-	return out
-}
-
-// Assign copies the values scanned into Nullable targets into *row,
-// leaving the fields whose column was NULL as they are.
-func Assign[T any](row *T, cols []Column, vals []any) {
-	rv := reflect.ValueOf(row).Elem()
-	for i, c := range cols {
-		p := reflect.ValueOf(vals[i]).Elem() // *F
-		if !p.IsNil() {
-			rv.FieldByIndex(c.Index).Set(p.Elem())
-		}
-	}
-}
-
 // VersionAt returns the version in the field of column c of *row (an
 // integer field; a negative value reads as 0).
 func VersionAt[T any](row *T, c Column) cas.Version {
