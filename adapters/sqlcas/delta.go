@@ -356,7 +356,7 @@ func (s *Store) addInProcess(ctx context.Context, ds *deltaStatements, key strin
 		ver int64
 		raw []byte
 	)
-	err := s.q.QueryRowContext(ctx, ds.updateReturning.text, ds.updateReturning.args(vals)...).Scan(&ver, &raw)
+	err := s.prep.queryRow(ctx, s.q, ds.updateReturning.text, ds.updateReturning.args(vals)...).Scan(&ver, &raw)
 	if errors.Is(err, sql.ErrNoRows) {
 		c, rerr := s.readCurrent(ctx, key)
 		switch {
@@ -376,7 +376,7 @@ func (s *Store) addInProcess(ctx context.Context, ds *deltaStatements, key strin
 		case !b.Allows(0, n):
 			return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b, HasCurrent: true}
 		}
-		err = s.q.QueryRowContext(ctx, ds.insertReturning.text, ds.insertReturning.args(vals)...).Scan(&ver, &raw)
+		err = s.prep.queryRow(ctx, s.q, ds.insertReturning.text, ds.insertReturning.args(vals)...).Scan(&ver, &raw)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, 0, errDeltaRace // created meanwhile
 		}

@@ -105,6 +105,7 @@ type Store struct {
 	name   string // as configured, for messages
 	st     *statements
 	cm     *commitStatements
+	prep   *prepared // SQLite: statements prepared on db
 	ids    *writeid.Source
 	deltas *deltaStatements
 
@@ -151,6 +152,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if s.exclusiveTimeout <= 0 {
 		s.exclusiveTimeout = DefaultExclusiveTimeout
 	}
+	s.prep = newPrepared(s.d, db)
 	s.st = newStatements(s.d, table)
 	s.cm = newCommitStatements(s.d, table)
 	s.deltas = newDeltaStatements(s.d, table, name, cfg, s.limits.MaxKeyBytes)
@@ -256,7 +258,7 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 		value   []byte
 		version int64
 	)
-	err := s.reader().QueryRowContext(ctx, s.st.get.text, key).Scan(&value, &version)
+	err := s.prep.queryRow(ctx, s.reader(), s.st.get.text, key).Scan(&value, &version)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
@@ -282,7 +284,7 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 	for i, k := range keys {
 		args[i] = k
 	}
-	rows, err := s.reader().QueryContext(ctx, s.cm.getMany(len(keys)), args...)
+	rows, err := s.prep.query(ctx, s.reader(), s.cm.getMany(len(keys)), args...)
 	if err != nil {
 		return nil, s.readError("get-many", keys[0], err)
 	}
@@ -442,7 +444,7 @@ func (s *Store) runWrite(ctx context.Context, st stmt, args []any, create bool) 
 			curVal           []byte
 			dead             sql.NullBool
 		)
-		if err := s.q.QueryRowContext(ctx, st.text, args...).Scan(&newV, &curV, &curVal, &curT, &dead); err != nil {
+		if err := s.prep.queryRow(ctx, s.q, st.text, args...).Scan(&newV, &curV, &curVal, &curT, &dead); err != nil {
 			return 0, false, nil, err
 		}
 		if newV.Valid {
@@ -451,7 +453,7 @@ func (s *Store) runWrite(ctx context.Context, st stmt, args []any, create bool) 
 		return 0, false, &current{exists: curV.Valid, dead: dead.Bool, version: curV.Int64, value: curVal, token: curT.Int64}, nil
 	case create && s.d == SQLite:
 		var v int64
-		err := s.q.QueryRowContext(ctx, st.text, args...).Scan(&v)
+		err := s.prep.queryRow(ctx, s.q, st.text, args...).Scan(&v)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil, nil
 		}
@@ -460,7 +462,7 @@ func (s *Store) runWrite(ctx context.Context, st stmt, args []any, create bool) 
 		}
 		return cas.Version(v), true, nil, nil
 	case create: // MySQL
-		res, err := s.q.ExecContext(ctx, st.text, args...)
+		res, err := s.prep.exec(ctx, s.q, st.text, args...)
 		if err != nil {
 			return 0, false, nil, err
 		}
@@ -470,7 +472,7 @@ func (s *Store) runWrite(ctx context.Context, st stmt, args []any, create bool) 
 		}
 		return cas.Version(v), v > 0, nil, nil
 	}
-	res, err := s.q.ExecContext(ctx, st.text, args...)
+	res, err := s.prep.exec(ctx, s.q, st.text, args...)
 	if err != nil {
 		return 0, false, nil, err
 	}
@@ -500,7 +502,7 @@ func expectedArg(_ Dialect, st stmt) int {
 // row).
 func (s *Store) readCurrent(ctx context.Context, key string) (current, error) {
 	var c current
-	err := s.q.QueryRowContext(ctx, s.st.current.text, key).Scan(&c.version, &c.value, &c.token, &c.dead)
+	err := s.prep.queryRow(ctx, s.q, s.st.current.text, key).Scan(&c.version, &c.value, &c.token, &c.dead)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return current{}, nil

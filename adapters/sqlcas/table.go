@@ -84,6 +84,7 @@ type Table[T any] struct {
 	counterDDL, counterIn string
 
 	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
+	prep *prepared               // SQLite: statements prepared on db
 }
 
 // NewTable returns a Table over cfg's table, whose rows map to T. It does
@@ -102,7 +103,7 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: NewTable: %w", err)
 	}
-	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table}
+	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table, prep: newPrepared(d, db)}
 	t.cols, t.key, t.version, t.fence, err = rowupdate.Layout[T](d.quote, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: NewTable[%v]: %w", reflect.TypeFor[T](), err)
@@ -245,7 +246,7 @@ func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
 
 func (t *Table[T]) get(ctx context.Context, q Querier, query, op string, key any) (T, error) {
 	var row T
-	err := q.QueryRowContext(ctx, query, key).Scan(t.targets(&row)...)
+	err := t.prep.queryRow(ctx, q, query, key).Scan(t.targets(&row)...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return row, &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: cas.ErrNotFound}

@@ -97,7 +97,7 @@ func (t *Table[T]) runUpdate(ctx context.Context, query string, args []any, row 
 		}
 		return out, true, rows.Close()
 	}
-	res, err := t.q.ExecContext(ctx, query, args...)
+	res, err := t.prep.exec(ctx, t.q, query, args...)
 	if err != nil {
 		return out, false, err
 	}

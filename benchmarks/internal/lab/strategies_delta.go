@@ -131,6 +131,16 @@ func sqlBlind(db *sql.DB, d sqlcas.Dialect, ns string) func(ctx context.Context,
 	default:
 		q = `UPDATE "` + ns + `" SET value = convert_to((convert_from(value, 'UTF8')::bigint + $1::bigint)::text, 'UTF8') WHERE k = $2`
 	}
+	if d == sqlcas.SQLite {
+		// Prepared, as sqlcas prepares its statements on SQLite: the
+		// driver parses an unprepared text on every call.
+		if st, err := db.Prepare(q); err == nil {
+			return func(ctx context.Context, key string, n int64) error {
+				_, err := st.ExecContext(ctx, n, key)
+				return err
+			}
+		}
+	}
 	return func(ctx context.Context, key string, n int64) error {
 		_, err := db.ExecContext(ctx, q, n, key)
 		return err
