@@ -21,3 +21,7 @@ func (s *Store) SwapStatement() (string, func(key string, value, id []byte, expe
 		return st.args(&vals)
 	}
 }
+
+// OpenPrepared returns how many statements stores and tables have
+// prepared and not closed yet.
+func OpenPrepared() int64 { return openPrepared.Load() }

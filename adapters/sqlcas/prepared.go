@@ -3,6 +3,7 @@ package sqlcas
 import (
 	"context"
 	"database/sql"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -21,10 +22,31 @@ const maxPrepared = 512
 // trip already. Statements run on what With was given (a caller's
 // transaction or connection) are not prepared. Safe for concurrent use.
 type prepared struct {
-	db    *sql.DB
+	db *sql.DB
+	*stmtSet
+}
+
+// stmtSet is what a prepared holds; closed by a cleanup once its
+// prepared (the store or table, and every copy With made) is gone, so
+// that stores made and dropped do not leave statements open on the
+// database's connections.
+type stmtSet struct {
 	stmts sync.Map // text → *sql.Stmt
 	n     atomic.Int32
 }
+
+// close closes every statement of the set.
+func (set *stmtSet) close() {
+	set.stmts.Range(func(_, st any) bool {
+		_ = st.(*sql.Stmt).Close()
+		openPrepared.Add(-1)
+		return true
+	})
+}
+
+// openPrepared counts the statements prepared and not closed yet, in all
+// stores and tables (for tests).
+var openPrepared atomic.Int64
 
 // stmt returns text prepared on the store's database, or nil when q is
 // not that database, the bound is reached, or preparing failed (the
@@ -48,6 +70,7 @@ func (p *prepared) stmt(ctx context.Context, q Querier, text string) *sql.Stmt {
 		return prev.(*sql.Stmt)
 	}
 	p.n.Add(1)
+	openPrepared.Add(1)
 	return st
 }
 
@@ -81,5 +104,7 @@ func newPrepared(d Dialect, db *sql.DB) *prepared {
 	if d != SQLite {
 		return nil
 	}
-	return &prepared{db: db}
+	p := &prepared{db: db, stmtSet: &stmtSet{}}
+	runtime.AddCleanup(p, (*stmtSet).close, p.stmtSet)
+	return p
 }

@@ -3,7 +3,9 @@ package sqlcas_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +171,48 @@ func shortHold(d sqlcas.Dialect, limits cas.Limits) func(*testing.T, cas.Store) 
 			t.Fatal(err)
 		}
 		return o, bound
+	}
+}
+
+// TestPreparedStatementsClosed: on SQLite a store prepares its statements
+// on the database's connections; once the store is gone they are closed,
+// so that stores made and dropped (a store per request, per tenant's
+// table) leave no statements open behind them.
+func TestPreparedStatementsClosed(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, sqlcas.SQLite)
+	runtime.GC()
+	before := sqlcas.OpenPrepared()
+	func() {
+		for i := range 50 {
+			s, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.SQLite, Table: fmt.Sprintf("t%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.CreateTable(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.CompareAndSwap(ctx, "k", 0, []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Get(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}()
+	if n := sqlcas.OpenPrepared() - before; n < 100 {
+		t.Fatalf("50 stores prepared %d statements, want at least 2 each", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		n := sqlcas.OpenPrepared() - before
+		if n <= 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d statements of 50 dropped stores still open", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
