@@ -215,15 +215,6 @@ WHERE w.` + k + ` IS NOT NULL OR c.` + k + ` IS NOT NULL`
 // token).
 func (t *Table[T]) writable(i int) bool { return i != t.key && i != t.version && i != t.fence }
 
-// qualified returns every column prefixed with alias.
-func (t *Table[T]) qualified(alias string) string {
-	out := make([]string, len(t.cols))
-	for i, c := range t.cols {
-		out[i] = alias + "." + c.Quoted
-	}
-	return strings.Join(out, ", ")
-}
-
 // Get returns the row with key, its version field filled in, or an error
 // matching cas.ErrNotFound. It reads on TableConfig.ReadPool when set.
 func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
