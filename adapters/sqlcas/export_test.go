@@ -23,5 +23,5 @@ func (s *Store) SwapStatement() (string, func(key string, value, id []byte, expe
 }
 
 // OpenPrepared returns how many statements stores and tables have
-// prepared and not closed yet.
-func OpenPrepared() int64 { return openPrepared.Load() }
+// prepared and not closed yet, and how many they ever prepared.
+func OpenPrepared() (open, total int64) { return openPrepared.Load(), preparedTotal.Load() }

@@ -44,9 +44,10 @@ func (set *stmtSet) close() {
 	})
 }
 
-// openPrepared counts the statements prepared and not closed yet, in all
-// stores and tables (for tests).
-var openPrepared atomic.Int64
+// openPrepared counts the statements prepared and not closed yet, and
+// preparedTotal those ever prepared, in all stores and tables (for
+// tests).
+var openPrepared, preparedTotal atomic.Int64
 
 // stmt returns text prepared on the store's database, or nil when q is
 // not that database, the bound is reached, or preparing failed (the
@@ -71,6 +72,7 @@ func (p *prepared) stmt(ctx context.Context, q Querier, text string) *sql.Stmt {
 	}
 	p.n.Add(1)
 	openPrepared.Add(1)
+	preparedTotal.Add(1)
 	return st
 }
 
