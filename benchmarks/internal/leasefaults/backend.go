@@ -117,13 +117,19 @@ func Open(ctx context.Context, data, locks *backends.Client, ns string, ttl time
 	}
 	b.NewLocker = func(ctx context.Context) (hybrid.Locker, error) {
 		if !perWorker {
-			return shared, nil
+			// Shared by every worker and run: Run must not close it
+			// (pgcas's Locker has a Close, which ends it for good).
+			return sharedLocker{shared}, nil
 		}
 		l, _, err := locks.NewLocker(ctx, cfg)
 		return l, err
 	}
 	return b, nil
 }
+
+// sharedLocker is a Locker shared by the runs of a backend, without the
+// Close of the Locker it wraps.
+type sharedLocker struct{ hybrid.Locker }
 
 // redisExpireScript deletes the lock key KEYS[1] if it holds the grant
 // with token ARGV[1] (its value is "<token>:<holder>").
