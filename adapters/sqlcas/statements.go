@@ -94,6 +94,7 @@ func isNameByte(s string, i int) bool {
 type statements struct {
 	get       stmt // value, version of a live key
 	current   stmt // version, value, fence_token, value IS NULL: the row, tombstone or not
+	committed stmt // current without a lock: the latest committed row, outside a transaction
 	lockRow   stmt // current, locked for writing (UpdateExclusive)
 	resolve   stmt // version, value IS NULL, write_id
 	create    stmt // expected 0
@@ -107,10 +108,11 @@ type statements struct {
 func newStatements(d Dialect, table string) *statements {
 	c := func(t string) stmt { return compile(d, t, table) }
 	s := &statements{
-		get:     c(`SELECT value, version FROM {T} WHERE k = @k AND value IS NOT NULL`),
-		current: c(`SELECT version, value, fence_token, value IS NULL FROM {T} WHERE k = @k` + d.lockShare()),
-		lockRow: c(`SELECT version, value, fence_token, value IS NULL FROM {T} WHERE k = @k` + d.forUpdate()),
-		resolve: c(`SELECT version, value IS NULL, write_id FROM {T} WHERE k = @k`),
+		get:       c(`SELECT value, version FROM {T} WHERE k = @k AND value IS NOT NULL`),
+		current:   c(`SELECT version, value, fence_token, value IS NULL FROM {T} WHERE k = @k` + d.lockShare()),
+		committed: c(`SELECT version, value, fence_token, value IS NULL FROM {T} WHERE k = @k`),
+		lockRow:   c(`SELECT version, value, fence_token, value IS NULL FROM {T} WHERE k = @k` + d.forUpdate()),
+		resolve:   c(`SELECT version, value IS NULL, write_id FROM {T} WHERE k = @k`),
 	}
 	switch d {
 	case MySQL:

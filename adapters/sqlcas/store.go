@@ -497,12 +497,18 @@ func expectedArg(_ Dialect, st stmt) int {
 	panic("sqlcas: statement without an expected version")
 }
 
-// readCurrent reads key's row, live or a tombstone, with a locking read
-// (so that inside a caller's transaction it sees the latest committed
-// row).
+// readCurrent reads key's row, live or a tombstone: the latest committed
+// row. Inside a caller's transaction that takes a locking read (a plain
+// one would see the transaction's snapshot), and on PostgreSQL (see
+// Table's currentSQL); on MySQL a statement of its own reads it without
+// a lock, which would only wait behind the key's other writers.
 func (s *Store) readCurrent(ctx context.Context, key string) (current, error) {
 	var c current
-	err := s.prep.queryRow(ctx, s.q, s.st.current.text, key).Scan(&c.version, &c.value, &c.token, &c.dead)
+	st := s.st.current
+	if !s.inTx && s.d != Postgres {
+		st = s.st.committed
+	}
+	err := s.prep.queryRow(ctx, s.q, st.text, key).Scan(&c.version, &c.value, &c.token, &c.dead)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return current{}, nil

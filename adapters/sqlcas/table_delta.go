@@ -74,7 +74,7 @@ WHERE ` + k + ` = $2 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint RETURNING `
 	case applied:
 		return out, nil
 	}
-	cur, err := t.get(ctx, t.q, t.sqlCur, "add", key)
+	cur, err := t.get(ctx, t.q, t.currentSQL(), "add", key)
 	if err != nil {
 		return zero, err
 	}

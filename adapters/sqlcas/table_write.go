@@ -57,7 +57,7 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 		if ok {
 			return out, nil
 		}
-		cur, err := t.get(ctx, t.q, t.sqlCur, "update", key)
+		cur, err := t.get(ctx, t.q, t.currentSQL(), "update", key)
 		if errors.Is(err, cas.ErrNotFound) {
 			return zero, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, HasCurrent: true, Current: cas.Item{Key: fmt.Sprint(key)}}
 		}
@@ -172,7 +172,7 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 	}
 	if n == 0 {
 		tx.rollback()
-		cur, err := t.get(ctx, t.q, t.sqlCur, "delete", key)
+		cur, err := t.get(ctx, t.q, t.currentSQL(), "delete", key)
 		if errors.Is(err, cas.ErrNotFound) {
 			return conflict(sql.NullInt64{})
 		}
