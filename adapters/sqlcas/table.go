@@ -250,7 +250,7 @@ func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
 // snapshot can briefly miss a commit a replica already shows. On MySQL a
 // statement of its own sees it without a lock, which would only wait
 // behind the row's other writers (on one hot row across processes, the
-// plain read made updates 1.4–1.7× faster: docs/benchmarks.md).
+// plain read made updates 1.35–1.7× faster: docs/benchmarks.md).
 func (t *Table[T]) currentSQL() string {
 	if t.inTx || t.d == Postgres {
 		return t.sqlCur
