@@ -79,7 +79,9 @@ func (p *prepared) stmt(ctx context.Context, q Querier, text string) *sql.Stmt {
 // queryRow runs text on q, prepared where it can be.
 func (p *prepared) queryRow(ctx context.Context, q Querier, text string, args ...any) *sql.Row {
 	if st := p.stmt(ctx, q, text); st != nil {
-		return st.QueryRowContext(ctx, args...)
+		row := st.QueryRowContext(ctx, args...)
+		runtime.KeepAlive(p) // its cleanup closes st: not before st ran
+		return row
 	}
 	return q.QueryRowContext(ctx, text, args...)
 }
@@ -87,7 +89,9 @@ func (p *prepared) queryRow(ctx context.Context, q Querier, text string, args ..
 // query runs text on q, prepared where it can be.
 func (p *prepared) query(ctx context.Context, q Querier, text string, args ...any) (*sql.Rows, error) {
 	if st := p.stmt(ctx, q, text); st != nil {
-		return st.QueryContext(ctx, args...)
+		rows, err := st.QueryContext(ctx, args...)
+		runtime.KeepAlive(p) // its cleanup closes st: not before st ran
+		return rows, err
 	}
 	return q.QueryContext(ctx, text, args...)
 }
@@ -95,7 +99,9 @@ func (p *prepared) query(ctx context.Context, q Querier, text string, args ...an
 // exec runs text on q, prepared where it can be.
 func (p *prepared) exec(ctx context.Context, q Querier, text string, args ...any) (sql.Result, error) {
 	if st := p.stmt(ctx, q, text); st != nil {
-		return st.ExecContext(ctx, args...)
+		res, err := st.ExecContext(ctx, args...)
+		runtime.KeepAlive(p) // its cleanup closes st: not before st ran
+		return res, err
 	}
 	return q.ExecContext(ctx, text, args...)
 }
