@@ -25,6 +25,7 @@ type commit struct {
 	bases    []uint64   // per create: the version attribute it expects
 	id       writeid.ID // the write id of every put and delete, and the ClientRequestToken
 	versions []cas.Version
+	held     map[string]cas.Item // the keys an exclusive commit holds (their ops ask for its hold)
 	in       *dynamodb.TransactWriteItemsInput
 }
 
@@ -42,6 +43,12 @@ type commit struct {
 // refusal tells its version and Commit sends the transaction again with
 // the versions of every created key read consistently.
 //
+// Every operation also asks that no exclusive update or exclusive commit
+// holds its key (see UpdateExclusive). A transaction refused only by such
+// a hold waits for it to end, polling, and is sent again, as a writer
+// waits for a row lock; the holder then finds its versions unchanged, and
+// the waiting transaction usually loses to the holder's write.
+//
 // The ClientRequestToken is the commit's write id, so a transaction sent
 // again after a lost answer is idempotent on DynamoDB; see resolveCommit.
 func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
@@ -56,11 +63,21 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 // writes end it), or by no one (nil).
 func (s *Store) commit(ctx context.Context, ops []cas.Op, hold []byte, held map[string]cas.Item) ([]cas.Version, error) {
 	bases := make([]uint64, len(ops))
+	var poll ctxwait.Poll
 	for attempt := 1; ; attempt++ {
 		c := s.buildCommit(ops, bases, hold, held)
 		vs, rebase, err := s.sendCommit(ctx, c)
 		if !rebase {
 			return vs, err
+		}
+		if errors.Is(err, errHeld) {
+			// Refused by another's hold only: wait for it to end, then
+			// send anew (a new id, the clock read again).
+			if err := poll.Wait(ctx); err != nil {
+				return nil, fmt.Errorf("dynamocas: commit (first key %q) waiting for an exclusive hold: %w", truncate(ops[0].Key, 64), err)
+			}
+			attempt--
+			continue
 		}
 		if attempt == maxCommitAttempts {
 			// Created keys keep being deleted and re-created under us: a
@@ -83,7 +100,7 @@ func firstCreate(ops []cas.Op) string {
 }
 
 func (s *Store) buildCommit(ops []cas.Op, bases []uint64, hold []byte, held map[string]cas.Item) *commit {
-	c := &commit{ops: ops, bases: bases, id: s.ids.Next(), versions: make([]cas.Version, len(ops))}
+	c := &commit{ops: ops, bases: bases, id: s.ids.Next(), versions: make([]cas.Version, len(ops)), held: held}
 	items := make([]types.TransactWriteItem, len(ops))
 	for i, op := range ops {
 		e := s.newExpr()
@@ -98,6 +115,8 @@ func (s *Store) buildCommit(ops []cas.Op, bases []uint64, hold []byte, held map[
 		_, mine := held[op.Key]
 		if mine {
 			cond = s.holdCond(e, hold) + " AND " + cond
+		} else {
+			cond = s.unheldCond(e) + " AND " + cond
 		}
 		switch op.Kind {
 		case cas.OpCheck:
@@ -175,11 +194,14 @@ func (s *Store) sendCommit(ctx context.Context, c *commit) (vs []cas.Version, re
 // order whose condition failed against a state that really differs from
 // the one it expected is the conflict. A failed condition whose key now
 // satisfies it (a tombstone with another version than a create assumed, or
-// a state that changed back in between) asks for another attempt. With no
+// a state that changed back in between) asks for another attempt; one
+// whose key is held by another's exclusive update asks for it after the
+// hold ends (the error is then errHeld). With no
 // failed condition, the transaction was cancelled for other reasons
 // (TransactionConflict and throttling are Retryable).
 func (s *Store) cancelled(ctx context.Context, c *commit, tce *types.TransactionCanceledException, cause error) (rebase bool, err error) {
 	reasons := tce.CancellationReasons
+	held := false
 	for i, r := range reasons {
 		if i >= len(c.ops) || aws.ToString(r.Code) != "ConditionalCheckFailed" {
 			continue
@@ -194,9 +216,15 @@ func (s *Store) cancelled(ctx context.Context, c *commit, tce *types.Transaction
 		}
 		if st.item.Version == op.Expected {
 			rebase = true // the condition holds now: try again
+			if _, mine := c.held[op.Key]; !mine && st.holdUntil >= time.Now().UnixMilli() {
+				held = true // but another's hold refused it: after the hold
+			}
 			continue
 		}
 		return false, &cas.ConflictError{Key: op.Key, Expected: op.Expected, Current: st.item, HasCurrent: true, Err: cause}
+	}
+	if held {
+		return true, fmt.Errorf("%w: %w", errHeld, cause)
 	}
 	if rebase {
 		return true, cause

@@ -47,10 +47,10 @@ func (s *Store) sendUnheld(ctx context.Context, w *write) (cas.Version, error) {
 // Config.ExclusiveTTL ahead by this process's clock; it waits, polling,
 // while another update holds the key) and returns the item, fn runs, and
 // the write, conditional on the token and the version, ends it.
-// Meanwhile CompareAndSwap and CompareAndDelete of the key wait for the
-// hold to end (then usually find their version gone: a conflict);
-// CompareAndSwapFenced and Commit do not look at holds, and the holder's
-// write then fails with a conflict.
+// Meanwhile CompareAndSwap, CompareAndDelete and Commit of the key wait
+// for the hold to end (then usually find their version gone: a conflict);
+// CompareAndSwapFenced and a Table's Tx do not look at holds, and the
+// holder's write then fails with a conflict.
 //
 // A holder that stops answering loses the key when its hold ends: the
 // others take it or write, and the holder's late write is refused (its

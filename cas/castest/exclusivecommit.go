@@ -101,6 +101,53 @@ var exclusiveCommitTests = []test{
 		}
 		wantLatest(t, h, s, "b", "2")
 	}},
+	{"HoldsTheKeysFromCommits", func(t *testing.T, h *Harness, s cas.Store) {
+		// While fn runs, a transaction of a held key (and of a free one)
+		// waits (or is refused), and never commits at the versions fn saw.
+		ec := capability[cas.ExclusiveCommitter](t, s)
+		cm := capability[cas.Committer](t, s)
+		ctx := context.Background()
+		va := mustCreate(t, s, "a", "1")
+		vc := mustCreate(t, s, "c", "1")
+		inFn, release := make(chan struct{}), make(chan struct{})
+		done, rival := make(chan error, 1), make(chan error, 1)
+		go func() {
+			_, err := ec.CommitExclusive(ctx, []string{"a"}, func(cur []cas.Item) ([]cas.Op, error) {
+				close(inFn)
+				<-release
+				return []cas.Op{cas.Put("a", cur[0].Version, []byte("2"))}, nil
+			})
+			done <- err
+		}()
+		<-inFn
+		go func() {
+			_, err := cm.Commit(ctx, []cas.Op{cas.Put("c", vc, []byte("rival")), cas.Put("a", va, []byte("rival"))})
+			rival <- err
+		}()
+		early := false
+		var err error
+		select {
+		case err = <-rival:
+			early = true
+			if err == nil {
+				close(release)
+				t.Fatalf("a transaction of a held key at its version committed")
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatalf("CommitExclusive: %v", err)
+		}
+		if !early {
+			err = <-rival
+		}
+		if !errors.Is(err, cas.ErrConflict) {
+			t.Fatalf("the rival transaction: %v, want a conflict", err)
+		}
+		wantLatest(t, h, s, "a", "2")
+		wantLatest(t, h, s, "c", "1")
+	}},
 	{"PanicInFnReleases", func(t *testing.T, h *Harness, s cas.Store) {
 		// A panic in fn leaves the keys free: a later write of them goes
 		// through at once, not after a lock times out.
