@@ -196,6 +196,80 @@ INSERT INTO accounts VALUES ('ada', 'checking', 120), ('ada', 'savings', 30)`); 
 	// Output: <nil> 50
 }
 
+// A transfer between two rows of accounts that records itself in a
+// ledger table, as one optimistic transaction over the two tables: no
+// lock is held while fn runs, and the commit writes the three rows only
+// if neither account changed since it was read.
+func ExampleTxn() {
+	type Account struct {
+		ID      string `db:"id"`
+		Balance int64  `db:"balance"`
+		Version int64  `db:"version"`
+	}
+	type Entry struct {
+		ID      string `db:"id"`
+		From    string `db:"from_id"`
+		To      string `db:"to_id"`
+		Amount  int64  `db:"amount"`
+		Version int64  `db:"version"`
+	}
+	ctx := context.Background()
+	pool, done := examplePool()
+	defer done()
+	if _, err := pool.Exec(ctx, `CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL, version bigserial NOT NULL);
+CREATE TABLE ledger (id text PRIMARY KEY, from_id text NOT NULL, to_id text NOT NULL, amount bigint NOT NULL, version bigserial NOT NULL);
+INSERT INTO accounts (id, balance) VALUES ('ada', 100), ('bob', 0)`); err != nil {
+		panic(err)
+	}
+	accounts, err := pgcas.NewTable[Account](pool, pgcas.TableConfig{Table: "accounts"})
+	if err != nil {
+		panic(err)
+	}
+	ledger, err := pgcas.NewTable[Entry](pool, pgcas.TableConfig{Table: "ledger"})
+	if err != nil {
+		panic(err)
+	}
+	transfer := func(id, from, to string, amount int64) error {
+		return pgcas.Txn(ctx, func(tx *pgcas.Tx) error {
+			if err := pgcas.TxPrefetch(tx, accounts, from, to); err != nil {
+				return err
+			}
+			f, _, err := pgcas.TxGet(tx, accounts, from)
+			if err != nil {
+				return err
+			}
+			t, _, err := pgcas.TxGet(tx, accounts, to)
+			if err != nil {
+				return err
+			}
+			if f.Balance < amount {
+				return errors.New("insufficient funds") // returned as is, nothing written
+			}
+			f.Balance, t.Balance = f.Balance-amount, t.Balance+amount
+			for _, err := range []error{
+				pgcas.TxPut(tx, accounts, f),
+				pgcas.TxPut(tx, accounts, t),
+				pgcas.TxPut(tx, ledger, Entry{ID: id, From: from, To: to, Amount: amount}),
+			} {
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}, occ.WithRetryable(pgcas.Retryable))
+	}
+	fmt.Println(transfer("t-1", "ada", "bob", 60))
+	fmt.Println(transfer("t-2", "ada", "bob", 60))
+	ada, _ := accounts.Get(ctx, "ada")
+	bob, _ := accounts.Get(ctx, "bob")
+	t1, _ := ledger.Get(ctx, "t-1")
+	fmt.Println(ada.Balance, bob.Balance, t1.Amount)
+	// Output:
+	// <nil>
+	// insufficient funds
+	// 40 60 60
+}
+
 // A lease on an advisory lock, whose fencing token the store checks.
 func ExampleNewLocker() {
 	ctx := context.Background()

@@ -96,6 +96,7 @@ type Table[T any] struct {
 	sqlTail string // the end of a conditional write: the row read when the write matched none, the flags
 
 	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
+	txm  *rowupdate.Member[T]    // t in Txn's transactions
 
 	q    querier      // where writes run: pool, or an exclusive update's connection, or a transaction
 	rq   querier      // where Get and getMany read: TableConfig.ReadPool or q (always q inside a transaction)
@@ -134,6 +135,7 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	t.nextval = "nextval('" + strings.ReplaceAll(qseq, "'", "''") + "'::regclass)"
 	t.prepareSQL()
 	t.rows = t.newRows()
+	t.txm = t.newMember()
 	return t, nil
 }
 

@@ -248,6 +248,78 @@ func ExampleTable_ModifyMany() {
 	// 70 30
 }
 
+// An order and the stock it takes, in two tables, as one optimistic
+// transaction: the order row is inserted and the item's stock taken only
+// if the item has not changed since it was read; otherwise the
+// transaction runs again from the item as it is.
+func ExampleTxn() {
+	type Item struct {
+		SKU     string      `db:"sku"`
+		Stock   int64       `db:"stock"`
+		Version cas.Version `db:"version"`
+	}
+	type Order struct {
+		ID      string      `db:"id"`
+		SKU     string      `db:"sku"`
+		Qty     int64       `db:"qty"`
+		Version cas.Version `db:"version"`
+	}
+	ctx := context.Background()
+	db, done := exampleSQLite()
+	defer done()
+	for _, ddl := range []string{
+		`CREATE TABLE items (sku TEXT PRIMARY KEY, stock INTEGER NOT NULL, version INTEGER NOT NULL)`,
+		`CREATE TABLE orders (id TEXT PRIMARY KEY, sku TEXT NOT NULL, qty INTEGER NOT NULL, version INTEGER NOT NULL)`,
+	} {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			panic(err)
+		}
+	}
+	items, err := sqlcas.NewTable[Item](db, sqlcas.TableConfig{Dialect: sqlcas.SQLite, Table: "items", KeyColumn: "sku"})
+	if err != nil {
+		panic(err)
+	}
+	orders, err := sqlcas.NewTable[Order](db, sqlcas.TableConfig{Dialect: sqlcas.SQLite, Table: "orders"})
+	if err != nil {
+		panic(err)
+	}
+	for _, create := range []func(context.Context) error{items.CreateCounter, orders.CreateCounter} {
+		if err := create(ctx); err != nil {
+			panic(err)
+		}
+	}
+	if _, err := items.Insert(ctx, Item{SKU: "lamp", Stock: 3}); err != nil {
+		panic(err)
+	}
+	errSoldOut := errors.New("sold out")
+	order := func(id, sku string, qty int64) error {
+		return sqlcas.Txn(ctx, func(tx *sqlcas.Tx) error {
+			it, ok, err := sqlcas.TxGet(tx, items, sku)
+			if err != nil {
+				return err
+			}
+			if !ok || it.Stock < qty {
+				return errSoldOut // returned as is, nothing written
+			}
+			it.Stock -= qty
+			if err := sqlcas.TxPut(tx, items, it); err != nil {
+				return err
+			}
+			return sqlcas.TxPut(tx, orders, Order{ID: id, SKU: sku, Qty: qty})
+		}, occ.WithRetryable(sqlcas.Retryable))
+	}
+	fmt.Println(order("o-1", "lamp", 2))
+	fmt.Println(order("o-2", "lamp", 2))
+	lamp, _ := items.Get(ctx, "lamp")
+	o1, _ := orders.Get(ctx, "o-1")
+	_, err = orders.Get(ctx, "o-2")
+	fmt.Println(lamp.Stock, o1.Qty, errors.Is(err, cas.ErrNotFound))
+	// Output:
+	// <nil>
+	// sold out
+	// 1 2 true
+}
+
 // MySQL's GET_LOCK as a lease with a fencing token, checked by the write
 // it protects.
 func ExampleNewLocker() {

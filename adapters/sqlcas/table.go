@@ -84,6 +84,7 @@ type Table[T any] struct {
 	counterDDL, counterIn string
 
 	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
+	txm  *rowupdate.Member[T]    // t in Txn's transactions
 	prep *prepared               // SQLite: statements prepared on db
 }
 
@@ -121,6 +122,7 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	}
 	t.prepareSQL(qc)
 	t.rows = t.newRows()
+	t.txm = t.newMember()
 	return t, nil
 }
 

@@ -1,0 +1,90 @@
+package sqlcas_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/occkit/occkit/adapters/sqlcas"
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/txntest"
+	"github.com/occkit/occkit/occ"
+)
+
+func TestTxn(t *testing.T) {
+	eachDialect(t, func(t *testing.T, d sqlcas.Dialect) {
+		txntest.Run(t, txntest.Harness[*sqlcas.Tx]{Open: func(t *testing.T) txntest.Tables[*sqlcas.Tx] {
+			accounts, entries, _ := txnTables(t, d)
+			return txntest.Tables[*sqlcas.Tx]{
+				Txn: func(ctx context.Context, fn func(*sqlcas.Tx) error, opts ...occ.Option) error {
+					return sqlcas.Txn(ctx, fn, opts...)
+				},
+				GetAccount:      func(tx *sqlcas.Tx, id int64) (txntest.Account, bool, error) { return sqlcas.TxGet(tx, accounts, id) },
+				PrefetchAccount: func(tx *sqlcas.Tx, ids ...any) error { return sqlcas.TxPrefetch(tx, accounts, ids...) },
+				PutAccount:      func(tx *sqlcas.Tx, a txntest.Account) error { return sqlcas.TxPut(tx, accounts, a) },
+				GetEntry:        func(tx *sqlcas.Tx, id int64) (txntest.Entry, bool, error) { return sqlcas.TxGet(tx, entries, id) },
+				PutEntry:        func(tx *sqlcas.Tx, e txntest.Entry) error { return sqlcas.TxPut(tx, entries, e) },
+				InsertAccount:   accounts.Insert,
+				ReadAccount:     func(ctx context.Context, id int64) (txntest.Account, error) { return accounts.Get(ctx, id) },
+				UpdateAccount:   accounts.Update,
+				InsertEntry:     entries.Insert,
+				ReadEntry:       func(ctx context.Context, id int64) (txntest.Entry, error) { return entries.Get(ctx, id) },
+			}
+		}})
+	})
+}
+
+// txnTables makes the accounts and entries tables of txntest in a fresh
+// database of dialect d.
+func txnTables(t *testing.T, d sqlcas.Dialect) (*sqlcas.Table[txntest.Account], *sqlcas.Table[txntest.Entry], *sql.DB) {
+	t.Helper()
+	ctx := context.Background()
+	db := openDB(t, d)
+	for _, ddl := range []string{
+		`CREATE TABLE accounts (id BIGINT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL, version BIGINT NOT NULL)`,
+		`CREATE TABLE entries (id BIGINT NOT NULL PRIMARY KEY, account BIGINT NOT NULL, amount BIGINT NOT NULL, version BIGINT NOT NULL)`,
+	} {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accounts, err := sqlcas.NewTable[txntest.Account](db, sqlcas.TableConfig{Dialect: d, Table: "accounts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := sqlcas.NewTable[txntest.Entry](db, sqlcas.TableConfig{Dialect: d, Table: "entries"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, create := range []func(context.Context) error{accounts.CreateCounter, entries.CreateCounter} {
+		if err := create(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return accounts, entries, db
+}
+
+// TestTxnRefusesCallersTx: a table bound to the caller's transaction
+// cannot take part in Txn, which commits transactions of its own.
+func TestTxnRefusesCallersTx(t *testing.T) {
+	ctx := context.Background()
+	accounts, _, db := txnTables(t, sqlcas.SQLite)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	bound := accounts.With(tx)
+	calls := 0
+	err = sqlcas.Txn(ctx, func(in *sqlcas.Tx) error {
+		calls++
+		_, _, err := sqlcas.TxGet(in, bound, int64(1))
+		return err
+	})
+	var ke *cas.KeyError
+	if !errors.As(err, &ke) || !strings.Contains(err.Error(), "caller's transaction") || calls != 1 {
+		t.Fatalf("Txn over a table bound to the caller's transaction = %v (fn ran %d times), want a refusal", err, calls)
+	}
+}

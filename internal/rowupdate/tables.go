@@ -1,0 +1,429 @@
+package rowupdate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/occ"
+)
+
+// Tables is the bridge of a transaction over rows of several tables of
+// one database onto occ.Txn: a cas.Store and cas.Committer whose keys
+// name a row of one Member ("<member id>\x1f<key>") and whose values are
+// that member's row handles. An adapter keeps one Tables for the life of
+// the process, so that the turns of its calls meet at hot rows, as they
+// do for one table's ModifyMany. The zero Tables is ready to use.
+type Tables struct{}
+
+var (
+	_ cas.Store       = (*Tables)(nil)
+	_ cas.Committer   = (*Tables)(nil)
+	_ cas.BatchGetter = (*Tables)(nil)
+)
+
+// Member is one table as a transaction of Tables reads and writes it.
+// Make it once per table (NewMember) and keep it with the table.
+type Member[T any] struct {
+	id    string // the key prefix: distinct per member
+	name  string // the table's name: the commit's order of tables
+	rows  *TableRows[T]
+	bind  func(ctx context.Context, tx any) Table[T]
+	runTx func(ctx context.Context, fn func(tx any) error) error
+}
+
+// memberIDs numbers the members of the process.
+var memberIDs atomic.Uint64
+
+// NewMember returns the member of a table whose bridge is rows and whose
+// name (for the order in which a commit writes its tables) is name. bind
+// returns the table bound to tx, a transaction runTx began (its Get,
+// Insert and Update run in it); runTx begins a transaction of the
+// table's database, runs fn in it and commits it when fn returns nil, or
+// rolls it back.
+func NewMember[T any](name string, rows *TableRows[T], bind func(ctx context.Context, tx any) Table[T], runTx func(ctx context.Context, fn func(tx any) error) error) *Member[T] {
+	return &Member[T]{id: strconv.FormatUint(memberIDs.Add(1), 10), name: name, rows: rows, bind: bind, runTx: runTx}
+}
+
+// member is a Member with its row type erased, as the commit drives it.
+type member interface {
+	tableName() string
+	read(ctx context.Context, key any) (Row[[]byte], error)
+	readMany(ctx context.Context, keys []any) ([]Row[[]byte], error)
+	write(ctx context.Context, tx any, key any, expected cas.Version, value []byte) (cas.Version, Row[[]byte], error)
+	absent(ctx context.Context, tx any, key any) (Row[[]byte], error)
+	begin(ctx context.Context, fn func(tx any) error) error
+}
+
+func (m *Member[T]) tableName() string { return m.name }
+
+// read reads the row with key, as a handle (Version 0: absent).
+func (m *Member[T]) read(ctx context.Context, key any) (Row[[]byte], error) {
+	row, err := m.rows.d.Read(ctx, key)
+	switch {
+	case errors.Is(err, cas.ErrNotFound):
+		return Row[[]byte]{}, nil
+	case err != nil:
+		return Row[[]byte]{}, err
+	}
+	return m.held(row), nil
+}
+
+func (m *Member[T]) held(row Row[T]) Row[[]byte] {
+	if row.Version == 0 {
+		return Row[[]byte]{}
+	}
+	return Row[[]byte]{Value: m.rows.hold(row.Value), Version: row.Version}
+}
+
+// readMany reads the rows with keys, in one round trip where the table
+// can.
+func (m *Member[T]) readMany(ctx context.Context, keys []any) ([]Row[[]byte], error) {
+	out := make([]Row[[]byte], len(keys))
+	if m.rows.d.ReadMany == nil {
+		for i, k := range keys {
+			r, err := m.read(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = r
+		}
+		return out, nil
+	}
+	rows, err := m.rows.d.ReadMany(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range rows {
+		out[i] = m.held(r)
+	}
+	return out, nil
+}
+
+// write writes the row value is a handle of at version expected (0: an
+// insert) in tx, and returns its new version; on a conflict, the current
+// row. After the write the handle holds the row as stored.
+func (m *Member[T]) write(ctx context.Context, tx any, key any, expected cas.Version, value []byte) (cas.Version, Row[[]byte], error) {
+	id, err := handle(value)
+	if err != nil {
+		return 0, Row[[]byte]{}, err
+	}
+	p, ok := m.rows.held.Load(id)
+	if !ok {
+		return 0, Row[[]byte]{}, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
+	}
+	in := m.bind(ctx, tx)
+	out, err := in.WriteAt(ctx, expected, *p.(*T))
+	if err != nil {
+		var ce *cas.ConflictError
+		if errors.As(err, &ce) && ce.HasCurrent {
+			return 0, m.held(Row[T]{Value: out, Version: ce.Current.Version}), err
+		}
+		return 0, Row[[]byte]{}, err
+	}
+	m.rows.held.Store(id, &out)
+	return in.VersionOf(&out), Row[[]byte]{}, nil
+}
+
+// absent checks in tx that the row with key does not exist; when it does,
+// it returns it.
+func (m *Member[T]) absent(ctx context.Context, tx any, key any) (Row[[]byte], error) {
+	in := m.bind(ctx, tx)
+	row, err := in.Get(ctx, key)
+	switch {
+	case errors.Is(err, cas.ErrNotFound):
+		return Row[[]byte]{}, nil
+	case err != nil:
+		return Row[[]byte]{}, err
+	}
+	return m.held(Row[T]{Value: row, Version: in.VersionOf(&row)}), nil
+}
+
+func (m *Member[T]) begin(ctx context.Context, fn func(tx any) error) error { return m.runTx(ctx, fn) }
+
+// text returns the bridge's key of the row whose key text is key.
+func (m *Member[T]) text(key string) string { return m.id + "\x1f" + key }
+
+// ref is what a bridge key names: a member's row.
+type ref struct {
+	m   member
+	key any
+}
+
+// refs are the bridge keys one Txn call named, for its reads and commit.
+type refs struct {
+	mu sync.Mutex
+	m  map[string]ref
+}
+
+func (r *refs) add(text string, v ref) {
+	r.mu.Lock()
+	r.m[text] = v
+	r.mu.Unlock()
+}
+
+func (r *refs) get(text string) (ref, bool) {
+	r.mu.Lock()
+	v, ok := r.m[text]
+	r.mu.Unlock()
+	return v, ok
+}
+
+type refsCtx struct{}
+
+// refOf returns what key names in ctx's call.
+func refOf(ctx context.Context, key string) (ref, error) {
+	if r, ok := ctx.Value(refsCtx{}).(*refs); ok {
+		if v, ok := r.get(key); ok {
+			return v, nil
+		}
+	}
+	return ref{}, &cas.KeyError{Op: "txn", Key: key, Err: errors.New("rowupdate: the tables' rows are read and written only through Txn")}
+}
+
+// TablesTx is one attempt of a Txn: the rows it reads and writes.
+type TablesTx struct {
+	tx    *occ.Tx
+	refs  *refs
+	read  map[string][]byte // rows read (handles), by bridge key
+	wrote map[string]bool
+}
+
+// Txn runs fn as one optimistic transaction over rows of the members'
+// tables, as occ.Txn does over a store's keys: the rows fn reads are read
+// at their versions, the rows it writes are written in one transaction
+// of the database when none of the rows read has changed since, and
+// otherwise fn runs again (turns at hot rows, backoff, the retry budget
+// and every occ.Option as occ.Txn). A row fn reads and does not write is
+// written back as read, so that the commit checks and locks it (its
+// version moves); a row read as absent and not written is checked absent
+// at the commit. The commit writes tables in name order and rows in key
+// order, so that concurrent transactions lock rows in one order.
+func (b *Tables) Txn(ctx context.Context, fn func(tx *TablesTx) error, opts ...occ.Option) error {
+	rs := &refs{m: map[string]ref{}}
+	if ctx != nil {
+		ctx = context.WithValue(ctx, refsCtx{}, rs)
+	}
+	return occ.Txn(ctx, b, func(otx *occ.Tx) error {
+		tx := &TablesTx{tx: otx, refs: rs, read: map[string][]byte{}, wrote: map[string]bool{}}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		for k, h := range tx.read {
+			if !tx.wrote[k] && h != nil {
+				otx.Put(k, h)
+			}
+		}
+		return nil
+	}, opts...)
+}
+
+// TxGet reads the row of m's table with key in tx; exists is false (and
+// the row is the zero T with its key set) when there is none.
+func TxGet[T any](tx *TablesTx, m *Member[T], key any) (row T, exists bool, err error) {
+	k, err := m.rows.key(key, "txn-get")
+	if err != nil {
+		return row, false, err
+	}
+	text := m.text(k.Text)
+	tx.refs.add(text, ref{m: m, key: k.Value})
+	b, ok, err := tx.tx.Get(text)
+	if err != nil {
+		return row, false, err
+	}
+	if !ok {
+		if _, seen := tx.read[text]; !seen {
+			tx.read[text] = nil
+		}
+		return k.Absent, false, nil
+	}
+	if _, seen := tx.read[text]; !seen && !tx.wrote[text] {
+		tx.read[text] = b
+	}
+	if err := m.rows.Unmarshal(b, &row); err != nil {
+		return row, false, err
+	}
+	return row, true, nil
+}
+
+// TxPrefetch reads the rows of m's table with keys in one round trip
+// where the table can, so that the TxGet calls of them that follow cost
+// nothing: a transaction that knows its rows up front calls it first.
+func TxPrefetch[T any](tx *TablesTx, m *Member[T], keys ...any) error {
+	texts := make([]string, len(keys))
+	for i, key := range keys {
+		k, err := m.rows.key(key, "txn-prefetch")
+		if err != nil {
+			return err
+		}
+		texts[i] = m.text(k.Text)
+		tx.refs.add(texts[i], ref{m: m, key: k.Value})
+	}
+	return tx.tx.Prefetch(texts...)
+}
+
+// TxPut writes row (its key in its key field) to m's table when tx
+// commits: an update of the row at the version the transaction read, or
+// an insert when it has none. The version field of row is ignored.
+func TxPut[T any](tx *TablesTx, m *Member[T], row T) error {
+	kf := reflect.ValueOf(&row).Elem().FieldByIndex(m.rows.keyIndex)
+	if kf.IsZero() {
+		return &cas.KeyError{Op: "txn-put", Key: fmt.Sprint(kf.Interface()), Err: fmt.Errorf("%w: the row's key is zero: insert rows whose key the database generates with Insert", cas.ErrInvalidKey)}
+	}
+	k, err := m.rows.key(kf.Interface(), "txn-put")
+	if err != nil {
+		return err
+	}
+	text := m.text(k.Text)
+	tx.refs.add(text, ref{m: m, key: k.Value})
+	tx.tx.Put(text, m.rows.hold(row))
+	tx.wrote[text] = true
+	return nil
+}
+
+// Get implements cas.Store.
+func (b *Tables) Get(ctx context.Context, key string) (cas.Item, error) {
+	r, err := refOf(ctx, key)
+	if err != nil {
+		return cas.Item{}, err
+	}
+	row, err := r.m.read(ctx, r.key)
+	if err != nil {
+		return cas.Item{}, err
+	}
+	if row.Version == 0 {
+		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
+	}
+	return cas.Item{Key: key, Value: row.Value, Version: row.Version}, nil
+}
+
+// GetMany implements cas.BatchGetter: one read per table, of all its rows
+// at once where the table can.
+func (b *Tables) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	out := make([]cas.Item, len(keys))
+	byMember := map[member][]int{}
+	var order []member
+	refsOf := make([]ref, len(keys))
+	for i, k := range keys {
+		r, err := refOf(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		refsOf[i] = r
+		if _, ok := byMember[r.m]; !ok {
+			order = append(order, r.m)
+		}
+		byMember[r.m] = append(byMember[r.m], i)
+	}
+	for _, m := range order {
+		idx := byMember[m]
+		vals := make([]any, len(idx))
+		for j, i := range idx {
+			vals[j] = refsOf[i].key
+		}
+		rows, err := m.readMany(ctx, vals)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range idx {
+			out[i] = cas.Item{Key: keys[i], Value: rows[j].Value, Version: rows[j].Version}
+		}
+	}
+	return out, nil
+}
+
+// CompareAndSwap implements cas.Store as a commit of one put.
+func (b *Tables) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	vs, err := b.Commit(ctx, []cas.Op{cas.Put(key, expected, value)})
+	if err != nil {
+		return 0, err
+	}
+	return vs[0], nil
+}
+
+// CompareAndDelete implements cas.Store; a Txn deletes no rows.
+func (b *Tables) CompareAndDelete(context.Context, string, cas.Version) error {
+	return errors.ErrUnsupported
+}
+
+// Commit implements cas.Committer: in one transaction of the database
+// (begun through the first member's), each put is its member's Insert
+// (Expected 0) or Update at Expected, and each check of an absent row a
+// read, in the order of table names and then keys. The first conflict
+// rolls everything back and is returned with the row's current state.
+func (b *Tables) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	if len(ops) == 0 {
+		return nil, fmt.Errorf("rowupdate: txn: %w: no rows", cas.ErrInvalidCommit)
+	}
+	rs := make([]ref, len(ops))
+	for i, op := range ops {
+		r, err := refOf(ctx, op.Key)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case op.Kind == cas.OpPut:
+		case op.Kind == cas.OpCheck && op.Expected == 0:
+		default:
+			return nil, fmt.Errorf("rowupdate: txn: op %d on %q: %w", i, op.Key, errors.ErrUnsupported)
+		}
+		rs[i] = r
+	}
+	order := make([]int, len(ops))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(x, y int) int {
+		if c := strings.Compare(rs[x].m.tableName(), rs[y].m.tableName()); c != 0 {
+			return c
+		}
+		return CmpKeys(rs[x].key, rs[y].key)
+	})
+	vs := make([]cas.Version, len(ops))
+	var conflict *cas.ConflictError
+	err := rs[order[0]].m.begin(ctx, func(tx any) error {
+		for _, i := range order {
+			op, r := ops[i], rs[i]
+			var (
+				cur Row[[]byte]
+				err error
+			)
+			if op.Kind == cas.OpCheck {
+				cur, err = r.m.absent(ctx, tx, r.key)
+				if err == nil && cur.Version != 0 {
+					err = &cas.ConflictError{Key: op.Key, HasCurrent: true}
+				}
+			} else {
+				vs[i], cur, err = r.m.write(ctx, tx, r.key, op.Expected, op.Value)
+			}
+			var ce *cas.ConflictError
+			if errors.As(err, &ce) {
+				// The conflict under the key occ asked for, with the
+				// current row as a handle, to retry from.
+				hint := *ce
+				hint.Key, hint.Expected = op.Key, op.Expected
+				hint.Current = cas.Item{Key: op.Key, Value: cur.Value, Version: cur.Version}
+				conflict = &hint
+				return conflict
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if conflict != nil && errors.Is(err, conflict) {
+			return nil, conflict
+		}
+		return nil, err
+	}
+	return vs, nil
+}
