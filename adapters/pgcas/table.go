@@ -476,6 +476,7 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 		RunTx:      t.runTx,
 		GetMany:    t.getMany,
 		CommitMany: t.commitMany,
+		LockRow:    t.lockRow,
 	}
 }
 

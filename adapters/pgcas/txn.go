@@ -2,6 +2,9 @@ package pgcas
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/occkit/occkit/cas"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/occkit/occkit/internal/rowupdate"
@@ -83,4 +86,26 @@ func (t *Table[T]) newMember() *rowupdate.Member[T] {
 			}
 			return nil
 		})
+}
+
+// lockRow reads the row with key on t's connection (a transaction's),
+// locking it for writing until the transaction ends.
+func (t *Table[T]) lockRow(ctx context.Context, key any) (T, error) {
+	var row T
+	rows, err := t.q.Query(ctx, t.sqlGet+` FOR UPDATE`, key)
+	if err != nil {
+		return row, t.opError("lock", key, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return row, t.opError("lock", key, err)
+		}
+		return row, &cas.KeyError{Op: "lock", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
+	}
+	if err := rows.Scan(t.targets(&row)...); err != nil {
+		return row, t.opError("lock", key, err)
+	}
+	rows.Close()
+	return row, rows.Err()
 }

@@ -455,6 +455,7 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 		Exclusive:  t.exclusive,
 		RunTx:      t.runTx,
 		GetMany:    t.getMany,
+		LockRow:    t.lockRow,
 	}
 }
 

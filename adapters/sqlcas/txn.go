@@ -99,3 +99,10 @@ func (t *Table[T]) newMember() *rowupdate.Member[T] {
 			return nil
 		})
 }
+
+// lockRow reads the row with key on t's connection (a transaction's),
+// locking it for writing until the transaction ends (on SQLite the
+// transaction, begun IMMEDIATE, already holds the database's write lock).
+func (t *Table[T]) lockRow(ctx context.Context, key any) (T, error) {
+	return t.get(ctx, t.q, t.sqlGet+t.d.forUpdate(), "lock", key)
+}

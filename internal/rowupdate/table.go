@@ -40,6 +40,11 @@ type Table[T any] struct {
 	// CommitInOrder) with the table's own, for example one that sends
 	// the writes in one round trip.
 	CommitMany func(ctx context.Context, writes []Write[T]) ([]Row[T], int, Row[T], error)
+	// LockRow, if set, reads the row with key on a table bound to a
+	// transaction, locking it for writing until the transaction ends
+	// (SELECT ... FOR UPDATE); a missing row is an error matching
+	// cas.ErrNotFound. It makes a Txn that keeps losing escalate.
+	LockRow func(ctx context.Context, key any) (T, error)
 }
 
 // WriteAt writes next as the row at version expected: an Insert when

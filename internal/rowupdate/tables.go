@@ -24,9 +24,10 @@ import (
 type Tables struct{}
 
 var (
-	_ cas.Store       = (*Tables)(nil)
-	_ cas.Committer   = (*Tables)(nil)
-	_ cas.BatchGetter = (*Tables)(nil)
+	_ cas.Store              = (*Tables)(nil)
+	_ cas.Committer          = (*Tables)(nil)
+	_ cas.BatchGetter        = (*Tables)(nil)
+	_ cas.ExclusiveCommitter = (*Tables)(nil)
 )
 
 // Member is one table as a transaction of Tables reads and writes it.
@@ -59,6 +60,7 @@ type member interface {
 	readMany(ctx context.Context, keys []any) ([]Row[[]byte], error)
 	write(ctx context.Context, tx any, key any, expected cas.Version, value []byte) (cas.Version, Row[[]byte], error)
 	absent(ctx context.Context, tx any, key any) (Row[[]byte], error)
+	lock(ctx context.Context, tx any, key any) (Row[[]byte], error)
 	begin(ctx context.Context, fn func(tx any) error) error
 }
 
@@ -137,6 +139,22 @@ func (m *Member[T]) write(ctx context.Context, tx any, key any, expected cas.Ver
 func (m *Member[T]) absent(ctx context.Context, tx any, key any) (Row[[]byte], error) {
 	in := m.bind(ctx, tx)
 	row, err := in.Get(ctx, key)
+	switch {
+	case errors.Is(err, cas.ErrNotFound):
+		return Row[[]byte]{}, nil
+	case err != nil:
+		return Row[[]byte]{}, err
+	}
+	return m.held(Row[T]{Value: row, Version: in.VersionOf(&row)}), nil
+}
+
+// lock reads the row with key in tx, locking it until tx ends.
+func (m *Member[T]) lock(ctx context.Context, tx any, key any) (Row[[]byte], error) {
+	in := m.bind(ctx, tx)
+	if in.LockRow == nil {
+		return Row[[]byte]{}, fmt.Errorf("rowupdate: %s locks no rows: %w", m.name, errors.ErrUnsupported)
+	}
+	row, err := in.LockRow(ctx, key)
 	switch {
 	case errors.Is(err, cas.ErrNotFound):
 		return Row[[]byte]{}, nil
@@ -362,17 +380,104 @@ func (b *Tables) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error
 	if len(ops) == 0 {
 		return nil, fmt.Errorf("rowupdate: txn: %w: no rows", cas.ErrInvalidCommit)
 	}
+	rs, order, err := resolve(ctx, ops)
+	if err != nil {
+		return nil, err
+	}
+	var vs []cas.Version
+	var conflict *cas.ConflictError
+	err = rs[order[0]].m.begin(ctx, func(tx any) error {
+		vs, conflict, err = apply(ctx, tx, ops, rs, order)
+		if conflict != nil {
+			return conflict
+		}
+		return err
+	})
+	if err != nil {
+		if conflict != nil && errors.Is(err, conflict) {
+			return nil, conflict
+		}
+		return nil, err
+	}
+	return vs, nil
+}
+
+// CommitExclusive implements cas.ExclusiveCommitter, the attempt occ.Txn
+// escalates a transaction that keeps losing to: in one transaction of the
+// database it reads the rows of keys locking them (SELECT ... FOR UPDATE,
+// in the order of table names and then keys, so that two such commits
+// cannot deadlock), calls fn with them, and applies fn's ops as Commit
+// does before the locks are released. A row that does not exist is not
+// locked (an insert of it meets a concurrent one at the key's index).
+func (b *Tables) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("rowupdate: txn: %w: no rows", cas.ErrInvalidCommit)
+	}
+	checks := make([]cas.Op, len(keys))
+	for i, k := range keys {
+		checks[i] = cas.Check(k, 0)
+	}
+	rs, order, err := resolve(ctx, checks)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		vs       []cas.Version
+		conflict *cas.ConflictError
+		fnErr    error
+	)
+	err = rs[order[0]].m.begin(ctx, func(tx any) error {
+		cur := make([]cas.Item, len(keys))
+		for _, i := range order {
+			row, err := rs[i].m.lock(ctx, tx, rs[i].key)
+			if err != nil {
+				return err
+			}
+			cur[i] = cas.Item{Key: keys[i], Value: row.Value, Version: row.Version}
+		}
+		ops, err := fn(cur)
+		if err != nil {
+			fnErr = err
+			return err
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+		ors, oorder, err := resolve(ctx, ops)
+		if err != nil {
+			return err
+		}
+		vs, conflict, err = apply(ctx, tx, ops, ors, oorder)
+		if conflict != nil {
+			return conflict
+		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return vs, nil
+	case fnErr != nil && errors.Is(err, fnErr):
+		return nil, fnErr
+	case conflict != nil && errors.Is(err, conflict):
+		return nil, conflict
+	}
+	return nil, err
+}
+
+// resolve returns what each op's key names and the order to apply ops
+// in: by table name, then by key.
+func resolve(ctx context.Context, ops []cas.Op) ([]ref, []int, error) {
 	rs := make([]ref, len(ops))
 	for i, op := range ops {
 		r, err := refOf(ctx, op.Key)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		switch {
 		case op.Kind == cas.OpPut:
 		case op.Kind == cas.OpCheck && op.Expected == 0:
 		default:
-			return nil, fmt.Errorf("rowupdate: txn: op %d on %q: %w", i, op.Key, errors.ErrUnsupported)
+			return nil, nil, fmt.Errorf("rowupdate: txn: op %d on %q: %w", i, op.Key, errors.ErrUnsupported)
 		}
 		rs[i] = r
 	}
@@ -386,44 +491,37 @@ func (b *Tables) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error
 		}
 		return CmpKeys(rs[x].key, rs[y].key)
 	})
+	return rs, order, nil
+}
+
+// apply applies ops in tx, in order. The first conflict ends it, under the
+// key occ asked for, with the current row as a handle, to retry from.
+func apply(ctx context.Context, tx any, ops []cas.Op, rs []ref, order []int) ([]cas.Version, *cas.ConflictError, error) {
 	vs := make([]cas.Version, len(ops))
-	var conflict *cas.ConflictError
-	err := rs[order[0]].m.begin(ctx, func(tx any) error {
-		for _, i := range order {
-			op, r := ops[i], rs[i]
-			var (
-				cur Row[[]byte]
-				err error
-			)
-			if op.Kind == cas.OpCheck {
-				cur, err = r.m.absent(ctx, tx, r.key)
-				if err == nil && cur.Version != 0 {
-					err = &cas.ConflictError{Key: op.Key, HasCurrent: true}
-				}
-			} else {
-				vs[i], cur, err = r.m.write(ctx, tx, r.key, op.Expected, op.Value)
+	for _, i := range order {
+		op, r := ops[i], rs[i]
+		var (
+			cur Row[[]byte]
+			err error
+		)
+		if op.Kind == cas.OpCheck {
+			cur, err = r.m.absent(ctx, tx, r.key)
+			if err == nil && cur.Version != 0 {
+				err = &cas.ConflictError{Key: op.Key, HasCurrent: true}
 			}
-			var ce *cas.ConflictError
-			if errors.As(err, &ce) {
-				// The conflict under the key occ asked for, with the
-				// current row as a handle, to retry from.
-				hint := *ce
-				hint.Key, hint.Expected = op.Key, op.Expected
-				hint.Current = cas.Item{Key: op.Key, Value: cur.Value, Version: cur.Version}
-				conflict = &hint
-				return conflict
-			}
-			if err != nil {
-				return err
-			}
+		} else {
+			vs[i], cur, err = r.m.write(ctx, tx, r.key, op.Expected, op.Value)
 		}
-		return nil
-	})
-	if err != nil {
-		if conflict != nil && errors.Is(err, conflict) {
-			return nil, conflict
+		var ce *cas.ConflictError
+		if errors.As(err, &ce) {
+			hint := *ce
+			hint.Key, hint.Expected = op.Key, op.Expected
+			hint.Current = cas.Item{Key: op.Key, Value: cur.Value, Version: cur.Version}
+			return nil, &hint, nil
 		}
-		return nil, err
+		if err != nil {
+			return nil, nil, err
+		}
 	}
-	return vs, nil
+	return vs, nil, nil
 }
