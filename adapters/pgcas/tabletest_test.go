@@ -23,7 +23,8 @@ func TestTableConformance(t *testing.T) {
 			}
 			return tbl
 		},
-		Key: func(id string) any { return id },
+		Key:           func(id string) any { return id },
+		EscalatesMany: true,
 		Reopen: func(t *testing.T, tbl tabletest.Table[any]) tabletest.Table[any] {
 			o, err := pgcas.NewTable[tabletest.Row](tbl.(*pgcas.Table[tabletest.Row]).Pool(), pgcas.TableConfig{Table: "rows"})
 			if err != nil {

@@ -32,7 +32,8 @@ func TestTableConformance(t *testing.T) {
 				dbs[tbl] = db
 				return tbl
 			},
-			Key: func(id string) any { return id },
+			Key:           func(id string) any { return id },
+			EscalatesMany: true,
 			Reopen: func(t *testing.T, tbl tabletest.Table[any]) tabletest.Table[any] {
 				o, err := sqlcas.NewTable[tabletest.Row](dbs[tbl], sqlcas.TableConfig{Dialect: d, Table: "rows_t"})
 				if err != nil {

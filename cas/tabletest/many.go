@@ -155,3 +155,71 @@ func (h Harness[K]) modifyManyTransfers(t *testing.T) {
 		t.Logf("%d of %d transfers gave up on conflicts after stale reads", n, h.Workers*per)
 	}
 }
+
+// modifyManyAcrossProcesses: transfers between two hot rows through four
+// tables of the same rows, as four processes whose calls take no turns
+// with each other's: at default options every transfer succeeds (a
+// transaction that keeps losing commits holding its rows) and the total
+// holds.
+func (h Harness[K]) modifyManyAcrossProcesses(t *testing.T) {
+	switch {
+	case h.Reopen == nil:
+		t.Skip("skipped: Harness.Reopen is not set (no second table of the same rows)")
+	case !h.EscalatesMany:
+		t.Skip("skipped: Harness.EscalatesMany is not set (the table's ModifyMany is not escalated across processes)")
+	}
+	ctx := ctxFor(t)
+	first := h.New(t)
+	many(t, first)
+	tables := []Table[K]{first}
+	for range 3 {
+		tables = append(tables, h.Reopen(t, first))
+	}
+	for _, id := range []string{"x", "y"} {
+		if _, err := first.Insert(ctx, Row{ID: id, N: 1000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per := max(h.Ops/2, 1)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range h.Workers {
+		m := many(t, tables[w%len(tables)])
+		wg.Go(func() {
+			for i := range per {
+				from, to := "x", "y"
+				if (w+i)%2 == 1 {
+					from, to = to, from
+				}
+				if _, err := m.ModifyMany(ctx, []K{h.Key(from), h.Key(to)}, func(cur []Row, exists []bool) ([]Row, error) {
+					if !exists[0] || !exists[1] {
+						return nil, h.stale(true, func() error { return fmt.Errorf("read %+v %v: a row is missing", cur, exists) })
+					}
+					cur[0].N--
+					cur[1].N++
+					return cur, nil
+				}, h.retryStale()...); err != nil && failed.Add(1) == 1 {
+					t.Errorf("transfer %s→%s: %v", from, to, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	h.settle(t, func() error {
+		x, err := first.Get(ctx, h.Key("x"))
+		if err != nil {
+			return wrong("Get(x): %w", err)
+		}
+		y, err := first.Get(ctx, h.Key("y"))
+		if err != nil {
+			return wrong("Get(y): %w", err)
+		}
+		if x.N+y.N != 2000 {
+			return fmt.Errorf("the rows hold %d in all after transfers, want 2000", x.N+y.N)
+		}
+		return nil
+	})
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d transfers failed", n, h.Workers*per)
+	}
+}

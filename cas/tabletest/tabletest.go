@@ -88,6 +88,11 @@ type Harness[K any] struct {
 	// functions that check the state they are given have an older one
 	// read again (a retryable error) instead of failing.
 	StaleReads bool
+	// EscalatesMany says that the table's ModifyMany escalates a
+	// transaction that keeps losing commits to one that holds its rows
+	// (as Modify escalates to the row's exclusive path): the test of
+	// ModifyMany across processes (with Reopen) runs only then.
+	EscalatesMany bool
 }
 
 // Run runs every test of the suite.
@@ -120,6 +125,7 @@ func Run[K any](t *testing.T, h Harness[K]) {
 	t.Run("CallersTransactionRolledBack", h.rolledBack)
 	t.Run("ModifyMany", h.modifyMany)
 	t.Run("ModifyManyTransfers", h.modifyManyTransfers)
+	t.Run("ModifyManyAcrossProcesses", h.modifyManyAcrossProcesses)
 	t.Run("Add", h.add)
 }
 

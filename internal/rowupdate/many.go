@@ -79,32 +79,48 @@ func (r *Rows[T]) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, erro
 	if r.d.Commit == nil {
 		return nil, fmt.Errorf("rowupdate: the table commits no multi-row transaction: %w", errors.ErrUnsupported)
 	}
+	writes, ids, err := r.writesOf(ctx, ops)
+	if err != nil {
+		return nil, err
+	}
+	stored, at, cur, err := r.d.Commit(ctx, writes)
+	return r.committed(ops, ids, stored, at, cur, err)
+}
+
+// writesOf returns the rows ops write (each a put of a row handle) and
+// their handles' ids.
+func (r *Rows[T]) writesOf(ctx context.Context, ops []cas.Op) ([]Write[T], []uint64, error) {
 	writes := make([]Write[T], len(ops))
 	ids := make([]uint64, len(ops))
 	for i, op := range ops {
 		if op.Kind != cas.OpPut {
-			return nil, fmt.Errorf("rowupdate: a table transaction writes every row it reads (op %d on %q is not a put): %w", i, op.Key, errors.ErrUnsupported)
+			return nil, nil, fmt.Errorf("rowupdate: a table transaction writes every row it reads (op %d on %q is not a put): %w", i, op.Key, errors.ErrUnsupported)
 		}
 		k, err := keyValue(ctx, op.Key)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		id, err := handle(op.Value)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		p, ok := r.held.Load(id)
 		if !ok {
-			return nil, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
+			return nil, nil, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
 		}
 		writes[i], ids[i] = Write[T]{Key: k, Expected: op.Expected, Row: *p.(*T)}, id
 	}
-	stored, at, cur, err := r.d.Commit(ctx, writes)
+	return writes, ids, nil
+}
+
+// committed maps the outcome of a commit of ops: the versions written
+// (the handles then hold the rows as stored), or the conflict under the
+// key text occ asked for, with the current row as a handle, to retry
+// from.
+func (r *Rows[T]) committed(ops []cas.Op, ids []uint64, stored []Row[T], at int, cur Row[T], err error) ([]cas.Version, error) {
 	if err != nil {
 		var ce *cas.ConflictError
 		if errors.As(err, &ce) && at >= 0 && at < len(ops) {
-			// The conflict under the key text occ asked for, with the
-			// current row as a handle, to retry from.
 			hint := *ce
 			hint.Key, hint.Expected = ops[at].Key, ops[at].Expected
 			hint.Current, hint.HasCurrent = cas.Item{Key: ops[at].Key, Version: cur.Version}, ce.HasCurrent
@@ -121,6 +137,46 @@ func (r *Rows[T]) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, erro
 		vs[i] = stored[i].Version
 	}
 	return vs, nil
+}
+
+// exclusiveCommitRows is the bridge of a table whose driver has Exclusive
+// and CommitExclusive: a cas.ExclusiveCommitter, so that occ.Txn
+// escalates a ModifyMany that keeps losing.
+type exclusiveCommitRows[T any] struct{ exclusiveRows[T] }
+
+// CommitExclusive implements cas.ExclusiveCommitter through
+// Driver.CommitExclusive.
+func (x exclusiveCommitRows[T]) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
+	r := x.Rows
+	vals := make([]any, len(keys))
+	for i, k := range keys {
+		v, err := keyValue(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	var (
+		ops []cas.Op
+		ids []uint64
+	)
+	stored, at, cur, err := r.d.CommitExclusive(ctx, vals, func(rows []Row[T]) ([]Write[T], error) {
+		items := make([]cas.Item, len(rows))
+		for i, row := range rows {
+			items[i] = cas.Item{Key: keys[i], Version: row.Version}
+			if row.Version != 0 {
+				items[i].Value = r.hold(row.Value)
+			}
+		}
+		var err error
+		if ops, err = fn(items); err != nil {
+			return nil, err
+		}
+		var writes []Write[T]
+		writes, ids, err = r.writesOf(ctx, ops)
+		return writes, err
+	})
+	return r.committed(ops, ids, stored, at, cur, err)
 }
 
 // ModifyMany is Modify over several rows at once, as one optimistic
@@ -244,29 +300,85 @@ func (tr *TableRows[T]) key(key any, op string) (Key[T], error) {
 // one order. A conflict ends it (runTx rolls back) with the write's index
 // and the current row.
 func CommitInOrder[T any](ctx context.Context, t Table[T], writes []Write[T]) (stored []Row[T], at int, cur Row[T], err error) {
-	order := KeyOrder(writes)
-	stored = make([]Row[T], len(writes))
 	at = -1
 	err = t.RunTx(ctx, func(in Table[T]) error {
-		for _, i := range order {
-			w := writes[i]
-			out, err := in.WriteAt(ctx, w.Expected, w.Row)
-			if err != nil {
-				var ce *cas.ConflictError
-				if errors.As(err, &ce) {
-					at = i
-					cur = Row[T]{Value: out, Version: ce.Current.Version}
-				}
-				return err
-			}
-			stored[i] = Row[T]{Value: out, Version: in.VersionOf(&out)}
-		}
-		return nil
+		var err error
+		stored, at, cur, err = writeInOrder(ctx, in, writes)
+		return err
 	})
 	if err != nil {
 		return nil, at, cur, err
 	}
 	return stored, -1, Row[T]{}, nil
+}
+
+// writeInOrder writes writes through in (a table bound to a
+// transaction), in key order; the first conflict ends it with the
+// write's index and the current row.
+func writeInOrder[T any](ctx context.Context, in Table[T], writes []Write[T]) ([]Row[T], int, Row[T], error) {
+	stored := make([]Row[T], len(writes))
+	for _, i := range KeyOrder(writes) {
+		w := writes[i]
+		out, err := in.WriteAt(ctx, w.Expected, w.Row)
+		if err != nil {
+			var ce *cas.ConflictError
+			if errors.As(err, &ce) {
+				return nil, i, Row[T]{Value: out, Version: ce.Current.Version}, err
+			}
+			return nil, -1, Row[T]{}, err
+		}
+		stored[i] = Row[T]{Value: out, Version: in.VersionOf(&out)}
+	}
+	return stored, -1, Row[T]{}, nil
+}
+
+// commitExclusiveFor is the Driver.CommitExclusive of t, nil when t has
+// no RunTx or no LockRow: in one transaction, the rows of keys read with
+// LockRow in key order, fn, and fn's writes in key order.
+func commitExclusiveFor[T any](t Table[T]) func(ctx context.Context, keys []any, fn func(cur []Row[T]) ([]Write[T], error)) ([]Row[T], int, Row[T], error) {
+	if t.RunTx == nil || t.LockRow == nil {
+		return nil
+	}
+	return func(ctx context.Context, keys []any, fn func(cur []Row[T]) ([]Write[T], error)) ([]Row[T], int, Row[T], error) {
+		order := make([]int, len(keys))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return CmpKeys(keys[a], keys[b]) })
+		var (
+			stored []Row[T]
+			at     = -1
+			cur    Row[T]
+			fnErr  error
+		)
+		err := t.RunTx(ctx, func(in Table[T]) error {
+			rows := make([]Row[T], len(keys))
+			for _, i := range order {
+				v, err := in.LockRow(ctx, keys[i])
+				switch {
+				case errors.Is(err, cas.ErrNotFound):
+					continue // absent: an insert of it meets a rival at the key's index
+				case err != nil:
+					return err
+				}
+				rows[i] = Row[T]{Value: v, Version: in.VersionOf(&v)}
+			}
+			writes, err := fn(rows)
+			if err != nil {
+				fnErr = err
+				return err
+			}
+			stored, at, cur, err = writeInOrder(ctx, in, writes)
+			return err
+		})
+		switch {
+		case err == nil:
+			return stored, -1, Row[T]{}, nil
+		case fnErr != nil && errors.Is(err, fnErr):
+			return nil, -1, Row[T]{}, fnErr
+		}
+		return nil, at, cur, err
+	}
 }
 
 // KeyOrder returns the indexes of writes in key order (CmpKeys).

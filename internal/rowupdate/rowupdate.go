@@ -67,6 +67,14 @@ type Driver[T any] struct {
 	// ReadMany, if set, reads several rows in one round trip, in keys'
 	// order (Version 0 for a key without a row): ModifyMany's reads.
 	ReadMany func(ctx context.Context, keys []any) ([]Row[T], error)
+	// CommitExclusive, if set (with Exclusive), is ModifyMany's attempt
+	// for a transaction that keeps losing (cas.ExclusiveCommitter): in
+	// one transaction of the table it reads the rows of keys holding
+	// them (row locks, taken in key order), calls fn with them in keys'
+	// order (Version 0: absent), and writes what fn returned as Commit
+	// does, before the locks are released. fn's error ends it, writes
+	// nothing and is returned as is.
+	CommitExclusive func(ctx context.Context, keys []any, fn func(cur []Row[T]) ([]Write[T], error)) (stored []Row[T], conflictAt int, current Row[T], err error)
 }
 
 // Key names one row for Modify.
@@ -101,7 +109,10 @@ type Rows[T any] struct {
 func New[T any](d Driver[T]) *Rows[T] {
 	r := &Rows[T]{d: d}
 	r.store = r
-	if d.Exclusive != nil {
+	switch {
+	case d.Exclusive != nil && d.CommitExclusive != nil:
+		r.store = exclusiveCommitRows[T]{exclusiveRows[T]{r}}
+	case d.Exclusive != nil:
 		r.store = exclusiveRows[T]{r}
 	}
 	r.typed = cas.NewTyped[T](r.store, r)

@@ -84,10 +84,11 @@ func NewTable[T any](t Table[T]) *TableRows[T] {
 			}
 			return row(out), Row[T]{}, nil
 		},
-		SetVersion: func(r *T, v cas.Version) error { t.SetVersion(r, v); return nil },
-		Exclusive:  t.Exclusive,
-		Commit:     commitFor(t),
-		ReadMany:   readManyFor(t),
+		SetVersion:      func(r *T, v cas.Version) error { t.SetVersion(r, v); return nil },
+		Exclusive:       t.Exclusive,
+		Commit:          commitFor(t),
+		ReadMany:        readManyFor(t),
+		CommitExclusive: commitExclusiveFor(t),
 	})}
 }
 
