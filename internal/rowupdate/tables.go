@@ -138,14 +138,7 @@ func (m *Member[T]) write(ctx context.Context, tx any, key any, expected cas.Ver
 // it returns it.
 func (m *Member[T]) absent(ctx context.Context, tx any, key any) (Row[[]byte], error) {
 	in := m.bind(ctx, tx)
-	row, err := in.Get(ctx, key)
-	switch {
-	case errors.Is(err, cas.ErrNotFound):
-		return Row[[]byte]{}, nil
-	case err != nil:
-		return Row[[]byte]{}, err
-	}
-	return m.held(Row[T]{Value: row, Version: in.VersionOf(&row)}), nil
+	return m.readIn(ctx, in, in.Get, key)
 }
 
 // lock reads the row with key in tx, locking it until tx ends.
@@ -154,7 +147,13 @@ func (m *Member[T]) lock(ctx context.Context, tx any, key any) (Row[[]byte], err
 	if in.LockRow == nil {
 		return Row[[]byte]{}, fmt.Errorf("rowupdate: %s locks no rows: %w", m.name, errors.ErrUnsupported)
 	}
-	row, err := in.LockRow(ctx, key)
+	return m.readIn(ctx, in, in.LockRow, key)
+}
+
+// readIn reads the row with key through read, a method of in, as a handle
+// (Version 0: absent).
+func (m *Member[T]) readIn(ctx context.Context, in Table[T], read func(ctx context.Context, key any) (T, error), key any) (Row[[]byte], error) {
+	row, err := read(ctx, key)
 	switch {
 	case errors.Is(err, cas.ErrNotFound):
 		return Row[[]byte]{}, nil
