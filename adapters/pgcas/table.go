@@ -477,6 +477,7 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 		GetMany:    t.getMany,
 		CommitMany: t.commitMany,
 		LockRow:    t.lockRow,
+		LockAbsent: t.lockAbsent,
 	}
 }
 

@@ -65,7 +65,7 @@ func TxPut[T any](tx *Tx, t *Table[T], row T) error {
 
 // newMember returns t as a member of Txn's transactions.
 func (t *Table[T]) newMember() *rowupdate.Member[T] {
-	return rowupdate.NewMember(t.name, t.rows,
+	return rowupdate.NewMember(t.name, t.pool, t.rows,
 		func(ctx context.Context, tx any) rowupdate.Table[T] {
 			in := *t
 			in.q, in.rq = tx.(pgx.Tx), tx.(pgx.Tx)
@@ -108,4 +108,18 @@ func (t *Table[T]) lockRow(ctx context.Context, key any) (T, error) {
 	}
 	rows.Close()
 	return row, rows.Err()
+}
+
+// lockAbsent takes, in t's transaction, the advisory lock that a Txn's
+// check that the row with key is absent and its insert of the row share
+// (two 32-bit keys: the table's name and the key, hashed; a key space no
+// bigint advisory lock, such as Locker's, shares), so that two
+// transactions that each read as absent a row the other inserts cannot
+// both commit. A row cannot be locked before it exists.
+func (t *Table[T]) lockAbsent(ctx context.Context, key any) error {
+	var ok bool
+	if err := t.q.QueryRow(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2)) IS NULL`, t.name, fmt.Sprint(key)).Scan(&ok); err != nil {
+		return t.opError("lock", key, err)
+	}
+	return nil
 }

@@ -456,7 +456,17 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 		RunTx:      t.runTx,
 		GetMany:    t.getMany,
 		LockRow:    t.lockRow,
+		LockAbsent: t.lockAbsentFunc(),
 	}
+}
+
+// lockAbsentFunc is rowupdate.Table.LockAbsent: PostgreSQL's; nil on MySQL
+// and SQLite.
+func (t *Table[T]) lockAbsentFunc() func(ctx context.Context, key any) error {
+	if t.d != Postgres {
+		return nil
+	}
+	return t.lockAbsent
 }
 
 // begin starts the Table's own transaction, or returns the caller's.

@@ -3,6 +3,7 @@ package sqlcas
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/rowupdate"
@@ -78,7 +79,7 @@ func TxPut[T any](tx *Tx, t *Table[T], row T) error {
 
 // newMember returns t as a member of Txn's transactions.
 func (t *Table[T]) newMember() *rowupdate.Member[T] {
-	return rowupdate.NewMember(t.name, t.rows,
+	return rowupdate.NewMember(t.name, t.q, t.rows,
 		func(_ context.Context, tx any) rowupdate.Table[T] {
 			in := *t
 			in.q, in.inTx = tx.(*txn).q, true // Insert draws its version in this transaction
@@ -105,4 +106,18 @@ func (t *Table[T]) newMember() *rowupdate.Member[T] {
 // transaction, begun IMMEDIATE, already holds the database's write lock).
 func (t *Table[T]) lockRow(ctx context.Context, key any) (T, error) {
 	return t.get(ctx, t.q, t.sqlGet+t.d.forUpdate(), "lock", key)
+}
+
+// lockAbsent takes, in t's transaction on PostgreSQL, the advisory lock
+// that a Txn's check that the row with key is absent and its insert of
+// the row share (two 32-bit keys: the table's name and the key, hashed),
+// so that two transactions that each read as absent a row the other
+// inserts cannot both commit. MySQL needs none: the locking read of a
+// missing row takes a gap lock (REPEATABLE READ, InnoDB's default); nor
+// does SQLite, whose write transactions are serial.
+func (t *Table[T]) lockAbsent(ctx context.Context, key any) error {
+	if _, err := t.q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, t.name, fmt.Sprint(key)); err != nil {
+		return fmt.Errorf("sqlcas: lock %s key %v: %w", t.name, key, err)
+	}
+	return nil
 }

@@ -88,3 +88,64 @@ func TestTxnRefusesCallersTx(t *testing.T) {
 		t.Fatalf("Txn over a table bound to the caller's transaction = %v (fn ran %d times), want a refusal", err, calls)
 	}
 }
+
+// TestTxnRefusesMixedTables: rows of tables of two databases, or one row
+// reached through two Table values of its table, are refused at the
+// commit, and nothing is written.
+func TestTxnRefusesMixedTables(t *testing.T) {
+	ctx := context.Background()
+	accounts, entries, db := txnTables(t, sqlcas.SQLite)
+	_, otherEntries, otherDB := txnTables(t, sqlcas.SQLite)
+	if db == otherDB {
+		t.Fatal("one database for both")
+	}
+	if _, err := accounts.Insert(ctx, txntest.Account{ID: 1, Balance: 10}); err != nil {
+		t.Fatal(err)
+	}
+	err := sqlcas.Txn(ctx, func(tx *sqlcas.Tx) error {
+		a, _, err := sqlcas.TxGet(tx, accounts, int64(1))
+		if err != nil {
+			return err
+		}
+		a.Balance--
+		if err := sqlcas.TxPut(tx, accounts, a); err != nil {
+			return err
+		}
+		return sqlcas.TxPut(tx, otherEntries, txntest.Entry{ID: 1, Account: 1, Amount: -1})
+	})
+	if err == nil || !strings.Contains(err.Error(), "different databases") {
+		t.Fatalf("Txn over two databases = %v, want a refusal", err)
+	}
+	second, err := sqlcas.NewTable[txntest.Account](db, sqlcas.TableConfig{Dialect: sqlcas.SQLite, Table: "accounts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sqlcas.Txn(ctx, func(tx *sqlcas.Tx) error {
+		a, _, err := sqlcas.TxGet(tx, accounts, int64(1))
+		if err != nil {
+			return err
+		}
+		b, _, err := sqlcas.TxGet(tx, second, int64(1))
+		if err != nil {
+			return err
+		}
+		a.Balance--
+		b.Balance--
+		if err := sqlcas.TxPut(tx, accounts, a); err != nil {
+			return err
+		}
+		return sqlcas.TxPut(tx, second, b)
+	})
+	if err == nil || !strings.Contains(err.Error(), "two Table values") {
+		t.Fatalf("Txn over one row through two Tables = %v, want a refusal", err)
+	}
+	if a, err := accounts.Get(ctx, int64(1)); err != nil || a.Balance != 10 {
+		t.Fatalf("account 1 = %+v, %v; want it untouched", a, err)
+	}
+	if _, err := entries.Get(ctx, int64(1)); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("entry 1: %v, want none", err)
+	}
+	if _, err := otherEntries.Get(ctx, int64(1)); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("entry 1 of the other database: %v, want none", err)
+	}
+}

@@ -45,6 +45,15 @@ type Table[T any] struct {
 	// (SELECT ... FOR UPDATE); a missing row is an error matching
 	// cas.ErrNotFound. It makes a Txn that keeps losing escalate.
 	LockRow func(ctx context.Context, key any) (T, error)
+	// LockAbsent, if set, takes on a table bound to a transaction a lock
+	// of key that lasts until the transaction ends, whether or not the
+	// row exists: the lock a Txn's check that a row is absent and its
+	// insert of the row share (PostgreSQL: an advisory transaction lock),
+	// so that two transactions that each read as absent a row the other
+	// inserts cannot both commit. Tables whose locking read of a missing
+	// row already locks its place (MySQL's gap locks) or whose
+	// transactions are serial (SQLite) leave it nil.
+	LockAbsent func(ctx context.Context, key any) error
 }
 
 // WriteAt writes next as the row at version expected: an Insert when

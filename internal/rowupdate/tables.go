@@ -35,6 +35,7 @@ var (
 type Member[T any] struct {
 	id    string // the key prefix: distinct per member
 	name  string // the table's name: the commit's order of tables
+	db    any    // the database's identity (its pool): one per transaction
 	rows  *TableRows[T]
 	bind  func(ctx context.Context, tx any) Table[T]
 	runTx func(ctx context.Context, fn func(tx any) error) error
@@ -44,27 +45,33 @@ type Member[T any] struct {
 var memberIDs atomic.Uint64
 
 // NewMember returns the member of a table whose bridge is rows and whose
-// name (for the order in which a commit writes its tables) is name. bind
+// name (for the order in which a commit writes its tables) is name; db
+// names its database (its pool or *sql.DB, compared with ==): the rows of
+// one transaction must all be of one database. bind
 // returns the table bound to tx, a transaction runTx began (its Get,
 // Insert and Update run in it); runTx begins a transaction of the
 // table's database, runs fn in it and commits it when fn returns nil, or
 // rolls it back.
-func NewMember[T any](name string, rows *TableRows[T], bind func(ctx context.Context, tx any) Table[T], runTx func(ctx context.Context, fn func(tx any) error) error) *Member[T] {
-	return &Member[T]{id: strconv.FormatUint(memberIDs.Add(1), 10), name: name, rows: rows, bind: bind, runTx: runTx}
+func NewMember[T any](name string, db any, rows *TableRows[T], bind func(ctx context.Context, tx any) Table[T], runTx func(ctx context.Context, fn func(tx any) error) error) *Member[T] {
+	return &Member[T]{id: strconv.FormatUint(memberIDs.Add(1), 10), name: name, db: db, rows: rows, bind: bind, runTx: runTx}
 }
 
 // member is a Member with its row type erased, as the commit drives it.
 type member interface {
 	tableName() string
+	database() any
 	read(ctx context.Context, key any) (Row[[]byte], error)
 	readMany(ctx context.Context, keys []any) ([]Row[[]byte], error)
 	write(ctx context.Context, tx any, key any, expected cas.Version, value []byte) (cas.Version, Row[[]byte], error)
+	readTx(ctx context.Context, tx any, key any) (Row[[]byte], error)
 	absent(ctx context.Context, tx any, key any) (Row[[]byte], error)
+	lockAbsent(ctx context.Context, tx any, key any) error
 	lock(ctx context.Context, tx any, key any) (Row[[]byte], error)
 	begin(ctx context.Context, fn func(tx any) error) error
 }
 
 func (m *Member[T]) tableName() string { return m.name }
+func (m *Member[T]) database() any     { return m.db }
 
 // read reads the row with key, as a handle (Version 0: absent).
 func (m *Member[T]) read(ctx context.Context, key any) (Row[[]byte], error) {
@@ -134,11 +141,38 @@ func (m *Member[T]) write(ctx context.Context, tx any, key any, expected cas.Ver
 	return in.VersionOf(&out), Row[[]byte]{}, nil
 }
 
-// absent checks in tx that the row with key does not exist; when it does,
-// it returns it.
-func (m *Member[T]) absent(ctx context.Context, tx any, key any) (Row[[]byte], error) {
+// readTx reads the row with key in tx, without a lock.
+func (m *Member[T]) readTx(ctx context.Context, tx any, key any) (Row[[]byte], error) {
 	in := m.bind(ctx, tx)
 	return m.readIn(ctx, in, in.Get, key)
+}
+
+// absent checks in tx that the row with key does not exist, and keeps it
+// so until tx ends: under the key's absent-row lock (LockAbsent) and, where
+// the table has one, with a locking read (on MySQL a gap lock); when the
+// row exists, it returns it.
+func (m *Member[T]) absent(ctx context.Context, tx any, key any) (Row[[]byte], error) {
+	in := m.bind(ctx, tx)
+	if err := m.lockAbsentIn(ctx, in, key); err != nil {
+		return Row[[]byte]{}, err
+	}
+	if in.LockRow != nil {
+		return m.readIn(ctx, in, in.LockRow, key)
+	}
+	return m.readIn(ctx, in, in.Get, key)
+}
+
+// lockAbsent takes, in tx, the lock that an insert of key and a check of
+// its absence share, where the table has one (LockAbsent).
+func (m *Member[T]) lockAbsent(ctx context.Context, tx any, key any) error {
+	return m.lockAbsentIn(ctx, m.bind(ctx, tx), key)
+}
+
+func (m *Member[T]) lockAbsentIn(ctx context.Context, in Table[T], key any) error {
+	if in.LockAbsent == nil {
+		return nil
+	}
+	return in.LockAbsent(ctx, key)
 }
 
 // lock reads the row with key in tx, locking it until tx ends.
@@ -147,7 +181,11 @@ func (m *Member[T]) lock(ctx context.Context, tx any, key any) (Row[[]byte], err
 	if in.LockRow == nil {
 		return Row[[]byte]{}, fmt.Errorf("rowupdate: %s locks no rows: %w", m.name, errors.ErrUnsupported)
 	}
-	return m.readIn(ctx, in, in.LockRow, key)
+	row, err := m.readIn(ctx, in, in.LockRow, key)
+	if err == nil && row.Version == 0 {
+		err = m.lockAbsentIn(ctx, in, key) // no row to lock: its absence
+	}
+	return row, err
 }
 
 // readIn reads the row with key through read, a method of in, as a handle
@@ -178,6 +216,23 @@ type ref struct {
 type refs struct {
 	mu sync.Mutex
 	m  map[string]ref
+	tx any // the transaction of an exclusive attempt while it runs fn: reads go through it
+}
+
+func (r *refs) setTx(tx any) {
+	r.mu.Lock()
+	r.tx = tx
+	r.mu.Unlock()
+}
+
+// openTx returns the transaction of ctx's exclusive attempt, or nil.
+func openTx(ctx context.Context) any {
+	if r, ok := ctx.Value(refsCtx{}).(*refs); ok {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.tx
+	}
+	return nil
 }
 
 func (r *refs) add(text string, v ref) {
@@ -209,8 +264,8 @@ func refOf(ctx context.Context, key string) (ref, error) {
 type TablesTx struct {
 	tx    *occ.Tx
 	refs  *refs
-	read  map[string][]byte // rows read (handles), by bridge key
-	wrote map[string]bool
+	read  map[string]bool // rows read (TxGet, TxPrefetch), by bridge key
+	wrote map[string]bool // rows written (TxPut)
 }
 
 // Txn runs fn as one optimistic transaction over rows of the members'
@@ -229,13 +284,22 @@ func (b *Tables) Txn(ctx context.Context, fn func(tx *TablesTx) error, opts ...o
 		ctx = context.WithValue(ctx, refsCtx{}, rs)
 	}
 	return occ.Txn(ctx, b, func(otx *occ.Tx) error {
-		tx := &TablesTx{tx: otx, refs: rs, read: map[string][]byte{}, wrote: map[string]bool{}}
+		tx := &TablesTx{tx: otx, refs: rs, read: map[string]bool{}, wrote: map[string]bool{}}
 		if err := fn(tx); err != nil {
 			return err
 		}
-		for k, h := range tx.read {
-			if !tx.wrote[k] && h != nil {
-				otx.Put(k, h)
+		for k := range tx.read {
+			if tx.wrote[k] {
+				continue
+			}
+			// Read already: no round trip. A row read as absent stays a
+			// check of its absence.
+			b, ok, err := otx.Get(k)
+			if err != nil {
+				return err
+			}
+			if ok {
+				otx.Put(k, b)
 			}
 		}
 		return nil
@@ -255,14 +319,9 @@ func TxGet[T any](tx *TablesTx, m *Member[T], key any) (row T, exists bool, err 
 	if err != nil {
 		return row, false, err
 	}
+	tx.read[text] = true
 	if !ok {
-		if _, seen := tx.read[text]; !seen {
-			tx.read[text] = nil
-		}
 		return k.Absent, false, nil
-	}
-	if _, seen := tx.read[text]; !seen && !tx.wrote[text] {
-		tx.read[text] = b
 	}
 	if err := m.rows.Unmarshal(b, &row); err != nil {
 		return row, false, err
@@ -282,6 +341,7 @@ func TxPrefetch[T any](tx *TablesTx, m *Member[T], keys ...any) error {
 		}
 		texts[i] = m.text(k.Text)
 		tx.refs.add(texts[i], ref{m: m, key: k.Value})
+		tx.read[texts[i]] = true
 	}
 	return tx.tx.Prefetch(texts...)
 }
@@ -311,7 +371,14 @@ func (b *Tables) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err != nil {
 		return cas.Item{}, err
 	}
-	row, err := r.m.read(ctx, r.key)
+	var row Row[[]byte]
+	if tx := openTx(ctx); tx != nil {
+		// Inside an exclusive attempt: through its transaction, not
+		// another connection, which the held locks could starve.
+		row, err = r.m.readTx(ctx, tx, r.key)
+	} else {
+		row, err = r.m.read(ctx, r.key)
+	}
 	if err != nil {
 		return cas.Item{}, err
 	}
@@ -325,6 +392,21 @@ func (b *Tables) Get(ctx context.Context, key string) (cas.Item, error) {
 // at once where the table can.
 func (b *Tables) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
 	out := make([]cas.Item, len(keys))
+	if tx := openTx(ctx); tx != nil {
+		// Inside an exclusive attempt: through its transaction.
+		for i, k := range keys {
+			r, err := refOf(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			row, err := r.m.readTx(ctx, tx, r.key)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = cas.Item{Key: k, Value: row.Value, Version: row.Version}
+		}
+		return out, nil
+	}
 	byMember := map[member][]int{}
 	var order []member
 	refsOf := make([]ref, len(keys))
@@ -434,7 +516,17 @@ func (b *Tables) CommitExclusive(ctx context.Context, keys []string, fn func(cur
 			}
 			cur[i] = cas.Item{Key: keys[i], Value: row.Value, Version: row.Version}
 		}
+		// fn reads rows not among keys through this transaction: on
+		// another connection they could wait for a pool that holders of
+		// these locks have filled.
+		rsx, _ := ctx.Value(refsCtx{}).(*refs)
+		if rsx != nil {
+			rsx.setTx(tx)
+		}
 		ops, err := fn(cur)
+		if rsx != nil {
+			rsx.setTx(nil)
+		}
 		if err != nil {
 			fnErr = err
 			return err
@@ -464,9 +556,14 @@ func (b *Tables) CommitExclusive(ctx context.Context, keys []string, fn func(cur
 }
 
 // resolve returns what each op's key names and the order to apply ops
-// in: by table name, then by key.
+// in: by table name, then by key. Every row must be of one database, and
+// reached through one Table.
 func resolve(ctx context.Context, ops []cas.Op) ([]ref, []int, error) {
 	rs := make([]ref, len(ops))
+	type row struct {
+		table, key string
+	}
+	through := map[row]member{}
 	for i, op := range ops {
 		r, err := refOf(ctx, op.Key)
 		if err != nil {
@@ -478,6 +575,14 @@ func resolve(ctx context.Context, ops []cas.Op) ([]ref, []int, error) {
 		default:
 			return nil, nil, fmt.Errorf("rowupdate: txn: op %d on %q: %w", i, op.Key, errors.ErrUnsupported)
 		}
+		if i > 0 && r.m.database() != rs[0].m.database() {
+			return nil, nil, fmt.Errorf("rowupdate: txn: %s and %s are tables of different databases (pools): one transaction writes one database", rs[0].m.tableName(), r.m.tableName())
+		}
+		k := row{r.m.tableName(), fmt.Sprint(r.key)}
+		if m, ok := through[k]; ok && m != r.m {
+			return nil, nil, fmt.Errorf("rowupdate: txn: the row %v of %s is read or written through two Table values: use one Table per table", r.key, k.table)
+		}
+		through[k] = r.m
 		rs[i] = r
 	}
 	order := make([]int, len(ops))
@@ -509,7 +614,12 @@ func apply(ctx context.Context, tx any, ops []cas.Op, rs []ref, order []int) ([]
 				err = &cas.ConflictError{Key: op.Key, HasCurrent: true}
 			}
 		} else {
-			vs[i], cur, err = r.m.write(ctx, tx, r.key, op.Expected, op.Value)
+			if op.Expected == 0 {
+				err = r.m.lockAbsent(ctx, tx, r.key)
+			}
+			if err == nil {
+				vs[i], cur, err = r.m.write(ctx, tx, r.key, op.Expected, op.Value)
+			}
 		}
 		var ce *cas.ConflictError
 		if errors.As(err, &ce) {

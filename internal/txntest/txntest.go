@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
@@ -66,10 +67,22 @@ func Run[X any](t *testing.T, h Harness[X]) {
 	t.Run("FnErrorWritesNothing", func(t *testing.T) { fnErrorWritesNothing(t, h.Open(t)) })
 	t.Run("BadRows", func(t *testing.T) { badRows(t, h.Open(t)) })
 	t.Run("ConcurrentTransfers", func(t *testing.T) { concurrentTransfers(t, h.Open(t)) })
-	t.Run("EscalatesWithoutTurns", func(t *testing.T) { escalatesWithoutTurns(t, h.Open(t)) })
+	t.Run("EscalatesWithoutTurns", func(t *testing.T) { escalatesWithoutTurns(t, h.Open(t), false) })
+	t.Run("EscalatedReadsOtherRows", func(t *testing.T) { escalatesWithoutTurns(t, h.Open(t), true) })
+	t.Run("PrefetchedRowsAreChecked", func(t *testing.T) { prefetchedRowsAreChecked(t, h.Open(t)) })
+	t.Run("NoWriteSkewOnAbsentRows", func(t *testing.T) { noWriteSkewOnAbsentRows(t, h.Open(t)) })
 }
 
 var errStop = errors.New("txntest: fn stops")
+
+// testCtx is a test's context: a call that hangs (a transaction waiting
+// for a connection its own locks hold, say) fails the test instead of
+// hanging it.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
 
 func mustInsert[X any](t *testing.T, tb Tables[X], id, balance int64) Account {
 	t.Helper()
@@ -120,7 +133,7 @@ func transfer[X any](ctx context.Context, tb Tables[X], from, to, amount, entry 
 }
 
 func transferAndLedger[X any](t *testing.T, tb Tables[X]) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	a := mustInsert(t, tb, 1, 100)
 	b := mustInsert(t, tb, 2, 100)
 	if err := transfer(ctx, tb, 1, 2, 30, 10); err != nil {
@@ -153,7 +166,7 @@ func transferAndLedger[X any](t *testing.T, tb Tables[X]) {
 func retriesFromChangedRows[X any](t *testing.T, tb Tables[X]) {
 	// A row changed between the transaction's read and its commit: the
 	// commit writes nothing, and fn runs again from the row as it is.
-	ctx := context.Background()
+	ctx := testCtx(t)
 	mustInsert(t, tb, 1, 100)
 	mustInsert(t, tb, 2, 100)
 	calls := 0
@@ -203,7 +216,7 @@ func readRowsAreChecked[X any](t *testing.T, tb Tables[X]) {
 	// A row read and not written, and a row read as absent and not
 	// written, are checked at the commit: a change to either makes the
 	// transaction run again.
-	ctx := context.Background()
+	ctx := testCtx(t)
 	mustInsert(t, tb, 1, 100)
 	mustInsert(t, tb, 2, 5)
 	calls := 0
@@ -247,7 +260,7 @@ func readRowsAreChecked[X any](t *testing.T, tb Tables[X]) {
 }
 
 func fnErrorWritesNothing[X any](t *testing.T, tb Tables[X]) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	mustInsert(t, tb, 1, 100)
 	err := tb.Txn(ctx, func(tx X) error {
 		a, _, err := tb.GetAccount(tx, 1)
@@ -281,7 +294,7 @@ func fnErrorWritesNothing[X any](t *testing.T, tb Tables[X]) {
 }
 
 func badRows[X any](t *testing.T, tb Tables[X]) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	err := tb.Txn(ctx, func(tx X) error { return tb.PutAccount(tx, Account{Balance: 1}) })
 	if !errors.Is(err, cas.ErrInvalidKey) {
 		t.Fatalf("a row with a zero key: %v, want cas.ErrInvalidKey", err)
@@ -297,7 +310,7 @@ func concurrentTransfers[X any](t *testing.T, tb Tables[X]) {
 	// (default options), the money is all there, and each account's
 	// balance is its start plus the sum of its entries: the two tables
 	// agree.
-	ctx := context.Background()
+	ctx := testCtx(t)
 	const accounts, start, workers, per = 3, 1000, 8, 15
 	for id := int64(1); id <= accounts; id++ {
 		mustInsert(t, tb, id, start)
@@ -345,25 +358,36 @@ func concurrentTransfers[X any](t *testing.T, tb Tables[X]) {
 	}
 }
 
-func escalatesWithoutTurns[X any](t *testing.T, tb Tables[X]) {
+func escalatesWithoutTurns[X any](t *testing.T, tb Tables[X], feeRow bool) {
 	// Without turns (as for callers in different processes) transfers
 	// between two hot accounts keep losing commits to each other; at the
 	// default attempt limit every one must still succeed, because a
 	// transaction that keeps losing commits holding its rows' locks.
-	ctx := context.Background()
+	// With feeRow, every other attempt also reads a third row, so an
+	// escalated attempt may read a row it does not hold: through its own
+	// transaction, not a connection the held locks could starve.
+	ctx := testCtx(t)
 	const start, workers, per = 1000, 16, 15
 	mustInsert(t, tb, 1, start)
 	mustInsert(t, tb, 2, start)
+	mustInsert(t, tb, 3, 0)
 	var failed, attempts atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := range per {
 				from, to := int64(1+(w+i)%2), int64(1+(w+i+1)%2)
+				n := 0
 				err := tb.Txn(ctx, func(tx X) error {
 					attempts.Add(1)
+					n++
 					if err := tb.PrefetchAccount(tx, from, to); err != nil {
 						return err
+					}
+					if feeRow && n%2 == 0 {
+						if _, _, err := tb.GetAccount(tx, 3); err != nil {
+							return err
+						}
 					}
 					f, _, err := tb.GetAccount(tx, from)
 					if err != nil {
@@ -394,4 +418,88 @@ func escalatesWithoutTurns[X any](t *testing.T, tb Tables[X]) {
 		t.Fatalf("balances %d + %d, want %d", a.Balance, b.Balance, 2*start)
 	}
 	t.Logf("%d transfers in %d attempts", workers*per, attempts.Load())
+}
+
+func prefetchedRowsAreChecked[X any](t *testing.T, tb Tables[X]) {
+	// A row prefetched and never read with TxGet is read all the same:
+	// checked at the commit like any row read and not written.
+	ctx := testCtx(t)
+	mustInsert(t, tb, 1, 100)
+	mustInsert(t, tb, 2, 100)
+	calls := 0
+	err := tb.Txn(ctx, func(tx X) error {
+		calls++
+		if err := tb.PrefetchAccount(tx, 1, 2); err != nil {
+			return err
+		}
+		a, _, err := tb.GetAccount(tx, 1)
+		if err != nil {
+			return err
+		}
+		if calls == 1 {
+			cur := mustRead(t, tb, 2)
+			cur.Balance++
+			if _, err := tb.UpdateAccount(ctx, cur); err != nil {
+				return err
+			}
+		}
+		a.Balance--
+		return tb.PutAccount(tx, a)
+	})
+	if err != nil || calls != 2 {
+		t.Fatalf("Txn = %v after %d calls of fn; want nil after 2 (the prefetched row changed once)", err, calls)
+	}
+	if a, b := mustRead(t, tb, 1), mustRead(t, tb, 2); a.Balance != 99 || b.Balance != 101 {
+		t.Fatalf("balances %d and %d, want 99 and 101", a.Balance, b.Balance)
+	}
+}
+
+var errSkew = errors.New("txntest: the other row exists")
+
+func noWriteSkewOnAbsentRows[X any](t *testing.T, tb Tables[X]) {
+	// Two transactions each read as absent the row the other inserts, and
+	// insert their own only then: at most one of them may commit (the
+	// other, run again, finds the row and stops).
+	ctx := testCtx(t)
+	for round := range 12 {
+		mine, theirs := int64(100+2*round), int64(101+2*round)
+		var both sync.WaitGroup
+		both.Add(2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for side := range 2 {
+			read, insert := theirs, mine
+			if side == 1 {
+				read, insert = mine, theirs
+			}
+			wg.Go(func() {
+				first := true
+				errs[side] = tb.Txn(ctx, func(tx X) error {
+					_, ok, err := tb.GetAccount(tx, read)
+					if err != nil {
+						return err
+					}
+					if first {
+						// Both read before either commits.
+						first = false
+						both.Done()
+						both.Wait()
+					}
+					if ok {
+						return errSkew
+					}
+					return tb.PutAccount(tx, Account{ID: insert, Balance: 1})
+				})
+			})
+		}
+		wg.Wait()
+		if errs[0] == nil && errs[1] == nil {
+			t.Fatalf("round %d: both transactions committed, each having read as absent the row the other inserted", round)
+		}
+		for _, err := range errs {
+			if err != nil && !errors.Is(err, errSkew) {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
 }
