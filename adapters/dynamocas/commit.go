@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -26,7 +27,15 @@ type commit struct {
 	id       writeid.ID // the write id of every put and delete, and the ClientRequestToken
 	versions []cas.Version
 	held     map[string]cas.Item // the keys an exclusive commit holds (their ops ask for its hold)
+	prior    []writeid.ID        // the ids of the transactions this Commit sent before c: any found means one applied
 	in       *dynamodb.TransactWriteItemsInput
+}
+
+// mine reports whether id is c's, or that of a transaction the same
+// Commit sent before it (whose answer was lost, then refused on a resend
+// by a hold that has since ended: it may have applied since).
+func (c *commit) mine(id writeid.ID) bool {
+	return id == c.id || slices.Contains(c.prior, id)
 }
 
 // Commit implements cas.Committer with one TransactWriteItems: a
@@ -63,14 +72,27 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 // writes end it), or by no one (nil).
 func (s *Store) commit(ctx context.Context, ops []cas.Op, hold []byte, held map[string]cas.Item) ([]cas.Version, error) {
 	bases := make([]uint64, len(ops))
-	var poll ctxwait.Poll
+	var (
+		poll  ctxwait.Poll
+		prior []writeid.ID
+	)
 	for attempt := 1; ; attempt++ {
 		c := s.buildCommit(ops, bases, hold, held)
+		c.prior = prior
 		vs, rebase, err := s.sendCommit(ctx, c)
 		if !rebase {
 			return vs, err
 		}
-		if errors.Is(err, errHeld) {
+		prior = append(prior, c.id)
+		var ce *cas.ConflictError
+		if errors.As(err, &ce) && errors.Is(err, errHeld) {
+			if hold != nil {
+				// An exclusive commit does not wait for another's hold
+				// while it keeps its own (two such commits could wait
+				// for each other): a conflict, after which occ holds
+				// this key too.
+				return nil, ce
+			}
 			// Refused by another's hold only: wait for it to end, then
 			// send anew (a new id, the clock read again).
 			if err := poll.Wait(ctx); err != nil {
@@ -196,12 +218,13 @@ func (s *Store) sendCommit(ctx context.Context, c *commit) (vs []cas.Version, re
 // satisfies it (a tombstone with another version than a create assumed, or
 // a state that changed back in between) asks for another attempt; one
 // whose key is held by another's exclusive update asks for it after the
-// hold ends (the error is then errHeld). With no
+// hold ends (the error is then a *cas.ConflictError matching errHeld, for
+// an exclusive commit, which does not wait). With no
 // failed condition, the transaction was cancelled for other reasons
 // (TransactionConflict and throttling are Retryable).
 func (s *Store) cancelled(ctx context.Context, c *commit, tce *types.TransactionCanceledException, cause error) (rebase bool, err error) {
 	reasons := tce.CancellationReasons
-	held := false
+	var heldBy *cas.ConflictError // the first op refused by another's hold
 	for i, r := range reasons {
 		if i >= len(c.ops) || aws.ToString(r.Code) != "ConditionalCheckFailed" {
 			continue
@@ -211,20 +234,21 @@ func (s *Store) cancelled(ctx context.Context, c *commit, tce *types.Transaction
 		if rerr != nil {
 			return false, &cas.ConflictError{Key: op.Key, Expected: op.Expected, Err: cause}
 		}
-		if st.hasWID && st.wid == c.id {
+		if st.hasWID && c.mine(st.wid) {
 			continue // only while resolving: this commit applied (see resolveCommit)
 		}
 		if st.item.Version == op.Expected {
 			rebase = true // the condition holds now: try again
-			if _, mine := c.held[op.Key]; !mine && st.holdUntil >= time.Now().UnixMilli() {
-				held = true // but another's hold refused it: after the hold
+			if _, mine := c.held[op.Key]; !mine && st.holdUntil >= time.Now().UnixMilli() && heldBy == nil {
+				// But another's hold refused it: after the hold.
+				heldBy = &cas.ConflictError{Key: op.Key, Expected: op.Expected, Current: st.item, HasCurrent: true, Err: fmt.Errorf("%w: %w", errHeld, cause)}
 			}
 			continue
 		}
 		return false, &cas.ConflictError{Key: op.Key, Expected: op.Expected, Current: st.item, HasCurrent: true, Err: cause}
 	}
-	if held {
-		return true, fmt.Errorf("%w: %w", errHeld, cause)
+	if heldBy != nil {
+		return true, heldBy
 	}
 	if rebase {
 		return true, cause
@@ -294,7 +318,7 @@ func (s *Store) resolveCommit(ctx context.Context, c *commit, cause error) ([]ca
 		switch {
 		case err != nil:
 			return false, amb
-		case st.hasWID && st.wid == c.id:
+		case st.hasWID && c.mine(st.wid):
 			return false, nil // applied
 		case !c.holds(fw, st):
 			return false, amb
