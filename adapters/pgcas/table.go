@@ -220,20 +220,25 @@ func (t *Table[T]) writable(i int) bool { return i != t.key && i != t.version &&
 // Get returns the row with key, its version field filled in, or an error
 // matching cas.ErrNotFound. It reads on TableConfig.ReadPool when set.
 func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
+	return t.readRow(ctx, t.rq, t.sqlGet, "get", key)
+}
+
+// readRow reads the row with key on q with sql, a SELECT of t's columns.
+func (t *Table[T]) readRow(ctx context.Context, q querier, sql, op string, key any) (T, error) {
 	var row T
-	rows, err := t.rq.Query(ctx, t.sqlGet, key)
+	rows, err := q.Query(ctx, sql, key)
 	if err != nil {
-		return row, t.opError("get", key, err)
+		return row, t.opError(op, key, err)
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return row, t.opError("get", key, err)
+			return row, t.opError(op, key, err)
 		}
-		return row, &cas.KeyError{Op: "get", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
+		return row, &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: cas.ErrNotFound}
 	}
 	if err := rows.Scan(t.targets(&row)...); err != nil {
-		return row, t.opError("get", key, err)
+		return row, t.opError(op, key, err)
 	}
 	rows.Close()
 	return row, rows.Err()

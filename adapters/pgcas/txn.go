@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/occkit/occkit/cas"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/occkit/occkit/internal/rowupdate"
 	"github.com/occkit/occkit/occ"
@@ -91,23 +89,7 @@ func (t *Table[T]) newMember() *rowupdate.Member[T] {
 // lockRow reads the row with key on t's connection (a transaction's),
 // locking it for writing until the transaction ends.
 func (t *Table[T]) lockRow(ctx context.Context, key any) (T, error) {
-	var row T
-	rows, err := t.q.Query(ctx, t.sqlGet+` FOR UPDATE`, key)
-	if err != nil {
-		return row, t.opError("lock", key, err)
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return row, t.opError("lock", key, err)
-		}
-		return row, &cas.KeyError{Op: "lock", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
-	}
-	if err := rows.Scan(t.targets(&row)...); err != nil {
-		return row, t.opError("lock", key, err)
-	}
-	rows.Close()
-	return row, rows.Err()
+	return t.readRow(ctx, t.q, t.sqlGet+` FOR UPDATE`, "lock", key)
 }
 
 // lockAbsent takes, in t's transaction, the advisory lock that a Txn's
