@@ -89,6 +89,7 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 // its current state is read for the retry.
 func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) ([]rowupdate.Row[T], int, rowupdate.Row[T], error) {
 	tx := NewTx(t.cli)
+	tx.unheld = true // an escalated Modify's hold on an item makes the commit wait
 	ws := make([]*tableWrite, len(writes))
 	for i, w := range writes {
 		var (

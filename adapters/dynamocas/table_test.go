@@ -601,3 +601,62 @@ func TestTableHolderPaused(t *testing.T) {
 		}
 	})
 }
+
+// TestModifyManyWaitsForHold: while an escalated Modify holds an item, a
+// ModifyMany of it (another Table of the same items, as another process)
+// waits instead of committing under the hold: the holder's write goes
+// through, and the ModifyMany then applies on top of it. (minidyn: dynalite
+// has no transactions.)
+func TestModifyManyWaitsForHold(t *testing.T) {
+	srv := dynamotest.StartMinidyn(t)
+	cli := dynamotest.Client(t, srv)
+	others, name := newStocks(t, cli)
+	holder := openStocks(t, cli, name, dynamocas.TableConfig{})
+	ctx := dynamotest.Ctx(t, time.Minute)
+	a, b := dynamocas.Key{Partition: "a"}, dynamocas.Key{Partition: "b"}
+	for _, sku := range []string{"a", "b"} {
+		if _, err := others.Insert(ctx, stock{SKU: sku, Remaining: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inFn, release := make(chan struct{}), make(chan struct{})
+	holderDone := make(chan error, 1)
+	go func() {
+		_, err := holder.ExclusiveModify(ctx, a, func(cur stock, _ bool) (stock, bool, error) {
+			close(inFn)
+			<-release
+			cur.Remaining = 100
+			return cur, true, nil
+		})
+		holderDone <- err
+	}()
+	<-inFn
+	manyDone := make(chan error, 1)
+	go func() {
+		_, err := others.ModifyMany(ctx, []dynamocas.Key{a, b}, func(cur []stock, _ []bool) ([]stock, error) {
+			cur[0].Remaining--
+			cur[1].Remaining--
+			return cur, nil
+		}, occ.WithExclusiveAfter(0))
+		manyDone <- err
+	}()
+	select {
+	case err := <-manyDone:
+		close(release)
+		t.Fatalf("ModifyMany ended (%v) while the item was held", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-holderDone; err != nil {
+		t.Fatalf("the holder's write: %v, want it applied (nothing wrote the item under its hold)", err)
+	}
+	if err := <-manyDone; err != nil {
+		t.Fatalf("ModifyMany after the hold: %v", err)
+	}
+	if got, err := others.Get(ctx, a); err != nil || got.Remaining != 99 {
+		t.Fatalf("item a = %+v, %v; want 99 (the holder's 100, then ModifyMany's -1)", got, err)
+	}
+	if got, err := others.Get(ctx, b); err != nil || got.Remaining != 9 {
+		t.Fatalf("item b = %+v, %v; want 9", got, err)
+	}
+}

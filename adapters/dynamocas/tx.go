@@ -35,6 +35,11 @@ import (
 type Tx struct {
 	cli   *dynamodb.Client
 	token string
+	// unheld: every write also asks that no exclusive update holds its
+	// item, and a transaction refused only by a hold waits for it and is
+	// sent anew with a new token (ModifyMany's; a Tx of NewTx ignores
+	// holds).
+	unheld bool
 
 	mu    sync.Mutex
 	ops   []txOp
@@ -103,10 +108,11 @@ func (tx *Tx) Len() int {
 func (tx *Tx) add(op txOp) {
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
-	// A transaction does not look at exclusive holds (a request sent
-	// again with its token must be identical, clock included): the
-	// holder's write fails as a conflict if the transaction wrote first.
-	op.w.unheld = false
+	// A Tx of NewTx does not look at exclusive holds (the holder's write
+	// fails as a conflict if the transaction wrote first); ModifyMany's
+	// waits for them (a resend after a lost answer sends the same request,
+	// clock included; one sent after a hold is a new request).
+	op.w.unheld = tx.unheld && !op.check
 	tx.ops = append(tx.ops, op)
 	if op.check {
 		tx.bytes += itemSize(op.w.kav)
@@ -187,8 +193,20 @@ func (tx *Tx) Commit(ctx context.Context) ([]cas.Version, error) {
 	case tx.bytes > MaxTransactBytes:
 		return nil, fmt.Errorf("dynamocas: commit: %w: %d bytes of items, limit %d", cas.ErrTooLarge, tx.bytes, MaxTransactBytes)
 	}
+	var poll ctxwait.Poll
 	for round := 0; ; round++ {
 		err := tx.send(ctx)
+		if errors.Is(err, errHeld) {
+			// Refused by an exclusive update's hold only (nothing
+			// applied): wait for it, then send a new request (the clock
+			// read again, a new token).
+			if werr := poll.Wait(ctx); werr != nil {
+				return nil, fmt.Errorf("dynamocas: commit (first key %q) waiting for an exclusive hold: %w", truncate(tx.ops[0].w.ks, 64), werr)
+			}
+			tx.token = newToken()
+			round--
+			continue
+		}
 		var tomb *tombstoneRefusal
 		if errors.As(err, &tomb) && round < maxTombstoneRounds {
 			// A create refused by a tombstone: create over it, in a new
@@ -288,6 +306,8 @@ func (tx *Tx) cancelled(ctx context.Context, tce *types.TransactionCanceledExcep
 		}
 		raw, err := signedAttr(item, w.verAttr)
 		switch {
+		case err == nil && raw == w.base && w.unheld && heldAt(item, w.untilAttr):
+			ce.Err = errors.Join(errHeld, cause) // an exclusive update holds the item: Commit waits
 		case err != nil || raw == w.base:
 		case raw < 0 && w.expected == 0 && !tx.ops[i].check:
 			return &tombstoneRefusal{op: i, deleted: cas.Version(-raw), err: ce}
