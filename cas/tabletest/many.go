@@ -96,6 +96,17 @@ func (h Harness[K]) modifyMany(t *testing.T) {
 // losing every attempt (each retry after a wait reads again, and may
 // read a stale row again, or not find a row the replica has not replayed
 // yet): that is logged, and it must have written nothing.
+// transfer is the ModifyMany mutate of the transfer tests: one unit from
+// the first row to the second.
+func (h Harness[K]) transfer(cur []Row, exists []bool) ([]Row, error) {
+	if !exists[0] || !exists[1] {
+		return nil, h.stale(true, func() error { return fmt.Errorf("read %+v %v: a row is missing", cur, exists) })
+	}
+	cur[0].N--
+	cur[1].N++
+	return cur, nil
+}
+
 func (h Harness[K]) modifyManyTransfers(t *testing.T) {
 	ctx := ctxFor(t)
 	tbl := h.New(t)
@@ -113,14 +124,7 @@ func (h Harness[K]) modifyManyTransfers(t *testing.T) {
 		wg.Go(func() {
 			for i := range per {
 				from, to := ids[(w+i)%3], ids[(w+i+1+w%2)%3]
-				if _, err := m.ModifyMany(ctx, []K{h.Key(from), h.Key(to)}, func(cur []Row, exists []bool) ([]Row, error) {
-					if !exists[0] || !exists[1] {
-						return nil, h.stale(true, func() error { return fmt.Errorf("read %+v %v: a row is missing", cur, exists) })
-					}
-					cur[0].N--
-					cur[1].N++
-					return cur, nil
-				}, h.retryStale()...); err != nil {
+				if _, err := m.ModifyMany(ctx, []K{h.Key(from), h.Key(to)}, h.transfer, h.retryStale()...); err != nil {
 					if h.StaleReads && errors.Is(err, occ.ErrAttemptsExhausted) && (errors.Is(err, cas.ErrConflict) || errors.Is(err, errStale)) {
 						gaveUp.Add(1)
 						continue
@@ -191,14 +195,7 @@ func (h Harness[K]) modifyManyAcrossProcesses(t *testing.T) {
 				if (w+i)%2 == 1 {
 					from, to = to, from
 				}
-				if _, err := m.ModifyMany(ctx, []K{h.Key(from), h.Key(to)}, func(cur []Row, exists []bool) ([]Row, error) {
-					if !exists[0] || !exists[1] {
-						return nil, h.stale(true, func() error { return fmt.Errorf("read %+v %v: a row is missing", cur, exists) })
-					}
-					cur[0].N--
-					cur[1].N++
-					return cur, nil
-				}, h.retryStale()...); err != nil && failed.Add(1) == 1 {
+				if _, err := m.ModifyMany(ctx, []K{h.Key(from), h.Key(to)}, h.transfer, h.retryStale()...); err != nil && failed.Add(1) == 1 {
 					t.Errorf("transfer %s→%s: %v", from, to, err)
 				}
 			}

@@ -34,6 +34,19 @@ func keyValue(ctx context.Context, key string) (any, error) {
 	return keyOf(ctx, key)
 }
 
+// keyValues returns the key values of key texts from ctx (keyValue).
+func keyValues(ctx context.Context, keys []string) ([]any, error) {
+	vals := make([]any, len(keys))
+	for i, k := range keys {
+		v, err := keyValue(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
 // GetMany implements cas.BatchGetter: one Driver.ReadMany when the table
 // has it, one Get per key otherwise.
 func (r *Rows[T]) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
@@ -51,13 +64,9 @@ func (r *Rows[T]) GetMany(ctx context.Context, keys []string) ([]cas.Item, error
 		}
 		return out, nil
 	}
-	vals := make([]any, len(keys))
-	for i, k := range keys {
-		v, err := keyValue(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		vals[i] = v
+	vals, err := keyValues(ctx, keys)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := r.d.ReadMany(ctx, vals)
 	if err != nil {
@@ -148,13 +157,9 @@ type exclusiveCommitRows[T any] struct{ exclusiveRows[T] }
 // Driver.CommitExclusive.
 func (x exclusiveCommitRows[T]) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
 	r := x.Rows
-	vals := make([]any, len(keys))
-	for i, k := range keys {
-		v, err := keyValue(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		vals[i] = v
+	vals, err := keyValues(ctx, keys)
+	if err != nil {
+		return nil, err
 	}
 	var (
 		ops []cas.Op

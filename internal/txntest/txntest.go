@@ -102,33 +102,39 @@ func mustRead[X any](t *testing.T, tb Tables[X], id int64) Account {
 	return a
 }
 
+// move moves amount from one account to another in tx: both read (in one
+// round trip), both written.
+func move[X any](tb Tables[X], tx X, from, to, amount int64) error {
+	if err := tb.PrefetchAccount(tx, from, to); err != nil {
+		return err
+	}
+	f, ok, err := tb.GetAccount(tx, from)
+	if err != nil || !ok {
+		return errors.Join(err, fmt.Errorf("account %d: %v", from, ok))
+	}
+	g, ok, err := tb.GetAccount(tx, to)
+	if err != nil || !ok {
+		return errors.Join(err, fmt.Errorf("account %d: %v", to, ok))
+	}
+	f.Balance -= amount
+	g.Balance += amount
+	if err := tb.PutAccount(tx, f); err != nil {
+		return err
+	}
+	return tb.PutAccount(tx, g)
+}
+
 // transfer moves amount from one account to another and records it in
 // two entries (ids entry and entry+1), in one Txn.
 func transfer[X any](ctx context.Context, tb Tables[X], from, to, amount, entry int64, opts ...occ.Option) error {
 	return tb.Txn(ctx, func(tx X) error {
-		if err := tb.PrefetchAccount(tx, from, to); err != nil {
+		if err := move(tb, tx, from, to, amount); err != nil {
 			return err
 		}
-		f, ok, err := tb.GetAccount(tx, from)
-		if err != nil || !ok {
-			return errors.Join(err, fmt.Errorf("account %d: %v", from, ok))
+		if err := tb.PutEntry(tx, Entry{ID: entry, Account: from, Amount: -amount}); err != nil {
+			return err
 		}
-		g, ok, err := tb.GetAccount(tx, to)
-		if err != nil || !ok {
-			return errors.Join(err, fmt.Errorf("account %d: %v", to, ok))
-		}
-		f.Balance -= amount
-		g.Balance += amount
-		for _, err := range []error{
-			tb.PutAccount(tx, f), tb.PutAccount(tx, g),
-			tb.PutEntry(tx, Entry{ID: entry, Account: from, Amount: -amount}),
-			tb.PutEntry(tx, Entry{ID: entry + 1, Account: to, Amount: amount}),
-		} {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+		return tb.PutEntry(tx, Entry{ID: entry + 1, Account: to, Amount: amount})
 	}, opts...)
 }
 
@@ -381,28 +387,12 @@ func escalatesWithoutTurns[X any](t *testing.T, tb Tables[X], feeRow bool) {
 				err := tb.Txn(ctx, func(tx X) error {
 					attempts.Add(1)
 					n++
-					if err := tb.PrefetchAccount(tx, from, to); err != nil {
-						return err
-					}
 					if feeRow && n%2 == 0 {
 						if _, _, err := tb.GetAccount(tx, 3); err != nil {
 							return err
 						}
 					}
-					f, _, err := tb.GetAccount(tx, from)
-					if err != nil {
-						return err
-					}
-					g, _, err := tb.GetAccount(tx, to)
-					if err != nil {
-						return err
-					}
-					f.Balance--
-					g.Balance++
-					if err := tb.PutAccount(tx, f); err != nil {
-						return err
-					}
-					return tb.PutAccount(tx, g)
+					return move(tb, tx, from, to, 1)
 				}, occ.WithTurns(false))
 				if err != nil && failed.Add(1) == 1 {
 					t.Errorf("transfer: %v", err)
