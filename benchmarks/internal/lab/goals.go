@@ -59,7 +59,7 @@ const (
 	// replaces. "One process": goroutines of one process, on direct
 	// connections.
 	goalNoFail          = "every occkit strategy (the A/B controls aside): 0 failed operations in its cell, warm-up included: a request that errors out is what a user remembers"
-	goalRepoNoFail      = "repository path (occ-table, occ-table-combine, occ-table-txn, delta-table, occ-gorm, occ-http, occ-http-modify): 0 failed operations in the cell, warm-up included"
+	goalRepoNoFail      = "repository path (occ-table, occ-table-combine, occ-table-txn, occ-tables-txn, delta-table, occ-gorm, occ-http, occ-http-modify): 0 failed operations in the cell, warm-up included"
 	goalTableHot        = "1 row, 16 workers, no work, one process: occ-table ≥ 0.9× occ on the same backend"
 	goalTableCombineHot = "1 row, 16 workers, no work, one process: occ-table-combine ≥ 3× the best cross-process lock"
 	goalTableCool       = "1000 keys: occ-table ≥ 0.95× occ on the same backend"
@@ -92,7 +92,7 @@ const (
 
 // repositoryPaths are the strategies that run repository code (a table's
 // Modify, gormocc.Update), judged by goalRepoNoFail at every point.
-var repositoryPaths = []string{"occ-table", "occ-table-combine", "occ-table-txn", "delta-table", "occ-gorm", "occ-http", "occ-http-modify"}
+var repositoryPaths = []string{"occ-table", "occ-table-combine", "occ-table-txn", "occ-tables-txn", "delta-table", "occ-gorm", "occ-http", "occ-http-modify"}
 
 // queueing names the locks whose waiters queue in order on the server
 // (a row lock, an advisory lock, etcd's and ZooKeeper's sequential

@@ -48,6 +48,7 @@ var tableStrategies = []strategySpec{
 		},
 	},
 	tableTxnStrategy,
+	tablesTxnStrategy,
 	{
 		Name:      "delta-table",
 		Kind:      kindOptimistic,
@@ -106,6 +107,71 @@ var tableTxnStrategy = strategySpec{
 	},
 }
 
+// tablesTxnStrategy is the multi-table transaction API (pgcas.Txn,
+// sqlcas.Txn) on the same transfers: what repository code that moves
+// value between rows of several tables runs, here over one table so that
+// it meets the same invariant.
+var tablesTxnStrategy = strategySpec{
+	Name:      "occ-tables-txn",
+	Kind:      kindOptimistic,
+	About:     "pgcas.Txn / sqlcas.Txn (TxPrefetch, TxGet, TxPut), the transaction over rows of several tables, moving the amount between two rows of the application's table, with the lab's options only (multi-key; default on the SQL backends)",
+	MultiKey:  true,
+	OwnTable:  true,
+	DefaultOn: func(b string, multiKey bool) bool { return multiKey && sqlTableBackends[b] },
+	New: func(ctx context.Context, h *harness) (cellStrategy, error) {
+		if !sqlTableBackends[h.Backend.Info().Name] {
+			return nil, fmt.Errorf("Txn runs on the SQL tables (pgcas, sqlcas): %w", errNotApplicable)
+		}
+		ts, err := newTableStrategy(ctx, h, false)
+		if err != nil {
+			return nil, err
+		}
+		t := ts.(tableStrategy)
+		t.t.modifyMany = t.t.txn // every transfer through Txn
+		return t, nil
+	},
+}
+
+// txnOver returns an appTable's txn over a table of a package whose Txn
+// API is run, get, prefetch and put: the rows of keys read (in one round
+// trip), mutate, and the rows it returns written.
+func txnOver[X any](run func(ctx context.Context, fn func(tx X) error, opts ...occ.Option) error,
+	get func(tx X, key any) (tableRow, bool, error), prefetch func(tx X, keys ...any) error, put func(tx X, row tableRow) error,
+) func(ctx context.Context, keys []string, mutate func([]tableRow, []bool) ([]tableRow, error), opts ...occ.Option) ([]tableRow, error) {
+	return func(ctx context.Context, keys []string, mutate func([]tableRow, []bool) ([]tableRow, error), opts ...occ.Option) ([]tableRow, error) {
+		ks := make([]any, len(keys))
+		for i, k := range keys {
+			ks[i] = k
+		}
+		var out []tableRow
+		err := run(ctx, func(tx X) error {
+			if err := prefetch(tx, ks...); err != nil {
+				return err
+			}
+			cur := make([]tableRow, len(ks))
+			exists := make([]bool, len(ks))
+			for i, k := range ks {
+				var err error
+				if cur[i], exists[i], err = get(tx, k); err != nil {
+					return err
+				}
+			}
+			next, err := mutate(cur, exists)
+			if err != nil {
+				return err
+			}
+			for _, r := range next {
+				if err := put(tx, r); err != nil {
+					return err
+				}
+			}
+			out = next
+			return nil
+		}, opts...)
+		return out, err
+	}
+}
+
 // sqlTableBackends are the backends of pgcas's and sqlcas's tables.
 var sqlTableBackends = map[string]bool{backends.Postgres: true, backends.MySQL: true, backends.SQLite: true}
 
@@ -130,6 +196,9 @@ type appTable struct {
 	newCache   func(maxEntries int) *occ.Cache
 	// add is Table.Add of the n column: a bounded delta of the row.
 	add func(ctx context.Context, key string, n int64, b cas.Bounds) (tableRow, error)
+	// txn is modifyMany through the package's Txn (the transaction over
+	// several tables); nil where there is none.
+	txn func(ctx context.Context, keys []string, mutate func(cur []tableRow, exists []bool) ([]tableRow, error), opts ...occ.Option) ([]tableRow, error)
 }
 
 // openAppTable returns the cell's table, <NS>_rows, over the backend's
@@ -154,6 +223,10 @@ func openAppTable(ctx context.Context, h *harness) (appTable, error) {
 			return appTable{}, err
 		}
 		t = sqlAppTable(tbl)
+		t.txn = txnOver(pgcas.Txn,
+			func(tx *pgcas.Tx, key any) (tableRow, bool, error) { return pgcas.TxGet(tx, tbl, key) },
+			func(tx *pgcas.Tx, keys ...any) error { return pgcas.TxPrefetch(tx, tbl, keys...) },
+			func(tx *pgcas.Tx, row tableRow) error { return pgcas.TxPut(tx, tbl, row) })
 		// Versions from the bigserial's sequence, <table>_version_seq,
 		// which pgcas.Table uses by default.
 		q := cli.Table(name)
@@ -176,6 +249,10 @@ func openAppTable(ctx context.Context, h *harness) (appTable, error) {
 			return appTable{}, err
 		}
 		t = sqlAppTable(tbl)
+		t.txn = txnOver(sqlcas.Txn,
+			func(tx *sqlcas.Tx, key any) (tableRow, bool, error) { return sqlcas.TxGet(tx, tbl, key) },
+			func(tx *sqlcas.Tx, keys ...any) error { return sqlcas.TxPrefetch(tx, tbl, keys...) },
+			func(tx *sqlcas.Tx, row tableRow) error { return sqlcas.TxPut(tx, tbl, row) })
 		q := cli.Table(name)
 		create = func(ctx context.Context) error {
 			if _, err := db.ExecContext(ctx, `CREATE TABLE `+q+` `+columns); err != nil {

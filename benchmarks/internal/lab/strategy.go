@@ -125,7 +125,7 @@ var strategySpecs = slices.Concat(coreStrategies, tableStrategies, gormStrategie
 // strategyOrder is the order of the strategies in tables and
 // charts; others follow by name.
 var strategyOrder = []string{
-	"occ", "occ-follower-reads", "occ-no-turns", "occ-no-exclusive", "occ-cached", "occ-combine", "occ-table", "occ-table-combine", "occ-table-txn", "occ-gorm", "occ-http", "occ-http-modify", "occ-txn", "occ-txn-serial-reads", "hybrid", "adaptive", "delta", "delta-unbatched", "delta-table", "blind-write",
+	"occ", "occ-follower-reads", "occ-no-turns", "occ-no-exclusive", "occ-cached", "occ-combine", "occ-table", "occ-table-combine", "occ-table-txn", "occ-tables-txn", "occ-gorm", "occ-http", "occ-http-modify", "occ-txn", "occ-txn-serial-reads", "hybrid", "adaptive", "delta", "delta-unbatched", "delta-table", "blind-write",
 	"lock-local", "lock-pg-for-update", "lock-pg-advisory", "lock-etcd-mutex",
 	"lock-redis", "lock-redlock", "lock-zookeeper", "lock-mysql-for-update", "lock-mysql-get-lock", "lock-http",
 }

@@ -40,16 +40,19 @@ func checkRepoCell(t *testing.T, l *Lab, c Cell) {
 	}
 }
 
-// runTxnCells checks occ-table-txn (Table.ModifyMany) on backend with
+// runTxnCells checks occ-table-txn (Table.ModifyMany) and occ-tables-txn
+// (Txn) on backend with
 // transfers between two hot rows, and across procs processes when procs
 // > 1: exact, nothing failed.
 func runTxnCells(t *testing.T, l *Lab, backend string, procs int) {
 	t.Helper()
-	c := Cell{Backend: backend, Strategy: "occ-table-txn", Workload: "transfer", Workers: 8, Keys: 2, Ops: 200, Seed: 12}
-	t.Run("occ-table-txn/transfer", func(t *testing.T) { checkRepoCell(t, l, c) })
-	if procs > 1 {
-		c.Procs = procs
-		t.Run("occ-table-txn/procs", func(t *testing.T) { checkRepoCell(t, l, c) })
+	for _, s := range []string{"occ-table-txn", "occ-tables-txn"} {
+		c := Cell{Backend: backend, Strategy: s, Workload: "transfer", Workers: 8, Keys: 2, Ops: 200, Seed: 12}
+		t.Run(s+"/transfer", func(t *testing.T) { checkRepoCell(t, l, c) })
+		if procs > 1 {
+			c.Procs = procs
+			t.Run(s+"/procs", func(t *testing.T) { checkRepoCell(t, l, c) })
+		}
 	}
 }
 
