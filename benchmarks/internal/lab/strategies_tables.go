@@ -120,7 +120,7 @@ var tablesTxnStrategy = strategySpec{
 	DefaultOn: func(b string, multiKey bool) bool { return multiKey && sqlTableBackends[b] },
 	New: func(ctx context.Context, h *harness) (cellStrategy, error) {
 		if !sqlTableBackends[h.Backend.Info().Name] {
-			return nil, fmt.Errorf("Txn runs on the SQL tables (pgcas, sqlcas): %w", errNotApplicable)
+			return nil, fmt.Errorf("the transaction over several tables (pgcas.Txn, sqlcas.Txn) runs on the SQL tables: %w", errNotApplicable)
 		}
 		ts, err := newTableStrategy(ctx, h, false)
 		if err != nil {
