@@ -136,6 +136,12 @@ func TestTxnTurns(t *testing.T) {
 // well before the deadline, no line waits out its bound), and nothing is
 // lost.
 func TestTxnTurnsMixed(t *testing.T) {
+	// A wait leaves a line that has not moved for 5 s, not the default
+	// 100 ms: a holder descheduled that long on a loaded machine is not a
+	// deadlock, while calls waiting for each other still leave stuck
+	// lines well before the deadline.
+	holdLimit = 5 * time.Second
+	t.Cleanup(func() { holdLimit = 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := slowCommitter{Store: memcas.New(), rtt: 200 * time.Microsecond}
