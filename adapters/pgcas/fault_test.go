@@ -144,41 +144,41 @@ func TestRetryableTransportFailures(t *testing.T) {
 	ctx := context.Background()
 	var f pgtest.Faults
 	s := faultyStore(t, &f)
-	v1, _ := s.CompareAndSwap(ctx, "k", 0, []byte("1"))
+	v1, _ := s.CompareAndSwap(ctx, "retry-key", 0, []byte("1"))
 
-	f.FailSend("k")
-	_, err := s.CompareAndSwap(ctx, "k", v1, []byte("2"))
+	f.FailSend("retry-key")
+	_, err := s.CompareAndSwap(ctx, "retry-key", v1, []byte("2"))
 	fired(t, &f, 1)
 	if !pgcas.Retryable(err) || errors.Is(err, cas.ErrConflict) || errors.Is(err, cas.ErrAmbiguous) {
 		t.Fatalf("unsent write: %v; Retryable %v; want Retryable, neither a conflict nor ambiguous", err, pgcas.Retryable(err))
 	}
 
-	f.FailSend("k")
-	_, err = s.Get(ctx, "k")
+	f.FailSend("retry-key")
+	_, err = s.Get(ctx, "retry-key")
 	fired(t, &f, 2)
 	if !pgcas.Retryable(err) {
 		t.Fatalf("failed read: %v, want Retryable", err)
 	}
 
-	f.LoseReply("k")
-	_, err = s.Commit(ctx, []cas.Op{cas.Put("other", 0, []byte("x")), cas.Check("k", v1+1000)})
+	f.LoseReply("retry-key")
+	_, err = s.Commit(ctx, []cas.Op{cas.Put("other", 0, []byte("x")), cas.Check("retry-key", v1+1000)})
 	if errors.Is(err, cas.ErrAmbiguous) && pgcas.Retryable(err) {
 		t.Fatalf("an ambiguous outcome must not be retryable: %v", err)
 	}
 
 	// occ with Retryable: a read that fails once is retried.
 	counters := cas.NewTyped[int](s, cas.JSON[int]())
-	if _, err := s.CompareAndSwap(ctx, "n", 0, []byte("0")); err != nil {
+	if _, err := s.CompareAndSwap(ctx, "retry-counter", 0, []byte("0")); err != nil {
 		t.Fatal(err)
 	}
-	f.FailSend("n")
-	n, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) { return n + 1, nil },
+	f.FailSend("retry-counter")
+	n, _, err := occ.Update(ctx, counters, "retry-counter", func(n int, _ bool) (int, error) { return n + 1, nil },
 		occ.WithRetryable(pgcas.Retryable), occ.WithBackOff(&backoff.ZeroBackOff{}))
 	fired(t, &f, 4)
 	if err != nil || n != 1 {
 		t.Fatalf("update over a failed read = %d, %v; want 1", n, err)
 	}
-	if _, err := s.Get(ctx, "k"); err != nil {
+	if _, err := s.Get(ctx, "retry-key"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -390,22 +390,22 @@ func TestLostReplyNotRetried(t *testing.T) {
 	var f pgtest.Faults
 	s := faultyStore(t, &f)
 	counters := cas.NewTyped[int](s, cas.JSON[int]())
-	if _, err := s.CompareAndSwap(ctx, "n", 0, []byte("0")); err != nil {
+	if _, err := s.CompareAndSwap(ctx, "lost-counter", 0, []byte("0")); err != nil {
 		t.Fatal(err)
 	}
 	calls := 0
-	_, _, err := occ.Update(ctx, counters, "n", func(n int, _ bool) (int, error) {
+	_, _, err := occ.Update(ctx, counters, "lost-counter", func(n int, _ bool) (int, error) {
 		if calls++; calls == 1 {
 			// Another writer moves the key on, and the reply to this
 			// update's (now stale) write is lost.
-			it, err := s.Get(ctx, "n")
+			it, err := s.Get(ctx, "lost-counter")
 			if err != nil {
 				t.Error(err)
 			}
-			if _, err := s.CompareAndSwap(ctx, "n", it.Version, []byte("10")); err != nil {
+			if _, err := s.CompareAndSwap(ctx, "lost-counter", it.Version, []byte("10")); err != nil {
 				t.Error(err)
 			}
-			f.LoseReply("n")
+			f.LoseReply("lost-counter")
 		}
 		return n + 1, nil
 	}, occ.WithRetryable(pgcas.Retryable), occ.WithBackOff(&backoff.ZeroBackOff{}))

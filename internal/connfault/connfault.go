@@ -6,6 +6,7 @@ package connfault
 import (
 	"bytes"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -44,7 +45,13 @@ func (m *Marker) FailSend(marker string) { m.arm(marker, failSend, nil) }
 // Fired returns how many armed faults have fired.
 func (m *Marker) Fired() int { return int(m.fired.Load()) }
 
+// MinMarker is the shortest marker LoseReply and FailSend accept.
+const MinMarker = 4
+
 func (m *Marker) arm(marker string, md mode, then func()) {
+	if len(marker) < MinMarker {
+		panic("connfault: marker " + strconv.Quote(marker) + " is shorter than MinMarker bytes and can match unrelated traffic")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.marker, m.mode, m.then = []byte(marker), md, then

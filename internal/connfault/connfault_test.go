@@ -45,8 +45,8 @@ func TestLoseReply(t *testing.T) {
 		t.Fatalf("unarmed read: %q, %v", buf[:n], err)
 	}
 	then := 0
-	m.LoseReply("key", func() { then++ })
-	if _, err := c.Write([]byte("get key")); err != nil {
+	m.LoseReply("the-key", func() { then++ })
+	if _, err := c.Write([]byte("get the-key")); err != nil {
 		t.Fatalf("a request whose reply is lost is sent: %v", err)
 	}
 	for range 2 { // the fault stays
@@ -62,14 +62,24 @@ func TestLoseReply(t *testing.T) {
 func TestFailSend(t *testing.T) {
 	var m Marker
 	c := echo(t, &m)
-	m.FailSend("key")
+	m.FailSend("the-key")
 	if _, err := c.Write([]byte("other")); err != nil {
 		t.Fatalf("a request without the marker: %v", err)
 	}
-	if _, err := c.Write([]byte("set key")); !errors.Is(err, errBroken) {
+	if _, err := c.Write([]byte("set the-key")); !errors.Is(err, errBroken) {
 		t.Fatalf("write of the marker: %v, want the injected error", err)
 	}
 	if m.Fired() != 1 {
 		t.Fatalf("%d faults fired, want 1", m.Fired())
 	}
+}
+
+func TestShortMarkerRefused(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a one-byte marker was armed; want a panic")
+		}
+	}()
+	var m Marker
+	m.FailSend("k")
 }
