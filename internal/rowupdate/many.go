@@ -109,15 +109,11 @@ func (r *Rows[T]) writesOf(ctx context.Context, ops []cas.Op) ([]Write[T], []uin
 		if err != nil {
 			return nil, nil, err
 		}
-		id, err := handle(op.Value)
+		p, id, err := r.held.load(op.Value)
 		if err != nil {
 			return nil, nil, err
 		}
-		p, ok := r.held.Load(id)
-		if !ok {
-			return nil, nil, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
-		}
-		writes[i], ids[i] = Write[T]{Key: k, Expected: op.Expected, Row: *p.(*T)}, id
+		writes[i], ids[i] = Write[T]{Key: k, Expected: op.Expected, Row: *p}, id
 	}
 	return writes, ids, nil
 }
@@ -142,7 +138,7 @@ func (r *Rows[T]) committed(ops []cas.Op, ids []uint64, stored []Row[T], at int,
 	}
 	vs := make([]cas.Version, len(ops))
 	for i := range ops {
-		r.held.Store(ids[i], &stored[i].Value)
+		r.held.replace(ids[i], &stored[i].Value)
 		vs[i] = stored[i].Version
 	}
 	return vs, nil

@@ -100,16 +100,12 @@ func (m *Member[T]) readMany(ctx context.Context, keys []any) ([]Row[[]byte], er
 // insert) in tx, and returns its new version; on a conflict, the current
 // row. After the write the handle holds the row as stored.
 func (m *Member[T]) write(ctx context.Context, tx any, key any, expected cas.Version, value []byte) (cas.Version, Row[[]byte], error) {
-	id, err := handle(value)
+	p, id, err := m.rows.held.load(value)
 	if err != nil {
 		return 0, Row[[]byte]{}, err
 	}
-	p, ok := m.rows.held.Load(id)
-	if !ok {
-		return 0, Row[[]byte]{}, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
-	}
 	in := m.bind(ctx, tx)
-	out, err := in.WriteAt(ctx, expected, *p.(*T))
+	out, err := in.WriteAt(ctx, expected, *p)
 	if err != nil {
 		var ce *cas.ConflictError
 		if errors.As(err, &ce) && ce.HasCurrent {
@@ -117,7 +113,7 @@ func (m *Member[T]) write(ctx context.Context, tx any, key any, expected cas.Ver
 		}
 		return 0, Row[[]byte]{}, err
 	}
-	m.rows.held.Store(id, &out)
+	m.rows.held.replace(id, &out)
 	return in.VersionOf(&out), Row[[]byte]{}, nil
 }
 

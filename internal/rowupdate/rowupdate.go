@@ -20,12 +20,7 @@ package rowupdate
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"fmt"
-	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
@@ -101,13 +96,12 @@ type Rows[T any] struct {
 	d     Driver[T]
 	store cas.Store // r, or r with cas.Exclusive when the driver has it
 	typed *cas.Typed[T]
-	held  sync.Map // handle → *T
-	ids   atomic.Uint64
+	held  *handles[T]
 }
 
 // New returns the bridge of the table d reads and writes.
 func New[T any](d Driver[T]) *Rows[T] {
-	r := &Rows[T]{d: d}
+	r := &Rows[T]{d: d, held: newHandles[T]()}
 	r.store = r
 	switch {
 	case d.Exclusive != nil && d.CommitExclusive != nil:
@@ -154,42 +148,19 @@ func (r *Rows[T]) Modify(ctx context.Context, k Key[T], mutate func(cur T, exist
 	return written, nil
 }
 
-// hold keeps row and returns its handle. The row is dropped once the
-// handle is unreachable: a handle is 24 bytes, so that it is never
-// batched with other small objects, whose cleanup could then never run.
-func (r *Rows[T]) hold(row T) []byte {
-	id := r.ids.Add(1)
-	b := make([]byte, 24)
-	binary.LittleEndian.PutUint64(b, id)
-	r.held.Store(id, &row)
-	runtime.AddCleanup(&b[0], r.drop, id)
-	return b[:8]
-}
-
-func (r *Rows[T]) drop(id uint64) { r.held.Delete(id) }
-
-// handle returns the id of a handle hold made.
-func handle(b []byte) (uint64, error) {
-	if len(b) != 8 {
-		return 0, fmt.Errorf("rowupdate: %d bytes are not a row handle", len(b))
-	}
-	return binary.LittleEndian.Uint64(b), nil
-}
+// hold keeps row and returns its handle.
+func (r *Rows[T]) hold(row T) []byte { return r.held.hold(row) }
 
 // Marshal implements cas.Codec: the row's handle.
 func (r *Rows[T]) Marshal(v T) ([]byte, error) { return r.hold(v), nil }
 
 // Unmarshal implements cas.Codec: the row the handle holds.
 func (r *Rows[T]) Unmarshal(b []byte, v *T) error {
-	id, err := handle(b)
+	p, _, err := r.held.load(b)
 	if err != nil {
 		return err
 	}
-	p, ok := r.held.Load(id)
-	if !ok {
-		return fmt.Errorf("rowupdate: row handle %d is no longer held", id)
-	}
-	*v = *p.(*T)
+	*v = *p
 	return nil
 }
 
@@ -226,17 +197,13 @@ func (r *Rows[T]) CompareAndSwap(ctx context.Context, key string, expected cas.V
 	if err != nil {
 		return 0, err
 	}
-	id, err := handle(value)
+	p, id, err := r.held.load(value)
 	if err != nil {
 		return 0, err
 	}
-	p, ok := r.held.Load(id)
-	if !ok {
-		return 0, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
-	}
-	stored, cur, err := r.d.Write(ctx, k, expected, *p.(*T))
+	stored, cur, err := r.d.Write(ctx, k, expected, *p)
 	if err == nil {
-		r.held.Store(id, &stored.Value)
+		r.held.replace(id, &stored.Value)
 		return stored.Version, nil
 	}
 	var ce *cas.ConflictError
@@ -279,21 +246,18 @@ func (x exclusiveRows[T]) UpdateExclusive(ctx context.Context, key string, fn fu
 		if err != nil || !write {
 			return zero, false, err
 		}
-		if id, err = handle(b); err != nil {
+		p, pid, err := r.held.load(b)
+		if err != nil {
 			return zero, false, err
 		}
-		p, ok := r.held.Load(id)
-		if !ok {
-			return zero, false, fmt.Errorf("rowupdate: row handle %d is no longer held", id)
-		}
-		wrote = true
-		return *p.(*T), true, nil
+		id, wrote = pid, true
+		return *p, true, nil
 	})
 	if err != nil {
 		return 0, err
 	}
 	if wrote {
-		r.held.Store(id, &stored.Value)
+		r.held.replace(id, &stored.Value)
 	}
 	return stored.Version, nil
 }
