@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 
@@ -124,8 +125,9 @@ func (t *Table[T]) runTx(ctx context.Context, fn func(in rowupdate.Table[T]) err
 // commitMany is ModifyMany's commit: when every write updates a row read
 // (the transfer's shape), BEGIN and the conditional UPDATEs, in key order,
 // go in one round trip and COMMIT (or ROLLBACK, when one of them did not
-// apply) in a second; a commit that creates rows runs them one by one
-// (rowupdate.CommitInOrder), Insert's version and key handling included.
+// apply) in a second (pipe); a commit that creates rows runs them one by
+// one (rowupdate.CommitInOrder), Insert's version and key handling
+// included.
 func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) ([]rowupdate.Row[T], int, rowupdate.Row[T], error) {
 	for _, w := range writes {
 		if w.Expected == 0 {
@@ -133,60 +135,121 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 		}
 	}
 	order := rowupdate.KeyOrder(writes)
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	keys := make([]any, len(writes))
-	for _, i := range order {
-		row := writes[i].Row
-		t.setVersion(&row, writes[i].Expected)
-		sql, args, key, _, err := t.updateSQL(row, 0, false)
-		if err != nil {
-			return nil, -1, rowupdate.Row[T]{}, err
-		}
-		keys[i] = key
-		b.Queue(sql, args...)
-	}
-	conn, err := t.pool.Acquire(ctx)
-	if err != nil {
-		return nil, -1, rowupdate.Row[T]{}, t.opError("modify-many", keys[order[0]], err)
-	}
-	// A connection released inside its transaction is closed, not reused.
-	defer conn.Release()
-	rollback := func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK") }
-	br := conn.SendBatch(ctx, b)
 	stored := make([]rowupdate.Row[T], len(writes))
 	at, cur := -1, rowupdate.Row[T]{}
 	var conflict error
+	err := t.pipe(ctx, "modify-many", t.keyOf(writes[order[0]].Row), func(b *pgx.Batch) error {
+		for _, i := range order {
+			if err := t.queueUpdate(b, writes[i].Expected, writes[i].Row); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, func(br pgx.BatchResults) error {
+		for _, i := range order {
+			s, c, err := t.scanUpdate(br)
+			var ce *cas.ConflictError
+			if errors.As(err, &ce) {
+				ce.Key, ce.Expected = fmt.Sprint(t.keyOf(writes[i].Row)), writes[i].Expected
+				ce.Current.Key = ce.Key
+				at, cur, conflict = i, c, ce
+			}
+			if err != nil {
+				return err
+			}
+			stored[i] = s
+		}
+		return nil
+	})
+	if at >= 0 && errors.Is(err, conflict) {
+		return nil, at, cur, conflict
+	}
+	if err != nil {
+		return nil, -1, rowupdate.Row[T]{}, err
+	}
+	return stored, -1, rowupdate.Row[T]{}, nil
+}
+
+// keyOf returns the key field of row.
+func (t *Table[T]) keyOf(row T) any {
+	return reflect.ValueOf(&row).Elem().FieldByIndex(t.cols[t.key].Index).Interface()
+}
+
+// pipeline is the table's part in a Txn commit of updates sent in one
+// round trip (rowupdate.Pipeline).
+func (t *Table[T]) pipeline() rowupdate.Pipeline[T] {
+	return rowupdate.Pipeline[T]{
+		Queue: func(b any, expected cas.Version, row T) error { return t.queueUpdate(b.(*pgx.Batch), expected, row) },
+		Scan:  func(br any) (rowupdate.Row[T], rowupdate.Row[T], error) { return t.scanUpdate(br.(pgx.BatchResults)) },
+		Pipe: func(ctx context.Context, queue func(any) error, scan func(any) error) error {
+			t.knowKeyIndexes(ctx)
+			return t.pipe(ctx, "txn", "", func(b *pgx.Batch) error { return queue(b) }, func(br pgx.BatchResults) error { return scan(br) })
+		},
+	}
+}
+
+// queueUpdate adds to b the update of row conditional on version
+// expected.
+func (t *Table[T]) queueUpdate(b *pgx.Batch, expected cas.Version, row T) error {
+	t.setVersion(&row, expected)
+	sql, args, _, _, err := t.updateSQL(row, 0, false)
+	if err != nil {
+		return err
+	}
+	b.Queue(sql, args...)
+	return nil
+}
+
+// scanUpdate reads the outcome of the next update queueUpdate queued: the
+// row as stored, or the current row with its *cas.ConflictError (its Key
+// and Expected left for the caller to fill in).
+func (t *Table[T]) scanUpdate(br pgx.BatchResults) (stored, current rowupdate.Row[T], err error) {
+	out, c, r, err := t.scanWrite(br.QueryRow())
+	switch {
+	case err != nil:
+		return stored, current, err
+	case r.written:
+		return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, current, nil
+	}
+	current = rowupdate.Row[T]{Value: c, Version: cas.Version(max(derefOr(r.version, 0), 0))}
+	return stored, current, r.conflict("", 0) // the caller names the key and the version expected
+}
+
+// pipe runs one transaction in two round trips: BEGIN and what queue
+// adds in the first, whose results scan reads in order; then COMMIT when
+// scan returned nil, ROLLBACK otherwise. A *cas.ConflictError of scan's
+// is returned as is; another failure is the write's error for op on key.
+func (t *Table[T]) pipe(ctx context.Context, op string, key any, queue func(b *pgx.Batch) error, scan func(br pgx.BatchResults) error) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	if err := queue(b); err != nil {
+		return err
+	}
+	conn, err := t.pool.Acquire(ctx)
+	if err != nil {
+		return t.opError(op, key, err)
+	}
+	// A connection released inside its transaction is closed, not reused.
+	defer conn.Release()
+	br := conn.SendBatch(ctx, b)
 	_, err = br.Exec()
-	for _, i := range order {
-		if err != nil {
-			break
-		}
-		var out, c T
-		var r tableResult
-		out, c, r, err = t.scanWrite(br.QueryRow())
-		switch {
-		case err != nil:
-		case r.written:
-			stored[i] = rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}
-		case at < 0:
-			at, cur, conflict = i, rowupdate.Row[T]{Value: c, Version: cas.Version(max(derefOr(r.version, 0), 0))}, r.conflict(keys[i], writes[i].Expected)
-		}
+	if err == nil {
+		err = scan(br)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil || at >= 0 {
-		rollback()
-		if err != nil {
-			return nil, -1, rowupdate.Row[T]{}, t.writeError(ctx, "modify-many", keys[order[0]], err)
+	if err != nil {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		if _, ok := errors.AsType[*cas.ConflictError](err); ok {
+			return err
 		}
-		return nil, at, cur, conflict
+		return t.writeError(ctx, op, key, err)
 	}
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return nil, -1, rowupdate.Row[T]{}, t.writeError(ctx, "modify-many", keys[order[0]], err)
+		return t.writeError(ctx, op, key, err)
 	}
-	return stored, -1, rowupdate.Row[T]{}, nil
+	return nil
 }
 
 // derefOr returns *p, or def when p is nil.

@@ -61,9 +61,10 @@ func TxPut[T any](tx *Tx, t *Table[T], row T) error {
 	return rowupdate.TxPut(tx.in, t.txm, row)
 }
 
-// newMember returns t as a member of Txn's transactions.
+// newMember returns t as a member of Txn's transactions, whose commits
+// of updates only go in one round trip and COMMIT (pipeline).
 func (t *Table[T]) newMember() *rowupdate.Member[T] {
-	return rowupdate.NewMember(t.name, t.pool, t.rows,
+	m := rowupdate.NewMember(t.name, t.pool, t.rows,
 		func(ctx context.Context, tx any) rowupdate.Table[T] {
 			in := *t
 			in.q, in.rq = tx.(pgx.Tx), tx.(pgx.Tx)
@@ -84,6 +85,8 @@ func (t *Table[T]) newMember() *rowupdate.Member[T] {
 			}
 			return nil
 		})
+	m.SetPipeline(t.pipeline())
+	return m
 }
 
 // lockRow reads the row with key on t's connection (a transaction's),

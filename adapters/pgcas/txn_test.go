@@ -2,9 +2,12 @@ package pgcas_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/adapters/pgcas"
@@ -101,5 +104,133 @@ func TestTxnEscalatedReadsThroughItsTransaction(t *testing.T) {
 	}
 	if a, err := accounts.Get(ctx, int64(1)); err != nil || a.Balance != 101 {
 		t.Fatalf("account 1 = %+v, %v; want balance 101", a, err)
+	}
+}
+
+// batchTracer counts the statements of the batches a pool sends, and the
+// statements it sends on their own.
+type batchTracer struct {
+	mu      sync.Mutex
+	batches []int // statements per batch
+	single  int
+}
+
+func (b *batchTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	b.mu.Lock()
+	b.batches = append(b.batches, data.Batch.Len())
+	b.mu.Unlock()
+	return ctx
+}
+func (b *batchTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (b *batchTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (b *batchTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	b.mu.Lock()
+	b.single++
+	b.mu.Unlock()
+	return ctx
+}
+func (b *batchTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (b *batchTracer) reset() {
+	b.mu.Lock()
+	b.batches, b.single = nil, 0
+	b.mu.Unlock()
+}
+
+// A Txn whose commit updates rows it read (a transfer) sends BEGIN and
+// the updates of both tables in one batch and COMMIT after it: two round
+// trips, not one per statement. A commit that inserts a row goes
+// statement by statement, as before. Either way the rows are as written.
+func TestTxnCommitsUpdatesInOneRoundTrip(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var tr batchTracer
+	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = &tr })
+	for _, ddl := range []string{
+		`CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL, version bigserial NOT NULL)`,
+		`CREATE TABLE entries (id bigint PRIMARY KEY, account bigint NOT NULL, amount bigint NOT NULL, version bigserial NOT NULL)`,
+	} {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accounts, err := pgcas.NewTable[txntest.Account](pool, pgcas.TableConfig{Table: "accounts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := pgcas.NewTable[txntest.Entry](pool, pgcas.TableConfig{Table: "entries"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int64{1, 2} {
+		if _, err := accounts.Insert(ctx, txntest.Account{ID: id, Balance: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := entries.Insert(ctx, txntest.Entry{ID: 7, Account: 1}); err != nil {
+		t.Fatal(err)
+	}
+	move := func(tx *pgcas.Tx) error {
+		if err := pgcas.TxPrefetch(tx, accounts, int64(1), int64(2)); err != nil {
+			return err
+		}
+		a, _, err := pgcas.TxGet(tx, accounts, int64(1))
+		if err != nil {
+			return err
+		}
+		b, _, err := pgcas.TxGet(tx, accounts, int64(2))
+		if err != nil {
+			return err
+		}
+		e, _, err := pgcas.TxGet(tx, entries, int64(7))
+		if err != nil {
+			return err
+		}
+		a.Balance, b.Balance, e.Amount = a.Balance-3, b.Balance+3, e.Amount+3
+		for _, err := range []error{pgcas.TxPut(tx, accounts, a), pgcas.TxPut(tx, accounts, b), pgcas.TxPut(tx, entries, e)} {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tr.reset()
+	if err := pgcas.Txn(ctx, move); err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	batches, single := slices.Clone(tr.batches), tr.single
+	tr.mu.Unlock()
+	// The reads (a batch or statements of their own), then the commit: a
+	// batch of BEGIN and the three updates, and COMMIT.
+	if !slices.Contains(batches, 4) {
+		t.Errorf("batches sent %v (and %d statements on their own): none is BEGIN and the 3 updates", batches, single)
+	}
+	a, _ := accounts.Get(ctx, int64(1))
+	b, _ := accounts.Get(ctx, int64(2))
+	e, _ := entries.Get(ctx, int64(7))
+	if a.Balance != 7 || b.Balance != 13 || e.Amount != 3 {
+		t.Fatalf("after the transfer: %d, %d, entry %d; want 7, 13, 3", a.Balance, b.Balance, e.Amount)
+	}
+
+	// An insert in the commit: statement by statement.
+	tr.reset()
+	err = pgcas.Txn(ctx, func(tx *pgcas.Tx) error {
+		if _, _, err := pgcas.TxGet(tx, entries, int64(8)); err != nil {
+			return err
+		}
+		return pgcas.TxPut(tx, entries, txntest.Entry{ID: 8, Account: 2, Amount: 1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	batches = slices.Clone(tr.batches)
+	tr.mu.Unlock()
+	if slices.ContainsFunc(batches, func(n int) bool { return n > 1 }) {
+		t.Errorf("a commit with an insert sent batches %v; want statements on their own", batches)
+	}
+	if e, err := entries.Get(ctx, int64(8)); err != nil || e.Amount != 1 {
+		t.Fatalf("the inserted entry: %+v, %v", e, err)
 	}
 }

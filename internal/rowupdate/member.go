@@ -19,6 +19,8 @@ type Member[T any] struct {
 	rows  *TableRows[T]
 	bind  func(ctx context.Context, tx any) Table[T]
 	runTx func(ctx context.Context, fn func(tx any) error) error
+	// pipeline, if set, sends a commit of updates in one round trip.
+	pipeline *Pipeline[T]
 }
 
 // memberIDs numbers the members of the process.
@@ -48,6 +50,10 @@ type member interface {
 	lockAbsent(ctx context.Context, tx any, key any) error
 	lock(ctx context.Context, tx any, key any) (Row[[]byte], error)
 	begin(ctx context.Context, fn func(tx any) error) error
+	pipelined() bool
+	pipe(ctx context.Context, queue func(batch any) error, scan func(results any) error) error
+	queueWrite(batch any, expected cas.Version, value []byte) error
+	scanWrite(results any, value []byte) (cas.Version, Row[[]byte], error)
 }
 
 func (m *Member[T]) tableName() string { return m.name }

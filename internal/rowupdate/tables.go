@@ -279,6 +279,8 @@ func (b *Tables) CompareAndDelete(context.Context, string, cas.Version) error {
 // (Expected 0) or Update at Expected, and each check of an absent row a
 // read, in the order of table names and then keys. The first conflict
 // rolls everything back and is returned with the row's current state.
+// A commit of updates only, on tables that all have a Pipeline, goes in
+// one round trip and COMMIT.
 func (b *Tables) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
 	if len(ops) == 0 {
 		return nil, fmt.Errorf("rowupdate: txn: %w: no rows", cas.ErrInvalidCommit)
@@ -287,8 +289,13 @@ func (b *Tables) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error
 	if err != nil {
 		return nil, err
 	}
-	var vs []cas.Version
-	var conflict *cas.ConflictError
+	vs, conflict, ok, err := commitPipelined(ctx, ops, rs, order)
+	switch {
+	case ok && conflict != nil:
+		return nil, conflict
+	case ok:
+		return vs, err
+	}
 	err = rs[order[0]].m.begin(ctx, func(tx any) error {
 		vs, conflict, err = apply(ctx, tx, ops, rs, order)
 		if conflict != nil {
