@@ -612,4 +612,41 @@ func BenchmarkTxnVsModifyMany(b *testing.B) {
 			return err
 		})
 	})
+	// The same transfer over the key-value Store, through occ.Txn.
+	s, err := pgcas.New(pool, pgcas.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.CreateTable(ctx); err != nil {
+		b.Fatal(err)
+	}
+	skey := func(id int64) string { return "a" + strconv.FormatInt(id, 10) }
+	for i := range int64(rows) {
+		if _, err := s.CompareAndSwap(ctx, skey(i+1), 0, []byte("1000")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("store-txn", func(b *testing.B) {
+		run(b, func(from, to int64) error {
+			return occ.Txn(ctx, s, func(tx *occ.Tx) error {
+				f, t := skey(from), skey(to)
+				if err := tx.Prefetch(f, t); err != nil {
+					return err
+				}
+				var vals [2]int64
+				for i, k := range []string{f, t} {
+					v, _, err := tx.Get(k)
+					if err != nil {
+						return err
+					}
+					if vals[i], err = strconv.ParseInt(string(v), 10, 64); err != nil {
+						return err
+					}
+				}
+				tx.Put(f, []byte(strconv.FormatInt(vals[0]-1, 10)))
+				tx.Put(t, []byte(strconv.FormatInt(vals[1]+1, 10)))
+				return nil
+			})
+		})
+	})
 }

@@ -259,7 +259,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	cur := tail("")
 	// In a Commit, an operation that fails marks the transaction so that
 	// the guard statement at its end rolls it all back.
-	const failed = `, CASE WHEN w.version IS NULL THEN set_config('occkit.commit', 'failed', true) END`
+	const failed = `, CASE WHEN w.version IS NULL THEN set_config('occkit.commit', '` + commitMark + `', true) END`
 
 	s.sqlGet = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL`
 	s.sqlGetMany = `SELECT key, value, version FROM ` + t + ` WHERE key = ANY($1::text[]) AND value IS NOT NULL`
@@ -307,7 +307,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	// Commit checks lock what they checked (FOR SHARE) until the commit
 	// ends. $1 key, $2 expected version.
 	s.commitCheck = `WITH w AS (SELECT NULL::bigint AS version WHERE false)` + tail(
-		`, CASE WHEN c.value IS NULL OR c.version <> $2 THEN set_config('occkit.commit', 'failed', true) END`)
+		`, CASE WHEN c.value IS NULL OR c.version <> $2 THEN set_config('occkit.commit', '` + commitMark + `', true) END`)
 	// Absence cannot be locked: checking it inserts a tombstone (or locks
 	// the existing row). It passes when it inserted, or found a tombstone;
 	// a row it neither inserted nor could read (committed after the
@@ -317,19 +317,22 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
     INSERT INTO ` + t + ` AS r (key, value, write_id) VALUES ($1, NULL, $2)
     ON CONFLICT (key) DO UPDATE SET write_id = r.write_id WHERE false
     RETURNING version)` + tail(
-		`, CASE WHEN w.version IS NULL AND (c.version IS NULL OR c.value IS NOT NULL) THEN set_config('occkit.commit', 'failed', true) END`)
-	// The guard ends every commit: it raises an error, which rolls back
-	// the whole implicit transaction, if an operation failed.
-	s.commitGuard = `DO $$BEGIN
-    IF current_setting('occkit.commit', true) = 'failed' THEN
-        RAISE EXCEPTION 'occkit: commit rolled back: a version check failed' USING ERRCODE = 'OC001';
-    END IF;
-END$$`
+		`, CASE WHEN w.version IS NULL AND (c.version IS NULL OR c.value IS NOT NULL) THEN set_config('occkit.commit', '` + commitMark + `', true) END`)
+	// The guard ends every commit: when an operation failed, it fails
+	// (the mark, not an integer, cast to one), which rolls back the whole
+	// implicit transaction. A plain statement, not a DO block: a DO block
+	// compiles its PL/pgSQL again on every commit (docs/performance.md).
+	s.commitGuard = `SELECT CASE WHEN current_setting('occkit.commit', true) = '` + commitMark + `' THEN current_setting('occkit.commit', true)::int END`
 
 	s.sqlResolve = `SELECT version, value IS NULL, write_id FROM ` + t + ` WHERE key = $1`
 	s.sqlResolveMany = `SELECT key, version, value IS NULL, write_id FROM ` + t + ` WHERE key = ANY($1)`
 	s.sqlLockRead = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL FOR UPDATE`
 }
+
+// commitMark is the value of the setting occkit.commit by which an
+// operation of a commit that failed marks the transaction for the guard;
+// the guard's error quotes it ('invalid input syntax for type integer').
+const commitMark = "occkit: commit rolled back: a version check failed"
 
 // pgVersion returns v as a bigint; a version no bigint can hold matches no
 // row.
