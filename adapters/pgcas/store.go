@@ -307,7 +307,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	// Commit checks lock what they checked (FOR SHARE) until the commit
 	// ends. $1 key, $2 expected version.
 	s.commitCheck = `WITH w AS (SELECT NULL::bigint AS version WHERE false)` + tail(
-		`, CASE WHEN c.value IS NULL OR c.version <> $2 THEN set_config('occkit.commit', '` + commitMark + `', true) END`)
+		`, CASE WHEN c.value IS NULL OR c.version <> $2 THEN set_config('occkit.commit', '`+commitMark+`', true) END`)
 	// Absence cannot be locked: checking it inserts a tombstone (or locks
 	// the existing row). It passes when it inserted, or found a tombstone;
 	// a row it neither inserted nor could read (committed after the
@@ -317,7 +317,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
     INSERT INTO ` + t + ` AS r (key, value, write_id) VALUES ($1, NULL, $2)
     ON CONFLICT (key) DO UPDATE SET write_id = r.write_id WHERE false
     RETURNING version)` + tail(
-		`, CASE WHEN w.version IS NULL AND (c.version IS NULL OR c.value IS NOT NULL) THEN set_config('occkit.commit', '` + commitMark + `', true) END`)
+		`, CASE WHEN w.version IS NULL AND (c.version IS NULL OR c.value IS NOT NULL) THEN set_config('occkit.commit', '`+commitMark+`', true) END`)
 	// The guard ends every commit: when an operation failed, it fails
 	// (the mark, not an integer, cast to one), which rolls back the whole
 	// implicit transaction. A plain statement, not a DO block: a DO block
