@@ -1,0 +1,127 @@
+package sqlcas
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/rowupdate"
+	"github.com/occkit/occkit/occ"
+)
+
+// Modify is the optimistic read-modify-write of the row with key, run by
+// occ.Update's loop (docs/tables.md): it reads the row (exists false and
+// cur the zero T with only its key field set when there is none), calls
+// mutate, and writes the result as Update does (as Insert does when the
+// row was absent), retrying on a conflict: at once from the current row
+// the conflict carried, then after a backoff wait from a fresh read.
+// mutate must keep the key; it may run several times; an error from it
+// ends the loop and is returned as is.
+// Modify returns the row its own mutate returned, with the version the
+// write gave it. Calls of one process take turns at a hot row, share one
+// write with occ.WithCombiner and skip the read with a cache from
+// NewCache; a call that keeps losing to writers in other processes holds
+// the row's lock for one attempt (occ.WithExclusiveAfter). mutate must not
+// modify what cur refers to (maps, slices) in place: a cache or a combined
+// write hands one row to several calls. See docs/tables.md. opts are occ's; pass
+// occ.WithRetryable(sqlcas.Retryable) to retry lock-wait timeouts,
+// SQLITE_BUSY and writes never sent.
+func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
+	return t.rows.Modify(ctx, key, mutate, opts...)
+}
+
+// ModifyMany is Modify over several rows at once, as one optimistic
+// transaction: it reads the rows with keys (in one transaction's worth
+// of reads; cur[i] is the absent row with only its key set, exists[i]
+// false, for a key with no row), calls mutate, and writes every row
+// mutate returned (each must keep its key) in one transaction of the
+// table, inserting the absent ones, if none of them changed since it was
+// read; otherwise it runs mutate again from the rows as they are, as
+// occ.Txn does (calls of one process take turns at hot rows; opts are
+// occ's). The rows are written in key order, so concurrent ModifyMany
+// calls lock them in one order. It returns the rows as stored, with their
+// new versions. The keys must be distinct. On a table bound to the
+// caller's transaction (With) the writes run inside a savepoint. The
+// example transfers between two accounts rows.
+func (t *Table[T]) ModifyMany(ctx context.Context, keys []any, mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
+	return t.rows.ModifyMany(ctx, keys, mutate, opts...)
+}
+
+// NewCache returns a version cache of at most maxEntries rows of t, for
+// occ.WithCache: a Modify of a row whose version this process already
+// knows skips the read and costs one statement.
+func (t *Table[T]) NewCache(maxEntries int) *occ.Cache { return t.rows.NewCache(maxEntries) }
+
+// newRows returns t's bridge onto occ.
+func (t *Table[T]) newRows() *rowupdate.TableRows[T] { return rowupdate.NewTable(t.rowTable()) }
+
+// rowTable is t as the bridge drives it.
+func (t *Table[T]) rowTable() rowupdate.Table[T] {
+	return rowupdate.Table[T]{
+		KeyIndex:   t.cols[t.key].Index,
+		Get:        t.Get,
+		Insert:     t.Insert,
+		Update:     t.Update,
+		VersionOf:  t.versionOf,
+		SetVersion: t.setVersion,
+		Exclusive:  t.exclusive,
+		RunTx:      t.runTx,
+		GetMany:    t.getMany,
+		LockRow:    t.lockRow,
+		LockAbsent: t.lockAbsentFunc(),
+	}
+}
+
+// lockAbsentFunc is rowupdate.Table.LockAbsent: PostgreSQL's; nil on MySQL
+// and SQLite.
+func (t *Table[T]) lockAbsentFunc() func(ctx context.Context, key any) error {
+	if t.d != Postgres {
+		return nil
+	}
+	return t.lockAbsent
+}
+
+// begin starts the Table's own transaction, or returns the caller's.
+func (t *Table[T]) begin(ctx context.Context) (*txn, error) { return beginOn(ctx, t.d, t.q, t.inTx) }
+
+// targets returns pointers to the fields of *row, in column order.
+func (t *Table[T]) targets(row *T) []any { return rowupdate.Targets(row, t.cols) }
+
+// versionOf returns the version field of *row.
+func (t *Table[T]) versionOf(row *T) cas.Version { return rowupdate.VersionAt(row, t.cols[t.version]) }
+
+// setVersion sets the version field of *row.
+func (t *Table[T]) setVersion(row *T, v cas.Version) {
+	rowupdate.SetVersionAt(row, t.cols[t.version], v)
+}
+
+// VersionOf returns the version in row's version field (0 for a row never
+// written).
+func (t *Table[T]) VersionOf(row T) cas.Version { return t.versionOf(&row) }
+
+// getMany reads the rows of keys in one statement (in any order; absent
+// keys have none).
+func (t *Table[T]) getMany(ctx context.Context, keys []any) ([]T, error) {
+	ph := make([]string, len(keys))
+	for i := range keys {
+		ph[i] = t.d.ph(i + 1)
+	}
+	rows, err := t.q.QueryContext(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].Quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var row T
+		if err := rows.Scan(t.targets(&row)...); err != nil {
+			return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
+	}
+	return out, nil
+}
