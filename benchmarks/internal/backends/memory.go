@@ -2,10 +2,12 @@ package backends
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/occkit/occkit/adapters/dynamocas"
 	"github.com/occkit/occkit/adapters/etcdcas"
+	"github.com/occkit/occkit/adapters/memcas"
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/adapters/rediscas"
 	"github.com/occkit/occkit/adapters/sqlcas"
@@ -63,4 +65,28 @@ func localLocker(cfg LockerConfig) (hybrid.Locker, func() error, error) {
 		ttl = 10 * time.Second
 	}
 	return hybrid.NewLocalLocker(ttl), func() error { return nil }, nil
+}
+
+// memoryStores are the stores of the memory "server": the clients of one
+// memory Server share them, as clients of one database server would.
+type memoryStores struct {
+	mu sync.Mutex
+	m  map[string]*memcas.Store
+}
+
+func (m *memoryStores) get(ns string) *memcas.Store {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.m[ns]
+	if !ok {
+		s = memcas.New()
+		m.m[ns] = s
+	}
+	return s
+}
+
+func (m *memoryStores) drop(ns string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, ns)
 }

@@ -477,27 +477,3 @@ func redact(u string) string {
 	}
 	return p.Redacted()
 }
-
-// memoryStores are the stores of the memory "server": the clients of one
-// memory Server share them, as clients of one database server would.
-type memoryStores struct {
-	mu sync.Mutex
-	m  map[string]*memcas.Store
-}
-
-func (m *memoryStores) get(ns string) *memcas.Store {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.m[ns]
-	if !ok {
-		s = memcas.New()
-		m.m[ns] = s
-	}
-	return s
-}
-
-func (m *memoryStores) drop(ns string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.m, ns)
-}
