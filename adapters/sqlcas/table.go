@@ -250,8 +250,8 @@ func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
 // one would see the transaction's snapshot), and on PostgreSQL, whose new
 // snapshot can briefly miss a commit a replica already shows. On MySQL a
 // statement of its own sees it without a lock, which would only wait
-// behind the row's other writers (on one hot row across processes, the
-// plain read made updates 1.35–1.7× faster: docs/benchmarks.md).
+// behind the row's other writers (measured on one hot row across
+// processes: docs/benchmarks.md).
 func (t *Table[T]) currentSQL() string {
 	if t.inTx || t.d == Postgres {
 		return t.sqlCur
