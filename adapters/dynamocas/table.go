@@ -304,7 +304,9 @@ func (t *Table[T]) Modify(ctx context.Context, key Key, mutate func(cur T, exist
 // the items as they are, as occ.Txn does (calls of one process take
 // turns at hot items; opts are occ's). It returns the items as stored,
 // with their new versions. The keys must be distinct, at most
-// MaxTransactItems of them. It needs a server with transactions
+// MaxTransactItems of them. A call that keeps losing to other processes
+// runs its next attempt holding the items (their exclusive holds, taken
+// in key order; see Modify). It needs a server with transactions
 // (DynamoDB, minidyn; not dynalite).
 func (t *Table[T]) ModifyMany(ctx context.Context, keys []Key, mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
 	ks := make([]rowupdate.Key[T], len(keys))
@@ -391,9 +393,10 @@ func (t *Table[T]) newRows() *rowupdate.Rows[T] {
 			}
 			return rowupdate.Row[T]{Value: out, Version: w.version}, rowupdate.Row[T]{}, nil
 		},
-		SetVersion: t.setVersion,
-		Exclusive:  t.exclusive,
-		Commit:     t.commitMany,
+		SetVersion:      t.setVersion,
+		Exclusive:       t.exclusive,
+		Commit:          t.commitMany,
+		CommitExclusive: t.commitExclusive,
 	})
 }
 

@@ -51,6 +51,9 @@ func TestTableConformance(t *testing.T) {
 			Reopen: func(t *testing.T, tbl tabletest.Table[dynamocas.Key]) tabletest.Table[dynamocas.Key] {
 				return open(t, tableName(tbl))
 			},
+			// ModifyMany escalates to the items' holds (where there are
+			// transactions: minidyn, DynamoDB).
+			EscalatesMany: srv.Transactions,
 		})
 	})
 }
