@@ -3,7 +3,6 @@ package dynamocas_test
 import (
 	"context"
 	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,6 +11,7 @@ import (
 	"github.com/occkit/occkit/adapters/dynamocas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/cas/castest"
+	"github.com/occkit/occkit/internal/cachebench"
 	"github.com/occkit/occkit/internal/dynamotest"
 	"github.com/occkit/occkit/occ"
 )
@@ -106,18 +106,7 @@ func BenchmarkModifyVsUpdate(b *testing.B) {
 		}
 	}
 	run := func(b *testing.B, op func(key string) error) {
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Go(func() {
-				for i := range b.N / workers {
-					if err := op(keys[(w*131+i*7)%len(keys)]); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		cachebench.Workers(b, workers, func(w, i int) error { return op(keys[(w*131+i*7)%len(keys)]) })
 	}
 	b.Run("table", func(b *testing.B) {
 		run(b, func(k string) error {

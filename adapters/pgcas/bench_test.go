@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -509,18 +508,7 @@ func BenchmarkModifyVsUpdate(b *testing.B) {
 		}
 	}
 	run := func(b *testing.B, op func(key string) error) {
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Go(func() {
-				for i := range b.N / workers {
-					if err := op(keys[(w*131+i*7)%len(keys)]); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		cachebench.Workers(b, workers, func(w, i int) error { return op(keys[(w*131+i*7)%len(keys)]) })
 	}
 	b.Run("table", func(b *testing.B) {
 		run(b, func(k string) error {
@@ -565,19 +553,10 @@ func BenchmarkTxnVsModifyMany(b *testing.B) {
 		}
 	}
 	run := func(b *testing.B, op func(from, to int64) error) {
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Go(func() {
-				for i := range b.N / workers {
-					from := int64((w*131+i*7)%rows) + 1
-					if err := op(from, from%rows+1); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		cachebench.Workers(b, workers, func(w, i int) error {
+			from := int64((w*131+i*7)%rows) + 1
+			return op(from, from%rows+1)
+		})
 	}
 	b.Run("txn", func(b *testing.B) {
 		run(b, func(from, to int64) error {

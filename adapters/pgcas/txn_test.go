@@ -16,28 +16,36 @@ import (
 	"github.com/occkit/occkit/occ"
 )
 
+// txnTables creates txntest's accounts and entries tables in pool's
+// schema and returns them.
+func txnTables(t *testing.T, pool *pgxpool.Pool) (*pgcas.Table[txntest.Account], *pgcas.Table[txntest.Entry]) {
+	t.Helper()
+	ctx := context.Background()
+	for _, ddl := range []string{
+		`CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL, version bigserial NOT NULL)`,
+		`CREATE TABLE entries (id bigint PRIMARY KEY, account bigint NOT NULL, amount bigint NOT NULL, version bigserial NOT NULL)`,
+	} {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accounts, err := pgcas.NewTable[txntest.Account](pool, pgcas.TableConfig{Table: "accounts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := pgcas.NewTable[txntest.Entry](pool, pgcas.TableConfig{Table: "entries"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return accounts, entries
+}
+
 func TestTxn(t *testing.T) {
 	txntest.Run(t, txntest.Harness[*pgcas.Tx]{Open: func(t *testing.T) txntest.Tables[*pgcas.Tx] {
-		ctx := context.Background()
 		// A small pool: an escalated attempt holding row locks must not
 		// need a second connection (EscalatedReadsOtherRows).
 		pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
-		for _, ddl := range []string{
-			`CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL, version bigserial NOT NULL)`,
-			`CREATE TABLE entries (id bigint PRIMARY KEY, account bigint NOT NULL, amount bigint NOT NULL, version bigserial NOT NULL)`,
-		} {
-			if _, err := pool.Exec(ctx, ddl); err != nil {
-				t.Fatal(err)
-			}
-		}
-		accounts, err := pgcas.NewTable[txntest.Account](pool, pgcas.TableConfig{Table: "accounts"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries, err := pgcas.NewTable[txntest.Entry](pool, pgcas.TableConfig{Table: "entries"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		accounts, entries := txnTables(t, pool)
 		return txntest.Tables[*pgcas.Tx]{
 			Txn: func(ctx context.Context, fn func(*pgcas.Tx) error, opts ...occ.Option) error {
 				return pgcas.Txn(ctx, fn, opts...)
@@ -146,22 +154,7 @@ func TestTxnCommitsUpdatesInOneRoundTrip(t *testing.T) {
 	defer cancel()
 	var tr batchTracer
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = &tr })
-	for _, ddl := range []string{
-		`CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL, version bigserial NOT NULL)`,
-		`CREATE TABLE entries (id bigint PRIMARY KEY, account bigint NOT NULL, amount bigint NOT NULL, version bigserial NOT NULL)`,
-	} {
-		if _, err := pool.Exec(ctx, ddl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	accounts, err := pgcas.NewTable[txntest.Account](pool, pgcas.TableConfig{Table: "accounts"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, err := pgcas.NewTable[txntest.Entry](pool, pgcas.TableConfig{Table: "entries"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	accounts, entries := txnTables(t, pool)
 	for _, id := range []int64{1, 2} {
 		if _, err := accounts.Insert(ctx, txntest.Account{ID: id, Balance: 10}); err != nil {
 			t.Fatal(err)
@@ -215,7 +208,7 @@ func TestTxnCommitsUpdatesInOneRoundTrip(t *testing.T) {
 
 	// An insert in the commit: statement by statement.
 	tr.reset()
-	err = pgcas.Txn(ctx, func(tx *pgcas.Tx) error {
+	err := pgcas.Txn(ctx, func(tx *pgcas.Tx) error {
 		if _, _, err := pgcas.TxGet(tx, entries, int64(8)); err != nil {
 			return err
 		}

@@ -1,5 +1,6 @@
-// Package cachebench measures what occ's version cache costs when another
-// process writes the same keys: the same benchmark for every adapter.
+// Package cachebench holds the benchmarks every adapter runs alike: what
+// occ's version cache costs when another process writes the same keys,
+// and the goroutines that drive a benchmark's calls (Workers).
 package cachebench
 
 import (
@@ -84,4 +85,22 @@ func ForeignWriters(b *testing.B, mine, theirs cas.Store, keys, foreign int, rou
 	b.ReportMetric(float64(trips)/float64(done.Load()), "roundtrips/update")
 	b.ReportMetric(float64(done.Load())/elapsed.Seconds(), "cached-ops/s")
 	b.ReportMetric(float64(foreignDone.Load())/elapsed.Seconds(), "foreign-ops/s")
+}
+
+// Workers runs b.N calls of op over workers goroutines (b.N/workers each:
+// op(w, i) is worker w's i-th call) and waits for them; a worker stops at
+// its first error, which fails b.
+func Workers(b *testing.B, workers int, op func(w, i int) error) {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range b.N / workers {
+				if err := op(w, i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
