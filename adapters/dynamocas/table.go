@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -332,14 +331,8 @@ func (t *Table[T]) rowKey(op string, key Key) (rowupdate.Key[T], error) {
 		return rowupdate.Key[T]{Absent: absent}, &cas.KeyError{Op: op, Key: keyString(key), Err: fmt.Errorf("%w: %w", cas.ErrInvalidKey, err)}
 	}
 	ks := keyString(key)
-	text := ks
-	if key.Sort != nil {
-		// Unambiguous: partition "a/b" and sort "c" is not partition "a"
-		// and sort "b/c".
-		text = strconv.Quote(fmt.Sprint(key.Partition)) + "/" + strconv.Quote(fmt.Sprint(key.Sort))
-	}
 	return rowupdate.Key[T]{
-		Text:   text,
+		Text:   keyText(key),
 		Value:  key,
 		Absent: absent,
 		Check: func(next *T) error {

@@ -109,24 +109,8 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 		tx.add(txOp{w: tw, table: t.cfg.Table})
 	}
 	if _, err := tx.Commit(ctx); err != nil {
-		var ce *cas.ConflictError
-		if !errors.As(err, &ce) {
-			return nil, -1, rowupdate.Row[T]{}, err
-		}
-		for i, tw := range ws {
-			if tw.ks != ce.Key {
-				continue
-			}
-			v, ver, rerr := t.get(ctx, writes[i].Key.(Key))
-			switch {
-			case errors.Is(rerr, cas.ErrNotFound):
-				return nil, i, rowupdate.Row[T]{}, &cas.ConflictError{Key: ce.Key, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ce.Key}, Err: err}
-			case rerr == nil:
-				return nil, i, rowupdate.Row[T]{Value: v, Version: ver}, &cas.ConflictError{Key: ce.Key, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ce.Key, Version: ver}, Err: err}
-			}
-			break
-		}
-		return nil, -1, rowupdate.Row[T]{}, err
+		at, cur, err := t.refusedWrite(ctx, writes, ws, err)
+		return nil, at, cur, err
 	}
 	stored := make([]rowupdate.Row[T], len(writes))
 	for i, tw := range ws {
@@ -137,4 +121,28 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 		stored[i] = rowupdate.Row[T]{Value: v, Version: tw.version}
 	}
 	return stored, -1, rowupdate.Row[T]{}, nil
+}
+
+// refusedWrite maps the failure err of a commit of writes (sent as ws):
+// on a conflict, the index of the write it names and that item's current
+// state, read for the retry; otherwise err as is, at -1.
+func (t *Table[T]) refusedWrite(ctx context.Context, writes []rowupdate.Write[T], ws []*tableWrite, err error) (int, rowupdate.Row[T], error) {
+	var ce *cas.ConflictError
+	if !errors.As(err, &ce) {
+		return -1, rowupdate.Row[T]{}, err
+	}
+	for i, tw := range ws {
+		if tw.ks != ce.Key {
+			continue
+		}
+		v, ver, rerr := t.get(ctx, writes[i].Key.(Key))
+		switch {
+		case errors.Is(rerr, cas.ErrNotFound):
+			return i, rowupdate.Row[T]{}, &cas.ConflictError{Key: ce.Key, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ce.Key}, Err: err}
+		case rerr == nil:
+			return i, rowupdate.Row[T]{Value: v, Version: ver}, &cas.ConflictError{Key: ce.Key, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ce.Key, Version: ver}, Err: err}
+		}
+		break
+	}
+	return -1, rowupdate.Row[T]{}, err
 }

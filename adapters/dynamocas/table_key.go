@@ -2,6 +2,7 @@ package dynamocas
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -23,6 +24,16 @@ func (t *Table[T]) keyAV(op string, key Key) (map[string]types.AttributeValue, e
 		m[t.cfg.SortKey] = sk
 	}
 	return m, nil
+}
+
+// keyText is k as an unambiguous text, distinct for distinct keys
+// (partition "a/b" and sort "c" is not partition "a" and sort "b/c"): what
+// occ's turns and caches key a row by, and what orders and matches keys.
+func keyText(k Key) string {
+	if k.Sort == nil {
+		return keyString(k)
+	}
+	return strconv.Quote(fmt.Sprint(k.Partition)) + "/" + strconv.Quote(fmt.Sprint(k.Sort))
 }
 
 // keyString names a key in errors: the partition value, then "/" and the

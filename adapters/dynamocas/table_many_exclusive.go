@@ -32,9 +32,10 @@ func (t *Table[T]) commitExclusive(ctx context.Context, keys []any, fn func(cur 
 		return nil, -1, none, fmt.Errorf("dynamocas: modify-many: %w: no keys", cas.ErrInvalidCommit)
 	}
 	type held struct {
-		kav map[string]types.AttributeValue
-		ks  string
-		raw int64 // the version attribute read: 0 never written, -b a tombstone
+		kav  map[string]types.AttributeValue
+		ks   string // in errors
+		text string // unambiguous: the order of the holds, the match of writes
+		raw  int64  // the version attribute read: 0 never written, -b a tombstone
 	}
 	hs := make([]held, len(keys))
 	for i, key := range keys {
@@ -46,13 +47,13 @@ func (t *Table[T]) commitExclusive(ctx context.Context, keys []any, fn func(cur 
 		if err != nil {
 			return nil, -1, none, err
 		}
-		hs[i] = held{kav: kav, ks: keyString(k)}
+		hs[i] = held{kav: kav, ks: keyString(k), text: keyText(k)}
 	}
 	order := make([]int, len(keys))
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(hs[a].ks, hs[b].ks) })
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(hs[a].text, hs[b].text) })
 
 	token := make([]byte, holdTokenLen)
 	_, _ = rand.Read(token)
@@ -102,7 +103,7 @@ func (t *Table[T]) commitExclusive(ctx context.Context, keys []any, fn func(cur 
 	ws := make([]*tableWrite, len(writes))
 	wrote := make(map[int]bool, len(writes))
 	for j, w := range writes {
-		i := slices.IndexFunc(hs, func(h held) bool { k, ok := w.Key.(Key); return ok && h.ks == keyString(k) })
+		i := slices.IndexFunc(hs, func(h held) bool { k, ok := w.Key.(Key); return ok && h.text == keyText(k) })
 		if i < 0 || wrote[i] {
 			releaseAll(nil)
 			return nil, -1, none, fmt.Errorf("dynamocas: modify-many: a write of %v, which the attempt does not hold or writes twice", w.Key)
@@ -127,7 +128,8 @@ func (t *Table[T]) commitExclusive(ctx context.Context, keys []any, fn func(cur 
 	}
 	if _, err := tx.Commit(ctx); err != nil {
 		releaseAll(nil)
-		return nil, -1, none, err
+		at, cur, err := t.refusedWrite(ctx, writes, ws, err)
+		return nil, at, cur, err
 	}
 	releaseAll(wrote) // the items fn read and did not write
 	stored := make([]rowupdate.Row[T], len(writes))

@@ -660,3 +660,50 @@ func TestModifyManyWaitsForHold(t *testing.T) {
 		t.Fatalf("item b = %+v, %v; want 9", got, err)
 	}
 }
+
+// TestModifyManyEscalatedKeysWithSlashes: the escalated attempt of a
+// ModifyMany (here the second, after a lost commit) holds and writes
+// items whose keys name alike in errors (partition "a/b" and sort "c",
+// partition "a" and sort "b/c"): each write goes to its own item.
+func TestModifyManyEscalatedKeysWithSlashes(t *testing.T) {
+	ctx := dynamotest.Ctx(t, 30*time.Second)
+	cli := dynamotest.Client(t, dynamotest.StartMinidyn(t))
+	name := createTable(t, cli, "p", types.ScalarAttributeTypeS, "s", types.ScalarAttributeTypeS)
+	type item struct {
+		P       string      `dynamodbav:"p"`
+		S       string      `dynamodbav:"s"`
+		N       int         `dynamodbav:"n"`
+		Version cas.Version `dynamodbav:"version"`
+	}
+	tbl, err := dynamocas.NewTable[item](cli, dynamocas.TableConfig{Table: name, PartitionKey: "p", SortKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []dynamocas.Key{{Partition: "a/b", Sort: "c"}, {Partition: "a", Sort: "b/c"}}
+	for _, k := range keys {
+		if _, err := tbl.Insert(ctx, item{P: k.Partition.(string), S: k.Sort.(string)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := 0
+	out, err := tbl.ModifyMany(ctx, keys, func(cur []item, _ []bool) ([]item, error) {
+		if calls++; calls == 1 {
+			// Another writer moves the first item on: this attempt loses.
+			if _, err := tbl.Update(ctx, cur[0]); err != nil {
+				t.Error(err)
+			}
+		}
+		cur[0].N += 1
+		cur[1].N += 10
+		return cur, nil
+	}, occ.WithExclusiveAfter(1))
+	if err != nil || calls != 2 {
+		t.Fatalf("ModifyMany = %v after %d calls; want success on the escalated second", err, calls)
+	}
+	for i, want := range []int{1, 10} {
+		got, err := tbl.Get(ctx, keys[i])
+		if err != nil || got.N != want || out[i].N != want {
+			t.Fatalf("item %v = %+v, %v (returned %+v); want n %d", keys[i], got, err, out[i], want)
+		}
+	}
+}

@@ -136,18 +136,22 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 	}
 	order := rowupdate.KeyOrder(writes)
 	stored := make([]rowupdate.Row[T], len(writes))
-	at, cur := -1, rowupdate.Row[T]{}
-	var conflict error
-	err := t.pipe(ctx, "modify-many", t.keyOf(writes[order[0]].Row), func(b *pgx.Batch) error {
+	var (
+		at       int
+		cur      rowupdate.Row[T]
+		conflict error
+	)
+	err := t.pipe(ctx, "modify-many", t.keyOf(writes[order[0]].Row), func(b *pipeBatch) error {
 		for _, i := range order {
 			if err := t.queueUpdate(b, writes[i].Expected, writes[i].Row); err != nil {
 				return err
 			}
 		}
 		return nil
-	}, func(br pgx.BatchResults) error {
+	}, func(r *pipeResults) error {
+		at, conflict = -1, nil
 		for _, i := range order {
-			s, c, err := t.scanUpdate(br)
+			s, c, err := t.scanUpdate(r)
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) {
 				ce.Key, ce.Expected = fmt.Sprint(t.keyOf(writes[i].Row)), writes[i].Expected
@@ -161,7 +165,7 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 		}
 		return nil
 	})
-	if at >= 0 && errors.Is(err, conflict) {
+	if at >= 0 && conflict != nil && errors.Is(err, conflict) {
 		return nil, at, cur, conflict
 	}
 	if err != nil {
@@ -179,77 +183,115 @@ func (t *Table[T]) keyOf(row T) any {
 // round trip (rowupdate.Pipeline).
 func (t *Table[T]) pipeline() rowupdate.Pipeline[T] {
 	return rowupdate.Pipeline[T]{
-		Queue: func(b any, expected cas.Version, row T) error { return t.queueUpdate(b.(*pgx.Batch), expected, row) },
-		Scan:  func(br any) (rowupdate.Row[T], rowupdate.Row[T], error) { return t.scanUpdate(br.(pgx.BatchResults)) },
+		Queue: func(b any, expected cas.Version, row T) error { return t.queueUpdate(b.(*pipeBatch), expected, row) },
+		Scan:  func(r any) (rowupdate.Row[T], rowupdate.Row[T], error) { return t.scanUpdate(r.(*pipeResults)) },
 		Pipe: func(ctx context.Context, queue func(any) error, scan func(any) error) error {
 			t.knowKeyIndexes(ctx)
-			return t.pipe(ctx, "txn", "", func(b *pgx.Batch) error { return queue(b) }, func(br pgx.BatchResults) error { return scan(br) })
+			return t.pipe(ctx, "txn", "", func(b *pipeBatch) error { return queue(b) }, func(r *pipeResults) error { return scan(r) })
 		},
 	}
 }
 
+// pipeBatch is the first round trip of pipe: BEGIN and the updates, with
+// the version each update expects.
+type pipeBatch struct {
+	b        *pgx.Batch
+	expected []cas.Version
+}
+
+// pipeResults are the results of a pipeBatch, read in order.
+type pipeResults struct {
+	br       pgx.BatchResults
+	expected []cas.Version
+	next     int
+	last     bool // the last run of pipe: a stale refusal is a conflict
+}
+
+// errStaleSnapshot is a refusal of an update whose row is at the version it
+// expected: the statement's snapshot predates that version's commit (see
+// tableResult.stale). pipe runs its transaction again.
+var errStaleSnapshot = errors.New("pgcas: the statement's snapshot predates the version it expected")
+
 // queueUpdate adds to b the update of row conditional on version
 // expected.
-func (t *Table[T]) queueUpdate(b *pgx.Batch, expected cas.Version, row T) error {
+func (t *Table[T]) queueUpdate(b *pipeBatch, expected cas.Version, row T) error {
 	t.setVersion(&row, expected)
 	sql, args, _, _, err := t.updateSQL(row, 0, false)
 	if err != nil {
 		return err
 	}
-	b.Queue(sql, args...)
+	b.b.Queue(sql, args...)
+	b.expected = append(b.expected, expected)
 	return nil
 }
 
 // scanUpdate reads the outcome of the next update queueUpdate queued: the
 // row as stored, or the current row with its *cas.ConflictError (its Key
-// and Expected left for the caller to fill in).
-func (t *Table[T]) scanUpdate(br pgx.BatchResults) (stored, current rowupdate.Row[T], err error) {
-	out, c, r, err := t.scanWrite(br.QueryRow())
+// left for the caller to fill in), or errStaleSnapshot.
+func (t *Table[T]) scanUpdate(r *pipeResults) (stored, current rowupdate.Row[T], err error) {
+	expected := r.expected[r.next]
+	r.next++
+	out, c, res, err := t.scanWrite(r.br.QueryRow())
 	switch {
 	case err != nil:
 		return stored, current, err
-	case r.written:
+	case res.written:
 		return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, current, nil
+	case res.stale(expected) && !r.last:
+		return stored, current, errStaleSnapshot
 	}
-	current = rowupdate.Row[T]{Value: c, Version: cas.Version(max(derefOr(r.version, 0), 0))}
-	return stored, current, r.conflict("", 0) // the caller names the key and the version expected
+	current = rowupdate.Row[T]{Value: c, Version: cas.Version(max(derefOr(res.version, 0), 0))}
+	return stored, current, res.conflict("", expected)
 }
 
 // pipe runs one transaction in two round trips: BEGIN and what queue
 // adds in the first, whose results scan reads in order; then COMMIT when
-// scan returned nil, ROLLBACK otherwise. A *cas.ConflictError of scan's
-// is returned as is; another failure is the write's error for op on key.
-func (t *Table[T]) pipe(ctx context.Context, op string, key any, queue func(b *pgx.Batch) error, scan func(br pgx.BatchResults) error) error {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	if err := queue(b); err != nil {
-		return err
-	}
+// scan returned nil, ROLLBACK otherwise. An update refused by a stale
+// snapshot (errStaleSnapshot) runs the transaction again, as Update runs
+// its statement again. A *cas.ConflictError of scan's is returned as is.
+// A failure before COMMIT applied nothing (the transaction was never
+// committed): it is not ambiguous, and Retryable accepts it unless the
+// context ended; a lost reply to COMMIT is ambiguous.
+func (t *Table[T]) pipe(ctx context.Context, op string, key any, queue func(b *pipeBatch) error, scan func(r *pipeResults) error) error {
 	conn, err := t.pool.Acquire(ctx)
 	if err != nil {
 		return t.opError(op, key, err)
 	}
 	// A connection released inside its transaction is closed, not reused.
 	defer conn.Release()
-	br := conn.SendBatch(ctx, b)
-	_, err = br.Exec()
-	if err == nil {
-		err = scan(br)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		if _, ok := errors.AsType[*cas.ConflictError](err); ok {
+	for run := 1; ; run++ {
+		b := &pipeBatch{b: &pgx.Batch{}}
+		b.b.Queue("BEGIN")
+		if err := queue(b); err != nil {
 			return err
 		}
-		return t.writeError(ctx, op, key, err)
+		r := &pipeResults{br: conn.SendBatch(ctx, b.b), expected: b.expected, last: run >= maxWriteRuns}
+		_, err = r.br.Exec()
+		if err == nil {
+			err = scan(r)
+		}
+		if cerr := r.br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+			if errors.Is(err, errStaleSnapshot) {
+				continue
+			}
+			if _, ok := errors.AsType[*cas.ConflictError](err); ok {
+				return err
+			}
+			if _, ok := errors.AsType[*pgconn.PgError](err); ok {
+				return t.writeError(ctx, op, key, err) // the server's answer
+			}
+			// Never committed: nothing applied, safe to try again.
+			return &transientError{op: op, key: fmt.Sprint(key), why: "not applied", err: t.opError(op, key, err)}
+		}
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			return t.writeError(ctx, op, key, err)
+		}
+		return nil
 	}
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return t.writeError(ctx, op, key, err)
-	}
-	return nil
 }
 
 // derefOr returns *p, or def when p is nil.

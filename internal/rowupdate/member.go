@@ -44,7 +44,7 @@ type member interface {
 	database() any
 	read(ctx context.Context, key any) (Row[[]byte], error)
 	readMany(ctx context.Context, keys []any) ([]Row[[]byte], error)
-	write(ctx context.Context, tx any, key any, expected cas.Version, value []byte) (cas.Version, Row[[]byte], error)
+	write(ctx context.Context, tx any, key any, expected cas.Version, value []byte) (cas.Version, func(), Row[[]byte], error)
 	readTx(ctx context.Context, tx any, key any) (Row[[]byte], error)
 	absent(ctx context.Context, tx any, key any) (Row[[]byte], error)
 	lockAbsent(ctx context.Context, tx any, key any) error
@@ -53,7 +53,7 @@ type member interface {
 	pipelined() bool
 	pipe(ctx context.Context, queue func(batch any) error, scan func(results any) error) error
 	queueWrite(batch any, expected cas.Version, value []byte) error
-	scanWrite(results any, value []byte) (cas.Version, Row[[]byte], error)
+	scanWrite(results any, value []byte) (cas.Version, func(), Row[[]byte], error)
 }
 
 func (m *Member[T]) tableName() string { return m.name }
@@ -103,24 +103,24 @@ func (m *Member[T]) readMany(ctx context.Context, keys []any) ([]Row[[]byte], er
 }
 
 // write writes the row value is a handle of at version expected (0: an
-// insert) in tx, and returns its new version; on a conflict, the current
-// row. After the write the handle holds the row as stored.
-func (m *Member[T]) write(ctx context.Context, tx any, key any, expected cas.Version, value []byte) (cas.Version, Row[[]byte], error) {
+// insert) in tx, and returns its new version and keep, which makes the
+// handle hold the row as stored (to call once tx committed); on a
+// conflict, the current row.
+func (m *Member[T]) write(ctx context.Context, tx any, key any, expected cas.Version, value []byte) (cas.Version, func(), Row[[]byte], error) {
 	p, id, err := m.rows.held.load(value)
 	if err != nil {
-		return 0, Row[[]byte]{}, err
+		return 0, nil, Row[[]byte]{}, err
 	}
 	in := m.bind(ctx, tx)
 	out, err := in.WriteAt(ctx, expected, *p)
 	if err != nil {
 		var ce *cas.ConflictError
 		if errors.As(err, &ce) && ce.HasCurrent {
-			return 0, m.held(Row[T]{Value: out, Version: ce.Current.Version}), err
+			return 0, nil, m.held(Row[T]{Value: out, Version: ce.Current.Version}), err
 		}
-		return 0, Row[[]byte]{}, err
+		return 0, nil, Row[[]byte]{}, err
 	}
-	m.rows.held.replace(id, &out)
-	return in.VersionOf(&out), Row[[]byte]{}, nil
+	return in.VersionOf(&out), func() { m.rows.held.replace(id, &out) }, Row[[]byte]{}, nil
 }
 
 // readTx reads the row with key in tx, without a lock.

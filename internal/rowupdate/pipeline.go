@@ -24,8 +24,10 @@ type Pipeline[T any] struct {
 	Scan func(results any) (stored, current Row[T], err error)
 	// Pipe runs one pipelined transaction: queue fills the batch, which
 	// is sent after BEGIN; scan reads the results in order; COMMIT
-	// follows when scan returns nil, ROLLBACK otherwise (scan's error is
-	// returned as is).
+	// follows when scan returns nil, ROLLBACK otherwise (a conflict of
+	// scan's is returned as is). Pipe may run the transaction again,
+	// calling queue and scan anew (PostgreSQL: an update refused by a
+	// stale snapshot).
 	Pipe func(ctx context.Context, queue func(batch any) error, scan func(results any) error) error
 }
 
@@ -49,23 +51,23 @@ func (m *Member[T]) queueWrite(batch any, expected cas.Version, value []byte) er
 }
 
 // scanWrite reads the outcome of the update queueWrite queued for value:
-// its new version (the handle then holds the row as stored), or on a
-// conflict the current row.
-func (m *Member[T]) scanWrite(results any, value []byte) (cas.Version, Row[[]byte], error) {
+// its new version and keep, which makes the handle hold the row as stored
+// (to call once the transaction committed), or on a conflict the current
+// row.
+func (m *Member[T]) scanWrite(results any, value []byte) (cas.Version, func(), Row[[]byte], error) {
 	_, id, err := m.rows.held.load(value)
 	if err != nil {
-		return 0, Row[[]byte]{}, err
+		return 0, nil, Row[[]byte]{}, err
 	}
 	stored, cur, err := m.pipeline.Scan(results)
 	if err != nil {
 		var ce *cas.ConflictError
 		if errors.As(err, &ce) && ce.HasCurrent {
-			return 0, m.held(cur), err
+			return 0, nil, m.held(cur), err
 		}
-		return 0, Row[[]byte]{}, err
+		return 0, nil, Row[[]byte]{}, err
 	}
-	m.rows.held.replace(id, &stored.Value)
-	return stored.Version, Row[[]byte]{}, nil
+	return stored.Version, func() { m.rows.held.replace(id, &stored.Value) }, Row[[]byte]{}, nil
 }
 
 // commitPipelined is Commit in one round trip plus COMMIT, when every op
@@ -78,6 +80,7 @@ func commitPipelined(ctx context.Context, ops []cas.Op, rs []ref, order []int) (
 		}
 	}
 	vs = make([]cas.Version, len(ops))
+	var keep []func()
 	err = rs[order[0]].m.pipe(ctx, func(batch any) error {
 		for _, i := range order {
 			if err := rs[i].m.queueWrite(batch, ops[i].Expected, ops[i].Value); err != nil {
@@ -86,10 +89,11 @@ func commitPipelined(ctx context.Context, ops []cas.Op, rs []ref, order []int) (
 		}
 		return nil
 	}, func(results any) error {
+		keep, conflict = keep[:0], nil // a run again (Pipe's) scans anew
 		for _, i := range order {
-			v, cur, err := rs[i].m.scanWrite(results, ops[i].Value)
+			v, done, cur, err := rs[i].m.scanWrite(results, ops[i].Value)
 			var ce *cas.ConflictError
-			if errors.As(err, &ce) && conflict == nil {
+			if errors.As(err, &ce) {
 				hint := *ce
 				hint.Key, hint.Expected = ops[i].Key, ops[i].Expected
 				hint.Current = cas.Item{Key: ops[i].Key, Value: cur.Value, Version: cur.Version}
@@ -100,6 +104,7 @@ func commitPipelined(ctx context.Context, ops []cas.Op, rs []ref, order []int) (
 				return err
 			}
 			vs[i] = v
+			keep = append(keep, done)
 		}
 		return nil
 	})
@@ -108,6 +113,10 @@ func commitPipelined(ctx context.Context, ops []cas.Op, rs []ref, order []int) (
 	}
 	if err != nil {
 		return nil, nil, true, err
+	}
+	// Committed: the handles hold the rows as stored.
+	for _, done := range keep {
+		done()
 	}
 	return vs, nil, true, nil
 }

@@ -296,8 +296,9 @@ func (b *Tables) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error
 	case ok:
 		return vs, err
 	}
+	var keep []func()
 	err = rs[order[0]].m.begin(ctx, func(tx any) error {
-		vs, conflict, err = apply(ctx, tx, ops, rs, order)
+		vs, keep, conflict, err = apply(ctx, tx, ops, rs, order)
 		if conflict != nil {
 			return conflict
 		}
@@ -308,6 +309,9 @@ func (b *Tables) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error
 			return nil, conflict
 		}
 		return nil, err
+	}
+	for _, done := range keep {
+		done()
 	}
 	return vs, nil
 }
@@ -333,6 +337,7 @@ func (b *Tables) CommitExclusive(ctx context.Context, keys []string, fn func(cur
 	}
 	var (
 		vs       []cas.Version
+		keep     []func()
 		conflict *cas.ConflictError
 		fnErr    error
 	)
@@ -367,7 +372,7 @@ func (b *Tables) CommitExclusive(ctx context.Context, keys []string, fn func(cur
 		if err != nil {
 			return err
 		}
-		vs, conflict, err = apply(ctx, tx, ops, ors, oorder)
+		vs, keep, conflict, err = apply(ctx, tx, ops, ors, oorder)
 		if conflict != nil {
 			return conflict
 		}
@@ -375,6 +380,9 @@ func (b *Tables) CommitExclusive(ctx context.Context, keys []string, fn func(cur
 	})
 	switch {
 	case err == nil:
+		for _, done := range keep {
+			done()
+		}
 		return vs, nil
 	case fnErr != nil && errors.Is(err, fnErr):
 		return nil, fnErr
@@ -429,8 +437,11 @@ func resolve(ctx context.Context, ops []cas.Op) ([]ref, []int, error) {
 
 // apply applies ops in tx, in order. The first conflict ends it, under the
 // key occ asked for, with the current row as a handle, to retry from.
-func apply(ctx context.Context, tx any, ops []cas.Op, rs []ref, order []int) ([]cas.Version, *cas.ConflictError, error) {
+// keep makes the written rows' handles hold them as stored: to call once
+// tx committed.
+func apply(ctx context.Context, tx any, ops []cas.Op, rs []ref, order []int) ([]cas.Version, []func(), *cas.ConflictError, error) {
 	vs := make([]cas.Version, len(ops))
+	var keep []func()
 	for _, i := range order {
 		op, r := ops[i], rs[i]
 		var (
@@ -447,7 +458,11 @@ func apply(ctx context.Context, tx any, ops []cas.Op, rs []ref, order []int) ([]
 				err = r.m.lockAbsent(ctx, tx, r.key)
 			}
 			if err == nil {
-				vs[i], cur, err = r.m.write(ctx, tx, r.key, op.Expected, op.Value)
+				var done func()
+				vs[i], done, cur, err = r.m.write(ctx, tx, r.key, op.Expected, op.Value)
+				if err == nil {
+					keep = append(keep, done)
+				}
 			}
 		}
 		var ce *cas.ConflictError
@@ -455,11 +470,11 @@ func apply(ctx context.Context, tx any, ops []cas.Op, rs []ref, order []int) ([]
 			hint := *ce
 			hint.Key, hint.Expected = op.Key, op.Expected
 			hint.Current = cas.Item{Key: op.Key, Value: cur.Value, Version: cur.Version}
-			return nil, &hint, nil
+			return nil, nil, &hint, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return vs, nil, nil
+	return vs, keep, nil, nil
 }
