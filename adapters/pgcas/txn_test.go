@@ -2,6 +2,7 @@ package pgcas_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/adapters/pgcas"
+	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/pgtest"
 	"github.com/occkit/occkit/internal/txntest"
 	"github.com/occkit/occkit/occ"
@@ -225,5 +227,75 @@ func TestTxnCommitsUpdatesInOneRoundTrip(t *testing.T) {
 	}
 	if e, err := entries.Get(ctx, int64(8)); err != nil || e.Amount != 1 {
 		t.Fatalf("the inserted entry: %+v, %v", e, err)
+	}
+}
+
+// Fault: the reply to a Txn's pipelined batch (BEGIN and the updates) is
+// lost. COMMIT was never sent, so nothing applied: the error is not
+// ambiguous and Retryable accepts it; with occ.WithRetryable the Txn
+// runs again and commits once.
+func TestTxnLostBatchReplyIsNotAmbiguous(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type note struct {
+		ID      int64  `db:"id"`
+		Text    string `db:"text"`
+		Version int64  `db:"version"`
+	}
+	var f pgtest.Faults
+	pool := pgtest.Pool(t, f.Configure)
+	if _, err := pool.Exec(ctx, `CREATE TABLE notes (id bigint PRIMARY KEY, text text NOT NULL, version bigserial NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := pgcas.NewTable[note](pool, pgcas.TableConfig{Table: "notes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int64{1, 2} {
+		if _, err := notes.Insert(ctx, note{ID: id, Text: "before"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := 0
+	edit := func(tx *pgcas.Tx) error {
+		calls++
+		if err := pgcas.TxPrefetch(tx, notes, int64(1), int64(2)); err != nil {
+			return err
+		}
+		for _, id := range []int64{1, 2} {
+			n, _, err := pgcas.TxGet(tx, notes, id)
+			if err != nil {
+				return err
+			}
+			n.Text = "lost-batch-reply"
+			if err := pgcas.TxPut(tx, notes, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	f.LoseReply("lost-batch-reply")
+	err = pgcas.Txn(ctx, edit)
+	if f.Fired() != 1 {
+		t.Fatalf("the fault fired %d times, want once", f.Fired())
+	}
+	if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || !pgcas.Retryable(err) || calls != 1 {
+		t.Fatalf("Txn with its batch's reply lost = %v after %d calls; want an error Retryable accepts, not ambiguous, after 1", err, calls)
+	}
+	for _, id := range []int64{1, 2} {
+		if n, err := notes.Get(ctx, id); err != nil || n.Text != "before" {
+			t.Fatalf("note %d = %+v, %v; want it untouched", id, n, err)
+		}
+	}
+
+	calls = 0
+	f.LoseReply("lost-batch-reply")
+	if err := pgcas.Txn(ctx, edit, occ.WithRetryable(pgcas.Retryable)); err != nil || calls != 2 {
+		t.Fatalf("Txn with Retryable = %v after %d calls; want success on the second", err, calls)
+	}
+	for _, id := range []int64{1, 2} {
+		if n, err := notes.Get(ctx, id); err != nil || n.Text != "lost-batch-reply" {
+			t.Fatalf("note %d = %+v, %v; want it edited", id, n, err)
+		}
 	}
 }
