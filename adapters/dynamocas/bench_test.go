@@ -9,11 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/adapters/dynamocas"
-	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/cas/castest"
 	"github.com/occkit/occkit/internal/cachebench"
 	"github.com/occkit/occkit/internal/dynamotest"
-	"github.com/occkit/occkit/occ"
 )
 
 // BenchmarkCAS compares dynamocas's CompareAndSwap with the conditional
@@ -89,35 +87,14 @@ func benchCAS(b *testing.B, cli *dynamodb.Client) {
 //
 //	OCCKIT_DYNALITE_URL=... go test -run '^$' -bench ModifyVsUpdate -benchtime 4000x -count 3 ./adapters/dynamocas/
 func BenchmarkModifyVsUpdate(b *testing.B) {
-	ctx := context.Background()
 	const workers = 8
 	cli := dynamotest.Client(b, dynamotest.Dynalite(b))
 	s := newStore(b, cli, dynamocas.Config{})
 	tbl, _ := newStocks(b, cli)
-	typed := cas.NewTyped(s, cas.JSON[int64]())
-	keys := make([]string, 1000)
-	for i := range keys {
-		keys[i] = "k" + strconv.Itoa(i)
-		if _, err := tbl.Insert(ctx, stock{SKU: keys[i]}); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.CompareAndSwap(ctx, keys[i], 0, []byte("0")); err != nil {
-			b.Fatal(err)
-		}
-	}
-	run := func(b *testing.B, op func(key string) error) {
-		cachebench.Workers(b, workers, func(w, i int) error { return op(keys[(w*131+i*7)%len(keys)]) })
-	}
-	b.Run("table", func(b *testing.B) {
-		run(b, func(k string) error {
+	cachebench.TableVsStore(b, workers, s,
+		func(ctx context.Context, k string) error { _, err := tbl.Insert(ctx, stock{SKU: k}); return err },
+		func(ctx context.Context, k string) error {
 			_, err := tbl.Modify(ctx, dynamocas.Key{Partition: k}, func(r stock, _ bool) (stock, error) { r.Sold++; return r, nil })
 			return err
 		})
-	})
-	b.Run("store", func(b *testing.B) {
-		run(b, func(k string) error {
-			_, _, err := occ.Update(ctx, typed, k, func(n int64, _ bool) (int64, error) { return n + 1, nil })
-			return err
-		})
-	})
 }

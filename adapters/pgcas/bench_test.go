@@ -496,32 +496,12 @@ func BenchmarkModifyVsUpdate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	typed := cas.NewTyped(s, cas.JSON[int64]())
-	keys := make([]string, 1000)
-	for i := range keys {
-		keys[i] = "k" + strconv.Itoa(i)
-		if _, err := tbl.Insert(ctx, row{ID: keys[i]}); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.CompareAndSwap(ctx, keys[i], 0, []byte("0")); err != nil {
-			b.Fatal(err)
-		}
-	}
-	run := func(b *testing.B, op func(key string) error) {
-		cachebench.Workers(b, workers, func(w, i int) error { return op(keys[(w*131+i*7)%len(keys)]) })
-	}
-	b.Run("table", func(b *testing.B) {
-		run(b, func(k string) error {
+	cachebench.TableVsStore(b, workers, s,
+		func(ctx context.Context, k string) error { _, err := tbl.Insert(ctx, row{ID: k}); return err },
+		func(ctx context.Context, k string) error {
 			_, err := tbl.Modify(ctx, k, func(r row, _ bool) (row, error) { r.N++; return r, nil })
 			return err
 		})
-	})
-	b.Run("store", func(b *testing.B) {
-		run(b, func(k string) error {
-			_, _, err := occ.Update(ctx, typed, k, func(n int64, _ bool) (int64, error) { return n + 1, nil })
-			return err
-		})
-	})
 }
 
 // BenchmarkTxnVsModifyMany measures a transfer between two rows of one
