@@ -68,6 +68,7 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 		Exclusive:  t.exclusive,
 		RunTx:      t.runTx,
 		GetMany:    t.getMany,
+		CommitMany: t.commitMany,
 		LockRow:    t.lockRow,
 		LockAbsent: t.lockAbsentFunc(),
 	}
