@@ -13,21 +13,14 @@ import (
 
 // commitMany is ModifyMany's commit. On MySQL/MariaDB, when every write
 // updates a row read (a transfer's shape) and the table is not bound to
-// the caller's transaction, the rows go in one UPDATE, in a transaction
-// of their own:
-//
-//	UPDATE t SET c = CASE k WHEN ? THEN ? ... END, ..., v = v + 1
-//	WHERE k IN (?, ...) AND CASE k WHEN ? THEN v = ? ... END
-//
-// three round trips (BEGIN, the UPDATE, COMMIT) instead of one per row.
-// Every row at its version counts as affected (its version changes), so a
-// count short of the rows means one of them moved: the transaction rolls
-// back and the first moved row, in key order, is read for the conflict.
-// InnoDB looks the IN list's keys up in key order, the order in which
-// ModifyMany's other commits and escalated attempts lock rows. Other
-// shapes and dialects write the rows one statement each
-// (rowupdate.CommitInOrder): on SQLite, in the same process, the one
-// UPDATE measured no faster than two (docs/tables.md).
+// the caller's transaction, the rows go in one UPDATE (updateMany), in a
+// transaction of their own: three round trips (BEGIN, the UPDATE,
+// COMMIT) instead of one per row. A count of rows short of the writes
+// means one of them moved: the transaction rolls back and the first moved
+// row, in key order, is read for the conflict. Other shapes and dialects
+// write the rows one statement each (rowupdate.CommitInOrder): on SQLite,
+// in the same process, the one UPDATE measured no faster than two
+// (docs/tables.md).
 func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) ([]rowupdate.Row[T], int, rowupdate.Row[T], error) {
 	var none rowupdate.Row[T]
 	if t.d != MySQL || t.inTx || len(writes) < 2 {
@@ -39,13 +32,66 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 		}
 	}
 	order := rowupdate.KeyOrder(writes)
-	keys := make([]any, len(writes))
-	vals := make([]reflect.Value, len(writes))
-	for i, w := range writes {
-		row := w.Row
-		vals[i] = reflect.ValueOf(&row).Elem()
-		keys[i] = vals[i].FieldByIndex(t.cols[t.key].Index).Interface()
+	sorted := make([]rowupdate.Write[T], len(order))
+	for j, i := range order {
+		sorted[j] = writes[i]
 	}
+	keys := t.writeKeys(sorted)
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return nil, -1, none, t.writeError("modify-many", keys[0], err, false)
+	}
+	n, err := t.updateMany(ctx, tx.q, sorted, keys)
+	if err != nil {
+		tx.rollback()
+		return nil, -1, none, t.writeError("modify-many", keys[0], err, false) // never committed
+	}
+	if n != int64(len(writes)) {
+		tx.rollback()
+		j, cur, err := t.movedRow(ctx, sorted, keys)
+		if j >= 0 {
+			return nil, order[j], cur, err
+		}
+		return nil, -1, none, err
+	}
+	if err := tx.commit(ctx); err != nil {
+		return nil, -1, none, t.writeError("modify-many", keys[0], err, true)
+	}
+	stored := make([]rowupdate.Row[T], len(writes))
+	for i, w := range writes {
+		stored[i] = t.updated(w)
+	}
+	return stored, -1, none, nil
+}
+
+// writeKeys returns the key field of each write's row.
+func (t *Table[T]) writeKeys(writes []rowupdate.Write[T]) []any {
+	keys := make([]any, len(writes))
+	for i, w := range writes {
+		keys[i] = reflect.ValueOf(&w.Row).Elem().FieldByIndex(t.cols[t.key].Index).Interface()
+	}
+	return keys
+}
+
+// updated is w's row as an update at w.Expected stores it (MySQL: the
+// version goes up by one).
+func (t *Table[T]) updated(w rowupdate.Write[T]) rowupdate.Row[T] {
+	row := w.Row
+	t.setVersion(&row, w.Expected+1)
+	return rowupdate.Row[T]{Value: row, Version: w.Expected + 1}
+}
+
+// updateMany runs, on q, the one UPDATE of writes (rows read, in key
+// order; keys their keys) that commitMany and Txn's MySQL pipeline send,
+//
+//	UPDATE t SET c = CASE k WHEN ? THEN ? ... END, ..., v = v + 1
+//	WHERE k IN (?, ...) AND CASE k WHEN ? THEN v = ? ... END
+//
+// and returns the rows it changed: every row at its version counts (its
+// version changes). InnoDB looks the IN list's keys up in key order, the
+// order in which ModifyMany's other commits and escalated attempts lock
+// rows.
+func (t *Table[T]) updateMany(ctx context.Context, q Querier, writes []rowupdate.Write[T], keys []any) (int64, error) {
 	k, v := t.cols[t.key].Quoted, t.cols[t.version].Quoted
 	var (
 		b    strings.Builder
@@ -57,69 +103,44 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 			continue
 		}
 		b.WriteString(col.Quoted + ` = CASE ` + k)
-		for _, i := range order {
+		for i, w := range writes {
 			b.WriteString(` WHEN ? THEN ?`)
-			args = append(args, keys[i], vals[i].FieldByIndex(col.Index).Interface())
+			args = append(args, keys[i], reflect.ValueOf(&w.Row).Elem().FieldByIndex(col.Index).Interface())
 		}
 		b.WriteString(` END, `)
 	}
-	b.WriteString(v + ` = ` + v + ` + 1 WHERE ` + k + ` IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(order)), ", ") + `) AND CASE ` + k)
-	for _, i := range order {
-		args = append(args, keys[i])
-	}
-	for _, i := range order {
+	b.WriteString(v + ` = ` + v + ` + 1 WHERE ` + k + ` IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(writes)), ", ") + `) AND CASE ` + k)
+	args = append(args, keys...)
+	for i, w := range writes {
 		b.WriteString(` WHEN ? THEN ` + v + ` = ?`)
-		args = append(args, keys[i], int64(writes[i].Expected))
+		args = append(args, keys[i], int64(w.Expected))
 	}
 	b.WriteString(` END`)
-
-	first := keys[order[0]]
-	tx, err := t.begin(ctx)
+	res, err := q.ExecContext(ctx, b.String(), args...)
 	if err != nil {
-		return nil, -1, none, t.writeError("modify-many", first, err, false)
+		return 0, err
 	}
-	res, err := tx.q.ExecContext(ctx, b.String(), args...)
-	var n int64
-	if err == nil {
-		n, err = res.RowsAffected()
-	}
-	if err != nil {
-		tx.rollback()
-		return nil, -1, none, t.writeError("modify-many", first, err, false) // never committed
-	}
-	if n != int64(len(writes)) {
-		tx.rollback()
-		return t.movedRow(ctx, writes, keys, order)
-	}
-	if err := tx.commit(ctx); err != nil {
-		return nil, -1, none, t.writeError("modify-many", first, err, true)
-	}
-	stored := make([]rowupdate.Row[T], len(writes))
-	for i, w := range writes {
-		row := w.Row
-		t.setVersion(&row, w.Expected+1)
-		stored[i] = rowupdate.Row[T]{Value: row, Version: w.Expected + 1}
-	}
-	return stored, -1, none, nil
+	return res.RowsAffected()
 }
 
-// movedRow is the conflict of a commitMany that found a row moved: the
-// first write, in key order, whose row is not at the version it expected,
-// with the row as it is now (Version 0: absent).
-func (t *Table[T]) movedRow(ctx context.Context, writes []rowupdate.Write[T], keys []any, order []int) ([]rowupdate.Row[T], int, rowupdate.Row[T], error) {
-	for _, i := range order {
+// movedRow is the conflict of an updateMany that found a row moved: the
+// index of the first write (writes in key order) whose row is not at the
+// version it expected, with the row as it is now (Version 0: absent).
+// Every row back at its version (they moved and were read stale) is a
+// conflict without a current row, at -1: the retry reads again.
+func (t *Table[T]) movedRow(ctx context.Context, writes []rowupdate.Write[T], keys []any) (int, rowupdate.Row[T], error) {
+	for i := range writes {
+		ks := fmt.Sprint(keys[i])
 		cur, err := t.get(ctx, t.q, t.currentSQL(), "modify-many", keys[i])
 		switch {
 		case errors.Is(err, cas.ErrNotFound):
-			return nil, i, rowupdate.Row[T]{}, &cas.ConflictError{Key: fmt.Sprint(keys[i]), Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: fmt.Sprint(keys[i])}}
+			return i, rowupdate.Row[T]{}, &cas.ConflictError{Key: ks, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ks}}
 		case err != nil:
-			return nil, -1, rowupdate.Row[T]{}, &cas.ConflictError{Key: fmt.Sprint(keys[i]), Expected: writes[i].Expected, Err: err}
+			return -1, rowupdate.Row[T]{}, &cas.ConflictError{Key: ks, Expected: writes[i].Expected, Err: err}
 		}
 		if cv := t.versionOf(&cur); cv != writes[i].Expected {
-			return nil, i, rowupdate.Row[T]{Value: cur, Version: cv}, &cas.ConflictError{Key: fmt.Sprint(keys[i]), Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: fmt.Sprint(keys[i]), Version: cv}}
+			return i, rowupdate.Row[T]{Value: cur, Version: cv}, &cas.ConflictError{Key: ks, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ks, Version: cv}}
 		}
 	}
-	// Every row back at its version: they moved and were read stale. A
-	// conflict without a current row: the retry reads again.
-	return nil, -1, rowupdate.Row[T]{}, &cas.ConflictError{Key: fmt.Sprint(keys[order[0]]), Expected: writes[order[0]].Expected}
+	return -1, rowupdate.Row[T]{}, &cas.ConflictError{Key: fmt.Sprint(keys[0]), Expected: writes[0].Expected}
 }

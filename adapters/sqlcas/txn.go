@@ -77,9 +77,10 @@ func TxPut[T any](tx *Tx, t *Table[T], row T) error {
 	return rowupdate.TxPut(tx.in, t.txm, row)
 }
 
-// newMember returns t as a member of Txn's transactions.
+// newMember returns t as a member of Txn's transactions; on MySQL, a
+// commit of updates sends one UPDATE per table (txnPipeline).
 func (t *Table[T]) newMember() *rowupdate.Member[T] {
-	return rowupdate.NewMember(t.name, t.q, t.rows,
+	m := rowupdate.NewMember(t.name, t.q, t.rows,
 		func(_ context.Context, tx any) rowupdate.Table[T] {
 			in := *t
 			in.q, in.inTx = tx.(*txn).q, true // Insert draws its version in this transaction
@@ -99,6 +100,10 @@ func (t *Table[T]) newMember() *rowupdate.Member[T] {
 			}
 			return nil
 		})
+	if t.d == MySQL && !t.inTx {
+		m.SetPipeline(t.txnPipeline())
+	}
+	return m
 }
 
 // lockRow reads the row with key on t's connection (a transaction's),
