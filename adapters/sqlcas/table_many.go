@@ -2,7 +2,6 @@ package sqlcas
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -12,8 +11,9 @@ import (
 )
 
 // commitMany is ModifyMany's commit. On MySQL/MariaDB, when every write
-// updates a row read (a transfer's shape) and the table is not bound to
-// the caller's transaction, the rows go in one UPDATE (updateMany), in a
+// updates a row read (a transfer's shape), the key is an integer and the
+// table is not bound to the caller's transaction (oneUpdate), the rows go
+// in one UPDATE (updateMany), in a
 // transaction of their own: three round trips (BEGIN, the UPDATE,
 // COMMIT) instead of one per row. A count of rows short of the writes
 // means one of them moved: the transaction rolls back and the first moved
@@ -23,7 +23,7 @@ import (
 // (docs/tables.md).
 func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) ([]rowupdate.Row[T], int, rowupdate.Row[T], error) {
 	var none rowupdate.Row[T]
-	if t.d != MySQL || t.inTx || len(writes) < 2 {
+	if !t.oneUpdate() || len(writes) < 2 {
 		return rowupdate.CommitInOrder(ctx, t.rowTable(), writes)
 	}
 	for _, w := range writes {
@@ -64,6 +64,30 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 	return stored, -1, none, nil
 }
 
+// oneUpdate reports whether the table's commits of updates go in one
+// UPDATE (updateMany): on MySQL/MariaDB, outside the caller's
+// transaction, for an integer key. InnoDB takes an IN list's row locks in
+// the index's order, which for a string key under a case-insensitive or
+// accent-insensitive collation is not the byte order in which the other
+// commits and escalated attempts lock rows: the two could deadlock.
+func (t *Table[T]) oneUpdate() bool {
+	if t.d != MySQL || t.inTx {
+		return false
+	}
+	switch reflect.TypeFor[T]().FieldByIndex(t.cols[t.key].Index).Type.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// updateManyParams bounds the placeholders of one UPDATE of updateMany:
+// a server-side prepared statement takes at most 65,535, and an inlined
+// one must fit max_allowed_packet. More rows go in several UPDATEs of
+// the same transaction, in key order.
+const updateManyParams = 4096
+
 // writeKeys returns the key field of each write's row.
 func (t *Table[T]) writeKeys(writes []rowupdate.Write[T]) []any {
 	keys := make([]any, len(writes))
@@ -88,10 +112,33 @@ func (t *Table[T]) updated(w rowupdate.Write[T]) rowupdate.Row[T] {
 //	WHERE k IN (?, ...) AND CASE k WHEN ? THEN v = ? ... END
 //
 // and returns the rows it changed: every row at its version counts (its
-// version changes). InnoDB looks the IN list's keys up in key order, the
-// order in which ModifyMany's other commits and escalated attempts lock
-// rows.
+// version changes). InnoDB looks the IN list's keys up in the index's
+// order, for an integer key (oneUpdate) the order in which ModifyMany's
+// other commits and escalated attempts lock rows. At most
+// updateManyParams placeholders go in one UPDATE.
 func (t *Table[T]) updateMany(ctx context.Context, q Querier, writes []rowupdate.Write[T], keys []any) (int64, error) {
+	cols := 0
+	for c := range t.cols {
+		if t.writable(c) {
+			cols++
+		}
+	}
+	per := max(updateManyParams/(2*cols+3), 1)
+	var n int64
+	for len(writes) > 0 {
+		m := min(per, len(writes))
+		got, err := t.updateRows(ctx, q, writes[:m], keys[:m])
+		if err != nil {
+			return n, err
+		}
+		n += got
+		writes, keys = writes[m:], keys[m:]
+	}
+	return n, nil
+}
+
+// updateRows is one UPDATE of updateMany.
+func (t *Table[T]) updateRows(ctx context.Context, q Querier, writes []rowupdate.Write[T], keys []any) (int64, error) {
 	k, v := t.cols[t.key].Quoted, t.cols[t.version].Quoted
 	var (
 		b    strings.Builder
@@ -125,18 +172,24 @@ func (t *Table[T]) updateMany(ctx context.Context, q Querier, writes []rowupdate
 
 // movedRow is the conflict of an updateMany that found a row moved: the
 // index of the first write (writes in key order) whose row is not at the
-// version it expected, with the row as it is now (Version 0: absent).
-// Every row back at its version (they moved and were read stale) is a
-// conflict without a current row, at -1: the retry reads again.
+// version it expected, with the row as it is now (Version 0: absent),
+// read in one round trip. Every row back at its version (they moved and
+// were read stale) is a conflict without a current row, at -1: the retry
+// reads again.
 func (t *Table[T]) movedRow(ctx context.Context, writes []rowupdate.Write[T], keys []any) (int, rowupdate.Row[T], error) {
+	rows, err := t.getMany(ctx, keys)
+	if err != nil {
+		return -1, rowupdate.Row[T]{}, &cas.ConflictError{Key: fmt.Sprint(keys[0]), Expected: writes[0].Expected, Err: err}
+	}
+	now := make(map[string]T, len(rows))
+	for _, r := range rows {
+		now[fmt.Sprint(reflect.ValueOf(&r).Elem().FieldByIndex(t.cols[t.key].Index).Interface())] = r
+	}
 	for i := range writes {
 		ks := fmt.Sprint(keys[i])
-		cur, err := t.get(ctx, t.q, t.currentSQL(), "modify-many", keys[i])
-		switch {
-		case errors.Is(err, cas.ErrNotFound):
+		cur, ok := now[ks]
+		if !ok {
 			return i, rowupdate.Row[T]{}, &cas.ConflictError{Key: ks, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ks}}
-		case err != nil:
-			return -1, rowupdate.Row[T]{}, &cas.ConflictError{Key: ks, Expected: writes[i].Expected, Err: err}
 		}
 		if cv := t.versionOf(&cur); cv != writes[i].Expected {
 			return i, rowupdate.Row[T]{Value: cur, Version: cv}, &cas.ConflictError{Key: ks, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ks, Version: cv}}

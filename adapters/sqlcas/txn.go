@@ -77,8 +77,9 @@ func TxPut[T any](tx *Tx, t *Table[T], row T) error {
 	return rowupdate.TxPut(tx.in, t.txm, row)
 }
 
-// newMember returns t as a member of Txn's transactions; on MySQL, a
-// commit of updates sends one UPDATE per table (txnPipeline).
+// newMember returns t as a member of Txn's transactions; on MySQL with an
+// integer key (oneUpdate), a commit of updates sends one UPDATE per table
+// (txnPipeline).
 func (t *Table[T]) newMember() *rowupdate.Member[T] {
 	m := rowupdate.NewMember(t.name, t.q, t.rows,
 		func(_ context.Context, tx any) rowupdate.Table[T] {
@@ -100,7 +101,7 @@ func (t *Table[T]) newMember() *rowupdate.Member[T] {
 			}
 			return nil
 		})
-	if t.d == MySQL && !t.inTx {
+	if t.oneUpdate() {
 		m.SetPipeline(t.txnPipeline())
 	}
 	return m

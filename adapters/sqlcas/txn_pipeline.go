@@ -25,8 +25,10 @@ type txnGroup interface {
 	// run sends the table's UPDATE on q; short reports a row not at its
 	// version.
 	run(ctx context.Context, q Querier) (short bool, err error)
-	// findMoved reads, after the rollback, which row moved.
-	findMoved(ctx context.Context)
+	// findMoved reads, after the rollback, which row moved; an error
+	// when neither the row nor the reason is known (a failed read, or
+	// every row back at its version: read stale, the retry reads again).
+	findMoved(ctx context.Context) error
 }
 
 // tableGroup is a txnGroup of a Table[T]: its writes in key order, and
@@ -45,8 +47,12 @@ func (g *tableGroup[T]) run(ctx context.Context, q Querier) (bool, error) {
 	return err == nil && n != int64(len(g.writes)), err
 }
 
-func (g *tableGroup[T]) findMoved(ctx context.Context) {
+func (g *tableGroup[T]) findMoved(ctx context.Context) error {
 	g.moved, g.cur, g.err = g.t.movedRow(ctx, g.writes, g.t.writeKeys(g.writes))
+	if g.moved < 0 {
+		return g.err
+	}
+	return nil
 }
 
 // txnPipeline is t's part in such a commit.
@@ -81,26 +87,25 @@ func (t *Table[T]) txnPipeline() rowupdate.Pipeline[T] {
 			if err != nil {
 				return t.writeError("txn", "", err, false)
 			}
-			short := false
 			for _, g := range tb.groups {
-				s, err := g.run(ctx, tx.q)
+				short, err := g.run(ctx, tx.q)
 				if err != nil {
 					tx.rollback()
 					return t.writeError("txn", "", err, false) // never committed
 				}
-				short = short || s
-			}
-			if short {
+				if !short {
+					continue
+				}
+				// A row of this table moved: roll back and find it (the
+				// tables after it are not sent).
 				tx.rollback()
-				for _, g := range tb.groups {
-					g.findMoved(ctx)
+				if err := g.findMoved(ctx); err != nil {
+					return err
 				}
 				if err := scan(tb); err != nil {
 					return err
 				}
-				// Every row back at its version: read stale. A conflict
-				// without a current row: the retry reads again.
-				return &cas.ConflictError{Key: "", Err: fmt.Errorf("sqlcas: txn: a row moved and was read at its old version again")}
+				return &cas.ConflictError{Err: fmt.Errorf("sqlcas: txn: a row moved and was read at its old version again")}
 			}
 			if err := scan(tb); err != nil {
 				tx.rollback()
