@@ -212,10 +212,16 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 			}
 		}
 		queueing := c.line != nil && !c.line.fast.Load() // a holder of a line others may queue in
-		if c.retryNow && (!c.retriedNow || queueing) {
+		holderNow := false
+		if queueing && outcome == OutcomeConflict {
+			c.heldLost++
+			holderNow = c.heldLost <= holderRetriesAtOnce
+		}
+		if c.retryNow && (!c.retriedNow || holderNow) {
 			// The attempt learned the current state from its conflict:
 			// retry from it at once, before it goes stale: once per call,
-			// or every time for the holder of the key's turn.
+			// and for the holder of the key's turn on its first
+			// holderRetriesAtOnce conflicts.
 			c.retryNow, c.retriedNow, c.waited = false, true, false
 			if c.budget != nil && !c.budget.withdraw() {
 				return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrBudgetExhausted, Attempts: attempt, Last: err})

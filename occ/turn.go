@@ -34,8 +34,8 @@ import (
 // saved on every turn. A call that waited queueWait in a line that did not
 // move (a holder stuck in mutate or on a dead connection) leaves it and
 // tries once on its own. The holder does not back off: it retries at once
-// from the state each conflict carries, or after one attempt time when a
-// conflict carries none. Writers in other processes still coordinate only
+// from the state its first conflicts carry (holderRetriesAtOnce), and
+// after one attempt time otherwise. Writers in other processes still coordinate only
 // through the store's versions: a process's holder meets the other
 // processes' holders, and the calls that take no turns (or whose key found
 // no free slot) keep the backoff's seniority.
@@ -67,6 +67,19 @@ var lineMinUnit = 20 * time.Microsecond
 // slots all hold other keys' lines opens none (its calls keep the
 // backoff's seniority).
 const turnSlots = 64
+
+// holderRetriesAtOnce is how many conflicts the holder of a turn meets
+// before it waits one attempt time between attempts. Its process's other
+// calls wait in line, so a holder's conflict is with a writer elsewhere
+// (another process, or a call that did not queue). One such conflict is
+// a race lost; one after another mean the holders of several processes
+// are retrying against each other at once, each attempt pulling the
+// others' writes into conflict, and a wait of one attempt time staggers
+// them. More immediate retries keep a process's line moving where
+// conflicts are rare but attempt times uneven (a wait is then long and
+// holds everyone queued behind it); fewer stagger sooner
+// (docs/performance.md, "Turn holders across processes").
+const holderRetriesAtOnce = 2
 
 // queueWait bounds a call's wait in a line that does not move (no turn
 // ends): past it the call leaves the line and tries once on its own, from

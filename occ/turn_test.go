@@ -465,6 +465,38 @@ func TestLineHolderLeaves(t *testing.T) {
 	})
 }
 
+// TestLineHolderStaggersRepeatedConflicts: the holder of a turn retries
+// at once from the state its first holderRetriesAtOnce conflicts carry;
+// conflicts after those, one after another as the holders of other
+// processes make them, are each followed by a wait of about one attempt
+// time, so that those holders do not retry against each other in step.
+func TestLineHolderStaggersRepeatedConflicts(t *testing.T) {
+	unboundedHolds(t)
+	const conflicts = 6
+	store := &bumpingStore{Store: memcas.New(), n: conflicts}
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	obs := &hookObserver{}
+	n, _, err := Update(context.Background(), counter, "k", incrInt, WithObserver(obs))
+	if err != nil || n != 100+1 {
+		t.Fatalf("Update: %d, %v; want 101", n, err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	var after []int
+	for _, w := range obs.waits {
+		if w.Kind != WaitBackOff {
+			t.Fatalf("a %v wait after attempt %d: the call is alone in its process", w.Kind, w.After)
+		}
+		after = append(after, w.After)
+	}
+	// Attempts 1 and 2 conflict and are retried at once (the first
+	// opens the line); 3 to 6 conflict and wait; 7 writes.
+	want := []int{3, 4, 5, 6}
+	if fmt.Sprint(after) != fmt.Sprint(want) {
+		t.Fatalf("waits after attempts %v, want %v", after, want)
+	}
+}
+
 // TestLineHandedStateIsWritten: a call handed the turn with the state its
 // predecessor wrote writes from it without reading the key, and keeps
 // what it wrote for the next in line.
