@@ -96,7 +96,7 @@ type config struct {
 	// Loop state shared by run and the Update/Txn attempt functions.
 	retryNow   bool // set by an attempt whose conflict carried the current state
 	retriedNow bool // the one immediate retry of the call was used
-	heldLost   int  // conflicts the call met while it held its key's turn
+	heldLost   int  // conflicts the call met holding its key's turn (the one that opened its line included)
 	waited     bool // the loop waited before the current attempt
 	exclusive  bool // the current attempt runs exclusively (Attempt.Exclusive)
 }

@@ -35,7 +35,7 @@ import (
 // move (a holder stuck in mutate or on a dead connection) leaves it and
 // tries once on its own. The holder does not back off: it retries at once
 // from the state its first conflicts carry (holderRetriesAtOnce), and
-// after one attempt time otherwise. Writers in other processes still coordinate only
+// waits about one attempt time otherwise (holderWait). Writers in other processes still coordinate only
 // through the store's versions: a process's holder meets the other
 // processes' holders, and the calls that take no turns (or whose key found
 // no free slot) keep the backoff's seniority.
@@ -78,7 +78,8 @@ const turnSlots = 64
 // them. More immediate retries keep a process's line moving where
 // conflicts are rare but attempt times uneven (a wait is then long and
 // holds everyone queued behind it); fewer stagger sooner
-// (docs/performance.md, "Turn holders across processes").
+// The conflict that opened the call's line counts as its first
+// (docs/performance.md, "Measurements behind occ's defaults").
 const holderRetriesAtOnce = 2
 
 // queueWait bounds a call's wait in a line that does not move (no turn
@@ -342,11 +343,14 @@ func (c *config) leaveUnless(done *bool) {
 	}
 }
 
-// holderWait is the wait of a turn's holder after a conflict that carried
-// no state: one attempt time, ±50%.
+// holderWait is the wait of a turn's holder between attempts (after a
+// conflict that carried no state, or after holderRetriesAtOnce): one
+// attempt time, ±50%, and at most half of queueWait, so that one slow
+// attempt does not make the holder sleep while the calls in its line give
+// up waiting for it.
 func holderWait(unit time.Duration) time.Duration {
 	if unit <= 0 {
 		return scaledMinWait
 	}
-	return max(unit/2+time.Duration(rand.Int64N(int64(unit)+1)), scaledMinWait)
+	return min(max(unit/2+time.Duration(rand.Int64N(int64(unit)+1)), scaledMinWait), queueWait/2)
 }

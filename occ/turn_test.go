@@ -608,3 +608,17 @@ func TestFastLineIsNotJoined(t *testing.T) {
 	}
 	holder.leaveLine()
 }
+
+// TestHolderWaitBounded: a holder's wait is about one attempt time, and
+// never so long (after one slow attempt) that the calls in its line give
+// up waiting for it (queueWait).
+func TestHolderWaitBounded(t *testing.T) {
+	for range 100 {
+		if d := holderWait(time.Millisecond); d < 500*time.Microsecond || d > 1500*time.Microsecond {
+			t.Fatalf("holderWait(1ms) = %v, want 0.5-1.5ms", d)
+		}
+		if d := holderWait(10 * time.Second); d > queueWait/2 {
+			t.Fatalf("holderWait(10s) = %v, want at most %v", d, queueWait/2)
+		}
+	}
+}

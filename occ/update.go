@@ -33,8 +33,10 @@ import (
 // conflict with another, and no caller loses round after round to callers
 // that arrived after it (docs/performance.md measures it against calls
 // that take no turns). Writers in other processes are not held: the
-// holders of the processes' lines meet through the store's versions, and
-// retry at once from the state each conflict carries. A call that loses
+// holders of the processes' lines meet through the store's versions: a
+// holder retries at once from the state its first conflicts carry, then
+// waits about one attempt time between attempts, so that the holders of
+// several processes do not retry in step. A call that loses
 // DefaultExclusiveAfter writes in a row to them runs its next attempt
 // exclusively on a store that implements cas.Exclusive (the store holds
 // the key from the read to the write: a row lock), so that it cannot
