@@ -301,6 +301,10 @@ func (c *config) leaveLine() {
 	}
 	l.closed = true
 	l.mu.Unlock()
+	if known {
+		// The next call of the key starts from it (recent.go).
+		rememberState(l.store, l.key, state)
+	}
 	l.slot.CompareAndSwap(l, nil)
 	linesOpen.Add(-1)
 }
