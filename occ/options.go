@@ -94,11 +94,12 @@ type config struct {
 	leftLine bool      // the call left a line that did not move: its next attempt does not queue
 
 	// Loop state shared by run and the Update/Txn attempt functions.
-	retryNow   bool // set by an attempt whose conflict carried the current state
-	retriedNow bool // the one immediate retry of the call was used
-	heldLost   int  // conflicts the call met holding its key's turn (the one that opened its line included)
-	waited     bool // the loop waited before the current attempt
-	exclusive  bool // the current attempt runs exclusively (Attempt.Exclusive)
+	retryNow    bool // set by an attempt whose conflict carried the current state
+	retriedNow  bool // the one immediate retry of the call was used
+	heldLost    int  // conflicts the call met holding its key's turn (the one that opened its line included)
+	staleRecent bool // the attempt started from a remembered state (recent.go) that was stale
+	waited      bool // the loop waited before the current attempt
+	exclusive   bool // the current attempt runs exclusively (Attempt.Exclusive)
 }
 
 // start sets c for a call of op on key with opts. A call without options

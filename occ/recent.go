@@ -1,6 +1,7 @@
 package occ
 
 import (
+	"bytes"
 	"hash/maphash"
 	"sync/atomic"
 	"time"
@@ -8,8 +9,8 @@ import (
 	"github.com/occkit/occkit/cas"
 )
 
-// Recent states: the state a process last wrote at a hot key, kept for a
-// moment after the key's line ends.
+// Recent states: the state a hot key's line last wrote, kept for a moment
+// after the line ends.
 //
 // A line hands each turn on with what its holder wrote, so that the next
 // call writes without reading. When the line ends (nobody waits in it:
@@ -18,11 +19,26 @@ import (
 // process has just written it. So the state the line's last holder wrote
 // is kept (rememberState) for recentFor, and a call of Update that finds
 // it starts from it instead of reading; when it writes, it keeps what it
-// wrote in its place. A state another process has overwritten since costs
-// the conflict it meets, which carries the current state on most stores:
-// about what the read would have cost. Keys that never had a line have no
-// entry, and a call on them pays one atomic load (recentLive) while no
-// entry exists, a hash and another load while one does.
+// wrote in its place. Other writes of the key (combined ones, calls that
+// take no turns or use a Cache, other processes) make the kept state
+// stale: a call that starts from a stale state meets a conflict, which
+// on most stores carries the current state, and retries from it at once
+// without counting that conflict against the call (no escalation step,
+// no budget token, and its one immediate retry left). Keys that never had
+// a line have no entry; a call pays one atomic load (recentLive) while
+// the table is empty, a hash and another load otherwise.
+//
+// A kept value is a copy of the bytes written (a Txn's Put may hand its
+// caller's buffer), except on a store that says its values may be kept as
+// they are (valueKeeper).
+
+// valueKeeper is implemented by a store whose values are handles to
+// state it shares with its callers (internal/rowupdate's rows, whose
+// handles keep their rows alive and must not be copied). KeepValues
+// reports whether such a value may be kept past the call that wrote it
+// (the rows hold no references a caller could change); false: the
+// store's states are not kept.
+type valueKeeper interface{ KeepValues() bool }
 
 // recentFor is how long a remembered state serves.
 const recentFor = queueWait
@@ -55,6 +71,13 @@ func rememberState(store cas.Store, key string, it cas.Item) {
 	if !combinable(store) {
 		return
 	}
+	if vk, ok := store.(valueKeeper); ok {
+		if !vk.KeepValues() {
+			return
+		}
+	} else if it.Value != nil {
+		it.Value = bytes.Clone(it.Value)
+	}
 	if recentSlot(key).Swap(&recentState{store: store, key: key, item: it, at: time.Now()}) == nil {
 		recentLive.Add(1)
 	}
@@ -76,13 +99,17 @@ func recalled(store cas.Store, key string) (cas.Item, bool) {
 	}
 	slot := recentSlot(key)
 	r := slot.Load()
-	if r == nil || r.key != key || r.store != store {
+	if r == nil {
 		return cas.Item{}, false
 	}
 	if time.Since(r.at) > recentFor {
+		// Expired, whatever key it is of: drop it, and what it holds.
 		if slot.CompareAndSwap(r, nil) {
 			recentLive.Add(-1)
 		}
+		return cas.Item{}, false
+	}
+	if r.key != key || r.store != store {
 		return cas.Item{}, false
 	}
 	return r.item, true

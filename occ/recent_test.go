@@ -2,6 +2,7 @@ package occ
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,4 +77,105 @@ func TestRecentStateSkipsTheRead(t *testing.T) {
 	if gets := update(203); gets != 1 {
 		t.Fatalf("a call past recentFor read the key %d times, want 1", gets)
 	}
+}
+
+// TestRecentStateIsACopy: the state kept after a Txn's line is a copy of
+// what the commit wrote, not the caller's buffer, which Put lets the
+// caller reuse once Txn has returned.
+func TestRecentStateIsACopy(t *testing.T) {
+	unboundedHolds(t)
+	ctx := context.Background()
+	inner := memcas.New()
+	store := &bumpingStore{Store: inner, n: 1} // the first commit conflicts
+	buf := make([]byte, 0, 16)
+	err := Txn(ctx, store, func(tx *Tx) error {
+		v, _, err := tx.Get("k")
+		if err != nil {
+			return err
+		}
+		n, _ := strconv.Atoi(string(v))
+		buf = strconv.AppendInt(buf[:0], int64(n+1), 10)
+		tx.Put("k", buf)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf[:3], "900") // the caller's buffer, reused
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	if n, _, err := Update(ctx, counter, "k", incrInt); err != nil || n != 102 {
+		t.Fatalf("Update after the Txn: %d, %v; want 102", n, err)
+	}
+}
+
+// TestRecentStateStaleCostsNothing: a call that starts from a kept state
+// written over elsewhere retries from the current state without counting
+// it (a call whose next write conflicts too still has its immediate
+// retry: no wait; no retry budget is drawn), and a call limited to one
+// attempt does not start from a kept state at all.
+func TestRecentStateStaleCostsNothing(t *testing.T) {
+	unboundedHolds(t)
+	ctx := context.Background()
+	inner := memcas.New()
+	store := &bumpingStore{Store: inner, n: 2}
+	counter := cas.NewTyped[int](store, cas.JSON[int]())
+	if _, _, err := Update(ctx, counter, "k", incrInt); err != nil { // a line, kept at its end
+		t.Fatal(err)
+	}
+	overwrite := func(v string) {
+		it, _ := inner.Get(ctx, "k")
+		if _, err := inner.CompareAndSwap(ctx, "k", it.Version, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	overwrite("500")
+	if n, _, err := Update(ctx, counter, "k", incrInt, WithMaxAttempts(1)); err != nil || n != 501 {
+		t.Fatalf("one attempt after the key was written elsewhere: %d, %v; want 501", n, err)
+	}
+	// Another store: a line, then a kept state made stale, and the call's
+	// second write conflicting too: stale state, conflict, immediate
+	// retry, no wait.
+	bs := &bumpAt{bumpingStore: &bumpingStore{Store: inner, n: 2}}
+	typed := cas.NewTyped[int](bs, cas.JSON[int]())
+	if _, _, err := Update(ctx, typed, "k", incrInt); err != nil {
+		t.Fatal(err)
+	}
+	overwrite("700")
+	bs.at = bs.writes + 2
+	var waits atomic.Int64
+	n, _, err := Update(ctx, typed, "k", incrInt, WithMaxAttempts(3), withSleep(func(ctx context.Context, d time.Duration) error {
+		waits.Add(1)
+		return nil
+	}))
+	if err != nil || n != 101 {
+		t.Fatalf("stale state, then a conflict: %d, %v; want 101", n, err)
+	}
+	if waits.Load() != 0 {
+		t.Fatalf("%d backoff waits: the stale state used up the call's immediate retry", waits.Load())
+	}
+	// A retry budget with nothing in it: the retry after a stale state
+	// draws nothing from it.
+	overwrite("800")
+	empty, err := NewBudget(0, 1)
+	if err != nil || !empty.withdraw() {
+		t.Fatalf("a budget of one token to draw: %v", err)
+	}
+	if n, _, err := Update(ctx, typed, "k", incrInt, WithBudget(empty)); err != nil || n != 801 {
+		t.Fatalf("stale state under an empty retry budget: %d, %v; want 801", n, err)
+	}
+}
+
+// bumpAt is a store whose write number at conflicts: a writer elsewhere
+// writes 100 just before it.
+type bumpAt struct {
+	*bumpingStore
+	at, writes int
+}
+
+func (s *bumpAt) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	s.writes++
+	if s.writes == s.at {
+		s.bumpingStore.n = 1
+	}
+	return s.bumpingStore.CompareAndSwap(ctx, key, expected, value)
 }

@@ -211,6 +211,15 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 				continue
 			}
 		}
+		if c.staleRecent && c.retryNow {
+			// The attempt started from a remembered state (recent.go)
+			// that was stale: retry from the current state at once, as
+			// after the read it saved; the call's immediate retry, its
+			// budget and its turn's count are left untouched.
+			c.staleRecent, c.retryNow, c.waited = false, false, false
+			continue
+		}
+		c.staleRecent = false
 		queueing := c.line != nil && !c.line.fast.Load() // a holder of a line others may queue in
 		holderNow := false
 		if queueing && outcome == OutcomeConflict {

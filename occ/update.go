@@ -88,10 +88,12 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 	recent := false // the call started from the state this process last wrote (recent.go)
 	if cache != nil {
 		hint, haveHint = cache.get(key)
-	} else if c.store != nil {
+	} else if c.store != nil && c.maxAttempts > 1 {
+		// (A call of one attempt reads: a stale state would fail it.)
 		hint, haveHint = recalled(c.store, key)
 		recent = haveHint
 	}
+	fromRecent := recent // the current attempt started from the remembered state
 	// lost counts the call's conditional writes lost in a row; at
 	// exclusiveAt the next attempt holds the key (cas.Exclusive).
 	ex, _ := s.Store().(cas.Exclusive)
@@ -145,6 +147,8 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			}
 			c.handed = nil
 		}
+		attemptRecent := fromRecent && haveHint
+		fromRecent = false
 		switch {
 		case haveHint:
 			haveHint = false
@@ -187,11 +191,14 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			nv, err = s.CompareAndSwap(ctx, key, ver, next)
 		}
 		if err != nil {
-			if errors.Is(err, cas.ErrConflict) {
+			if errors.Is(err, cas.ErrConflict) && !attemptRecent {
 				lost++
 			}
 			if cur, ok := conflictCurrent(err, key); ok {
 				hint, haveHint, c.retryNow = cur, true, true
+				// A remembered state that was stale costs the call
+				// nothing more than the read it saved (run).
+				c.staleRecent = attemptRecent
 				seen = max(seen, cur.Version)
 				if c.escalate {
 					// The combiner goes on from this state (combineCold).

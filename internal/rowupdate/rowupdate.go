@@ -21,6 +21,7 @@ package rowupdate
 import (
 	"context"
 	"errors"
+	"reflect"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
@@ -97,11 +98,12 @@ type Rows[T any] struct {
 	store cas.Store // r, or r with cas.Exclusive when the driver has it
 	typed *cas.Typed[T]
 	held  *handles[T]
+	flat  bool // T holds no references (see KeepValues)
 }
 
 // New returns the bridge of the table d reads and writes.
 func New[T any](d Driver[T]) *Rows[T] {
-	r := &Rows[T]{d: d, held: newHandles[T]()}
+	r := &Rows[T]{d: d, held: newHandles[T](), flat: flat(reflect.TypeFor[T]())}
 	r.store = r
 	switch {
 	case d.Exclusive != nil && d.CommitExclusive != nil:
@@ -111,6 +113,30 @@ func New[T any](d Driver[T]) *Rows[T] {
 	}
 	r.typed = cas.NewTyped[T](r.store, r)
 	return r
+}
+
+// KeepValues tells occ whether the state a call wrote may be kept for the
+// process's next call of the row (occ's remembered states): only when T
+// holds no slice, map, pointer or interface, since the row a call returns
+// shares those with the state kept, and a caller that changed them in
+// place would change what the next call starts from.
+func (r *Rows[T]) KeepValues() bool { return r.flat }
+
+// flat reports whether values of t hold no references.
+func flat(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Slice, reflect.Map, reflect.Pointer, reflect.Interface, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return false
+	case reflect.Array:
+		return flat(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if !flat(t.Field(i).Type) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // NewCache returns a version cache of at most maxEntries rows of the

@@ -28,6 +28,10 @@ var (
 	_ cas.ExclusiveCommitter = (*Tables)(nil)
 )
 
+// KeepValues tells occ not to keep the states of Tables' keys past the
+// call that wrote them: Update never runs on Tables (see Rows.KeepValues).
+func (*Tables) KeepValues() bool { return false }
+
 // ref is what a bridge key names: a member's row.
 type ref struct {
 	m   member
