@@ -2,6 +2,7 @@ package occ
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -178,4 +179,89 @@ func (s *bumpAt) CompareAndSwap(ctx context.Context, key string, expected cas.Ve
 		s.bumpingStore.n = 1
 	}
 	return s.bumpingStore.CompareAndSwap(ctx, key, expected, value)
+}
+
+// TestTxnReadsRememberedStates: a Txn of keys whose turns just ended
+// reads nothing from the store, and a remembered state written over
+// elsewhere costs a conflict and a retry, never a wrong commit.
+func TestTxnReadsRememberedStates(t *testing.T) {
+	unboundedHolds(t)
+	ctx := context.Background()
+	inner := memcas.New()
+	store := &txnCounter{Store: inner, bumps: 2}
+	move := func(tx *Tx) error { // a: +1, b: -1
+		if err := tx.Prefetch("a", "b"); err != nil {
+			return err
+		}
+		for k, d := range map[string]int{"a": 1, "b": -1} {
+			v, _, err := tx.Get(k)
+			if err != nil {
+				return err
+			}
+			n, _ := strconv.Atoi(string(v))
+			tx.Put(k, []byte(strconv.Itoa(n+d)))
+		}
+		return nil
+	}
+	value := func(k string) string {
+		it, _ := inner.Get(ctx, k)
+		return string(it.Value)
+	}
+	// Two conflicts: the call takes the keys' turns; its commit ends them.
+	if err := Txn(ctx, store, move); err != nil {
+		t.Fatal(err)
+	}
+	g0 := store.gets.Load()
+	if err := Txn(ctx, store, move); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.gets.Load() - g0; n != 0 {
+		t.Fatalf("the Txn after the turns read %d keys, want 0", n)
+	}
+	a, b := value("a"), value("b")
+	// A writer elsewhere: a's remembered state is stale.
+	it, _ := inner.Get(ctx, "a")
+	if _, err := inner.CompareAndSwap(ctx, "a", it.Version, []byte("500")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Txn(ctx, store, move, WithMaxAttempts(2)); err != nil {
+		t.Fatalf("a Txn from a stale state: %v", err)
+	}
+	nb, _ := strconv.Atoi(b)
+	if value("a") != "501" || value("b") != strconv.Itoa(nb-1) {
+		t.Fatalf("a=%s b=%s after the stale Txn (a was %s, b %s), want a=501 b=%d", value("a"), value("b"), a, b, nb-1)
+	}
+}
+
+// txnCounter is a committer whose next bumps commits conflict (a writer
+// elsewhere writes b just before each), counting the keys it reads.
+type txnCounter struct {
+	*memcas.Store
+	bumps int
+	gets  atomic.Int64
+}
+
+func (s *txnCounter) Get(ctx context.Context, key string) (cas.Item, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, key)
+}
+
+func (s *txnCounter) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	s.gets.Add(int64(len(keys)))
+	return s.Store.GetMany(ctx, keys)
+}
+
+func (s *txnCounter) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	time.Sleep(50 * time.Microsecond) // a round trip: turns are for stores that have them
+	if s.bumps > 0 {
+		s.bumps--
+		it, err := s.Store.Get(ctx, "b")
+		if err != nil && !errors.Is(err, cas.ErrNotFound) {
+			return nil, err
+		}
+		if _, err := s.Store.CompareAndSwap(ctx, "b", it.Version, []byte("100")); err != nil {
+			return nil, err
+		}
+	}
+	return s.Store.Commit(ctx, ops)
 }
