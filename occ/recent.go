@@ -23,8 +23,9 @@ import (
 // take no turns or use a Cache, other processes) make the kept state
 // stale: a call that starts from a stale state meets a conflict, which
 // on most stores carries the current state, and retries from it at once
-// without counting that conflict against the call (no escalation step,
-// no budget token, and its one immediate retry left). Keys that never had
+// without counting that attempt against the call (its attempt limit,
+// escalation, budget and immediate retry are as if it had read), once:
+// after it, the call reads (Txn too). Keys that never had
 // a line have no entry; a call pays one atomic load (recentLive) while
 // the table is empty, a hash and another load otherwise.
 //

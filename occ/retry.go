@@ -92,6 +92,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 	var (
 		b      backoff.BackOff // the caller's, made on the first wait
 		scaled scaledBackOff   // the default's state
+		redone bool            // an attempt from a stale remembered state was not counted
 	)
 	for attempt := first; ; attempt++ {
 		if c.store != nil && c.line == nil && linesOpen.Load() != 0 && !c.leftLine {
@@ -137,7 +138,7 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 				c.line.fast.Store(c.unit < lineMinUnit)
 			}
 		}
-		if attempt == 1 && c.budget != nil {
+		if attempt == 1 && c.budget != nil && !redone {
 			c.budget.deposit()
 		}
 		if err == nil && c.observer == nil {
@@ -175,6 +176,19 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ctxErr, Attempts: attempt, Last: err})
 		}
+		if c.staleRecent && c.retryNow {
+			// The attempt started from a remembered state (recent.go)
+			// that was stale: retry from the current state at once, as
+			// after the read it saved. The attempt does not count (its
+			// number is used again): the call's attempt limit, immediate
+			// retry, budget, escalation and turn are left untouched. A
+			// call has one such attempt at most (it reads afterwards).
+			c.staleRecent, c.retryNow, c.waited = false, false, false
+			attempt--
+			redone = true
+			continue
+		}
+		c.staleRecent = false
 		if attempt >= c.maxAttempts {
 			return c.finish(ctx, start, attempt, OutcomeGaveUp, &GiveUpError{Reason: ErrAttemptsExhausted, Attempts: attempt, Last: err})
 		}
@@ -211,15 +225,6 @@ func (c *config) run(ctx context.Context, fn func(ctx context.Context) error) er
 				continue
 			}
 		}
-		if c.staleRecent && c.retryNow {
-			// The attempt started from a remembered state (recent.go)
-			// that was stale: retry from the current state at once, as
-			// after the read it saved; the call's immediate retry, its
-			// budget and its turn's count are left untouched.
-			c.staleRecent, c.retryNow, c.waited = false, false, false
-			continue
-		}
-		c.staleRecent = false
 		queueing := c.line != nil && !c.line.fast.Load() // a holder of a line others may queue in
 		holderNow := false
 		if queueing && outcome == OutcomeConflict {

@@ -315,9 +315,11 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			stale := ce != nil && tx.recent[ce.Key]
 			if stale {
 				// A remembered state was stale: not counted against the
-				// call when the conflict carried the current state (run).
+				// call when the conflict carried the current state (run),
+				// once: the call reads its keys from now on.
 				forgetState(s, ce.Key)
 				c.staleRecent = ce.HasCurrent
+				useRecent = false
 			}
 			if ce != nil {
 				if !stale {
