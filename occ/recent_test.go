@@ -31,13 +31,7 @@ func (s *getCounter) Get(ctx context.Context, key string) (cas.Item, error) {
 // read.
 func TestRecentStateSkipsTheRead(t *testing.T) {
 	unboundedHolds(t)
-	t.Cleanup(func() {
-		for i := range recentTable {
-			if recentTable[i].p.Swap(nil) != nil {
-				recentLive.Add(-1)
-			}
-		}
-	})
+	forgetAllStates(t)
 	ctx := context.Background()
 	inner := memcas.New()
 	store := &getCounter{bumpingStore: &bumpingStore{Store: inner, n: 2}}
@@ -319,13 +313,7 @@ func incrAll(keys []string) func(tx *Tx) error {
 // attempt at most, which counts against neither its attempt limit nor
 // its escalation.
 func TestTxnStaleStatesDoNotCount(t *testing.T) {
-	t.Cleanup(func() {
-		for i := range recentTable {
-			if recentTable[i].p.Swap(nil) != nil {
-				recentLive.Add(-1)
-			}
-		}
-	})
+	forgetAllStates(t)
 	ctx := context.Background()
 	// Twelve stale keys, no other writer during the call, two attempts.
 	inner := memcas.New()
@@ -346,4 +334,16 @@ func TestTxnStaleStatesDoNotCount(t *testing.T) {
 	if err != nil || r.exclusive.Load() != 1 {
 		t.Fatalf("two attempts on a rivalled key from a stale state: %v, %d exclusive commits; want success through one", err, r.exclusive.Load())
 	}
+}
+
+// forgetAllStates empties the table of remembered states at the end of
+// the test.
+func forgetAllStates(t *testing.T) {
+	t.Cleanup(func() {
+		for i := range recentTable {
+			if recentTable[i].p.Swap(nil) != nil {
+				recentLive.Add(-1)
+			}
+		}
+	})
 }
