@@ -72,7 +72,9 @@ func recentSlot(key string) *atomic.Pointer[recentState] {
 
 // rememberState keeps it as the state this process last wrote at key of
 // store, in the place of the entry its slot held (another key's too).
-func rememberState(store cas.Store, key string, it cas.Item) {
+// owned says it.Value is the caller's to give (encoded for this write):
+// it is kept as it is, not copied.
+func rememberState(store cas.Store, key string, it cas.Item, owned bool) {
 	if !combinable(store) {
 		return
 	}
@@ -80,7 +82,7 @@ func rememberState(store cas.Store, key string, it cas.Item) {
 		if !vk.KeepValues() {
 			return
 		}
-	} else if it.Value != nil {
+	} else if it.Value != nil && !owned {
 		it.Value = bytes.Clone(it.Value)
 	}
 	if recentSlot(key).Swap(&recentState{store: store, key: key, item: it, at: time.Now()}) == nil {

@@ -303,7 +303,7 @@ func (c *config) leaveLine() {
 	l.mu.Unlock()
 	if known {
 		// The next call of the key starts from it (recent.go).
-		rememberState(l.store, l.key, state)
+		rememberState(l.store, l.key, state, false)
 	}
 	l.slot.CompareAndSwap(l, nil)
 	linesOpen.Add(-1)

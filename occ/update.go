@@ -185,7 +185,7 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 				c.line.wrote, c.line.wroteOK = it, true
 			}
 			if err == nil && recent {
-				rememberState(c.store, key, it)
+				rememberState(c.store, key, it, true) // writeThrough encoded it for this write
 			}
 		default:
 			nv, err = s.CompareAndSwap(ctx, key, ver, next)
