@@ -70,8 +70,7 @@ if cmp(cur, ARGV[2]) < 0 or cmp(cur, ARGV[3]) > 0 then
   return {'bound', st[1] or ''}
 end
 local hist = ARGV[4] .. be8(tonumber(st[2] or '0')) .. string.sub(st[3] or '', 1, tonumber(ARGV[5]))
-local ver = redis.call('INCR', KEYS[2])
-if ver < 2^53 then ver = string.format('%d', ver) else ver = redis.call('GET', KEYS[2]) end
+local ver = nextVersion(KEYS[2])
 local v
 if #cur <= 15 and #ARGV[1] <= 15 then
   -- Below 2^53 Lua's numbers are exact: one HSET.

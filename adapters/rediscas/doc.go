@@ -7,7 +7,7 @@
 // Under Config.Prefix (default "occkit:"):
 //
 //	<prefix>d:<key>   a hash: the key's value, version, history and fence
-//	<prefix>version   the store's version counter (a string, INCR)
+//	<prefix>version   the store's version counter (a string)
 //
 // The hash fields are
 //
@@ -33,8 +33,10 @@
 // write id in the history (a write sent twice reports the first one's
 // outcome), then check the fencing token (a stale token beats a version
 // conflict), then the version, and write the value with a new version from
-// INCR of the counter; a refusal returns the current item, so a conflict
-// carries it (one round trip, [cas.ConflictError.HasCurrent]).
+// the counter (one more than its last, and at least the server's clock in
+// microseconds, so that a failover cannot hand a version out again); a
+// refusal returns the current item, so a conflict carries it (one round
+// trip, [cas.ConflictError.HasCurrent]).
 // CompareAndDelete and Commit work the same way; Commit checks every
 // operation's version before it writes anything. Get is one HMGET.
 //
@@ -44,7 +46,8 @@
 // a key's versions strictly increase over its whole life and are never
 // reused after a delete and re-create. Fencing tokens are compared as
 // 20-digit strings, exactly over the whole uint64 range (Lua numbers are
-// doubles). The Locker's tokens come from INCR of a counter per lock key.
+// doubles). The Locker's tokens come from a counter per lock key, the
+// same way.
 //
 // # Redis Cluster
 //
@@ -134,8 +137,8 @@
 //
 // # Lease lock
 //
-// [Locker] implements hybrid.Locker: SET NX PX with a token from INCR in
-// one script, a watchdog goroutine per lease renewing it every TTL/3,
+// [Locker] implements hybrid.Locker: SET NX PX with a token from a counter
+// in one script, a watchdog goroutine per lease renewing it every TTL/3,
 // release and renewal checked against the grant's token and holder id. See
 // its documentation.
 //

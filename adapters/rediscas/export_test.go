@@ -10,6 +10,19 @@ func (s *Store) DataKey(key string) string { return s.dataKey(key) }
 // "version".
 func (s *Store) CounterKey() string { return s.counter }
 
+// DeltaRecords returns the pattern (KEYS, SCAN MATCH) of the store's
+// delta records: Prefix + "a:*", the prefix's glob characters escaped.
+func (s *Store) DeltaRecords() string {
+	var b []byte
+	for i := 0; i < len(s.deltas); i++ {
+		if c := s.deltas[i]; c == '*' || c == '?' || c == '[' || c == ']' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s.deltas[i])
+	}
+	return string(b) + "*"
+}
+
 // LockKey returns the Redis key of key's lock: Prefix + "{" + key + "}".
 func (l *Locker) LockKey(key string) string { return l.lockKey(key) }
 

@@ -35,8 +35,11 @@ const (
 //	ARGV[1] holder id, ARGV[2] TTL (ms)
 //
 // Replies: {"ok", token} | {"held", remaining TTL in ms}. The same holder
-// asking again (a re-sent request) gets its own grant back.
-var acquireScript = redis.NewScript(`
+// asking again (a re-sent request) gets its own grant back. Tokens, like
+// versions, are at least the server's clock in microseconds (findSrc's
+// nextVersion), so that a failover, whose promoted replica may lack the
+// last grants, does not give a token out twice.
+var acquireScript = redis.NewScript(findSrc + `
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local sep = string.find(cur, ':', 1, true)
@@ -45,8 +48,7 @@ if cur then
   end
   return {'held', tostring(redis.call('PTTL', KEYS[1]))}
 end
-redis.call('INCR', KEYS[2])
-local tok = redis.call('GET', KEYS[2])
+local tok = nextVersion(KEYS[2])
 redis.call('SET', KEYS[1], tok .. ':' .. ARGV[1], 'PX', ARGV[2])
 return {'ok', tok}
 `)
@@ -92,8 +94,9 @@ type LockerConfig struct {
 // Locker is a lease lock on Redis, for hybrid.Update and the benchmarks.
 //
 // A grant is a key Prefix + "{" + key + "}" holding "<token>:<holder>",
-// set with SET ... PX TTL by a script that takes the token from INCR of a
-// counter key beside it (Prefix + "{" + key + "}:token", never deleted), so
+// set with SET ... PX TTL by a script that takes the token from a
+// counter key beside it (one more than the last, and at least the
+// server's clock in microseconds) (Prefix + "{" + key + "}:token", never deleted), so
 // every grant of a key gets a larger token than the grants before it. A
 // waiting Acquire polls, at most the lock's remaining TTL and PollInterval
 // apart. Every grant has a watchdog goroutine that renews it every TTL/3
@@ -321,8 +324,8 @@ type Lease struct {
 
 var _ hybrid.ExpiringLease = (*Lease)(nil)
 
-// Token implements hybrid.Lease: the value of the lock key's token counter
-// after this grant's INCR.
+// Token implements hybrid.Lease: the value the lock key's token counter
+// took for this grant.
 func (g *Lease) Token() uint64 { return g.token }
 
 // Context implements hybrid.Lease: it is cancelled when the lease is found

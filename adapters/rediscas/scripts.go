@@ -32,8 +32,27 @@ import (
 // was lost applied (see failedWrite).
 //
 // The scripts search the history with findSrc, which returns from the
-// script when it finds the write id it is given.
+// script when it finds the write id it is given, and take versions with
+// its nextVersion: the counter plus one, and at least the server's clock
+// in microseconds. The clock is what keeps a version from being handed out
+// twice across a failover: the promoted replica's counter lacks the
+// increments of writes it never received, and its clock has gone past
+// every version those writes took (unless the two servers' clocks differ
+// by more than the failover took). Without it, a write that read a state
+// the failover undid could expect that state's version, find it given
+// again to another state of the key, and overwrite that state unseen.
 const findSrc = `
+local function nextVersion(counter)
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if tonumber(redis.call('GET', counter) or '0') < floor then
+    local v = string.format('%d', floor)
+    redis.call('SET', counter, v)
+    return v
+  end
+  redis.call('INCR', counter)
+  return redis.call('GET', counter)
+end
 local function find(hist, id, put, n)
   for i = 0, math.floor(#hist / 24) - 1 do
     if string.sub(hist, i * 24 + 1, i * 24 + 16) == id then
@@ -77,8 +96,7 @@ if not st[1] then
 elseif st[2] ~= ARGV[1] then
   return {'conflict', st[2], st[1]}
 end
-redis.call('INCR', KEYS[2])
-local ver = redis.call('GET', KEYS[2])
+local ver = nextVersion(KEYS[2])
 hist = ARGV[3] .. string.sub(hist, 1, tonumber(ARGV[5]))
 if ARGV[4] ~= '' then
   redis.call('HSET', h, 'v', ARGV[2], 'n', ver, 'h', hist, 'f', ARGV[4])
@@ -157,8 +175,7 @@ for i = 1, nops do
 end
 local ver = '0'
 if marker > 0 and ARGV[6 + (marker - 1) * 4] == 'p' then
-  redis.call('INCR', KEYS[1])
-  ver = redis.call('GET', KEYS[1])
+  ver = nextVersion(KEYS[1])
 end
 for i = 1, nops do
   local a = 6 + (i - 1) * 4

@@ -26,6 +26,10 @@ type Run struct {
 	Final      int64 `json:"final"`
 	Lost       int64 `json:"lost"`
 	Duplicated int64 `json:"duplicated"`
+	// Undone counts, in a failover row, the transfers that calls saw
+	// applied on the old master and the failover undid (their calls then
+	// failed or applied again); not a duplicate.
+	Undone int64 `json:"undone,omitempty"`
 	// Allowed, when set, says what this row may show by design and why
 	// (the redis-cluster failovers): a history that is not linearizable
 	// and balances the transfers that were seen do not explain (a read

@@ -106,11 +106,15 @@ func finishTransfer(ctx context.Context, tg *target, wl *workload, client int, r
 	}
 	seen := make([]keyState, 0, len(wl.events))
 	for _, e := range wl.events {
-		seen = append(seen, keyState{e.Key, e.Read})
+		// A write acknowledged on a replica read a state the failover
+		// cannot undo, unless the row's failover loses acknowledged
+		// writes too.
+		durable := e.Kind == linearcheck.Write && e.Outcome == linearcheck.Succeeded && !tg.allowsLost
+		seen = append(seen, keyState{e.Key, e.Read, durable})
 	}
-	v := checkTransfers(wl.transfers, seen, final)
+	v := checkTransfers(wl.transfers, seen, final, tg.allowed != "")
 	conserved := r.Final == gens*numAccounts*initialBalance
-	r.Lost, r.Duplicated, r.AmbiguousApplied = v.lost, v.duplicated, v.ambiguousApplied
+	r.Lost, r.Duplicated, r.AmbiguousApplied, r.Undone = v.lost, v.duplicated, v.ambiguousApplied, v.undone
 	r.Conserved, r.Explained = &conserved, &v.explained
 	r.Problems = append(r.Problems, v.problems...)
 	if !conserved {
