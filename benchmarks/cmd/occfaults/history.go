@@ -100,7 +100,9 @@ type transferVerdict struct {
 // have been undone by the failover, and its call can then fail, or apply
 // again, honestly. There only durable states (keyState.durable, and final
 // states) make a failed transfer duplicated, or a second application
-// doubled; the others are counted as undone.
+// doubled; the others are counted as undone. The check errs that way only
+// in failover rows: a failed transfer seen only by an ambiguous write that
+// survived there is counted as undone, not duplicated.
 func checkTransfers(calls []transferCall, seen []keyState, final map[string]string, mayUndo bool) transferVerdict {
 	var v transferVerdict
 	bad := false
