@@ -24,12 +24,13 @@ import (
 // stale: a call that starts from a stale state meets a conflict, which
 // on most stores carries the current state, and retries from it at once
 // without counting that attempt against the call (its attempt limit,
-// escalation, budget and immediate retry are as if it had read). Txn
-// does not start from remembered states (it feeds them: its turns' last
-// writes are kept for Update): with transfers reading them, a Redis
-// Cluster failover, which hands versions out again, left transfers not
-// conserved in occfaults' failover rows, two runs in four; Update's
-// increments stayed exact. Keys that never had
+// escalation, budget and immediate retry are as if it had read), once:
+// after it, the call reads (Txn too). This is sound only on a store that
+// never hands a version out twice: a remembered state whose version came
+// back for another state would pass the commit's check. (rediscas takes
+// versions at least the server's clock for that reason: a Redis Cluster
+// failover set its counters back, and transfers that read remembered
+// states across one were not conserved.) Keys that never had
 // a line have no entry; a call pays one atomic load (recentLive) while
 // the table is empty, a hash and another load otherwise.
 //

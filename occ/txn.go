@@ -22,8 +22,12 @@ type Tx struct {
 	writes map[string]txWrite
 	hints  map[string]cas.Item
 	cache  *Cache // nil unless WithCache names this store
-	// readCache is whether reads may come from cache (not after a wait).
+	// readCache is whether reads may come from cache, or from the states
+	// this process remembers (recent.go) when there is none (not after a
+	// wait).
 	readCache bool
+	// recent holds the keys read from remembered states.
+	recent map[string]bool
 	// written is what a successful commit wrote, key by key.
 	written map[string]cas.Item
 }
@@ -177,7 +181,9 @@ func (tx *Tx) Delete(key string) {
 // other Txn and Update calls on those keys queue behind it (a Txn whose
 // keys have turns queues before it commits, and runs fn again holding
 // them), and each turn is handed on with what the holder wrote, so that
-// the next holder starts without reading. Two transactions cannot wait
+// the next holder starts without reading; once the turns end, the
+// process's next calls read those keys from the states the turns last
+// wrote for a moment (100 ms), as Update's do. Two transactions cannot wait
 // for each other: turns are taken in key order. WithTurns(false),
 // WithBackOff and WithBackOffFunc opt out. Across processes, a call that
 // lost DefaultTxnExclusiveAfter commits in a row runs its next attempt
@@ -204,6 +210,9 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	// As for Update, default waits only (WithTurns(false), WithBackOff
 	// and WithBackOffFunc opt out).
 	useTurns := c.backOff == nil && c.newBackOff == nil && !c.noTurns && combinable(s)
+	// Reads may start from the states the process remembers at keys whose
+	// turns just ended (recent.go), as Update's do.
+	useRecent := useTurns && cache == nil && c.maxAttempts > 1
 	var want []string // the keys whose turns to take before the next attempt
 	// Escalation, as Update's: a transaction that lost exclusiveAt
 	// commits in a row runs its next attempt holding its keys in the
@@ -258,7 +267,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 				tx.hints, tx.readCache = handed, false
 				handed = nil
 			} else {
-				tx.readCache = cache != nil
+				tx.readCache = cache != nil || useRecent
 			}
 			if err := fn(tx); err != nil {
 				return err
@@ -283,6 +292,15 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			}
 			err := tx.commit()
 			turns.attempted(time.Since(t0), tx.written)
+			if err == nil {
+				// The keys read from remembered states: remember what
+				// was written over them.
+				for k := range tx.recent {
+					if it, ok := tx.written[k]; ok {
+						rememberState(s, k, it, false)
+					}
+				}
+			}
 			var ce *cas.ConflictError
 			switch {
 			case errors.As(err, &ce) && ce.HasCurrent:
@@ -294,8 +312,19 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			case ce != nil && cache != nil:
 				cache.forget(ce.Key)
 			}
+			stale := ce != nil && tx.recent[ce.Key]
+			if stale {
+				// A remembered state was stale: not counted against the
+				// call when the conflict carried the current state (run),
+				// once: the call reads its keys from now on.
+				forgetState(s, ce.Key)
+				c.staleRecent = ce.HasCurrent
+				useRecent = false
+			}
 			if ce != nil {
-				lost++
+				if !stale {
+					lost++
+				}
 				lastKeys = tx.keys()
 			}
 			if useTurns && ce != nil && len(turns.held) == 0 && time.Since(t0) >= lineMinUnit {

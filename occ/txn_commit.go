@@ -100,14 +100,25 @@ func (tx *Tx) noteWritten(ops []cas.Op, versions []cas.Version, cache *Cache) {
 	}
 }
 
-// cachedRead returns key's cached state when the transaction uses a cache.
+// cachedRead returns key's cached state when the transaction uses a cache,
+// or the state the process remembers at it (recent.go) when it has none.
 // The commit validates it like any other read, so a stale entry costs a
 // conflict and a retry, never a wrong commit.
 func (tx *Tx) cachedRead(key string) (cas.Item, bool) {
 	if !tx.readCache {
 		return cas.Item{}, false
 	}
-	return tx.cache.get(key)
+	if tx.cache != nil {
+		return tx.cache.get(key)
+	}
+	it, ok := recalled(tx.store, key)
+	if ok {
+		if tx.recent == nil {
+			tx.recent = map[string]bool{}
+		}
+		tx.recent[key] = true
+	}
+	return it, ok
 }
 
 // validateReads checks that every key read still has its version. Because
