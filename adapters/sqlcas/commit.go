@@ -132,6 +132,11 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	}
 	order := opsort.Order(ops)
 	id := s.ids.Next()
+	if s.d == MySQL && !s.inTx && checkedApplies(ops) && s.blocks.Load() != blocksRefused {
+		if vs, err, done := s.commitBlock(ctx, ops, id); done {
+			return vs, err
+		}
+	}
 
 	tx, err := s.begin(ctx)
 	if err != nil {
@@ -281,6 +286,24 @@ func checkedApplies(ops []cas.Op) bool {
 // them: done. Fewer: errCheckedShort, on which Commit rolls back and
 // reads the conflict's current item (checkedConflict).
 func (s *Store) commitChecked(ctx context.Context, q Querier, ops []cas.Op, id writeid.ID) (vs []cas.Version, stage string, err error) {
+	vs, args, puts := checkedArgs(ops, id)
+	res, err := q.ExecContext(ctx, s.cm.applyChecked(len(ops), puts), args...)
+	if err != nil {
+		return nil, "write", err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return nil, "write", err
+	}
+	if n == int64(len(ops)) {
+		return vs, "", nil
+	}
+	return nil, "", errCheckedShort
+}
+
+// checkedArgs returns the arguments of applyChecked for ops, how many of
+// them are puts, and the versions the commit gives them if it applies.
+func checkedArgs(ops []cas.Op, id writeid.ID) (vs []cas.Version, args []any, puts int) {
 	vs = make([]cas.Version, len(ops))
 	var writeArgs, putArgs, inArgs, checkArgs []any
 	for i, op := range ops {
@@ -298,19 +321,7 @@ func (s *Store) commitChecked(ctx context.Context, q Querier, ops []cas.Op, id w
 		inArgs = append(inArgs, op.Key)
 		checkArgs = append(checkArgs, op.Key, int64(op.Expected))
 	}
-	args := slices.Concat(writeArgs, putArgs, []any{id[:]}, inArgs, checkArgs)
-	res, err := q.ExecContext(ctx, s.cm.applyChecked(len(ops), len(putArgs)), args...)
-	if err != nil {
-		return nil, "write", err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return nil, "write", err
-	}
-	if n == int64(len(ops)) {
-		return vs, "", nil
-	}
-	return nil, "", errCheckedShort
+	return vs, slices.Concat(writeArgs, putArgs, []any{id[:]}, inArgs, checkArgs), len(putArgs)
 }
 
 // errCheckedShort is commitChecked's error when some row was not at its

@@ -25,3 +25,7 @@ func (s *Store) SwapStatement() (string, func(key string, value, id []byte, expe
 // OpenPrepared returns how many statements stores and tables have
 // prepared and not closed yet, and how many they ever prepared.
 func OpenPrepared() (open, total int64) { return openPrepared.Load(), preparedTotal.Load() }
+
+// RunsBlocks reports whether the store's commits have run as one compound
+// statement (MariaDB's BEGIN NOT ATOMIC).
+func (s *Store) RunsBlocks() bool { return s.blocks.Load() == blocksRun }

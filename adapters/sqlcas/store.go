@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/occkit/occkit/cas"
@@ -108,6 +109,10 @@ type Store struct {
 	prep   *prepared // SQLite: statements prepared on db
 	ids    *writeid.Source
 	deltas *deltaStatements
+	// blocks is whether the server runs Commit's compound statement
+	// (commitBlock): MariaDB does, MySQL refuses it (shared by With's
+	// copies).
+	blocks *atomic.Int32
 
 	exclusiveTimeout time.Duration
 }
@@ -147,7 +152,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	s := &Store{
 		d: cfg.Dialect, db: db, q: db, rdb: cfg.ReadDB, limits: cfg.Limits.WithDefaults(),
 		table: table, name: name, ids: writeid.NewSource(),
-		exclusiveTimeout: cfg.ExclusiveTimeout,
+		exclusiveTimeout: cfg.ExclusiveTimeout, blocks: new(atomic.Int32),
 	}
 	if s.exclusiveTimeout <= 0 {
 		s.exclusiveTimeout = DefaultExclusiveTimeout
