@@ -3,8 +3,10 @@ package sqlcas
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/writeid"
@@ -56,8 +58,7 @@ func (s *Store) commitBlock(ctx context.Context, ops []cas.Op, id writeid.ID) (v
 	}
 	cur, wrote, err := s.runBlock(ctx, s.cm.block(len(ops), puts), args)
 	if err != nil {
-		if me, ok := asMySQL(err); ok && me.Number == 1064 && s.blocks.Load() != blocksRun { // ER_PARSE_ERROR
-			s.blocks.Store(blocksRefused)
+		if refusesBlocks(err, s.blocks) {
 			return nil, nil, false
 		}
 		if !answered(err) && !notSent(err) {
@@ -114,4 +115,46 @@ func (s *Store) runBlock(ctx context.Context, text string, args []any) (cur map[
 		cur[k.String] = cas.Item{Key: k.String, Value: value, Version: cas.Version(version.Int64)}
 	}
 	return cur, wrote, rows.Err()
+}
+
+// refusesBlocks reports whether err is the server's refusal of a block
+// (MySQL's syntax error: nothing ran) on a store or table that has not
+// run one, and then marks blocks refused.
+func refusesBlocks(err error, blocks *atomic.Int32) bool {
+	if me, ok := asMySQL(err); !ok || me.Number != 1064 || blocks.Load() == blocksRun { // ER_PARSE_ERROR
+		return false
+	}
+	blocks.Store(blocksRefused)
+	return true
+}
+
+// blockStmt is a statement of a block and the rows it must write.
+type blockStmt struct {
+	text string
+	args []any
+	rows int
+}
+
+// blockOf returns one compound statement (MariaDB's BEGIN NOT ATOMIC)
+// that runs stmts in a transaction of its own and stops at the first that
+// wrote fewer rows than it must: it then rolls back and answers that
+// statement's index; when every one wrote its rows it commits and answers
+// -1. A server error inside rolls back and is raised as it was.
+func blockOf(stmts []blockStmt) (string, []any) {
+	var b strings.Builder
+	var args []any
+	b.WriteString("BEGIN NOT ATOMIC\nDECLARE r INT DEFAULT -1;\nDECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;\nSTART TRANSACTION;\n")
+	for i, st := range stmts {
+		if i > 0 {
+			b.WriteString("IF r < 0 THEN ")
+		}
+		fmt.Fprintf(&b, "%s; IF ROW_COUNT() <> %d THEN SET r = %d; END IF;", st.text, st.rows, i)
+		if i > 0 {
+			b.WriteString(" END IF;")
+		}
+		b.WriteString("\n")
+		args = append(args, st.args...)
+	}
+	b.WriteString("IF r < 0 THEN COMMIT; ELSE ROLLBACK; END IF;\nSELECT r;\nEND")
+	return b.String(), args
 }

@@ -2,6 +2,7 @@ package sqlcas_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/mysqltest"
+	"github.com/occkit/occkit/internal/txntest"
+	"github.com/occkit/occkit/occ"
 )
 
 // blockStore returns a MySQL/MariaDB store whose keys a and b hold "1",
@@ -32,11 +35,17 @@ func blockStore(t *testing.T) (*sqlcas.Store, bool, []cas.Version) {
 		}
 		vs = append(vs, v)
 	}
+	return store, isMariaDB(t, db), vs
+}
+
+// isMariaDB reports whether db's server is MariaDB.
+func isMariaDB(t *testing.T, db *sql.DB) bool {
+	t.Helper()
 	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+	if err := db.QueryRowContext(context.Background(), "SELECT VERSION()").Scan(&version); err != nil {
 		t.Fatal(err)
 	}
-	return store, strings.Contains(version, "MariaDB"), vs
+	return strings.Contains(version, "MariaDB")
 }
 
 // TestCommitBlock: on MariaDB a commit of live keys runs as one compound
@@ -141,6 +150,67 @@ func TestCommitBlockLostReply(t *testing.T) {
 		}
 		if value != want || !strings.EqualFold(hexOf(id), amb.WriteID) {
 			t.Fatalf("%s = %q, write id %x; want %q written by %s", k, value, id, want, amb.WriteID)
+		}
+	}
+}
+
+// TestTableBlockErrorRollsBack: a Txn of table rows whose one-statement
+// commit meets a server error (a lock wait timeout) rolls back: the
+// connection keeps no transaction, and no row changed.
+func TestTableBlockErrorRollsBack(t *testing.T) {
+	ctx := context.Background()
+	// One connection that gives up a lock wait after a second.
+	cfg := mysqltest.Database(t)
+	cfg.Params = map[string]string{"innodb_lock_wait_timeout": "1"}
+	one := mysqltest.Open(t, cfg)
+	one.SetMaxOpenConns(1)
+	if !isMariaDB(t, one) {
+		t.Skip("MySQL runs no blocks")
+	}
+	if _, err := one.ExecContext(ctx, `CREATE TABLE accounts (id BIGINT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL, version BIGINT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := sqlcas.NewTable[txntest.Account](one, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "accounts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mine.CreateCounter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 2; id++ {
+		if _, err := mine.Insert(ctx, txntest.Account{ID: id, Balance: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	move := func(a []txntest.Account, _ []bool) ([]txntest.Account, error) {
+		a[0].Balance--
+		a[1].Balance++
+		return a, nil
+	}
+	db := mysqltest.Open(t, cfg.Clone())
+	if _, err := mine.ModifyMany(ctx, []any{int64(1), int64(2)}, move); err != nil || !mine.RunsBlocks() {
+		t.Fatalf("first transfer: %v, as a block: %v", err, mine.RunsBlocks())
+	}
+	holder, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if _, err := holder.ExecContext(ctx, "SELECT id FROM accounts WHERE id = 2 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = mine.ModifyMany(ctx, []any{int64(1), int64(2)}, move, occ.WithMaxAttempts(1))
+	if err == nil {
+		t.Fatal("a transfer over a row locked elsewhere succeeded")
+	}
+	var open int
+	if err := one.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&open); err != nil || open != 0 {
+		t.Fatalf("after the block's error the connection's transaction is open: %d, %v", open, err)
+	}
+	holder.Rollback()
+	for id, want := range map[int64]int64{1: 99, 2: 101} {
+		if a, err := mine.Get(ctx, id); err != nil || a.Balance != want {
+			t.Fatalf("account %d = %d, %v after a failed transfer; want %d", id, a.Balance, err, want)
 		}
 	}
 }

@@ -29,3 +29,7 @@ func OpenPrepared() (open, total int64) { return openPrepared.Load(), preparedTo
 // RunsBlocks reports whether the store's commits have run as one compound
 // statement (MariaDB's BEGIN NOT ATOMIC).
 func (s *Store) RunsBlocks() bool { return s.blocks.Load() == blocksRun }
+
+// RunsBlocks reports whether the table's Txn commits have run as one
+// compound statement.
+func (t *Table[T]) RunsBlocks() bool { return t.blocks.Load() == blocksRun }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"strings"
+	"sync/atomic"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/rowupdate"
@@ -85,6 +86,9 @@ type Table[T any] struct {
 	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
 	txm  *rowupdate.Member[T]    // t in Txn's transactions
 	prep *prepared               // SQLite: statements prepared on db
+	// blocks is whether the server runs a Txn's commit as one compound
+	// statement (pipeBlock), as Store.blocks.
+	blocks *atomic.Int32
 }
 
 // NewTable returns a Table over cfg's table, whose rows map to T. It does
@@ -103,7 +107,7 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: NewTable: %w", err)
 	}
-	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table, prep: newPrepared(d, db)}
+	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table, prep: newPrepared(d, db), blocks: new(atomic.Int32)}
 	t.cols, t.key, t.version, t.fence, err = rowupdate.Layout[T](d.quote, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: NewTable[%v]: %w", reflect.TypeFor[T](), err)

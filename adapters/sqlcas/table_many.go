@@ -13,9 +13,8 @@ import (
 // commitMany is ModifyMany's commit. On MySQL/MariaDB, when every write
 // updates a row read (a transfer's shape), the key is an integer and the
 // table is not bound to the caller's transaction (oneUpdate), the rows go
-// in one UPDATE (updateMany), in a
-// transaction of their own: three round trips (BEGIN, the UPDATE,
-// COMMIT) instead of one per row. A count of rows short of the writes
+// in one UPDATE (updateMany), in a transaction of their own (runMany: one
+// round trip on MariaDB, three elsewhere) instead of one per row. A count of rows short of the writes
 // means one of them moved: the transaction rolls back and the first moved
 // row, in key order, is read for the conflict. Other shapes and dialects
 // write the rows one statement each (rowupdate.CommitInOrder): on SQLite,
@@ -37,31 +36,59 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 		sorted[j] = writes[i]
 	}
 	keys := t.writeKeys(sorted)
-	tx, err := t.begin(ctx)
+	all, err := t.runMany(ctx, sorted, keys)
 	if err != nil {
-		return nil, -1, none, t.writeError("modify-many", keys[0], err, false)
+		return nil, -1, none, err
 	}
-	n, err := t.updateMany(ctx, tx.q, sorted, keys)
-	if err != nil {
-		tx.rollback()
-		return nil, -1, none, t.writeError("modify-many", keys[0], err, false) // never committed
-	}
-	if n != int64(len(writes)) {
-		tx.rollback()
+	if !all {
 		j, cur, err := t.movedRow(ctx, sorted, keys)
 		if j >= 0 {
 			return nil, order[j], cur, err
 		}
 		return nil, -1, none, err
 	}
-	if err := tx.commit(ctx); err != nil {
-		return nil, -1, none, t.writeError("modify-many", keys[0], err, true)
-	}
 	stored := make([]rowupdate.Row[T], len(writes))
 	for i, w := range writes {
 		stored[i] = t.updated(w)
 	}
 	return stored, -1, none, nil
+}
+
+// runMany writes sorted (writes in key order, keys their keys) with
+// updateMany's statements in a transaction of their own, and reports
+// whether every row was at its version; if not, nothing was written. On
+// MariaDB it is one round trip (blockOf); otherwise BEGIN, the
+// statements and COMMIT.
+func (t *Table[T]) runMany(ctx context.Context, sorted []rowupdate.Write[T], keys []any) (all bool, err error) {
+	if t.blocks.Load() != blocksRefused {
+		text, args := blockOf(t.updateManyStmts(sorted, keys))
+		var short int
+		err := t.prep.queryRow(ctx, t.q, text, args...).Scan(&short)
+		if err == nil {
+			t.blocks.Store(blocksRun)
+			return short < 0, nil
+		}
+		if !refusesBlocks(err, t.blocks) {
+			return false, t.writeError("modify-many", keys[0], err, true)
+		}
+	}
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return false, t.writeError("modify-many", keys[0], err, false)
+	}
+	n, err := t.updateMany(ctx, tx.q, sorted, keys)
+	if err != nil {
+		tx.rollback()
+		return false, t.writeError("modify-many", keys[0], err, false) // never committed
+	}
+	if n != int64(len(sorted)) {
+		tx.rollback()
+		return false, nil
+	}
+	if err := tx.commit(ctx); err != nil {
+		return false, t.writeError("modify-many", keys[0], err, true)
+	}
+	return true, nil
 }
 
 // oneUpdate reports whether the table's commits of updates go in one
@@ -117,13 +144,7 @@ func (t *Table[T]) updated(w rowupdate.Write[T]) rowupdate.Row[T] {
 // other commits and escalated attempts lock rows. At most
 // updateManyParams placeholders go in one UPDATE.
 func (t *Table[T]) updateMany(ctx context.Context, q Querier, writes []rowupdate.Write[T], keys []any) (int64, error) {
-	cols := 0
-	for c := range t.cols {
-		if t.writable(c) {
-			cols++
-		}
-	}
-	per := max(updateManyParams/(2*cols+3), 1)
+	per := t.updatePer()
 	var n int64
 	for len(writes) > 0 {
 		m := min(per, len(writes))
@@ -137,8 +158,42 @@ func (t *Table[T]) updateMany(ctx context.Context, q Querier, writes []rowupdate
 	return n, nil
 }
 
+// updateManyStmts returns updateMany's statements, unsent.
+func (t *Table[T]) updateManyStmts(writes []rowupdate.Write[T], keys []any) []blockStmt {
+	per := t.updatePer()
+	var out []blockStmt
+	for len(writes) > 0 {
+		m := min(per, len(writes))
+		text, args := t.updateRowsStmt(writes[:m], keys[:m])
+		out = append(out, blockStmt{text: text, args: args, rows: m})
+		writes, keys = writes[m:], keys[m:]
+	}
+	return out
+}
+
 // updateRows is one UPDATE of updateMany.
 func (t *Table[T]) updateRows(ctx context.Context, q Querier, writes []rowupdate.Write[T], keys []any) (int64, error) {
+	text, args := t.updateRowsStmt(writes, keys)
+	res, err := q.ExecContext(ctx, text, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// updatePer is how many rows one UPDATE of updateMany writes at most.
+func (t *Table[T]) updatePer() int {
+	cols := 0
+	for c := range t.cols {
+		if t.writable(c) {
+			cols++
+		}
+	}
+	return max(updateManyParams/(2*cols+3), 1)
+}
+
+// updateRowsStmt is updateRows's statement and its arguments.
+func (t *Table[T]) updateRowsStmt(writes []rowupdate.Write[T], keys []any) (string, []any) {
 	k, v := t.cols[t.key].Quoted, t.cols[t.version].Quoted
 	var (
 		b    strings.Builder
@@ -163,11 +218,7 @@ func (t *Table[T]) updateRows(ctx context.Context, q Querier, writes []rowupdate
 		args = append(args, keys[i], int64(w.Expected))
 	}
 	b.WriteString(` END`)
-	res, err := q.ExecContext(ctx, b.String(), args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return b.String(), args
 }
 
 // movedRow is the conflict of an updateMany that found a row moved: the

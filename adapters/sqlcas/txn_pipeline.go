@@ -25,6 +25,8 @@ type txnGroup interface {
 	// run sends the table's UPDATE on q; short reports a row not at its
 	// version.
 	run(ctx context.Context, q Querier) (short bool, err error)
+	// stmts returns run's statements, unsent (for a block).
+	stmts() []blockStmt
 	// findMoved reads, after the rollback, which row moved; an error
 	// when neither the row nor the reason is known (a failed read, or
 	// every row back at its version: read stale, the retry reads again).
@@ -45,6 +47,10 @@ type tableGroup[T any] struct {
 func (g *tableGroup[T]) run(ctx context.Context, q Querier) (bool, error) {
 	n, err := g.t.updateMany(ctx, q, g.writes, g.t.writeKeys(g.writes))
 	return err == nil && n != int64(len(g.writes)), err
+}
+
+func (g *tableGroup[T]) stmts() []blockStmt {
+	return g.t.updateManyStmts(g.writes, g.t.writeKeys(g.writes))
 }
 
 func (g *tableGroup[T]) findMoved(ctx context.Context) error {
@@ -83,6 +89,11 @@ func (t *Table[T]) txnPipeline() rowupdate.Pipeline[T] {
 			if err := queue(tb); err != nil {
 				return err
 			}
+			if t.blocks.Load() != blocksRefused {
+				if err, done := t.pipeBlock(ctx, tb, scan); done {
+					return err
+				}
+			}
 			tx, err := beginOn(ctx, t.d, t.q, false)
 			if err != nil {
 				return t.writeError("txn", "", err, false)
@@ -117,4 +128,38 @@ func (t *Table[T]) txnPipeline() rowupdate.Pipeline[T] {
 			return nil
 		},
 	}
+}
+
+// pipeBlock is Pipe's transaction in one round trip on MariaDB: every
+// group's statements in one block (blockOf). done is false when the
+// server does not know the statement (MySQL: nothing ran).
+func (t *Table[T]) pipeBlock(ctx context.Context, tb *txnBatch, scan func(any) error) (err error, done bool) {
+	var stmts []blockStmt
+	var group []int // the group of each statement
+	for i, g := range tb.groups {
+		for _, st := range g.stmts() {
+			stmts = append(stmts, st)
+			group = append(group, i)
+		}
+	}
+	text, args := blockOf(stmts)
+	var short int
+	if err := t.prep.queryRow(ctx, t.q, text, args...).Scan(&short); err != nil {
+		if refusesBlocks(err, t.blocks) {
+			return nil, false
+		}
+		return t.writeError("txn", "", err, true), true
+	}
+	t.blocks.Store(blocksRun)
+	if short >= 0 {
+		// A row of this group moved: the block rolled back.
+		if err := tb.groups[group[short]].findMoved(ctx); err != nil {
+			return err, true
+		}
+		if err := scan(tb); err != nil {
+			return err, true
+		}
+		return &cas.ConflictError{Err: fmt.Errorf("sqlcas: txn: a row moved and was read at its old version again")}, true
+	}
+	return scan(tb), true
 }

@@ -160,7 +160,7 @@ func TestTxnRefusesMixedTables(t *testing.T) {
 func TestModifyManyIntegerKeysOneUpdate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	accounts, _, _ := txnTables(t, sqlcas.MySQL)
+	accounts, _, db := txnTables(t, sqlcas.MySQL)
 	for id := int64(1); id <= 3; id++ {
 		if _, err := accounts.Insert(ctx, txntest.Account{ID: id, Balance: 1000}); err != nil {
 			t.Fatal(err)
@@ -195,5 +195,8 @@ func TestModifyManyIntegerKeysOneUpdate(t *testing.T) {
 	}
 	if total != 3000 || failed.Load() != 0 {
 		t.Fatalf("total %d after transfers (want 3000), %d failed", total, failed.Load())
+	}
+	if mariadb := isMariaDB(t, db); accounts.RunsBlocks() != mariadb {
+		t.Fatalf("transfers committed as blocks: %v, on MariaDB: %v", accounts.RunsBlocks(), mariadb)
 	}
 }
