@@ -82,8 +82,12 @@
 //
 // The store is as durable as the server. Redis replicates asynchronously:
 // a failover can lose acknowledged writes, including increments of a
-// version counter, after which versions (and lock tokens) can be handed
-// out again. Config.WaitReplicas closes most of that gap: each write is
+// version counter. Versions and lock tokens are at least the server's
+// clock in microseconds, so that the promoted replica does not hand out
+// again those the lost writes took, unless its counter had run ahead of
+// its clock (a clock stepped back, a master whose clock ran fast) by more
+// than the failover took, or two masters took writes at once (see
+// docs/redis.md). Config.WaitReplicas closes most of that gap: each write is
 // sent in one pipeline with a replicated no-op of its slot's counter and
 // WAIT, on the connection of the slot's master, and a write that fewer
 // replicas acknowledged within Config.WaitTimeout returns a

@@ -37,10 +37,12 @@ import (
 // in microseconds. The clock is what keeps a version from being handed out
 // twice across a failover: the promoted replica's counter lacks the
 // increments of writes it never received, and its clock has gone past
-// every version those writes took (unless the two servers' clocks differ
-// by more than the failover took). Without it, a write that read a state
-// the failover undid could expect that state's version, find it given
-// again to another state of the key, and overwrite that state unseen.
+// every version those writes took, unless the counter had run ahead of
+// the clock by more than the failover took (a clock stepped back, a
+// master whose clock ran fast) or two masters took writes at once.
+// Without it, a write that read a state the failover undid could expect
+// that state's version, find it given again to another state of the key,
+// and overwrite that state unseen.
 const findSrc = `
 local function nextVersion(counter)
   local t = redis.call('TIME')

@@ -56,7 +56,13 @@ func (s *Store) commitBlock(ctx context.Context, ops []cas.Op, id writeid.ID) (v
 	for _, op := range ops {
 		args = append(args, op.Key)
 	}
-	cur, wrote, err := s.runBlock(ctx, s.cm.block(len(ops), puts), args)
+	var cur map[string]cas.Item
+	var wrote bool
+	err = onConn(ctx, s.q, func(q Querier) error {
+		var err error
+		cur, wrote, err = s.runBlock(ctx, q, s.cm.block(len(ops), puts), args)
+		return err
+	})
 	if err != nil {
 		if refusesBlocks(err, s.blocks) {
 			return nil, nil, false
@@ -88,8 +94,8 @@ func (s *Store) commitBlock(ctx context.Context, ops []cas.Op, id writeid.ID) (v
 
 // runBlock runs a block and returns whether it wrote, or the live rows it
 // answered when it did not.
-func (s *Store) runBlock(ctx context.Context, text string, args []any) (cur map[string]cas.Item, wrote bool, err error) {
-	rows, err := s.prep.query(ctx, s.q, text, args...)
+func (s *Store) runBlock(ctx context.Context, q Querier, text string, args []any) (cur map[string]cas.Item, wrote bool, err error) {
+	rows, err := q.QueryContext(ctx, text, args...)
 	if err != nil {
 		return nil, false, err
 	}
@@ -115,6 +121,31 @@ func (s *Store) runBlock(ctx context.Context, text string, args []any) (cur map[
 		cur[k.String] = cas.Item{Key: k.String, Value: value, Version: cas.Version(version.Int64)}
 	}
 	return cur, wrote, rows.Err()
+}
+
+// noConnError is the failure to take a connection from the pool before a
+// block: the block was not sent (notSent).
+type noConnError struct{ err error }
+
+func (e *noConnError) Error() string { return "sqlcas: no connection: " + e.err.Error() }
+func (e *noConnError) Unwrap() error { return e.err }
+
+// onConn runs f on a connection taken from q first when q is a pool (q
+// itself otherwise), so that a failure to get one, which a statement sent
+// on the pool would not tell from a lost reply (a deadline that ended
+// while it waited for a connection), is a *noConnError: certainly not
+// sent.
+func onConn(ctx context.Context, q Querier, f func(Querier) error) error {
+	p, ok := q.(pooled)
+	if !ok {
+		return f(q)
+	}
+	c, err := p.Conn(ctx)
+	if err != nil {
+		return &noConnError{err}
+	}
+	defer c.Close()
+	return f(c)
 }
 
 // refusesBlocks reports whether err is the server's refusal of a block

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
@@ -212,5 +213,33 @@ func TestTableBlockErrorRollsBack(t *testing.T) {
 		if a, err := mine.Get(ctx, id); err != nil || a.Balance != want {
 			t.Fatalf("account %d = %d, %v after a failed transfer; want %d", id, a.Balance, err, want)
 		}
+	}
+}
+
+// TestCommitBlockNoConnection: a commit whose deadline ends while it
+// waits for a connection was never sent: the deadline's error, not an
+// ambiguous outcome (which a statement sent on the pool would report).
+func TestCommitBlockNoConnection(t *testing.T) {
+	ctx := context.Background()
+	store, mariadb, vs := blockStore(t)
+	if !mariadb {
+		t.Skip("MySQL runs no blocks")
+	}
+	db := store.DB()
+	db.SetMaxOpenConns(1)
+	busy, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = store.Commit(short, []cas.Op{cas.Put("a", vs[0], []byte("2")), cas.Put("b", vs[1], []byte("3"))})
+	if err == nil || errors.Is(err, cas.ErrAmbiguous) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("commit that never got a connection: %v; want the deadline, not an ambiguous outcome", err)
+	}
+	busy.Close()
+	if it, _ := store.Get(ctx, "a"); string(it.Value) != "1" {
+		t.Fatalf("a = %q, want \"1\"", it.Value)
 	}
 }

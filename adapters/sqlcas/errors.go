@@ -104,8 +104,11 @@ func answered(err error) bool {
 func notSent(err error) bool {
 	var op *net.OpError
 	var ce *pgconn.ConnectError
+	var nc *noConnError
 	switch {
 	case errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone):
+		return true
+	case errors.As(err, &nc), errors.Is(err, mysql.ErrPktTooLarge): // the driver refuses the packet before writing it
 		return true
 	case errors.As(err, &op) && op.Op == "dial":
 		return true

@@ -63,13 +63,13 @@ func (t *Table[T]) runMany(ctx context.Context, sorted []rowupdate.Write[T], key
 	if t.blocks.Load() != blocksRefused {
 		text, args := blockOf(t.updateManyStmts(sorted, keys))
 		var short int
-		err := t.prep.queryRow(ctx, t.q, text, args...).Scan(&short)
+		err := onConn(ctx, t.q, func(q Querier) error { return q.QueryRowContext(ctx, text, args...).Scan(&short) })
 		if err == nil {
 			t.blocks.Store(blocksRun)
 			return short < 0, nil
 		}
 		if !refusesBlocks(err, t.blocks) {
-			return false, t.writeError("modify-many", keys[0], err, true)
+			return false, t.writeError("modify-many", keys[0], err, !notSent(err))
 		}
 	}
 	tx, err := t.begin(ctx)

@@ -144,11 +144,12 @@ func (t *Table[T]) pipeBlock(ctx context.Context, tb *txnBatch, scan func(any) e
 	}
 	text, args := blockOf(stmts)
 	var short int
-	if err := t.prep.queryRow(ctx, t.q, text, args...).Scan(&short); err != nil {
+	err = onConn(ctx, t.q, func(q Querier) error { return q.QueryRowContext(ctx, text, args...).Scan(&short) })
+	if err != nil {
 		if refusesBlocks(err, t.blocks) {
 			return nil, false
 		}
-		return t.writeError("txn", "", err, true), true
+		return t.writeError("txn", "", err, !notSent(err)), true
 	}
 	t.blocks.Store(blocksRun)
 	if short >= 0 {

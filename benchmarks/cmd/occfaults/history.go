@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -172,6 +173,9 @@ func checkTransfers(calls []transferCall, seen []keyState, final map[string]stri
 	slices.Sort(finalKeys)
 
 	want := map[string]int64{}
+	// undone holds the transfers counted as undone: a failed one that
+	// calls saw, or one seen applied twice (a second application).
+	var undone []transferCall
 	for _, c := range calls {
 		sd := applied[c.id]
 		switch {
@@ -183,6 +187,7 @@ func checkTransfers(calls []transferCall, seen []keyState, final map[string]stri
 			problem("transfer %s applied to one account only (%s: %v, %s: %v)", c.id, c.from, sd.from, c.to, sd.to)
 		case c.outcome == linearcheck.Failed && mayUndo && !sd.durable:
 			v.undone++
+			undone = append(undone, c)
 			note("transfer %s failed; calls saw it applied before the failover undid it", c.id)
 			continue
 		case c.outcome == linearcheck.Failed:
@@ -199,6 +204,7 @@ func checkTransfers(calls []transferCall, seen []keyState, final map[string]stri
 	for id, durable := range doubled {
 		if mayUndo && !durable {
 			v.undone++
+			undone = append(undone, *byID[id])
 			note("transfer %s: calls saw a state of an earlier attempt, which the failover undid", id)
 			continue
 		}
@@ -206,6 +212,32 @@ func checkTransfers(calls []transferCall, seen []keyState, final map[string]stri
 		problem("transfer %s applied more than once (a state it did not write in its final attempt)", id)
 	}
 	v.explained = !bad
+	// explains reports whether the final balances are the initial ones
+	// plus moves.
+	explains := func(moves map[string]int64) bool {
+		for _, k := range finalKeys {
+			if bal, _, err := parseAccountState(final[k]); err == nil && bal != initialBalance+moves[k] {
+				return false
+			}
+		}
+		return true
+	}
+	if len(undone) > 0 && !explains(want) {
+		// The balances may say that the transfers counted as undone
+		// applied after all (their states overwritten by writes the
+		// check could not call durable): then they were duplicated.
+		with := maps.Clone(want)
+		for _, c := range undone {
+			with[c.from] -= c.amount
+			with[c.to] += c.amount
+		}
+		if explains(with) {
+			v.undone -= int64(len(undone))
+			v.duplicated += int64(len(undone))
+			want = with
+			problem("the final balances say that the %d transfers counted as undone applied (failed, or twice)", len(undone))
+		}
+	}
 	for _, k := range finalKeys {
 		bal, _, err := parseAccountState(final[k])
 		if err != nil {
@@ -292,6 +324,16 @@ var transferSelfTests = []transferSelfTest{
 		final:     map[string]string{"a": "985@t2", "b": "1015@t2"},
 		mayUndo:   true,
 		explained: false, duplicated: 1,
+	},
+	{
+		name: "a failed transfer that applied, overwritten by an ambiguous one, in a failover row",
+		calls: []transferCall{tc("t1", 10, linearcheck.Failed, 990, 1010),
+			{id: "t2", from: "a", to: "b", amount: 5, outcome: linearcheck.Ambiguous, ran: true,
+				wroteFrom: "985@t2", wroteTo: "1015@t2"}},
+		seen:      []keyState{{"a", "990@t1", false}, {"b", "1010@t1", false}},
+		final:     map[string]string{"a": "985@t2", "b": "1015@t2"},
+		mayUndo:   true,
+		explained: true, duplicated: 1, ambiguousUsed: 1,
 	},
 	{
 		name:  "an earlier attempt a read saw, undone by a failover",
