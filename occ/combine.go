@@ -1,6 +1,7 @@
 package occ
 
 import (
+	"sync"
 	"sync/atomic"
 )
 
@@ -86,6 +87,10 @@ type Combiner struct {
 	// coldStripe): a goroutine keeps to one stripe and mostly to one CPU,
 	// so that counting writes no memory another CPU just wrote.
 	cold [coldStripes]coldCounters
+	// txns holds the queue of Txn calls of each store (txnQueue), and
+	// txnCalls and txnBatches count them and their batches.
+	txns                 sync.Map
+	txnCalls, txnBatches atomic.Int64
 }
 
 // CombinerOption configures a Combiner.
@@ -120,7 +125,10 @@ func NewCombiner(opts ...CombinerOption) *Combiner {
 }
 
 // WithCombiner makes Update combine concurrent calls on the same key of
-// the same store through c; see Combiner. Retry and Txn ignore it.
+// the same store through c (see Combiner), and Txn concurrent calls on the
+// same store: while a batch of a store's transactions is in flight, the
+// next ones queue, and the first of them runs their functions in queue
+// order in one Txn with one commit (see Txn). Retry ignores it.
 func WithCombiner(c *Combiner) Option { return Option{kind: optCombiner, combiner: c} }
 
 // CombinerStats are a Combiner's counters.
@@ -134,6 +142,10 @@ type CombinerStats struct {
 	Batches int64
 	// Writes is the number of compare-and-swap calls the batches sent.
 	Writes int64
+	// Txns is the number of Txn calls that went through the combiner (a
+	// call that waited for a later batch counts again), and TxnBatches
+	// the number of their batches (one Txn each).
+	Txns, TxnBatches int64
 }
 
 // Stats returns the combiner's counters.
@@ -145,6 +157,7 @@ func (c *Combiner) Stats() CombinerStats {
 		st.Batches += sh.batches.Load()
 		st.Writes += sh.writes.Load()
 	}
+	st.Txns, st.TxnBatches = c.txnCalls.Load(), c.txnBatches.Load()
 	for i := range c.cold {
 		cc := &c.cold[i]
 		st.Updates += cc.updates.Load()

@@ -194,9 +194,30 @@ func (tx *Tx) Delete(key string) {
 // fn may run several times; like Update's mutate it must only depend on
 // what it reads through tx. The loop is Retry's: see there for giving up,
 // contexts and panics.
+//
+// With WithCombiner(c), concurrent calls on the same store combine (group
+// commit): while a batch of them is in flight the next calls queue, and
+// the first caller waiting then runs the functions of those behind it (at
+// most WithMaxBatch), in queue order, on one Tx, and commits them all at
+// once, so that each sees what the calls before it wrote. Every call of
+// the batch succeeds with that commit, or gets the error the batch gave up
+// with; a call whose fn returns an error (or panics) leaves the batch at
+// once with it (its writes taken back, its fn not run again), and a call
+// whose context ends while it waits is not applied (ctx.Err()), or, when
+// its batch is in flight, returns at once with an error matching ctx.Err()
+// and cas.ErrAmbiguous. fn runs on the leader's goroutine, with
+// tx.Context() the leader's context; the batch retries under the leader's
+// options. A call whose writes would take the commit over the store's
+// limits (cas.Limits) waits for the next batch. Combining pays where
+// transactions of a process meet on a few hot keys (one commit carries
+// many); on cold keys a batch of unrelated transactions conflicts when any
+// of them does.
 func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option) error {
 	var c config
 	c.apply(opts)
+	if c.combiner != nil && combinable(s) {
+		return combineTxn(ctx, c.combiner, s, fn, opts)
+	}
 	c.op = "txn"
 	var hints map[string]cas.Item
 	cache := c.cache

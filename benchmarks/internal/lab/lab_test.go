@@ -164,9 +164,9 @@ func TestGridOnMemory(t *testing.T) {
 	}
 	// 3 points (100 keys θ 0 and 1.2, 1 key; transfer's 1 key becomes
 	// 2) for each workload; 11 strategies for counter and inventory
-	// (delta among them), 8 for transfer (occ-txn in; occ, occ-combine,
-	// adaptive and delta out: they are single-key).
-	want := 2*3*11 + 3*8
+	// (delta among them), 9 for transfer (occ-txn and occ-txn-combine in;
+	// occ, occ-combine, adaptive and delta out: they are single-key).
+	want := 2*3*11 + 3*9
 	if len(cells) != want {
 		t.Fatalf("planned %d cells, want %d", len(cells), want)
 	}

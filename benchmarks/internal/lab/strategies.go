@@ -115,6 +115,23 @@ var coreStrategies = []strategySpec{
 		},
 	},
 	{
+		Name:      "occ-txn-combine",
+		Kind:      kindOptimistic,
+		About:     "occ.Txn with occ.WithCombiner (one occ.NewCombiner per process per cell): while a commit of the process's transactions is in flight the next ones queue, and one Txn runs them in order and commits them at once",
+		MultiKey:  true,
+		DefaultOn: func(_ string, multiKey bool) bool { return multiKey },
+		New: func(_ context.Context, h *harness) (cellStrategy, error) {
+			c := occ.NewCombiner()
+			perWorker := make([][]occ.Option, h.Cell.Workers)
+			for w := range perWorker {
+				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c))
+			}
+			return strategyFunc(func(ctx context.Context, w int, op operation) error {
+				return occ.Txn(ctx, h.Store, txnBody(h, op), perWorker[w]...)
+			}), nil
+		},
+	},
+	{
 		Name:      "occ-txn-serial-reads",
 		Kind:      kindOptimistic,
 		About:     "occ-txn without tx.Prefetch: one Get per key, one round trip each, as before cas.BatchGetter; the A/B of the batched read (only when asked for)",
