@@ -26,7 +26,8 @@ type Tx struct{ in *rowupdate.TablesTx }
 // inserted), when none of them changed since; otherwise nothing is
 // written and fn runs again from the rows as they are now, as occ.Txn
 // does (calls of one process take turns at hot rows; opts are occ's, the
-// attempt limit and backoff included). fn may run several times: it must
+// attempt limit and backoff included; occ.WithCombiner does not combine
+// them). fn may run several times: it must
 // not have effects of its own, and its error ends Txn unchanged.
 //
 // A row fn reads and does not write is written back as read, so that the

@@ -99,7 +99,8 @@ type TablesTx struct {
 // at their versions, the rows it writes are written in one transaction
 // of the database when none of the rows read has changed since, and
 // otherwise fn runs again (turns at hot rows, backoff, the retry budget
-// and every occ.Option as occ.Txn). A row fn reads and does not write is
+// and every occ.Option as occ.Txn, except WithCombiner: transactions over
+// table rows are not combined). A row fn reads and does not write is
 // written back as read, so that the commit checks and locks it (its
 // version moves); a row read as absent and not written is checked absent
 // at the commit. The commit writes tables in name order and rows in key
@@ -109,6 +110,9 @@ func (b *Tables) Txn(ctx context.Context, fn func(tx *TablesTx) error, opts ...o
 	if ctx != nil {
 		ctx = context.WithValue(ctx, refsCtx{}, rs)
 	}
+	// Not combined: a batch would run every member's fn under its
+	// leader's context, whose refs know none of the other members' rows.
+	opts = append(slices.Clone(opts), occ.WithCombiner(nil))
 	return occ.Txn(ctx, b, func(otx *occ.Tx) error {
 		tx := &TablesTx{tx: otx, refs: rs, read: map[string]bool{}, wrote: map[string]bool{}}
 		if err := fn(tx); err != nil {
