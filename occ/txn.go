@@ -206,8 +206,9 @@ func (tx *Tx) Delete(key string) {
 // whose context ends while it waits is not applied (ctx.Err()), or, when
 // its batch is in flight, returns at once with an error matching ctx.Err()
 // and cas.ErrAmbiguous. fn runs on the leader's goroutine, with
-// tx.Context() the leader's context; the batch retries under the leader's
-// options. A call whose writes would take the commit over the store's
+// tx.Context() the leader's context, which the store's calls carry too
+// (do not combine calls whose store reads values of their own contexts);
+// the batch retries under the leader's options. A call whose writes would take the commit over the store's
 // limits (cas.Limits) waits for the next batch. Combining pays where
 // transactions of a process meet on a few hot keys (one commit carries
 // many); on cold keys a batch of unrelated transactions conflicts when any
