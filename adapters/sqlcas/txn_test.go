@@ -155,12 +155,31 @@ func TestTxnRefusesMixedTables(t *testing.T) {
 
 // TestModifyManyIntegerKeysOneUpdate: on MySQL, ModifyMany of rows with
 // an integer key commits them in one UPDATE (the rows affected telling
-// whether each was at its version). 8 goroutines × 25 transfers among 3
-// hot rows: every transfer succeeds and the total holds, exactly.
+// whether each was at its version), on MariaDB in one block. 8 goroutines
+// × 25 transfers among 3 hot rows: every transfer succeeds and the total
+// holds, exactly.
 func TestModifyManyIntegerKeysOneUpdate(t *testing.T) {
+	accounts, db := transfersAmongThree(t, sqlcas.MySQL, 25, func(ctx context.Context, accounts *sqlcas.Table[txntest.Account], from, to int64) error {
+		_, err := accounts.ModifyMany(ctx, []any{from, to}, func(a []txntest.Account, _ []bool) ([]txntest.Account, error) {
+			a[0].Balance -= 7
+			a[1].Balance += 7
+			return a, nil
+		})
+		return err
+	})
+	if mariadb := isMariaDB(t, db); accounts.RunsBlocks() != mariadb {
+		t.Fatalf("transfers committed as blocks: %v, on MariaDB: %v", accounts.RunsBlocks(), mariadb)
+	}
+}
+
+// transfersAmongThree runs 8 goroutines × n transfers of 7 among three
+// accounts of 1000 in a database of dialect d, each with move, and checks
+// that every one succeeded and the total held.
+func transfersAmongThree(t *testing.T, d sqlcas.Dialect, n int, move func(ctx context.Context, accounts *sqlcas.Table[txntest.Account], from, to int64) error) (*sqlcas.Table[txntest.Account], *sql.DB) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	accounts, _, db := txnTables(t, sqlcas.MySQL)
+	accounts, _, db := txnTables(t, d)
 	for id := int64(1); id <= 3; id++ {
 		if _, err := accounts.Insert(ctx, txntest.Account{ID: id, Balance: 1000}); err != nil {
 			t.Fatal(err)
@@ -170,15 +189,10 @@ func TestModifyManyIntegerKeysOneUpdate(t *testing.T) {
 	var failed atomic.Int64
 	for w := range 8 {
 		wg.Go(func() {
-			for i := range 25 {
+			for i := range n {
 				from := int64((w+i)%3) + 1
 				to := from%3 + 1
-				_, err := accounts.ModifyMany(ctx, []any{from, to}, func(a []txntest.Account, _ []bool) ([]txntest.Account, error) {
-					a[0].Balance -= 7
-					a[1].Balance += 7
-					return a, nil
-				})
-				if err != nil && failed.Add(1) == 1 {
+				if err := move(ctx, accounts, from, to); err != nil && failed.Add(1) == 1 {
 					t.Errorf("transfer %d→%d: %v", from, to, err)
 				}
 			}
@@ -196,63 +210,30 @@ func TestModifyManyIntegerKeysOneUpdate(t *testing.T) {
 	if total != 3000 || failed.Load() != 0 {
 		t.Fatalf("total %d after transfers (want 3000), %d failed", total, failed.Load())
 	}
-	if mariadb := isMariaDB(t, db); accounts.RunsBlocks() != mariadb {
-		t.Fatalf("transfers committed as blocks: %v, on MariaDB: %v", accounts.RunsBlocks(), mariadb)
-	}
+	return accounts, db
 }
 
 // TestTxnWithCombiner: transactions over table rows given occ.WithCombiner
 // (which they do not combine) stay exact: 8 goroutines × 20 transfers
 // among 3 rows keep the total and all succeed.
 func TestTxnWithCombiner(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	accounts, _, _ := txnTables(t, sqlcas.SQLite)
-	for id := int64(1); id <= 3; id++ {
-		if _, err := accounts.Insert(ctx, txntest.Account{ID: id, Balance: 1000}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	cb := occ.NewCombiner()
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	for w := range 8 {
-		wg.Go(func() {
-			for i := range 20 {
-				from := int64((w+i)%3) + 1
-				to := from%3 + 1
-				err := sqlcas.Txn(ctx, func(tx *sqlcas.Tx) error {
-					a, _, err := sqlcas.TxGet(tx, accounts, from)
-					if err != nil {
-						return err
-					}
-					b, _, err := sqlcas.TxGet(tx, accounts, to)
-					if err != nil {
-						return err
-					}
-					a.Balance -= 7
-					b.Balance += 7
-					if err := sqlcas.TxPut(tx, accounts, a); err != nil {
-						return err
-					}
-					return sqlcas.TxPut(tx, accounts, b)
-				}, occ.WithCombiner(cb))
-				if err != nil && failed.Add(1) == 1 {
-					t.Errorf("transfer %d→%d: %v", from, to, err)
-				}
+	transfersAmongThree(t, sqlcas.SQLite, 20, func(ctx context.Context, accounts *sqlcas.Table[txntest.Account], from, to int64) error {
+		return sqlcas.Txn(ctx, func(tx *sqlcas.Tx) error {
+			a, _, err := sqlcas.TxGet(tx, accounts, from)
+			if err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	total := int64(0)
-	for id := int64(1); id <= 3; id++ {
-		a, err := accounts.Get(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total += a.Balance
-	}
-	if total != 3000 || failed.Load() != 0 {
-		t.Fatalf("total %d after transfers (want 3000), %d failed", total, failed.Load())
-	}
+			b, _, err := sqlcas.TxGet(tx, accounts, to)
+			if err != nil {
+				return err
+			}
+			a.Balance -= 7
+			b.Balance += 7
+			if err := sqlcas.TxPut(tx, accounts, a); err != nil {
+				return err
+			}
+			return sqlcas.TxPut(tx, accounts, b)
+		}, occ.WithCombiner(cb))
+	})
 }
