@@ -201,11 +201,15 @@ func (tx *Tx) Delete(key string) {
 // most WithMaxBatch), in queue order, on one Tx, and commits them all at
 // once, so that each sees what the calls before it wrote. Every call of
 // the batch succeeds with that commit, or gets the error the batch gave up
-// with; a call whose fn returns an error (or panics) leaves the batch at
-// once with it (its writes taken back, its fn not run again), and a call
-// whose context ends while it waits is not applied (ctx.Err()), or, when
-// its batch is in flight, returns at once with an error matching ctx.Err()
-// and cas.ErrAmbiguous. fn runs on the leader's goroutine, with
+// with. A call whose fn returns an error has its writes taken back and
+// gets the error when the batch commits (which validates what it read);
+// if the batch runs again, so does its fn. An error the loop would retry
+// (a conflict, WithRetryable's) ends the batch's attempt. A call whose fn
+// panics leaves at once and re-raises the panic. A call whose context
+// ends while it waits is not applied (ctx.Err()), or, when its batch is
+// in flight, returns as soon as its fn is not running, with an error
+// matching ctx.Err() and cas.ErrAmbiguous; the leader of a batch returns
+// when its batch ends. fn runs on the leader's goroutine, with
 // tx.Context() the leader's context, which the store's calls carry too
 // (do not combine calls whose store reads values of their own contexts);
 // the batch retries under the leader's options. A call whose writes would take the commit over the store's

@@ -18,13 +18,16 @@ import (
 // function runs each member's function in queue order on one Tx, so that
 // each member sees what the members before it wrote, and commits them all
 // at once. The batch is serializable as the members in queue order; its
-// read set is the union of theirs. A member whose function fails, or
-// panics, leaves the batch at once with its own error (its writes are
-// taken back) and is not run again. A member whose writes would take the
-// batch's commit over the store's limits (cas.Limits: operations, bytes)
-// waits for the next batch. The batch retries under its leader's options;
-// a batch that gives up returns the same error to every member still in
-// it.
+// read set is the union of theirs. A member whose function returns an
+// error has its writes taken back and its reads kept: its error stands if
+// the batch commits (what it saw was then the store's state, with the
+// members before it applied), and it runs again if the batch does. An
+// error the batch's loop would retry (a conflict, WithRetryable's) ends
+// the attempt instead. A member whose function panics leaves at once. A
+// member whose writes would take the batch's commit over the store's
+// limits (cas.Limits: operations, bytes) waits for the next batch. The
+// batch retries under its leader's options; a batch that gives up
+// returns the same error to every member still in it.
 
 // txnQueue is the Txn calls of one store queued in a Combiner.
 type txnQueue struct {
@@ -47,10 +50,16 @@ type txnCall struct {
 	panicked bool
 	panicVal any
 	// out is set (on the leader's goroutine) once the call left its
-	// batch; later marks a call to run in the next batch instead.
+	// batch; later marks a call to run in the next batch instead, failed
+	// holds its function's error in the attempt that ran it.
 	out, later bool
-	// abandoned is set by a member whose context ended while its batch
-	// was in flight: the batch skips it if its function has not run.
+	failed     error
+	// mu is held while the call's function runs, and by the call when it
+	// abandons (so that it returns only once its function is not
+	// running); abandoned is set, under mu and the queue's mutex, by a
+	// call whose context ended while its batch was in flight: its
+	// function does not run again, and it never leads.
+	mu        sync.Mutex
 	abandoned atomic.Bool
 }
 
@@ -72,6 +81,11 @@ func (cb *Combiner) txnQueue(s cas.Store) *txnQueue {
 
 // combineTxn is Txn through cb.
 func combineTxn(ctx context.Context, cb *Combiner, s cas.Store, fn func(tx *Tx) error, opts []Option) error {
+	if _, ok := s.(cas.Committer); !ok {
+		// A batch of members that write one key each would need a
+		// commit of several.
+		return Txn(ctx, s, fn, append(slices.Clone(opts), WithCombiner(nil))...)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -109,13 +123,19 @@ func combineTxn(ctx context.Context, cb *Combiner, s cas.Store, fn func(tx *Tx) 
 		return call.result()
 	default:
 	}
-	q.mu.Unlock()
 	select {
 	case <-call.done:
+		q.mu.Unlock()
 		return call.result()
 	default:
 	}
+	// In a batch in flight (or to run in the next one): marked under the
+	// queue's mutex, so that no hand-off chooses it to lead, and under
+	// its own, so that its function is not running when it returns.
 	call.abandoned.Store(true)
+	q.mu.Unlock()
+	call.mu.Lock()
+	defer call.mu.Unlock()
 	return fmt.Errorf("%w: %w", errAbandonedTxn, ctx.Err())
 }
 
@@ -135,12 +155,45 @@ func (call *txnCall) finish(err error) {
 }
 
 // leadTxns runs batch, then hands the queue on: to the first of the calls
-// waiting, with a batch of them, or to nobody.
+// waiting, with a batch of them, or to nobody. If the batch's Txn panics
+// (an observer, the store) or its goroutine exits, every member still in
+// it ends with errLeaderFailed, and the queue is handed on all the same.
 func (cb *Combiner) leadTxns(q *txnQueue, s cas.Store, batch []*txnCall) {
-	later := cb.runTxnBatch(s, batch)
+	var later []*txnCall
+	completed := false
+	defer func() {
+		if !completed {
+			for _, m := range batch {
+				if !m.out {
+					m.finish(errLeaderFailed)
+				}
+			}
+		}
+		cb.handOn(q, later)
+	}()
+	later = cb.runTxnBatch(s, batch)
+	completed = true
+}
+
+// errLeaderFailed ends the members of a batch whose leader's Txn panicked
+// or exited: the commit may or may not have applied.
+var errLeaderFailed = fmt.Errorf("occ: the leader of a combined transaction's batch failed (a panic): %w", cas.ErrAmbiguous)
+
+// handOn puts later (calls to run in the next batch) first in the queue
+// and hands it on: to the first call waiting that has not abandoned, with
+// a batch, or to nobody.
+func (cb *Combiner) handOn(q *txnQueue, later []*txnCall) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.waiting = append(later, q.waiting...)
+	for _, m := range later {
+		if m.abandoned.Load() {
+			m.finish(errAbandonedTxn) // it returned already
+		} else {
+			q.waiting = append(q.waiting, nil)
+			copy(q.waiting[1:], q.waiting)
+			q.waiting[0] = m
+		}
+	}
 	if len(q.waiting) == 0 {
 		q.busy = false
 		return
@@ -160,33 +213,36 @@ func (cb *Combiner) runTxnBatch(s cas.Store, batch []*txnCall) (later []*txnCall
 		limits = l.Limits()
 	}
 	lead := batch[0]
+	var lc config
+	lc.apply(lead.opts)
 	combined := func(tx *Tx) error {
 		live := 0
 		for _, m := range batch {
-			m.later = false
+			m.later, m.failed = false, nil
 			if m.out {
 				continue
 			}
-			if m.abandoned.Load() || m.ctx.Err() != nil {
+			// What the member wrote (and, if it leaves, read) is taken
+			// back when it does not stay in the attempt.
+			reads, writes := maps.Clone(tx.reads), maps.Clone(tx.writes)
+			ran, err := callTxnFn(m, tx)
+			switch {
+			case !ran:
 				err := m.ctx.Err()
 				if err == nil {
 					err = errAbandonedTxn
 				}
 				m.finish(err)
 				continue
-			}
-			// What the member read and wrote is taken back if it leaves.
-			reads, writes := maps.Clone(tx.reads), maps.Clone(tx.writes)
-			err := callTxnFn(m, tx)
-			switch {
 			case m.panicked:
 				tx.reads, tx.writes = reads, writes
 				m.finish(nil)
 				continue
+			case err != nil && lc.classify(err) != OutcomeFailed:
+				return err // the attempt ends; the loop decides
 			case err != nil:
-				tx.reads, tx.writes = reads, writes
-				err, _ = unmarkPermanent(err)
-				m.finish(err)
+				tx.writes = writes // its reads stay: they decided its error
+				m.failed = err
 				continue
 			case live > 0 && !tx.fits(limits):
 				tx.reads, tx.writes = reads, writes
@@ -196,7 +252,7 @@ func (cb *Combiner) runTxnBatch(s cas.Store, batch []*txnCall) (later []*txnCall
 			live++
 		}
 		if live == 0 {
-			return errBatchEmpty
+			return Permanent(errBatchEmpty)
 		}
 		return nil
 	}
@@ -206,14 +262,18 @@ func (cb *Combiner) runTxnBatch(s cas.Store, batch []*txnCall) (later []*txnCall
 	// The batch runs until it commits or gives up, whichever member's
 	// context ends: a member that leaves returns at once (combineTxn).
 	err := Txn(context.WithoutCancel(lead.ctx), s, combined, opts...)
-	if errors.Is(err, errBatchEmpty) {
-		err = nil
-	}
+	committed := err == nil || errors.Is(err, errBatchEmpty)
 	for _, m := range batch {
 		switch {
 		case m.out:
 		case m.later:
 			later = append(later, m)
+		case m.failed != nil && committed:
+			// Its error stands: the commit validated what it read.
+			err, _ := unmarkPermanent(m.failed)
+			m.finish(err)
+		case committed:
+			m.finish(nil)
 		default:
 			m.finish(err)
 		}
@@ -221,14 +281,21 @@ func (cb *Combiner) runTxnBatch(s cas.Store, batch []*txnCall) (later []*txnCall
 	return later
 }
 
-// callTxnFn runs m's function on tx, catching a panic for its caller.
-func callTxnFn(m *txnCall, tx *Tx) (err error) {
+// callTxnFn runs m's function on tx, catching a panic for its caller;
+// ran is false when m abandoned (its function then does not run).
+func callTxnFn(m *txnCall, tx *Tx) (ran bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.abandoned.Load() || m.ctx.Err() != nil {
+		return false, nil
+	}
+	ran = true
 	defer func() {
 		if r := recover(); r != nil {
 			m.panicked, m.panicVal = true, r
 		}
 	}()
-	return m.fn(tx)
+	return ran, m.fn(tx)
 }
 
 // fits reports whether the commit of what tx read and wrote so far stays

@@ -229,3 +229,195 @@ func TestTxnCombinerLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestTxnCombinerAbandonedLaterCall: a call that waits for the next batch
+// (limits) and abandons while its batch is in flight never leads: the
+// others still end and the queue is handed on.
+func TestTxnCombinerAbandonedLaterCall(t *testing.T) {
+	inner, err := memcas.NewWithConfig(memcas.Config{Limits: cas.Limits{MaxCommitOps: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &gatedCommitter{Store: inner}
+	cb := NewCombiner()
+	g, led := heldBatch(t, s, cb)
+	ctx, cancel := context.WithCancel(context.Background())
+	results := make(chan error, 4)
+	for i := range 4 {
+		c := context.Background()
+		if i == 2 {
+			c = ctx
+		}
+		go func() {
+			results <- Txn(c, s, move("x"+strconv.Itoa(i), "y"+strconv.Itoa(i), 1), WithCombiner(cb))
+		}()
+		queued(t, cb, s, i+1)
+	}
+	g2 := newGate()
+	s.gate.Store(g2)
+	g.release()
+	if err := <-led; err != nil {
+		t.Fatal(err)
+	}
+	<-g2.arrived // the batch of calls 0 and 1 commits; 2 and 3 wait for the next
+	cancel()
+	if err := <-results; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled call: %v", err)
+	}
+	s.gate.Store(nil)
+	g2.release()
+	for i := range 3 {
+		select {
+		case err := <-results:
+			if err != nil {
+				t.Fatalf("a call: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of 3 calls never returned", 3-i)
+		}
+	}
+	if x, y := storedInt(t, s, "x2"), storedInt(t, s, "y2"); x != 0 || y != 0 {
+		t.Fatalf("the cancelled transfer applied: %d, %d", x, y)
+	}
+	q := cb.txnQueue(s)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.busy || len(q.waiting) != 0 {
+		t.Fatalf("queue busy %v with %d waiting after every call ended", q.busy, len(q.waiting))
+	}
+}
+
+// TestTxnCombinerLeaderPanics: when the leader's Txn panics (here its
+// observer), the members of its batch end with an ambiguous error and the
+// queue goes on serving.
+func TestTxnCombinerLeaderPanics(t *testing.T) {
+	s := &gatedCommitter{Store: memcas.New()}
+	cb := NewCombiner()
+	g, led := heldBatch(t, s, cb)
+	obs := ObserverFuncs{Call: func(context.Context, Call) { panic("observer") }}
+	leaderPanic := make(chan any, 1)
+	go func() {
+		defer func() { leaderPanic <- recover() }()
+		_ = Txn(context.Background(), s, move("a", "b", 1), WithCombiner(cb), WithObserver(obs))
+	}()
+	queued(t, cb, s, 1)
+	member := make(chan error, 1)
+	go func() { member <- Txn(context.Background(), s, move("a", "b", 1), WithCombiner(cb)) }()
+	queued(t, cb, s, 2)
+	s.gate.Store(nil)
+	g.release()
+	if err := <-led; err != nil {
+		t.Fatal(err)
+	}
+	if p := <-leaderPanic; p != "observer" {
+		t.Fatalf("the leader's panic: %v", p)
+	}
+	select {
+	case err := <-member:
+		if !errors.Is(err, cas.ErrAmbiguous) {
+			t.Fatalf("member of the panicked batch: %v, want an ambiguous error", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("member blocked after its leader panicked")
+	}
+	if err := Txn(context.Background(), s, move("a", "b", 1), WithCombiner(cb)); err != nil {
+		t.Fatalf("a call after the panic: %v", err)
+	}
+}
+
+// failingCommit is a gatedCommitter whose next commit fails when fail is
+// set.
+type failingCommit struct {
+	*gatedCommitter
+	fail atomic.Bool
+}
+
+var errStoreDown = errors.New("store down")
+
+func (s *failingCommit) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	if s.fail.CompareAndSwap(true, false) {
+		return nil, errStoreDown
+	}
+	return s.gatedCommitter.Commit(ctx, ops)
+}
+
+// TestTxnCombinerErrorNeedsCommit: a member refused on what a member
+// before it wrote gets its refusal only if that write commits; when the
+// batch fails, it gets the batch's error.
+func TestTxnCombinerErrorNeedsCommit(t *testing.T) {
+	gc := &gatedCommitter{Store: memcas.New()}
+	if _, err := gc.Store.CompareAndSwap(context.Background(), "acct", 0, []byte("100")); err != nil {
+		t.Fatal(err)
+	}
+	s := &failingCommit{gatedCommitter: gc}
+	cb := NewCombiner()
+	g := newGate()
+	gc.gate.Store(g)
+	led := make(chan error, 1)
+	go func() { led <- Txn(context.Background(), s, move("z", "w", 1), WithCombiner(cb)) }()
+	<-g.arrived
+	errNoFunds := errors.New("insufficient funds")
+	withdraw := func(tx *Tx) error {
+		n := txInt(tx, "acct")
+		if n < 100 {
+			return errNoFunds
+		}
+		tx.Put("acct", []byte(strconv.Itoa(n-100)))
+		return nil
+	}
+	r := [2]chan error{make(chan error, 1), make(chan error, 1)}
+	for i := range 2 {
+		go func() { r[i] <- Txn(context.Background(), s, withdraw, WithCombiner(cb)) }()
+		queued(t, cb, s, i+1)
+	}
+	gc.gate.Store(nil)
+	s.fail.Store(true)
+	g.release()
+	if err := <-led; err != nil {
+		t.Fatal(err)
+	}
+	e0, e1 := <-r[0], <-r[1]
+	if !errors.Is(e0, errStoreDown) || !errors.Is(e1, errStoreDown) || storedInt(t, s, "acct") != 100 {
+		t.Fatalf("withdrawals: %v, %v, acct %d; want both failed with the commit's error, acct 100", e0, e1, storedInt(t, s, "acct"))
+	}
+	// Once the commit goes through, the second one's refusal stands.
+	for i := range 2 {
+		go func() { r[i] <- Txn(context.Background(), s, withdraw, WithCombiner(cb)) }()
+	}
+	e0, e1 = <-r[0], <-r[1]
+	if (e0 == nil) == (e1 == nil) || !errors.Is(errors.Join(e0, e1), errNoFunds) || storedInt(t, s, "acct") != 0 {
+		t.Fatalf("withdrawals: %v, %v, acct %d; want one applied, one refused", e0, e1, storedInt(t, s, "acct"))
+	}
+}
+
+// TestTxnCombinerAbandonWaitsForFn: a call that abandons while its batch
+// runs its function returns only once the function has returned.
+func TestTxnCombinerAbandonWaitsForFn(t *testing.T) {
+	s := &gatedCommitter{Store: memcas.New()}
+	cb := NewCombiner()
+	g, led := heldBatch(t, s, cb)
+	ctx, cancel := context.WithCancel(context.Background())
+	inFn := make(chan struct{})
+	var out int
+	ret := make(chan error, 1)
+	go func() {
+		ret <- Txn(ctx, s, func(tx *Tx) error {
+			close(inFn)
+			time.Sleep(50 * time.Millisecond)
+			out = 42
+			return nil
+		}, WithCombiner(cb))
+	}()
+	queued(t, cb, s, 1)
+	s.gate.Store(nil)
+	g.release()
+	if err := <-led; err != nil {
+		t.Fatal(err)
+	}
+	<-inFn
+	cancel()
+	err := <-ret
+	if out != 42 { // the race detector also sees a write after the return
+		t.Fatalf("Txn returned (%v) while its function ran", err)
+	}
+}
