@@ -2,6 +2,7 @@ package occ_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -205,6 +206,70 @@ func ExampleCombiner() {
 	left, _, _ := stock.Get(ctx, "sku-42")
 	fmt.Println("sold:", sold, "sold out:", short, "left:", left)
 	// Output: sold: 80 sold out: 20 left: 0
+}
+
+// Transfers between two hot accounts from many goroutines, combined: the
+// transactions waiting while a commit is in flight run in one Txn and
+// commit at once. A transfer refused for want of funds gets its own error,
+// which stands because the batch's commit validated what it read.
+func ExampleTxn_combiner() {
+	ctx := context.Background()
+	store := memcas.New()
+	accounts := cas.NewTyped(store, cas.JSON[int]())
+	for _, k := range []string{"alice", "bob"} {
+		if _, err := accounts.CompareAndSwap(ctx, k, 0, 50); err != nil {
+			panic(err)
+		}
+	}
+	errNoFunds := errors.New("insufficient funds")
+	combiner := occ.NewCombiner() // one per process
+	move := func(from, to string) func(tx *occ.Tx) error {
+		return func(tx *occ.Tx) error {
+			var a, b int
+			for k, p := range map[string]*int{from: &a, to: &b} {
+				v, _, err := tx.Get(k)
+				if err != nil {
+					return err
+				}
+				if err := json.Unmarshal(v, p); err != nil {
+					return err
+				}
+			}
+			if a < 10 {
+				return errNoFunds
+			}
+			va, _ := json.Marshal(a - 10)
+			vb, _ := json.Marshal(b + 10)
+			tx.Put(from, va)
+			tx.Put(to, vb)
+			return nil
+		}
+	}
+	var (
+		mu             sync.Mutex
+		moved, refused int
+		wg             sync.WaitGroup
+	)
+	for range 20 { // alice sends 10 twenty times: only five can go
+		wg.Go(func() {
+			err := occ.Txn(ctx, store, move("alice", "bob"), occ.WithCombiner(combiner))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				moved++
+			case errors.Is(err, errNoFunds):
+				refused++
+			default:
+				panic(err)
+			}
+		})
+	}
+	wg.Wait()
+	a, _, _ := accounts.Get(ctx, "alice")
+	b, _, _ := accounts.Get(ctx, "bob")
+	fmt.Println("moved:", moved, "refused:", refused, "alice:", a, "bob:", b)
+	// Output: moved: 5 refused: 15 alice: 0 bob: 100
 }
 
 // A batch job that only cares about how many updates per second it gets
