@@ -1,9 +1,16 @@
 package sqlcas
 
+// Checked commits (MySQL/MariaDB): the commit of ops that all write keys
+// expected live as one UPDATE that checks every version (commitChecked),
+// and on MariaDB that UPDATE with its transaction in one block
+// (commitBlock, blockOf for the tables' commits).
+
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -11,6 +18,91 @@ import (
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/writeid"
 )
+
+// checkedApplies reports whether a commit can skip the locking read:
+// every op writes (a put or a delete) a key expected live.
+func checkedApplies(ops []cas.Op) bool {
+	for _, op := range ops {
+		if op.Kind == cas.OpCheck || op.Expected == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// commitChecked is the commit of ops that all write keys expected live,
+// in one statement instead of a locking read and a write (MySQL/MariaDB):
+// the UPDATE writes the rows still at their expected versions (a row lock
+// on each, taken in key order as InnoDB looks the IN list up) and counts
+// them. All of
+// them: done. Fewer: errCheckedShort, on which Commit rolls back and
+// reads the conflict's current item (checkedConflict).
+func (s *Store) commitChecked(ctx context.Context, q Querier, ops []cas.Op, id writeid.ID) (vs []cas.Version, stage string, err error) {
+	vs, args, puts := checkedArgs(ops, id)
+	res, err := q.ExecContext(ctx, s.cm.applyChecked(len(ops), puts), args...)
+	if err != nil {
+		return nil, "write", err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return nil, "write", err
+	}
+	if n == int64(len(ops)) {
+		return vs, "", nil
+	}
+	return nil, "", errCheckedShort
+}
+
+// checkedArgs returns the arguments of applyChecked for ops, how many of
+// them are puts, and the versions the commit gives them if it applies.
+func checkedArgs(ops []cas.Op, id writeid.ID) (vs []cas.Version, args []any, puts int) {
+	vs = make([]cas.Version, len(ops))
+	var writeArgs, putArgs, inArgs, checkArgs []any
+	for i, op := range ops {
+		v := op.Value
+		if op.Kind == cas.OpDelete {
+			v = nil
+		} else if v == nil {
+			v = []byte{}
+		}
+		writeArgs = append(writeArgs, op.Key, v)
+		if op.Kind == cas.OpPut {
+			putArgs = append(putArgs, op.Key)
+			vs[i] = op.Expected + 1
+		}
+		inArgs = append(inArgs, op.Key)
+		checkArgs = append(checkArgs, op.Key, int64(op.Expected))
+	}
+	return vs, slices.Concat(writeArgs, putArgs, []any{id[:]}, inArgs, checkArgs), len(putArgs)
+}
+
+// errCheckedShort is commitChecked's error when some row was not at its
+// expected version: Commit rolls back, then reads the conflict's current
+// item (checkedConflict). Read before the rollback, the rows the UPDATE
+// did write would show its own uncommitted state.
+var errCheckedShort = errors.New("sqlcas: commit: a row was not at its expected version")
+
+// checkedConflict is the conflict of a commit that commitChecked refused:
+// the first op in ops order whose key moved, with its current item.
+func (s *Store) checkedConflict(ctx context.Context, ops []cas.Op) error {
+	keys := make([]string, len(ops))
+	for i, op := range ops {
+		keys[i] = op.Key
+	}
+	cur, err := s.GetMany(ctx, keys)
+	if err != nil {
+		return &cas.ConflictError{Key: ops[0].Key, Expected: ops[0].Expected, Err: fmt.Errorf("%w (reading the current items: %w)", errCheckedShort, err)}
+	}
+	for i, op := range ops {
+		if cur[i].Version != op.Expected {
+			return &cas.ConflictError{Key: op.Key, Expected: op.Expected, Current: cur[i], HasCurrent: true}
+		}
+	}
+	// Every key is back at its expected version... which versions that
+	// never repeat rule out, unless the rows moved on and were read
+	// stale: a conflict without a current item.
+	return &cas.ConflictError{Key: ops[0].Key, Expected: ops[0].Expected, Err: errCheckedShort}
+}
 
 // Store.blocks: whether the server runs commitBlock's compound statement.
 const (
