@@ -19,8 +19,12 @@ import (
 // judge. A stale entry costs one refused write, after which the conflict's
 // current item (which every occkit adapter returns) refreshes the entry and
 // the retry writes again, still without a separate read. When keys are
-// also written by other processes, entries go stale and some updates cost
-// a refused write more; see docs/performance.md.
+// also written by other processes, entries go stale and updates cost a
+// refused write more. A transaction pays a refused commit, and learns the
+// current state of one key: once more than half of the transactions that
+// started from entries lately found them stale, the cache serves
+// transactions only one read in 32 (to keep measuring) and they read,
+// until its entries hold again (docs/performance.md).
 //
 // A Cache is bounded (least recently used entries are evicted; each entry
 // costs about 150 bytes plus its key and value), belongs to one store
@@ -31,6 +35,40 @@ type Cache struct {
 	shards [cacheShards]cacheShard
 	hits   atomic.Int64
 	misses atomic.Int64
+	// stale is how often the writes that started from an entry lately
+	// found it stale, in 1/1024 (see noteServed); probes counts the gets
+	// while it is above staleBypass.
+	stale  atomic.Int32
+	probes atomic.Uint32
+}
+
+// While more than half of the transactions that started from entries
+// lately found them stale (other processes write the keys), a Cache
+// serves transactions only one get in probeEvery (the others miss, and
+// the transaction reads): a refused commit costs more than the read the
+// entry saved, and its conflict carries the current state of one key
+// only. The probes keep measuring, and the cache serves again once its
+// entries hold. Update is not affected: a refused write of one key
+// carries that key's current state, and costs what the read would.
+const (
+	staleBypass = 512
+	probeEvery  = 32
+)
+
+// noteServed records the outcome of a commit that started from entries:
+// stale when it conflicted at one of them. Each outcome moves the
+// estimate an eighth of the way to 1024 (stale) or to 0.
+func (c *Cache) noteServed(stale bool) {
+	for {
+		old := c.stale.Load()
+		next := old - old/8
+		if stale {
+			next = old + (1024-old)/8
+		}
+		if c.stale.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }
 
 const cacheShards = 16
@@ -70,6 +108,17 @@ func (c *Cache) serves(s cas.Store) bool {
 	}
 	a, b := reflect.TypeOf(c.store), reflect.TypeOf(s)
 	return a == b && a.Comparable() && c.store == s
+}
+
+// serve is get for a transaction's read: while the entries that
+// transactions started from were mostly stale lately, it serves only
+// probes (see staleBypass).
+func (c *Cache) serve(key string) (cas.Item, bool) {
+	if c.stale.Load() > staleBypass && c.probes.Add(1)%probeEvery != 0 {
+		c.misses.Add(1)
+		return cas.Item{}, false
+	}
+	return c.get(key)
 }
 
 // get returns the cached item of key; its Value must not be modified.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -243,5 +244,88 @@ func TestCacheRemember(t *testing.T) {
 	cache.Remember(cas.Item{Key: "a", Value: []byte("0"), Version: v1})
 	if again, _ := cache.get("a"); !ok || again.Version != it.Version || string(again.Value) != "42" {
 		t.Fatalf("an older item replaced the entry: %+v", again)
+	}
+}
+
+// txnCountingStore is memcas counting commits and reads (GetMany counts
+// once).
+type txnCountingStore struct {
+	*memcas.Store
+	commits, reads atomic.Int64
+}
+
+func (s *txnCountingStore) Get(ctx context.Context, key string) (cas.Item, error) {
+	s.reads.Add(1)
+	return s.Store.Get(ctx, key)
+}
+
+func (s *txnCountingStore) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	s.reads.Add(1)
+	return s.Store.GetMany(ctx, keys)
+}
+
+func (s *txnCountingStore) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	s.commits.Add(1)
+	return s.Store.Commit(ctx, ops)
+}
+
+// TestCacheStepsAsideWhenStale: when another process writes the keys
+// between every transaction, the cache's entries are stale every time; it
+// then serves transactions only probes, so that they read instead of
+// paying a refused commit each; once the other writer stops, it serves
+// again.
+func TestCacheStepsAsideWhenStale(t *testing.T) {
+	ctx := context.Background()
+	store := &txnCountingStore{Store: memcas.New()}
+	cache := NewCache(store, 16)
+	incrBoth := func(tx *Tx) error {
+		if err := tx.Prefetch("a", "b"); err != nil {
+			return err
+		}
+		for _, k := range []string{"a", "b"} {
+			v, _, _ := tx.Get(k)
+			n, _ := strconv.Atoi(string(v))
+			tx.Put(k, []byte(strconv.Itoa(n+1)))
+		}
+		return nil
+	}
+	if err := Txn(ctx, store, incrBoth, WithCache(cache)); err != nil {
+		t.Fatal(err)
+	}
+	c0 := store.commits.Load()
+	for range 200 {
+		if err := Txn(ctx, store.Store, incrBoth); err != nil { // the other process
+			t.Fatal(err)
+		}
+		if err := Txn(ctx, store, incrBoth, WithCache(cache)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Without stepping aside every transaction commits twice (the stale
+	// entries' refused commit, then the retry): 400.
+	if n := store.commits.Load() - c0; n > 240 {
+		t.Fatalf("%d commits for 200 transactions from mostly stale entries, want the cache to step aside (about 215)", n)
+	}
+	// The other writer stops: the probes (one get in probeEvery) find
+	// the entries fresh, and the cache serves again (no reads).
+	for range 8 * probeEvery {
+		if err := Txn(ctx, store, incrBoth, WithCache(cache)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r0 := store.reads.Load()
+	for range 100 {
+		if err := Txn(ctx, store, incrBoth, WithCache(cache)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := store.reads.Load() - r0; n > 10 {
+		t.Fatalf("%d reads for 100 transactions once the entries hold, want the cache to serve again", n)
+	}
+	for _, k := range []string{"a", "b"} {
+		it, _ := store.Get(ctx, k)
+		if want := strconv.Itoa(501 + 8*probeEvery); string(it.Value) != want {
+			t.Fatalf("%s = %s, want %s", k, it.Value, want)
+		}
 	}
 }

@@ -26,8 +26,9 @@ type Tx struct {
 	// this process remembers (recent.go) when there is none (not after a
 	// wait).
 	readCache bool
-	// recent holds the keys read from remembered states.
-	recent map[string]bool
+	// recent holds the keys read from remembered states, cached those
+	// read from cache.
+	recent, cached map[string]bool
 	// written is what a successful commit wrote, key by key.
 	written map[string]cas.Item
 }
@@ -239,7 +240,8 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	// Reads may start from the states the process remembers at keys whose
 	// turns just ended (recent.go), as Update's do.
 	useRecent := useTurns && cache == nil && c.maxAttempts > 1
-	var want []string // the keys whose turns to take before the next attempt
+	var want []string   // the keys whose turns to take before the next attempt
+	cacheStale := false // a conflict showed the cache stale: read from now on
 	// Escalation, as Update's: a transaction that lost exclusiveAt
 	// commits in a row runs its next attempt holding its keys in the
 	// store (cas.ExclusiveCommitter), in key order.
@@ -293,7 +295,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 				tx.hints, tx.readCache = handed, false
 				handed = nil
 			} else {
-				tx.readCache = cache != nil || useRecent
+				tx.readCache = (cache != nil && !cacheStale) || useRecent
 			}
 			if err := fn(tx); err != nil {
 				return err
@@ -318,6 +320,10 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			}
 			err := tx.commit()
 			turns.attempted(time.Since(t0), tx.written)
+			if len(tx.cached) > 0 {
+				var ce *cas.ConflictError
+				cache.noteServed(errors.As(err, &ce) && tx.cached[ce.Key])
+			}
 			if err == nil {
 				// The keys read from remembered states: remember what
 				// was written over them.
@@ -352,6 +358,10 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 					lost++
 				}
 				lastKeys = tx.keys()
+				// The cache was stale at one key: likely at others too
+				// (another process writes them). The call's next
+				// attempts read, but for what the conflict carried.
+				cacheStale = cache != nil
 			}
 			if useTurns && ce != nil && len(turns.held) == 0 && time.Since(t0) >= lineMinUnit {
 				// The keys are hot: from the next attempt on, the call

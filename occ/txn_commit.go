@@ -109,7 +109,14 @@ func (tx *Tx) cachedRead(key string) (cas.Item, bool) {
 		return cas.Item{}, false
 	}
 	if tx.cache != nil {
-		return tx.cache.get(key)
+		it, ok := tx.cache.serve(key)
+		if ok {
+			if tx.cached == nil {
+				tx.cached = map[string]bool{}
+			}
+			tx.cached[key] = true
+		}
+		return it, ok
 	}
 	it, ok := recalled(tx.store, key)
 	if ok {
