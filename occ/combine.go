@@ -36,9 +36,12 @@ const DefaultMaxBatch = 128
 //     re-raised on its own caller's goroutine, and the others' updates go
 //     on.
 //   - A mutate that returns an error is left out of the batch (the running
-//     value passes through it unchanged) and its caller gets the error at
-//     once; it is not retried, whatever WithRetryable says. Permanent's
-//     mark is removed as in Update.
+//     value passes through it unchanged); its caller gets the error once
+//     the batch's write applies (which validates the state it saw), and
+//     the batch's error if the write fails; if the write conflicts, the
+//     mutate runs again with the batch. Its error is not retried
+//     otherwise, whatever WithRetryable says. Permanent's mark is removed
+//     as in Update.
 //   - The batch retries under the leader's options (attempt limit, backoff,
 //     budget, observer, cache): the other callers' options other than
 //     WithCombiner are not used while they wait. A batch that gives up or

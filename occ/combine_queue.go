@@ -358,7 +358,11 @@ func (cb *Combiner) endFlight(sh *combineShard, q *combineQueue, members []*comb
 		case w.state != stateInBatch:
 		case w.panicked:
 			finish(w, 0, nil)
-		case w.mutErr != nil:
+		case w.mutErr != nil && err == nil:
+			// Its refusal stands: the write validated the state it saw
+			// (the callers ahead of it applied). When the write failed,
+			// it stays in the batch: it runs again, or gets the batch's
+			// error.
 			finish(w, 0, w.mutErr)
 		case err == nil && w.applied:
 			finish(w, nv, nil)

@@ -24,6 +24,9 @@ type gatedStore struct {
 	writes atomic.Int64
 	gate   atomic.Pointer[gate]
 	rtt    time.Duration
+	// failAt makes the write of that number (1: the first) fail with
+	// errStoreDown.
+	failAt atomic.Int64
 }
 
 func newGatedStore(rtt time.Duration, g *gate) *gatedStore {
@@ -71,9 +74,12 @@ func (s *gatedStore) Get(ctx context.Context, key string) (cas.Item, error) {
 }
 
 func (s *gatedStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
-	s.writes.Add(1)
+	n := s.writes.Add(1)
 	if g := s.gate.Load(); g != nil {
 		g.pass()
+	}
+	if n == s.failAt.Load() {
+		return 0, errStoreDown
 	}
 	if s.rtt > 0 {
 		time.Sleep(s.rtt)
@@ -362,6 +368,36 @@ func TestCombinerMutateErrorLeavesOthersIntact(t *testing.T) {
 	}
 	if w := store.writes.Load(); w != 2 {
 		t.Fatalf("%d writes, want 2 (the leader's, then one for the batch of three)", w)
+	}
+}
+
+// TestCombinerErrorNeedsTheWrite: a mutate refused on what a caller ahead
+// of it in the batch wrote gets its refusal only if the batch's write
+// applies; when the write fails, it gets the batch's error.
+func TestCombinerErrorNeedsTheWrite(t *testing.T) {
+	store, counter, cb, wg := holdLeader(t) // writes 1
+	errSoldOut := errors.New("sold out")
+	take := func(n int, _ bool) (int, error) {
+		if n == 0 {
+			return 0, errSoldOut
+		}
+		return n - 1, nil
+	}
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Go(func() { _, _, errs[i] = Update(context.Background(), counter, "k", take, WithCombiner(cb)) })
+		waitQueued(t, cb, store, "k", i+1)
+	}
+	store.failAt.Store(2) // the leader's write is the first, the batch's the second
+	store.gate.Load().release()
+	wg.Wait()
+	if n, _, _ := counter.Get(context.Background(), "k"); n != 1 {
+		t.Fatalf("stock %d, want 1: nothing taken", n)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, errStoreDown) {
+			t.Fatalf("take %d: %v, want the batch's error (the stock was never taken)", i, err)
+		}
 	}
 }
 
