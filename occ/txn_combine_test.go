@@ -194,15 +194,21 @@ func TestTxnCombinerMemberLeaves(t *testing.T) {
 	}
 }
 
-// TestTxnCombinerLimits: a batch never commits more operations than the
-// store takes: calls whose writes would go over wait for the next batch.
-func TestTxnCombinerLimits(t *testing.T) {
+// smallCommits returns a store whose commits take 4 operations at most
+// (two transfers), and a Combiner.
+func smallCommits(t *testing.T) (*gatedCommitter, *Combiner) {
+	t.Helper()
 	inner, err := memcas.NewWithConfig(memcas.Config{Limits: cas.Limits{MaxCommitOps: 4}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &gatedCommitter{Store: inner}
-	cb := NewCombiner()
+	return &gatedCommitter{Store: inner}, NewCombiner()
+}
+
+// TestTxnCombinerLimits: a batch never commits more operations than the
+// store takes: calls whose writes would go over wait for the next batch.
+func TestTxnCombinerLimits(t *testing.T) {
+	s, cb := smallCommits(t)
 	g, led := heldBatch(t, s, cb)
 	results := make(chan error, 6)
 	for i := range 6 { // two keys each: two transfers per batch at most
@@ -234,12 +240,7 @@ func TestTxnCombinerLimits(t *testing.T) {
 // (limits) and abandons while its batch is in flight never leads: the
 // others still end and the queue is handed on.
 func TestTxnCombinerAbandonedLaterCall(t *testing.T) {
-	inner, err := memcas.NewWithConfig(memcas.Config{Limits: cas.Limits{MaxCommitOps: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &gatedCommitter{Store: inner}
-	cb := NewCombiner()
+	s, cb := smallCommits(t)
 	g, led := heldBatch(t, s, cb)
 	ctx, cancel := context.WithCancel(context.Background())
 	results := make(chan error, 4)
