@@ -11,7 +11,8 @@ import (
 // Txn's commit of updates on MySQL/MariaDB (rowupdate.Pipeline): when
 // every row a Txn writes is one it read, the rows of each table go in
 // one UPDATE (updateMany), so the commit is BEGIN, one statement per
-// table and COMMIT, whatever the number of rows.
+// table and COMMIT, whatever the number of rows: on MariaDB all of it in
+// one block (pipeBlock), one round trip.
 
 // txnBatch is such a commit: the writes of each table, grouped, tables
 // in the order the commit queues them (by name).
