@@ -39,7 +39,9 @@ const DefaultMaxBatch = 128
 //     value passes through it unchanged); its caller gets the error once
 //     the batch's write applies (which validates the state it saw), and
 //     the batch's error if the write fails; if the write conflicts, the
-//     mutate runs again with the batch. Its error is not retried
+//     mutate runs again with the batch. (A batch that changes nothing
+//     writes nothing: its refusals stand on the state read, as in
+//     Update.) Its error is not retried
 //     otherwise, whatever WithRetryable says. Permanent's mark is removed
 //     as in Update.
 //   - The batch retries under the leader's options (attempt limit, backoff,

@@ -321,8 +321,12 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			err := tx.commit()
 			turns.attempted(time.Since(t0), tx.written)
 			if len(tx.cached) > 0 {
+				// A commit that applied, or conflicted: whether the
+				// entries held (another failure says nothing of them).
 				var ce *cas.ConflictError
-				cache.noteServed(errors.As(err, &ce) && tx.cached[ce.Key])
+				if conflicted := errors.As(err, &ce); err == nil || conflicted {
+					cache.noteServed(conflicted && tx.cached[ce.Key])
+				}
 			}
 			if err == nil {
 				// The keys read from remembered states: remember what

@@ -224,7 +224,7 @@ func (cb *Combiner) runTxnBatch(s cas.Store, batch []*txnCall) (later []*txnCall
 			}
 			// What the member wrote (and, if it leaves, read) is taken
 			// back when it does not stay in the attempt.
-			reads, writes := maps.Clone(tx.reads), maps.Clone(tx.writes)
+			reads, writes, cached := maps.Clone(tx.reads), maps.Clone(tx.writes), maps.Clone(tx.cached)
 			ran, err := callTxnFn(m, tx)
 			switch {
 			case !ran:
@@ -235,7 +235,7 @@ func (cb *Combiner) runTxnBatch(s cas.Store, batch []*txnCall) (later []*txnCall
 				m.finish(err)
 				continue
 			case m.panicked:
-				tx.reads, tx.writes = reads, writes
+				tx.reads, tx.writes, tx.cached = reads, writes, cached
 				m.finish(nil)
 				continue
 			case err != nil && lc.classify(err) != OutcomeFailed:
@@ -245,7 +245,7 @@ func (cb *Combiner) runTxnBatch(s cas.Store, batch []*txnCall) (later []*txnCall
 				m.failed = err
 				continue
 			case live > 0 && !tx.fits(limits):
-				tx.reads, tx.writes = reads, writes
+				tx.reads, tx.writes, tx.cached = reads, writes, cached
 				m.later = true
 				continue
 			}
