@@ -213,8 +213,9 @@ func (tx *Tx) Delete(key string) {
 // when its batch ends. fn runs on the leader's goroutine, with
 // tx.Context() the leader's context, which the store's calls carry too
 // (do not combine calls whose store reads values of their own contexts);
-// the batch retries under the leader's options. A call whose writes would take the commit over the store's
-// limits (cas.Limits) waits for the next batch. Combining pays where
+// the batch retries under the leader's options. A call whose writes would
+// take the commit over the store's limits (cas.Limits) waits for the next
+// batch. Combining pays where
 // transactions of a process meet on a few hot keys (one commit carries
 // many); on cold keys a batch of unrelated transactions conflicts when any
 // of them does.
@@ -320,13 +321,12 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			}
 			err := tx.commit()
 			turns.attempted(time.Since(t0), tx.written)
-			if len(tx.cached) > 0 {
+			var ce *cas.ConflictError
+			conflicted := errors.As(err, &ce)
+			if len(tx.cached) > 0 && (err == nil || conflicted) {
 				// A commit that applied, or conflicted: whether the
 				// entries held (another failure says nothing of them).
-				var ce *cas.ConflictError
-				if conflicted := errors.As(err, &ce); err == nil || conflicted {
-					cache.noteServed(conflicted && tx.cached[ce.Key])
-				}
+				cache.noteServed(conflicted && tx.cached[ce.Key])
 			}
 			if err == nil {
 				// The keys read from remembered states: remember what
@@ -337,9 +337,8 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 					}
 				}
 			}
-			var ce *cas.ConflictError
 			switch {
-			case errors.As(err, &ce) && ce.HasCurrent:
+			case conflicted && ce.HasCurrent:
 				hints = map[string]cas.Item{ce.Key: ce.Current}
 				c.retryNow = true
 				if cache != nil {

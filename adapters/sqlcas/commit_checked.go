@@ -120,7 +120,7 @@ const (
 // raised as it was (the handler). Args: applyChecked's, then the keys.
 func (c *commitStatements) block(writes, puts int) string {
 	var b strings.Builder
-	b.WriteString("BEGIN NOT ATOMIC\nDECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;\nSTART TRANSACTION;\n")
+	b.WriteString("BEGIN NOT ATOMIC\n" + blockHandler)
 	b.WriteString(c.applyChecked(writes, puts))
 	b.WriteString(";\nIF ROW_COUNT() = ")
 	b.WriteString(strconv.Itoa(writes))
@@ -251,6 +251,32 @@ func refusesBlocks(err error, blocks *atomic.Int32) bool {
 	return true
 }
 
+// blockHandler starts a block's transaction, after an exit handler that
+// rolls it back on any server error and raises the error as it was (so
+// that no transaction stays open on the connection).
+const blockHandler = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;\nSTART TRANSACTION;\n"
+
+// sendBlock runs blockOf(stmts) on a connection of q, unless blocks says
+// the server refuses blocks: ran is false then, or when this one was
+// refused (MySQL: nothing ran), and the caller commits another way.
+// short is the index of the statement that wrote too few rows, -1 when
+// the block committed.
+func sendBlock(ctx context.Context, q Querier, blocks *atomic.Int32, stmts []blockStmt) (short int, ran bool, err error) {
+	if blocks.Load() == blocksRefused {
+		return 0, false, nil
+	}
+	text, args := blockOf(stmts)
+	err = onConn(ctx, q, func(q Querier) error { return q.QueryRowContext(ctx, text, args...).Scan(&short) })
+	switch {
+	case err == nil:
+		blocks.Store(blocksRun)
+		return short, true, nil
+	case refusesBlocks(err, blocks):
+		return 0, false, nil
+	}
+	return 0, true, err
+}
+
 // blockStmt is a statement of a block and the rows it must write.
 type blockStmt struct {
 	text string
@@ -266,7 +292,7 @@ type blockStmt struct {
 func blockOf(stmts []blockStmt) (string, []any) {
 	var b strings.Builder
 	var args []any
-	b.WriteString("BEGIN NOT ATOMIC\nDECLARE r INT DEFAULT -1;\nDECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;\nSTART TRANSACTION;\n")
+	b.WriteString("BEGIN NOT ATOMIC\nDECLARE r INT DEFAULT -1;\n" + blockHandler)
 	for i, st := range stmts {
 		if i > 0 {
 			b.WriteString("IF r < 0 THEN ")

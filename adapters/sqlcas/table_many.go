@@ -60,17 +60,11 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 // MariaDB it is one round trip (blockOf); otherwise BEGIN, the
 // statements and COMMIT.
 func (t *Table[T]) runMany(ctx context.Context, sorted []rowupdate.Write[T], keys []any) (all bool, err error) {
-	if t.blocks.Load() != blocksRefused {
-		text, args := blockOf(t.updateManyStmts(sorted, keys))
-		var short int
-		err := onConn(ctx, t.q, func(q Querier) error { return q.QueryRowContext(ctx, text, args...).Scan(&short) })
-		if err == nil {
-			t.blocks.Store(blocksRun)
-			return short < 0, nil
-		}
-		if !refusesBlocks(err, t.blocks) {
+	if short, ran, err := sendBlock(ctx, t.q, t.blocks, t.updateManyStmts(sorted, keys)); ran {
+		if err != nil {
 			return false, t.writeError("modify-many", keys[0], err, !notSent(err))
 		}
+		return short < 0, nil
 	}
 	tx, err := t.begin(ctx)
 	if err != nil {

@@ -90,10 +90,8 @@ func (t *Table[T]) txnPipeline() rowupdate.Pipeline[T] {
 			if err := queue(tb); err != nil {
 				return err
 			}
-			if t.blocks.Load() != blocksRefused {
-				if err, done := t.pipeBlock(ctx, tb, scan); done {
-					return err
-				}
+			if err, done := t.pipeBlock(ctx, tb, scan); done {
+				return err
 			}
 			tx, err := beginOn(ctx, t.d, t.q, false)
 			if err != nil {
@@ -132,8 +130,8 @@ func (t *Table[T]) txnPipeline() rowupdate.Pipeline[T] {
 }
 
 // pipeBlock is Pipe's transaction in one round trip on MariaDB: every
-// group's statements in one block (blockOf). done is false when the
-// server does not know the statement (MySQL: nothing ran).
+// group's statements in one block (sendBlock). done is false when the
+// server does not run blocks (MySQL: nothing ran).
 func (t *Table[T]) pipeBlock(ctx context.Context, tb *txnBatch, scan func(any) error) (err error, done bool) {
 	var stmts []blockStmt
 	var group []int // the group of each statement
@@ -143,16 +141,13 @@ func (t *Table[T]) pipeBlock(ctx context.Context, tb *txnBatch, scan func(any) e
 			group = append(group, i)
 		}
 	}
-	text, args := blockOf(stmts)
-	var short int
-	err = onConn(ctx, t.q, func(q Querier) error { return q.QueryRowContext(ctx, text, args...).Scan(&short) })
-	if err != nil {
-		if refusesBlocks(err, t.blocks) {
-			return nil, false
-		}
+	short, ran, err := sendBlock(ctx, t.q, t.blocks, stmts)
+	switch {
+	case !ran:
+		return nil, false
+	case err != nil:
 		return t.writeError("txn", "", err, !notSent(err)), true
 	}
-	t.blocks.Store(blocksRun)
 	if short >= 0 {
 		// A row of this group moved: the block rolled back.
 		if err := tb.groups[group[short]].findMoved(ctx); err != nil {
