@@ -179,37 +179,33 @@ func modes() []modeSpec {
 }
 
 // StoryNames returns the names of the stories, in their order.
-func StoryNames() []string {
-	var out []string
-	for _, s := range stories() {
-		out = append(out, s.Name)
-	}
-	return out
-}
+func StoryNames() []string { return names(stories()) }
 
 // ModeNames returns the names of the lock modes, in their order.
-func ModeNames() []string {
+func ModeNames() []string { return names(modes()) }
+
+// named is a story or a mode: a spec with its Info.
+type named interface{ info() Info }
+
+func (i Info) info() Info { return i }
+
+// names returns the names of specs, in their order.
+func names[S named](specs []S) []string {
 	var out []string
-	for _, m := range modes() {
-		out = append(out, m.Name)
+	for _, s := range specs {
+		out = append(out, s.info().Name)
 	}
 	return out
 }
 
-func lookupStory(name string) (storySpec, bool) {
-	for _, s := range stories() {
-		if s.Name == name {
-			return s, true
+// lookup returns the spec of specs with that name; what it says when
+// there is none names kind and the names there are.
+func lookup[S named](specs []S, kind, name string) (S, error) {
+	for _, s := range specs {
+		if s.info().Name == name {
+			return s, nil
 		}
 	}
-	return storySpec{}, false
-}
-
-func lookupMode(name string) (modeSpec, bool) {
-	for _, m := range modes() {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return modeSpec{}, false
+	var zero S
+	return zero, fmt.Errorf("story: unknown %s %q (have %v)", kind, name, names(specs))
 }

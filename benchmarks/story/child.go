@@ -93,37 +93,40 @@ func (s *childSink) releasing(ctx context.Context, ref string) error {
 
 func (s *childSink) held(ctx context.Context, ref string) (bool, error) {
 	s.send(childMsg{Held: ref})
-	select {
-	case l, ok := <-s.lines:
-		switch {
-		case !ok:
-			return false, errors.New("the runner closed the pipe before answering")
-		case l == wordHeld+" true":
-			return true, nil
-		case l == wordHeld+" false":
-			return false, nil
-		case strings.HasPrefix(l, wordHeld+" error "):
-			return false, errors.New(strings.TrimPrefix(l, wordHeld+" error "))
-		}
-		return false, fmt.Errorf("the runner said %q, want %s", l, wordHeld)
-	case <-ctx.Done():
-		return false, ctx.Err()
+	l, err := s.next(ctx, wordHeld)
+	switch {
+	case err != nil:
+		return false, err
+	case l == wordHeld+" true":
+		return true, nil
+	case l == wordHeld+" false":
+		return false, nil
+	case strings.HasPrefix(l, wordHeld+" error "):
+		return false, errors.New(strings.TrimPrefix(l, wordHeld+" error "))
 	}
+	return false, fmt.Errorf("the runner said %q, want %s", l, wordHeld)
 }
 
 // await waits for the runner's word.
 func (s *childSink) await(ctx context.Context, word string) error {
+	l, err := s.next(ctx, word)
+	if err == nil && l != word {
+		err = fmt.Errorf("the runner said %q, want %s", l, word)
+	}
+	return err
+}
+
+// next returns the runner's next line, which should be what; an error when
+// the pipe closes first or ctx ends.
+func (s *childSink) next(ctx context.Context, what string) (string, error) {
 	select {
 	case l, ok := <-s.lines:
 		if !ok {
-			return fmt.Errorf("the runner closed the pipe before saying %s", word)
+			return "", fmt.Errorf("the runner closed the pipe before saying %s", what)
 		}
-		if l != word {
-			return fmt.Errorf("the runner said %q, want %s", l, word)
-		}
-		return nil
+		return l, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return "", ctx.Err()
 	}
 }
 
@@ -144,15 +147,9 @@ func childMain(in io.Reader, out io.Writer) int {
 		s.send(childMsg{Err: err.Error()})
 		return 1
 	}
-	var line string
-	select {
-	case l, ok := <-s.lines:
-		if !ok {
-			return fail(errors.New("no spec on stdin"))
-		}
-		line = l
-	case <-ctx.Done():
-		return fail(ctx.Err())
+	line, err := s.next(ctx, "the spec")
+	if err != nil {
+		return fail(err)
 	}
 	var spec childSpec
 	if err := json.Unmarshal([]byte(line), &spec); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/occkit/occkit/adapters/rediscas"
 	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -87,18 +88,6 @@ func (c *client) close() {
 		c.lock.close()
 	}
 	c.rdb.Close()
-}
-
-// sleep waits d or until ctx ends (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // emit sends an event of this client's lane, timed now.
@@ -322,7 +311,7 @@ func (c *client) saleFenced(ctx context.Context, h hook) error {
 		if attempt == maxSaleAttempts {
 			return fmt.Errorf("no sale after %d attempts", attempt)
 		}
-		if !sleep(ctx, time.Duration(attempt)*5*time.Millisecond) {
+		if ctxwait.Sleep(ctx, time.Duration(attempt)*5*time.Millisecond) != nil {
 			return ctx.Err()
 		}
 	}

@@ -78,19 +78,14 @@ func (s *etcdLockService) expireEarly(ctx context.Context, ref string) (string, 
 	if err != nil {
 		return "", err
 	}
-	resp, err := s.grantKeys(ctx)
+	found, err := backends.RevokeEtcdGrant(ctx, s.cli, s.prefix, etcdLockName, rev)
+	if err == nil && !found {
+		err = fmt.Errorf("no grant key created at revision %d", rev)
+	}
 	if err != nil {
 		return "", err
 	}
-	for _, kv := range resp.Kvs {
-		if kv.CreateRevision == rev {
-			if _, err := s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
-				return "", err
-			}
-			return "the runner revoked the holder's etcd lease on the server, as its expiry would: its lock key went with it", nil
-		}
-	}
-	return "", fmt.Errorf("no grant key created at revision %d", rev)
+	return "the runner revoked the holder's etcd lease on the server, as its expiry would: its lock key went with it", nil
 }
 
 func (s *etcdLockService) expired() string {

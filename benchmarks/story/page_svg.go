@@ -304,17 +304,13 @@ func laneShapes(client string, evs []Event, cy float64, extent time.Duration, xO
 			switch {
 			case e.Kind == WriteRejected:
 				class = "write rejected"
+				marks = append(marks, svgShape{El: "circle", Class: "halo good", CX: svgNum(x), CY: svgNum(cy), R: "17"})
 			case e.Stale:
 				class = "write stale-accepted"
+				marks = append(marks, svgShape{El: "circle", Class: "halo bad", CX: svgNum(x), CY: svgNum(cy), R: "17"})
 			}
 			if e.Stale {
 				class += " stale"
-			}
-			switch {
-			case e.Kind == WriteRejected:
-				marks = append(marks, svgShape{El: "circle", Class: "halo good", CX: svgNum(x), CY: svgNum(cy), R: "17"})
-			case e.Stale:
-				marks = append(marks, svgShape{El: "circle", Class: "halo bad", CX: svgNum(x), CY: svgNum(cy), R: "17"})
 			}
 			mark(svgShape{El: "rect", Class: class, X: svgNum(x - 4), Y: svgNum(cy - 13), W: "8", H: "26"})
 			if e.Value != nil {

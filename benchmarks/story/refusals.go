@@ -95,15 +95,5 @@ func (h refusalHook) refusal(cmd redis.Cmder) string {
 
 // refusals reads the refusal list back.
 func (r *run) refusals(ctx context.Context) ([]refusalEntry, error) {
-	raw, err := r.rdb.LRange(ctx, r.refusedKey(), 0, -1).Result()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]refusalEntry, len(raw))
-	for i, s := range raw {
-		if err := json.Unmarshal([]byte(s), &out[i]); err != nil {
-			return nil, fmt.Errorf("refusal entry %q: %w", s, err)
-		}
-	}
-	return out, nil
+	return readJSONList[refusalEntry](ctx, r.rdb, r.refusedKey(), "refusal")
 }

@@ -92,12 +92,11 @@ type run struct {
 
 // openRun connects to the run's servers.
 func openRun(ctx context.Context, spec runSpec, s sink) (*run, error) {
-	m, ok := lookupMode(spec.Mode)
-	if !ok {
-		return nil, fmt.Errorf("story: unknown mode %q", spec.Mode)
+	m, err := lookup(modes(), "mode", spec.Mode)
+	if err != nil {
+		return nil, err
 	}
 	r := &run{spec: spec, mode: m, start: time.Unix(0, spec.Start), sink: s, rdb: spec.Endpoints.Redis.client()}
-	var err error
 	if r.store, err = rediscas.New(r.rdb, rediscas.Config{Prefix: r.redisKey("cas:")}); err != nil {
 		r.close()
 		return nil, err
@@ -165,20 +164,30 @@ type auditEntry struct {
 
 // audit reads the accepted writes back, in the order they were applied.
 func (r *run) audit(ctx context.Context) ([]auditEntry, error) {
-	raw, err := r.rdb.LRange(ctx, r.auditKey(), 0, -1).Result()
+	out, err := readJSONList[auditEntry](ctx, r.rdb, r.auditKey(), "audit")
 	if err != nil {
 		return nil, err
-	}
-	out := make([]auditEntry, len(raw))
-	for i, s := range raw {
-		if err := json.Unmarshal([]byte(s), &out[i]); err != nil {
-			return nil, fmt.Errorf("audit entry %q: %w", s, err)
-		}
 	}
 	if r.mode.data != plainData {
 		// Appended after the write, so possibly out of order; the
 		// versions are the store's order.
 		sort.SliceStable(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	}
+	return out, nil
+}
+
+// readJSONList reads the Redis list key, an entry of the kind named what
+// per element, as JSON.
+func readJSONList[T any](ctx context.Context, rdb *redis.Client, key, what string) ([]T, error) {
+	raw, err := rdb.LRange(ctx, key, 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, len(raw))
+	for i, s := range raw {
+		if err := json.Unmarshal([]byte(s), &out[i]); err != nil {
+			return nil, fmt.Errorf("%s entry %q: %w", what, s, err)
+		}
 	}
 	return out, nil
 }

@@ -2,8 +2,6 @@ package story
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -70,9 +68,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}()
 	rep.Servers = srv.servers
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	runID := hex.EncodeToString(b[:])
+	runID := backends.RandomHex(4)
 	var runnable []modeSpec
 	for _, m := range ms {
 		if why := srv.unavailable(m); why != "" {
@@ -108,17 +104,17 @@ func choose(storyNames, modeNames []string) ([]storySpec, []modeSpec, error) {
 	}
 	var sts []storySpec
 	for _, n := range storyNames {
-		s, ok := lookupStory(n)
-		if !ok {
-			return nil, nil, fmt.Errorf("story: unknown story %q (have %v)", n, StoryNames())
+		s, err := lookup(stories(), "story", n)
+		if err != nil {
+			return nil, nil, err
 		}
 		sts = append(sts, s)
 	}
 	var ms []modeSpec
 	for _, n := range modeNames {
-		m, ok := lookupMode(n)
-		if !ok {
-			return nil, nil, fmt.Errorf("story: unknown mode %q (have %v)", n, ModeNames())
+		m, err := lookup(modes(), "mode", n)
+		if err != nil {
+			return nil, nil, err
 		}
 		ms = append(ms, m)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/occkit/occkit/internal/ctxwait"
 	"github.com/occkit/occkit/internal/faultproxy"
 )
 
@@ -100,7 +101,7 @@ func (x *abRun) close() {
 // (if not nil), then lets A go on and returns both clients' errors.
 func (x *abRun) finish(ctx context.Context, heal func()) error {
 	berr := saleWithin(ctx, x.b)
-	sleep(ctx, settle)
+	_ = ctxwait.Sleep(ctx, settle)
 	if heal != nil {
 		heal()
 	}
@@ -185,7 +186,7 @@ func gcPause(ctx context.Context, r *run) error {
 	if err := saleWithin(ctx, b); err != nil {
 		return err
 	}
-	sleep(ctx, settle)
+	_ = ctxwait.Sleep(ctx, settle)
 	resumed := r.at() // A's own events come after
 	if err := continueProcess(a.cmd.Process); err != nil {
 		return fmt.Errorf("resuming A: %w", err)
@@ -359,7 +360,7 @@ func contention(ctx context.Context, r *run) error {
 					return
 				}
 			}
-			if !sleep(ctx, time.Duration(i)*15*time.Millisecond) {
+			if ctxwait.Sleep(ctx, time.Duration(i)*15*time.Millisecond) != nil {
 				errs[i] = ctx.Err()
 				return
 			}
@@ -379,7 +380,7 @@ func contention(ctx context.Context, r *run) error {
 					if d > r.spec.TTL {
 						c.emit(Event{Kind: Note, Detail: fmt.Sprintf("works %v inside the critical section, longer than the %v TTL", d, r.spec.TTL)})
 					}
-					if !sleep(ctx, d) {
+					if ctxwait.Sleep(ctx, d) != nil {
 						return ctx.Err()
 					}
 					return nil

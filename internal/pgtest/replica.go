@@ -2,13 +2,13 @@ package pgtest
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/occkit/occkit/internal/servers"
 	"github.com/occkit/occkit/internal/testenv"
 )
 
@@ -69,29 +69,9 @@ func CatchUp(t testing.TB, primary, replica *pgxpool.Pool) {
 }
 
 // WaitReplayed waits until the replica has replayed everything the primary
-// had written when it was called, or ctx ends. It writes one WAL record on
-// the primary (a logical message: no table, nothing to clean up) and waits
-// for the replica to replay past its end.
+// had written when it was called, or ctx ends (servers.WaitReplayed).
 func WaitReplayed(ctx context.Context, primary, replica *pgxpool.Pool) error {
-	var lsn string
-	if err := primary.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'occkit', 'pgtest catch-up')::text`).Scan(&lsn); err != nil {
-		return fmt.Errorf("write the catch-up record on the primary: %w", err)
-	}
-	for {
-		var done bool
-		err := replica.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&done)
-		switch {
-		case err != nil:
-			return fmt.Errorf("the replica's replay position: %w", err)
-		case done:
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the replica has not replayed up to %s: %w", lsn, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	return servers.WaitReplayed(ctx, primary, replica)
 }
 
 // PauseReplay pauses the replica's replay of the primary's WAL

@@ -9,46 +9,16 @@
 //	go run ./benchmarks/cmd/occbench --backends memory --workloads counter \
 //	    --keys 1,10,1000 --theta 0,0.99,1.2 --workers 4,16 --work 0,1ms
 //
-// With no flags it runs, on every backend it can open (memory; etcd in
-// process; PostgreSQL, Redis and MariaDB from OCCKIT_PG_URL,
-// OCCKIT_REDIS_URL and OCCKIT_MYSQL_DSN, or throwaway servers it starts
-// with scripts/servers/*.sh when they are installed; SQLite in process;
-// DynamoDB on minidyn's server in process, or dynalite from
-// OCCKIT_DYNALITE_URL; ZooKeeper for its lock), a low-contention point
-// (8 workers, 1000 keys, uniform) and a high-contention one (8 workers, 1
-// key) for every workload and the backend's default strategies, and says
-// which backends it skipped and why. The five Redis servers of
-// lock-redlock (OCCKIT_REDLOCK_URLS, or started with
-// scripts/servers/redis.sh) are started only when a lock-redlock cell
-// runs. Every server it started is stopped at exit. The markdown table and the goal checks go to stdout, progress to
-// stderr; --out DIR also writes results.json, results.csv, charts/*.png
-// and report.html. A broken invariant is printed loudly and makes the
-// exit status 1.
-//
-// The clusters run only when named in --backends: redis-cluster (a Redis
-// Cluster of 3 masters and 3 replicas, OCCKIT_REDIS_CLUSTER_URL or
-// scripts/servers/redis-cluster.sh), etcd3 (three etcd members in
-// process) and postgres-replica (a PostgreSQL primary with a streaming
-// replica, OCCKIT_PG_URL and OCCKIT_PG_REPLICA_URL or
-// scripts/servers/postgres.sh --replica), with occ-follower-reads (reads
-// from a follower or the replica) beside occ:
-//
-//	go run ./benchmarks/cmd/occbench --backends etcd3,redis-cluster,postgres-replica --keys 1000 --out /tmp/lab-clusters
-//
-// `occbench story` runs the lock stories instead (package
-// benchmarks/story): scripted scenarios in which a lock fails as locks
-// fail in production, in each lock mode, on real servers:
-//
-//	go run ./benchmarks/cmd/occbench story --out /tmp/stories
-//	go run ./benchmarks/cmd/occbench story --stories gc-pause --modes redis,fenced,occ
-//
-// It prints the outcome table (lost updates, stale writes accepted and
-// rejected, time blocked, verdict) and, with --out DIR, writes
-// DIR/stories.json and DIR/stories.html. A mode whose server is not
-// installed is skipped with a note. Its exit status is 1 when a run failed,
-// when the fenced or occ mode lost an update or accepted a stale write, or
-// (with --require-servers) when a mode was skipped; unfenced locks losing
-// updates is the expected outcome.
+// With no flags it runs the default grid (a low- and a high-contention
+// point for every workload and the backend's default strategies) on every
+// backend it can open, reaching servers from the OCCKIT_* variables or
+// starting throwaway ones with scripts/servers/*.sh (and stopping them at
+// exit); the clusters run only when named in --backends. The markdown
+// table and the goal checks go to stdout; --out DIR also writes
+// results.json, results.csv, charts/*.png and report.html. A broken
+// invariant makes the exit status 1. `occbench story` runs the lock
+// stories (package benchmarks/story) instead. See docs/benchmarks.md and
+// docs/stories.md.
 package main
 
 import (
@@ -314,42 +284,37 @@ func list(s string) []string {
 	return out
 }
 
-func ints(s string) ([]int, error) {
-	var out []int
+// parseList parses the comma-separated list s with parse, which says what
+// it expects when an item is not that.
+func parseList[T any](s string, parse func(string) (T, bool), want string) ([]T, error) {
+	var out []T
 	for _, f := range list(s) {
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-func floats(s string) ([]float64, error) {
-	var out []float64
-	for _, f := range list(s) {
-		x, err := strconv.ParseFloat(f, 64)
-		if err != nil || x < 0 || x > lab.MaxTheta {
-			return nil, fmt.Errorf("%q is not a number in [0, %v]", f, lab.MaxTheta)
+		x, ok := parse(f)
+		if !ok {
+			return nil, fmt.Errorf("%q is not %s", f, want)
 		}
 		out = append(out, x)
 	}
 	return out, nil
 }
 
+func ints(s string) ([]int, error) {
+	return parseList(s, func(f string) (int, bool) {
+		n, err := strconv.Atoi(f)
+		return n, err == nil && n >= 1
+	}, "a positive integer")
+}
+
+func floats(s string) ([]float64, error) {
+	return parseList(s, func(f string) (float64, bool) {
+		x, err := strconv.ParseFloat(f, 64)
+		return x, err == nil && x >= 0 && x <= lab.MaxTheta
+	}, fmt.Sprintf("a number in [0, %v]", lab.MaxTheta))
+}
+
 func durations(s string) ([]time.Duration, error) {
-	var out []time.Duration
-	for _, f := range list(s) {
-		if f == "0" {
-			out = append(out, 0)
-			continue
-		}
+	return parseList(s, func(f string) (time.Duration, bool) {
 		d, err := time.ParseDuration(f)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("%q is not a duration", f)
-		}
-		out = append(out, d)
-	}
-	return out, nil
+		return d, err == nil && d >= 0
+	}, "a duration")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/leasefaults"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 	"github.com/occkit/occkit/internal/faultproxy"
 	"github.com/occkit/occkit/internal/servers"
 )
@@ -243,10 +244,8 @@ func awaitAnswer(ctx context.Context, s cas.Store, within time.Duration) error {
 		if err == nil || errors.Is(err, cas.ErrNotFound) {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if ctxwait.Sleep(ctx, 100*time.Millisecond) != nil {
 			return fmt.Errorf("the target did not answer a read within %v: %w", within, err)
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/adapters/rediscas"
 	"github.com/occkit/occkit/benchmarks/internal/backends"
+	"github.com/occkit/occkit/internal/ctxwait"
 	"github.com/occkit/occkit/internal/servers"
 )
 
@@ -79,10 +80,7 @@ func etcdClusterTarget(ctx context.Context, e *env, ns, fault string, serializab
 			c.HardStop(lead)
 		} else { // faultPartition
 			c.Isolate(lead)
-			select {
-			case <-time.After(held):
-			case <-ctx.Done():
-			}
+			_ = ctxwait.Sleep(ctx, held)
 			c.Heal(lead)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -222,12 +220,11 @@ func redisPID(ctx context.Context, addr string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			return strconv.Atoi(v)
-		}
+	pid, err := strconv.Atoi(backends.InfoField(info, "process_id"))
+	if err != nil {
+		return 0, fmt.Errorf("no process_id in INFO server of %s", addr)
 	}
-	return 0, fmt.Errorf("no process_id in INFO server of %s", addr)
+	return pid, nil
 }
 
 // replicaTarget opens b's primary and replica (the environment's, or
@@ -270,10 +267,7 @@ func (b backend) replicaTarget(ctx context.Context, ns string) (_ *target, err e
 			_, err := replica.Exec(rctx, `SELECT pg_wal_replay_resume()`)
 			return err
 		}
-		select {
-		case <-time.After(held):
-		case <-ctx.Done():
-		}
+		_ = ctxwait.Sleep(ctx, held)
 		if err := resume(); err != nil {
 			return fmt.Errorf("resuming the replica's replay: %w", err)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // The faults.
@@ -66,44 +68,23 @@ func inject(ctx context.Context, fault string, tg *target, start time.Time, d, r
 	}
 	var inj injection
 	end := start.Add(d)
-	wait := func(until time.Time) bool {
-		t := time.NewTimer(time.Until(until))
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	needProxy := func() error {
-		if tg.proxy == nil {
-			return fmt.Errorf("%w: %s needs a proxy", errNoFault, fault)
-		}
-		return nil
+	wait := func(until time.Time) bool { return ctxwait.Sleep(ctx, time.Until(until)) == nil }
+	if (fault == faultDrop || fault == faultLatency || fault == faultCut) && tg.proxy == nil {
+		return inj, fmt.Errorf("%w: %s needs a proxy", errNoFault, fault)
 	}
 	switch fault {
 	case faultNone:
 		wait(end)
 	case faultDrop:
-		if err := needProxy(); err != nil {
-			return inj, err
-		}
 		for next := start.Add(period); next.Before(end) && wait(next); next = next.Add(period) {
 			inj.events += tg.proxy.DropAll()
 		}
 		wait(end)
 	case faultLatency:
-		if err := needProxy(); err != nil {
-			return inj, err
-		}
 		tg.proxy.SetChunkDelay(addedLatency)
 		wait(end)
 		tg.proxy.SetChunkDelay(0)
 	case faultCut:
-		if err := needProxy(); err != nil {
-			return inj, err
-		}
 		before := tg.proxy.Cuts()
 		for next := start.Add(cutEvery); next.Before(end) && wait(next); next = next.Add(cutEvery) {
 			tg.proxy.CutAfter(1 + rand.Int64N(cutMaxBytes))
@@ -123,16 +104,10 @@ func inject(ctx context.Context, fault string, tg *target, start time.Time, d, r
 			return inj, fmt.Errorf("%s: %w", fault, err)
 		}
 		inj.events, inj.over = 1, time.Now()
-		wait(maxTime(end, inj.over.Add(recovery)))
+		wait(end)
+		wait(inj.over.Add(recovery))
 	default:
 		return inj, fmt.Errorf("%w: unknown fault %q", errNoFault, fault)
 	}
 	return inj, ctx.Err()
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

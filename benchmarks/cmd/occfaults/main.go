@@ -21,8 +21,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -32,6 +30,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/occkit/occkit/benchmarks/internal/backends"
+	"github.com/occkit/occkit/benchmarks/internal/leasefaults"
 
 	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 	"github.com/occkit/occkit/cas"
@@ -160,33 +161,24 @@ func run() int {
 	return 0
 }
 
-// selected reports whether --only selects the run; without --only, every
-// run but the clusters'.
+// selected reports whether --only selects the run of the fault on the
+// backend (fault "": any run of the backend); without --only, every run
+// but the clusters'.
 func selected(only, backend, fault string) bool {
 	if only == "" {
 		return !isCluster(backend)
 	}
 	for _, s := range strings.Split(only, ",") {
-		if s = strings.TrimSpace(s); s == backend || s == backend+"/"+fault {
+		b, f, _ := strings.Cut(strings.TrimSpace(s), "/")
+		if b == backend && (f == "" || fault == "" || f == fault) {
 			return true
 		}
 	}
 	return false
 }
 
-// selectedBackend reports whether --only selects a run of the backend;
-// without --only, every backend but the clusters.
-func selectedBackend(only, backend string) bool {
-	if only == "" {
-		return !isCluster(backend)
-	}
-	for _, s := range strings.Split(only, ",") {
-		if b, _, _ := strings.Cut(strings.TrimSpace(s), "/"); b == backend {
-			return true
-		}
-	}
-	return false
-}
+// selectedBackend reports whether --only selects a run of the backend.
+func selectedBackend(only, backend string) bool { return selected(only, backend, "") }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "occfaults: "+format+"\n", args...)
@@ -256,7 +248,7 @@ func runTarget(ctx context.Context, p params, backend, fault string, tg *target)
 		r := Run{
 			Backend: backend, Fault: fault, Workload: wl.name, Seconds: elapsed.Seconds(),
 			Succeeded: wl.succeeded, Ambiguous: wl.ambiguous, Failed: wl.failed, Reads: wl.reads,
-			FaultEvents: inj.events, Errors: topErrors(wl.errs, 5), Allowed: tg.allowed, AllowsLost: tg.allowsLost,
+			FaultEvents: inj.events, Errors: leasefaults.TopErrors(wl.errs, 5), Allowed: tg.allowed, AllowsLost: tg.allowsLost,
 		}
 		r.Ops = r.Succeeded + r.Ambiguous + r.Failed
 		if wl.unrecordable > 0 {
@@ -322,11 +314,5 @@ func joinNote(a, b string) string {
 
 // namespace returns a fresh name for a run's table or key prefix.
 func namespace(fault string) string {
-	return "occfaults_" + strings.ReplaceAll(fault, "-", "_") + "_" + randHex(4)
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return "occfaults_" + strings.ReplaceAll(fault, "-", "_") + "_" + backends.RandomHex(4)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -169,21 +168,4 @@ func shorten(s string) string {
 		return s[:200] + "..."
 	}
 	return s
-}
-
-func topErrors(m map[string]int, n int) []string {
-	type kv struct {
-		msg string
-		n   int
-	}
-	var all []kv
-	for k, v := range m {
-		all = append(all, kv{k, v})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || all[i].n == all[j].n && all[i].msg < all[j].msg })
-	var out []string
-	for i := 0; i < len(all) && i < n; i++ {
-		out = append(out, fmt.Sprintf("%d× %s", all[i].n, all[i].msg))
-	}
-	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // succeededAfter counts the recorded writes that began after t (ns since
@@ -37,10 +38,8 @@ func readFinal(ctx context.Context, s cas.Store, key string) ([]byte, error) {
 		case errors.Is(err, cas.ErrNotFound):
 			return nil, nil
 		}
-		select {
-		case <-ctx.Done():
+		if ctxwait.Sleep(ctx, 100*time.Millisecond) != nil {
 			return nil, fmt.Errorf("reading %s directly: %w", key, err)
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

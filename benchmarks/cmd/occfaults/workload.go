@@ -46,7 +46,12 @@ type workload struct {
 	staleReads bool
 	invoked    atomic.Int64
 
-	mu                               sync.Mutex
+	mu sync.Mutex
+	tally
+}
+
+// tally is what calls left: the recorded calls and the counts.
+type tally struct {
 	events                           []linearcheck.Op
 	transfers                        []transferCall
 	succeeded, ambiguous, failed     int64
@@ -57,14 +62,9 @@ type workload struct {
 
 // worker is one goroutine's share, merged into the workload at its end.
 type worker struct {
-	id                               int
-	rng                              *rand.Rand
-	events                           []linearcheck.Op
-	transfers                        []transferCall
-	succeeded, ambiguous, failed     int64
-	reads, readsFailed, unrecordable int64
-	unknown                          int64
-	errs                             map[string]int
+	id  int
+	rng *rand.Rand
+	tally
 }
 
 func newWorkload(name string, t0 time.Time, keys int, window int64) *workload {
@@ -72,7 +72,7 @@ func newWorkload(name string, t0 time.Time, keys int, window int64) *workload {
 	if name == "transfer" {
 		perGen /= 2 // a transfer touches two accounts
 	}
-	return &workload{name: name, t0: t0, callsPerGen: perGen, windowGens: max(1, window/perGen), errs: map[string]int{}}
+	return &workload{name: name, t0: t0, callsPerGen: perGen, windowGens: max(1, window/perGen), tally: tally{errs: map[string]int{}}}
 }
 
 func (wl *workload) now() int64 { return int64(time.Since(wl.t0)) }
@@ -137,7 +137,7 @@ func classify(err error) linearcheck.Outcome {
 func (wl *workload) start(ctx context.Context, stop <-chan struct{}, workers, firstID int, call func(ctx context.Context, wk *worker)) func() {
 	var wg sync.WaitGroup
 	for i := range workers {
-		wk := &worker{id: firstID + i, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(firstID+i))), errs: map[string]int{}}
+		wk := &worker{id: firstID + i, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(firstID+i))), tally: tally{errs: map[string]int{}}}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -157,13 +157,13 @@ func (wl *workload) start(ctx context.Context, stop <-chan struct{}, workers, fi
 	return wg.Wait
 }
 
-func counterKey(i int, gen int64) string {
-	return "counter-" + strconv.Itoa(i) + ".g" + strconv.FormatInt(gen, 10)
+// genKey is key i of a generation: kind-i.gGEN.
+func genKey(kind string, i int, gen int64) string {
+	return kind + "-" + strconv.Itoa(i) + ".g" + strconv.FormatInt(gen, 10)
 }
 
-func accountKey(i int, gen int64) string {
-	return "account-" + strconv.Itoa(i) + ".g" + strconv.FormatInt(gen, 10)
-}
+func counterKey(i int, gen int64) string { return genKey("counter", i, gen) }
+func accountKey(i int, gen int64) string { return genKey("account", i, gen) }
 
 // read is a worker's read of key: counted, and recorded (when rec, and
 // reads are not stale) with the state decode makes of the item ("" when
@@ -232,9 +232,7 @@ func counterCall(wl *workload, counters *cas.Typed[int64], opts []occ.Option) fu
 	}
 }
 
-func deltaKey(i int, gen int64) string {
-	return "delta-" + strconv.Itoa(i) + ".g" + strconv.FormatInt(gen, 10)
-}
+func deltaKey(i int, gen int64) string { return genKey("delta", i, gen) }
 
 // deltaCall returns the function a worker of the delta workload calls:
 // occ.Add of 1 to a counter, on a store that applies deltas itself. A

@@ -2,7 +2,9 @@ package backends
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -148,11 +150,10 @@ func (s *Server) Connect(ctx context.Context, opts ClientOptions) (_ *Client, er
 // proxy returns the address of a new proxy in front of hostport, closed
 // with the client.
 func (c *Client) proxy(hostport string, delay time.Duration) (string, error) {
-	p, err := faultproxy.New(hostport)
+	p, err := newProxy(hostport, delay)
 	if err != nil {
-		return "", fmt.Errorf("proxy for %s: %w", hostport, err)
+		return "", err
 	}
-	p.SetPathDelay(delay)
 	c.proxies = append(c.proxies, p)
 	return p.Addr(), nil
 }
@@ -295,3 +296,11 @@ func (c *Client) Redlock() []*redis.Client { return c.redlock }
 // ZooKeeperAddr returns the host:port a ZooKeeper client dials (the
 // client's proxy when it has one), or "" on another system.
 func (c *Client) ZooKeeperAddr() string { return c.zkAddr }
+
+// RandomHex returns n random bytes in hex: names of scopes, runs and
+// tables that no other run uses.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -13,9 +13,7 @@ import (
 
 	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/adapters/pgcas"
-	"github.com/occkit/occkit/adapters/rediscas"
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/servers"
 )
 
@@ -67,12 +65,7 @@ func (c *Client) CatchUp(ctx context.Context) error {
 
 // --- Redis Cluster ---
 
-// redisClusterDriver is a go-redis cluster client; a namespace is a key
-// prefix without a hash tag, so that a store's keys spread over the
-// cluster's slots.
-type redisClusterDriver struct{ cli *redis.ClusterClient }
-
-func connectRedisCluster(s *Server, opts ClientOptions) (*redisClusterDriver, error) {
+func connectRedisCluster(s *Server, opts ClientOptions) (*redisDriver, error) {
 	o, err := redis.ParseClusterURL(s.URL)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.EnvVar, err)
@@ -84,42 +77,26 @@ func connectRedisCluster(s *Server, opts ClientOptions) (*redisClusterDriver, er
 		o.DialTimeout = opts.DialTimeout
 	}
 	o.ContextTimeoutEnabled = true
-	return &redisClusterDriver{cli: redis.NewClusterClient(o)}, nil
+	return &redisDriver{cli: redis.NewClusterClient(o)}, nil
 }
 
-func (d *redisClusterDriver) store(ns string) (cas.Store, error) {
-	return rediscas.New(d.cli, rediscas.Config{Prefix: ns + ":"})
-}
-
-func (d *redisClusterDriver) create(context.Context, string) error { return nil }
-
-func (d *redisClusterDriver) drop(ctx context.Context, ns string) error {
-	return DeleteRedisPrefix(ctx, d.cli, ns+":")
-}
-
-func (d *redisClusterDriver) locker(_ context.Context, cfg LockerConfig) (hybrid.Locker, func() error, error) {
-	l, err := rediscas.NewLocker(d.cli, rediscas.LockerConfig{Prefix: RedisLockPrefix(cfg.Name), TTL: cfg.TTL})
-	if err != nil {
-		return nil, nil, err
-	}
-	return l, func() error { return nil }, nil
-}
-
-func (d *redisClusterDriver) describe(ctx context.Context) (string, string, error) {
+// describeCluster describes a Redis Cluster: its masters and replicas,
+// and the first master's version and persistence.
+func describeCluster(ctx context.Context, cc *redis.ClusterClient) (string, string, error) {
 	var (
 		mu                sync.Mutex // ForEachMaster calls fn on a goroutine per master
 		masters, replicas int
 		info              string
 		save              map[string]string
 	)
-	err := d.cli.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		i, err := m.Info(ctx, "server", "persistence", "replication").Result()
 		if err != nil {
 			return err
 		}
 		sv, _ := m.ConfigGet(ctx, "save").Result()
 		var n int
-		_, _ = fmt.Sscan(infoField(i, "connected_slaves"), &n)
+		_, _ = fmt.Sscan(InfoField(i, "connected_slaves"), &n)
 		mu.Lock()
 		defer mu.Unlock()
 		masters++
@@ -132,42 +109,8 @@ func (d *redisClusterDriver) describe(ctx context.Context) (string, string, erro
 	if err != nil {
 		return "", "", err
 	}
-	aof := infoField(info, "aof_enabled")
-	durable := fmt.Sprintf("appendonly=%s, save=%q", map[string]string{"0": "no", "1": "yes"}[aof], save["save"])
-	if aof == "0" && save["save"] == "" {
-		durable += " (no persistence: throwaway data)"
-	}
-	durable += "; replication asynchronous, a write acknowledged by its slot's master alone (rediscas WaitReplicas 0)"
-	return fmt.Sprintf("Redis %s, a Redis Cluster of %d masters with %d replicas", infoField(info, "redis_version"), masters, replicas), durable, nil
-}
-
-func (d *redisClusterDriver) dropScope(context.Context) error { return nil }
-func (d *redisClusterDriver) close() error                    { return d.cli.Close() }
-func (d *redisClusterDriver) native(c *Client)                { c.rcl = d.cli }
-
-// deleteClusterPrefix removes every key under prefix on every master of a
-// cluster, one key a command (the keys of one master are in many slots).
-func deleteClusterPrefix(ctx context.Context, cli *redis.ClusterClient, prefix string) error {
-	return cli.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		it := m.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		pipe := m.Pipeline()
-		for it.Next(ctx) {
-			pipe.Unlink(ctx, it.Val())
-			if pipe.Len() >= 500 {
-				if _, err := pipe.Exec(ctx); err != nil {
-					return err
-				}
-			}
-		}
-		if err := it.Err(); err != nil {
-			return err
-		}
-		if pipe.Len() > 0 {
-			_, err := pipe.Exec(ctx)
-			return err
-		}
-		return nil
-	})
+	durable := persistence(info, save) + "; replication asynchronous, a write acknowledged by its slot's master alone (rediscas WaitReplicas 0)"
+	return fmt.Sprintf("Redis %s, a Redis Cluster of %d masters with %d replicas", InfoField(info, "redis_version"), masters, replicas), durable, nil
 }
 
 // --- etcd with three members ---
@@ -322,31 +265,7 @@ func (d *pgReplicaDriver) create(ctx context.Context, ns string) error {
 }
 
 func (d *pgReplicaDriver) catchUp(ctx context.Context) error {
-	return waitReplayed(ctx, d.pool, d.replica)
-}
-
-// waitReplayed waits until replica has replayed everything primary had
-// written when it was called: it writes one WAL record on the primary (a
-// logical message) and polls the replica's replay position.
-func waitReplayed(ctx context.Context, primary, replica *pgxpool.Pool) error {
-	var lsn string
-	if err := primary.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'occkit', 'lab catch-up')::text`).Scan(&lsn); err != nil {
-		return fmt.Errorf("the primary's catch-up record: %w", err)
-	}
-	for {
-		var done bool
-		if err := replica.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&done); err != nil {
-			return fmt.Errorf("the replica's replay position: %w", err)
-		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the replica has not replayed up to %s: %w", lsn, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	return servers.WaitReplayed(ctx, d.pool, d.replica)
 }
 
 func (d *pgReplicaDriver) describe(ctx context.Context) (string, string, error) {

@@ -84,3 +84,21 @@ func (d *etcdDriver) close() error {
 	}
 	return nil
 }
+
+// RevokeEtcdGrant ends the grant of etcdcas.Locker's lock name under
+// prefix (its key prefix + name + "\x00...") created at revision rev (the
+// grant's token) by revoking its session lease, as the lease's expiry
+// would. found is false when no such grant is left.
+func RevokeEtcdGrant(ctx context.Context, cli *clientv3.Client, prefix, name string, rev int64) (found bool, err error) {
+	resp, err := cli.Get(ctx, prefix+name+"\x00", clientv3.WithPrefix())
+	if err != nil {
+		return false, err
+	}
+	for _, kv := range resp.Kvs {
+		if kv.CreateRevision == rev {
+			_, err := cli.Revoke(ctx, clientv3.LeaseID(kv.Lease))
+			return true, err
+		}
+	}
+	return false, nil
+}

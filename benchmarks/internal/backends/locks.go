@@ -122,9 +122,9 @@ func (d *redlockDriver) describe(ctx context.Context) (string, string, error) {
 		if err != nil {
 			return "", "", fmt.Errorf("%s: %w", c.Options().Addr, err)
 		}
-		version = infoField(info, "redis_version")
+		version = InfoField(info, "redis_version")
 		save, _ := c.ConfigGet(ctx, "save").Result()
-		if p := fmt.Sprintf("appendonly=%s save=%q", map[string]string{"0": "no", "1": "yes"}[infoField(info, "aof_enabled")], save["save"]); !slices.Contains(persists, p) {
+		if p := fmt.Sprintf("appendonly=%s save=%q", map[string]string{"0": "no", "1": "yes"}[InfoField(info, "aof_enabled")], save["save"]); !slices.Contains(persists, p) {
 			persists = append(persists, p)
 		}
 		addrs = append(addrs, c.Options().Addr)

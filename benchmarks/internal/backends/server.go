@@ -431,9 +431,15 @@ func (s *Server) Proxy(delay time.Duration) (*faultproxy.Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := faultproxy.New(addr)
+	return newProxy(addr, delay)
+}
+
+// newProxy returns a fault proxy in front of hostport that holds every
+// byte for delay in each direction.
+func newProxy(hostport string, delay time.Duration) (*faultproxy.Proxy, error) {
+	p, err := faultproxy.New(hostport)
 	if err != nil {
-		return nil, fmt.Errorf("proxy for %s: %w", addr, err)
+		return nil, fmt.Errorf("proxy for %s: %w", hostport, err)
 	}
 	p.SetPathDelay(delay)
 	return p, nil

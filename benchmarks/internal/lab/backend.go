@@ -2,8 +2,6 @@ package lab
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -129,9 +127,7 @@ func openBackend(ctx context.Context, l *Lab, sys system) (_ *backend, err error
 		opts.Conns = sys.conns(env.MaxWorkers)
 	}
 	if sys.scopeEnv != "" {
-		var rb [6]byte
-		_, _ = rand.Read(rb[:])
-		b.scope = "occbench_" + hex.EncodeToString(rb[:])
+		b.scope = "occbench_" + backends.RandomHex(6)
 		if s := getenv(env, sys.scopeEnv); s != "" {
 			b.scope, b.attached = s, true // a --procs child: the parent's
 		}

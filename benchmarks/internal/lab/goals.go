@@ -202,6 +202,15 @@ func checkGoals(results []Result) []goalCheck {
 		versus := func(r Result, name string) string {
 			return fmt.Sprintf("%s %s/s vs %s %s/s", name, rate(r.Throughput), bestCross.Strategy, rate(bestCross.Throughput))
 		}
+		// queueTail returns the best queueing lock of the point and r's
+		// p99.9 against its, for a detail ("" without one).
+		queueTail := func(r Result) (string, Result, bool) {
+			q, ok := best(g.byName, func(s strategySpec) bool { return queueing[s.Name] })
+			if !ok {
+				return "", q, false
+			}
+			return fmt.Sprintf("; p99.9 %.2f× %s's %.3g ms", r.P999Ms/max(q.P999Ms, 1e-9), q.Strategy, q.P999Ms), q, true
+		}
 		p := g.point
 		if p.Low() {
 			vsCross(check(goalLowOCC), occR, hasOCC, "occ", 2, func() string { return versus(occR, occName) + reference(occR) })
@@ -283,11 +292,8 @@ func checkGoals(results []Result) []goalCheck {
 				} else {
 					detail := fmt.Sprintf("occ-txn %s/s (p99.9 %.3g ms, %d/%d committed, %d failed, %.2f attempts/op) vs %s %s/s", rate(r.Throughput), r.P999Ms,
 						r.WorkersCommitted, r.Workers, r.TotalFailedOps, r.AttemptsPerOp, fu.Strategy, rate(fu.Throughput))
-					q, okQ := best(g.byName, func(s strategySpec) bool { return queueing[s.Name] })
-					if okQ {
-						detail += fmt.Sprintf("; p99.9 %.2f× %s's %.3g ms", r.P999Ms/max(q.P999Ms, 1e-9), q.Strategy, q.P999Ms)
-					}
-					judgeThroughput(c, r, fu, 1, detail)
+					tail, q, okQ := queueTail(r)
+					judgeThroughput(c, r, fu, 1, detail+tail)
 					if r.WorkersCommitted < r.Workers || r.TotalFailedOps > 0 || (okQ && r.P999Ms > 3*q.P999Ms) {
 						c.Status = goalNotMet
 					}
@@ -331,11 +337,8 @@ func checkGoals(results []Result) []goalCheck {
 					missing(c, "cross-process lock-*")
 				} else {
 					detail := fmt.Sprintf("delta %s/s (p99.9 %.3g ms, %d failed) vs %s %s/s", rate(r.Throughput), r.P999Ms, r.TotalFailedOps, bestCross.Strategy, rate(bestCross.Throughput))
-					q, okQ := best(g.byName, func(s strategySpec) bool { return queueing[s.Name] })
-					if okQ {
-						detail += fmt.Sprintf("; p99.9 %.2f× %s's %.3g ms", r.P999Ms/max(q.P999Ms, 1e-9), q.Strategy, q.P999Ms)
-					}
-					judgeThroughput(c, r, bestCross, 5, detail)
+					tail, q, okQ := queueTail(r)
+					judgeThroughput(c, r, bestCross, 5, detail+tail)
 					if r.TotalFailedOps > 0 || (okQ && r.P999Ms > q.P999Ms) {
 						c.Status = goalNotMet
 					}

@@ -180,12 +180,9 @@ func (g Grid) Plan(l *Lab) ([]Cell, []skip, error) {
 		skips []skip
 	)
 	skip := func(name, reason string) {
-		for _, s := range skips {
-			if s.Name == name {
-				return
-			}
+		if !slices.ContainsFunc(skips, func(s skip) bool { return s.Name == name }) {
+			skips = append(skips, skip{Name: name, Reason: reason})
 		}
-		skips = append(skips, skip{Name: name, Reason: reason})
 	}
 	for _, b := range backendNames {
 		if g.Procs > 1 && b == "memory" {

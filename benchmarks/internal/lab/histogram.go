@@ -66,9 +66,6 @@ func (h *latencyHistogram) Merge(o *latencyHistogram) {
 	h.max = max(h.max, o.max)
 }
 
-// Count returns the number of recorded durations.
-func (h *latencyHistogram) Count() uint64 { return h.n }
-
 // Max returns the largest recorded duration.
 func (h *latencyHistogram) Max() time.Duration { return h.max }
 

@@ -35,8 +35,8 @@ func TestHistogramQuantiles(t *testing.T) {
 			}
 		}
 	}
-	if h.Count() != 100_000 || a.Count() != 100_000 || h.Max() != all[len(all)-1] {
-		t.Errorf("count %d/%d, max %v (want %v)", h.Count(), a.Count(), h.Max(), all[len(all)-1])
+	if h.n != 100_000 || a.n != 100_000 || h.Max() != all[len(all)-1] {
+		t.Errorf("count %d/%d, max %v (want %v)", h.n, a.n, h.Max(), all[len(all)-1])
 	}
 	var empty latencyHistogram
 	if empty.Quantile(0.5) != 0 {

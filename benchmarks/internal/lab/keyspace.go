@@ -2,6 +2,7 @@ package lab
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strconv"
 )
 
@@ -66,7 +67,7 @@ func (ks keySpace) pick(r *rand.Rand, z *zipfDist, buf []string) []string {
 	buf[0] = ks.names[ranks[0]]
 	for i := 1; i < len(buf); i++ {
 		k := lo + r.IntN(hi-lo)
-		for containsRank(ranks[:i], k) {
+		for slices.Contains(ranks[:i], k) {
 			k = lo + (k-lo+1)%(hi-lo)
 		}
 		ranks[i] = k

@@ -2,12 +2,12 @@ package lab
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 )
 
 // skip records a backend or cell the lab did not run, and why.
@@ -43,9 +43,7 @@ func OpenLab(ctx context.Context, names []string, env Env) (*Lab, error) {
 	if len(names) == 0 {
 		names = DefaultBackends()
 	}
-	var id [4]byte
-	_, _ = rand.Read(id[:])
-	l := &Lab{env: env, id: hex.EncodeToString(id[:]), open: map[string]*backend{}, failed: map[string]error{}}
+	l := &Lab{env: env, id: backends.RandomHex(4), open: map[string]*backend{}, failed: map[string]error{}}
 	for _, n := range names {
 		if _, ok := lookupSystem(n); !ok {
 			return nil, fmt.Errorf("benchmarks: unknown backend %q (have %v)", n, Backends())

@@ -40,22 +40,15 @@ type childSpec struct {
 
 // workerReport is a worker's counters, as a child sends them back.
 type workerReport struct {
-	Buckets             map[int]uint64
-	N                   uint64
-	Max                 time.Duration
-	Tally               opTally
-	Committed, Failed   int64
-	CommittedInWindow   int64
-	Stalled             int64
-	Ambiguous, Declined int64
-	Attempts, Fenced    int64
-	FirstErr            string
+	Buckets map[int]uint64
+	N       uint64
+	Max     time.Duration
+	workerCounts
+	FirstErr string
 }
 
 func (w *worker) report() workerReport {
-	r := workerReport{Buckets: map[int]uint64{}, N: w.hist.n, Max: w.hist.max, Tally: w.tally,
-		Committed: w.committed, Failed: w.failed, CommittedInWindow: w.committedInWindow, Stalled: w.stalled,
-		Ambiguous: w.ambiguous, Declined: w.declined, Attempts: w.attempts, Fenced: w.fenced}
+	r := workerReport{Buckets: map[int]uint64{}, N: w.hist.n, Max: w.hist.max, workerCounts: w.workerCounts}
 	for i, n := range w.hist.counts {
 		if n > 0 {
 			r.Buckets[i] = n
@@ -75,8 +68,7 @@ func (w *worker) load(r workerReport) {
 			w.hist.counts[i] = n
 		}
 	}
-	w.tally, w.committed, w.failed, w.committedInWindow, w.stalled = r.Tally, r.Committed, r.Failed, r.CommittedInWindow, r.Stalled
-	w.ambiguous, w.declined, w.attempts, w.fenced = r.Ambiguous, r.Declined, r.Attempts, r.Fenced
+	w.workerCounts = r.workerCounts
 	if r.FirstErr != "" {
 		w.firstErr = errors.New(r.FirstErr)
 	}

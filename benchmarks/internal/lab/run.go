@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
@@ -304,20 +304,20 @@ func (l *Lab) result(c Cell, zipf *zipfDist, elapsed time.Duration, workers []*w
 	var attempts int64
 	for _, wk := range workers {
 		hist.Merge(&wk.hist)
-		tally.Committed += wk.tally.Committed
-		tally.Declined += wk.tally.Declined
-		tally.Ambiguous += wk.tally.Ambiguous
-		tally.Failed += wk.tally.Failed
-		tally.Negative += wk.tally.Negative
-		res.TotalFailedOps += wk.tally.Failed + wk.tally.Ambiguous
-		res.Ops += wk.committed
-		res.FailedOps += wk.failed
-		res.AmbiguousOps += wk.ambiguous
-		res.DeclinedOps += wk.declined
-		res.FenceRejections += wk.fenced
-		res.StalledOps += wk.stalled
-		attempts += wk.attempts
-		if wk.committedInWindow > 0 {
+		tally.Committed += wk.Tally.Committed
+		tally.Declined += wk.Tally.Declined
+		tally.Ambiguous += wk.Tally.Ambiguous
+		tally.Failed += wk.Tally.Failed
+		tally.Negative += wk.Tally.Negative
+		res.TotalFailedOps += wk.Tally.Failed + wk.Tally.Ambiguous
+		res.Ops += wk.Committed
+		res.FailedOps += wk.Failed
+		res.AmbiguousOps += wk.Ambiguous
+		res.DeclinedOps += wk.Declined
+		res.FenceRejections += wk.Fenced
+		res.StalledOps += wk.Stalled
+		attempts += wk.Attempts
+		if wk.CommittedInWindow > 0 {
 			res.WorkersCommitted++
 		}
 		if res.Error == "" && wk.firstErr != nil {
@@ -416,30 +416,13 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // parallel calls f for every key from 8 goroutines and returns the first
 // error.
 func parallel(ctx context.Context, keys []string, f func(ctx context.Context, k string) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		next  atomic.Int64
-		once  sync.Once
-		first error
-		wg    sync.WaitGroup
-	)
-	for range min(8, len(keys)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(keys)) || ctx.Err() != nil {
-					return
-				}
-				if err := f(ctx, keys[i]); err != nil {
-					once.Do(func() { first = err; cancel() })
-					return
-				}
-			}
-		}()
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error { return f(ctx, k) })
 	}
-	wg.Wait()
-	return first
+	return g.Wait()
 }

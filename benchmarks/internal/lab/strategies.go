@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"slices"
 
 	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/cas"
@@ -23,10 +22,7 @@ var coreStrategies = []strategySpec{
 		About:     "occ.Update: read, mutate, compare-and-swap, retry with backoff on conflict",
 		SingleKey: true,
 		New: func(_ context.Context, h *harness) (cellStrategy, error) {
-			return strategyFunc(func(ctx context.Context, w int, op operation) error {
-				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), h.Options(w)...)
-				return err
-			}), nil
+			return updating(h, h.opts), nil
 		},
 	},
 	{
@@ -36,14 +32,7 @@ var coreStrategies = []strategySpec{
 		SingleKey: true,
 		DefaultOn: func(string, bool) bool { return false },
 		New: func(_ context.Context, h *harness) (cellStrategy, error) {
-			perWorker := make([][]occ.Option, h.Cell.Workers)
-			for w := range perWorker {
-				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithTurns(false))
-			}
-			return strategyFunc(func(ctx context.Context, w int, op operation) error {
-				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
-				return err
-			}), nil
+			return updating(h, h.withOptions(occ.WithTurns(false))), nil
 		},
 	},
 	{
@@ -53,14 +42,7 @@ var coreStrategies = []strategySpec{
 		SingleKey: true,
 		DefaultOn: func(string, bool) bool { return false },
 		New: func(_ context.Context, h *harness) (cellStrategy, error) {
-			perWorker := make([][]occ.Option, h.Cell.Workers)
-			for w := range perWorker {
-				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithExclusiveAfter(0))
-			}
-			return strategyFunc(func(ctx context.Context, w int, op operation) error {
-				_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
-				return err
-			}), nil
+			return updating(h, h.withOptions(occ.WithExclusiveAfter(0))), nil
 		},
 	},
 	{
@@ -70,10 +52,7 @@ var coreStrategies = []strategySpec{
 		SingleKey: true, MultiKey: true,
 		New: func(_ context.Context, h *harness) (cellStrategy, error) {
 			cache := h.newCache()
-			perWorker := make([][]occ.Option, h.Cell.Workers)
-			for w := range perWorker {
-				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCache(cache))
-			}
+			perWorker := h.withOptions(occ.WithCache(cache))
 			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				opts := perWorker[w]
 				if len(op.Keys) > 1 {
@@ -122,10 +101,7 @@ var coreStrategies = []strategySpec{
 		DefaultOn: func(_ string, multiKey bool) bool { return multiKey },
 		New: func(_ context.Context, h *harness) (cellStrategy, error) {
 			c := occ.NewCombiner()
-			perWorker := make([][]occ.Option, h.Cell.Workers)
-			for w := range perWorker {
-				perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c))
-			}
+			perWorker := h.withOptions(occ.WithCombiner(c))
 			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				return occ.Txn(ctx, h.Store, txnBody(h, op), perWorker[w]...)
 			}), nil
@@ -178,10 +154,7 @@ var coreStrategies = []strategySpec{
 				return nil, err
 			}
 			a := hybrid.NewAdaptive(l, hybrid.AdaptiveConfig{})
-			perWorker := make([][]occ.Option, h.Cell.Workers)
-			for w := range perWorker {
-				perWorker[w] = append(slices.Clone(h.Options(w)), h.cacheOption()...)
-			}
+			perWorker := h.withOptions(h.cacheOption()...)
 			return strategyFunc(func(ctx context.Context, w int, op operation) error {
 				_, _, err := hybrid.UpdateAdaptive(ctx, a, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
 				return err
@@ -265,13 +238,5 @@ func occCombine(_ context.Context, h *harness) (cellStrategy, error) {
 	// One combiner and one cache per process, shared by its
 	// workers, as a service would hold them.
 	c := occ.NewCombiner()
-	perWorker := make([][]occ.Option, h.Cell.Workers)
-	for w := range perWorker {
-		perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c))
-		perWorker[w] = append(perWorker[w], h.cacheOption()...)
-	}
-	return strategyFunc(func(ctx context.Context, w int, op operation) error {
-		_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
-		return err
-	}), nil
+	return updating(h, h.withOptions(append([]occ.Option{occ.WithCombiner(c)}, h.cacheOption()...)...)), nil
 }

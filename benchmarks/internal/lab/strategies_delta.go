@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -68,13 +67,11 @@ func newDelta(_ context.Context, h *harness) (cellStrategy, error) {
 	if _, _, err := deltaOf(operation{w: h.Workload}); err != nil {
 		return nil, err
 	}
-	perWorker := make([][]occ.Option, h.Cell.Workers)
-	for w := range perWorker {
-		perWorker[w] = h.Options(w)
-		if h.Cell.Strategy == "delta-unbatched" {
-			perWorker[w] = append(slices.Clone(perWorker[w]), occ.WithTurns(false))
-		}
+	var extra []occ.Option
+	if h.Cell.Strategy == "delta-unbatched" {
+		extra = append(extra, occ.WithTurns(false))
 	}
+	perWorker := h.withOptions(extra...)
 	return strategyFunc(func(ctx context.Context, w int, op operation) error {
 		n, b, _ := deltaOf(op)
 		_, _, err := occ.Add(ctx, h.Store, op.Keys[0], n, b, perWorker[w]...)

@@ -282,11 +282,7 @@ func newOCCHTTP(ctx context.Context, h *harness) (cellStrategy, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &restClient{httpFront: f, t: t, opts: make([][]occ.Option, h.Cell.Workers)}
-	for w := range c.opts {
-		c.opts[w] = h.Options(w)
-	}
-	return c, nil
+	return &restClient{httpFront: f, t: t, opts: h.withOptions()}, nil
 }
 
 // Do reads the row, applies op and writes it back under If-Match, and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -280,10 +279,7 @@ func newTableStrategy(ctx context.Context, h *harness, combine bool) (cellStrate
 	if err != nil {
 		return nil, err
 	}
-	perWorker := make([][]occ.Option, h.Cell.Workers)
-	for w := range perWorker {
-		perWorker[w] = h.Options(w)
-	}
+	perWorker := h.withOptions()
 	var seedOpts []occ.Option
 	if combine {
 		// One combiner and one cache per process, shared by its
@@ -293,9 +289,7 @@ func newTableStrategy(ctx context.Context, h *harness, combine bool) (cellStrate
 		c := occ.NewCombiner()
 		cache := t.newCache(2*len(h.Keys) + 16)
 		seedOpts = []occ.Option{occ.WithCache(cache)}
-		for w := range perWorker {
-			perWorker[w] = append(slices.Clone(h.Options(w)), occ.WithCombiner(c), occ.WithCache(cache))
-		}
+		perWorker = h.withOptions(occ.WithCombiner(c), occ.WithCache(cache))
 	}
 	if !h.Attached {
 		initial := h.Cell.Initial

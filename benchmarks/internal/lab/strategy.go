@@ -42,17 +42,8 @@ const (
 )
 
 func (k strategyKind) String() string {
-	switch k {
-	case kindOptimistic:
-		return "optimistic"
-	case kindHybrid:
-		return "hybrid"
-	case kindAdaptive:
-		return "adaptive"
-	case kindLock:
-		return "lock"
-	case kindReference:
-		return "reference"
+	if names := [...]string{"unknown", "optimistic", "hybrid", "adaptive", "lock", "reference"}; int(k) < len(names) {
+		return names[k]
 	}
 	return "unknown"
 }
@@ -207,6 +198,24 @@ type harness struct {
 // and wrap a lock strategy's attempt in occ.Retry with them so that its
 // attempts are counted alike.
 func (h *harness) Options(w int) []occ.Option { return h.opts[w] }
+
+// withOptions returns each worker's options followed by extra.
+func (h *harness) withOptions(extra ...occ.Option) [][]occ.Option {
+	perWorker := make([][]occ.Option, h.Cell.Workers)
+	for w := range perWorker {
+		perWorker[w] = append(slices.Clone(h.Options(w)), extra...)
+	}
+	return perWorker
+}
+
+// updating runs each operation as occ.Update of its key with its worker's
+// options.
+func updating(h *harness, perWorker [][]occ.Option) cellStrategy {
+	return strategyFunc(func(ctx context.Context, w int, op operation) error {
+		_, _, err := occ.Update(ctx, h.Values, op.Keys[0], mutateOne(op), perWorker[w]...)
+		return err
+	})
+}
 
 // cacheOption returns a version cache for the cell's store, one per
 // process, as the option to add, on networked backends; on memory, where

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,15 +16,20 @@ import (
 // worker is one goroutine's state and counters; the occ observer of its
 // calls (observers run on the caller's goroutine, so no locking).
 type worker struct {
-	hist                    latencyHistogram
-	tally                   opTally
-	committed, failed       int64
-	committedInWindow       int64
-	stalled                 int64
-	ambiguous, declined     int64
-	attempts, fenced        int64
+	hist latencyHistogram
+	workerCounts
 	pendAttempts, pendFence int64
 	firstErr                error
+}
+
+// workerCounts are a worker's counts, sent as they are by a --procs child.
+type workerCounts struct {
+	Tally               opTally
+	Committed, Failed   int64
+	CommittedInWindow   int64
+	Stalled             int64
+	Ambiguous, Declined int64
+	Attempts, Fenced    int64
 }
 
 func (w *worker) ObserveAttempt(_ context.Context, a occ.Attempt) {
@@ -86,7 +92,7 @@ func runWorkers(ctx context.Context, c Cell, wl *workloadSpec, zipf *zipfDist, k
 				t1 := time.Now()
 				wk.count(err, t1.Sub(t0), inWindow(t0), inWindow(t1))
 				if c.Duration > 0 && t0.Before(measureFrom) && !t1.Before(end) {
-					wk.stalled++
+					wk.Stalled++
 				}
 			}
 		}()
@@ -103,33 +109,33 @@ func (w *worker) count(err error, lat time.Duration, measured, endedInWindow boo
 	attempts := max(w.pendAttempts, 1)
 	switch {
 	case err == nil:
-		w.tally.Committed++
+		w.Tally.Committed++
 		if measured {
-			w.committed++
+			w.Committed++
 			w.hist.Record(lat)
 		}
 		if endedInWindow {
-			w.committedInWindow++
+			w.CommittedInWindow++
 		}
 	case errors.Is(err, errDeclined):
-		w.tally.Declined++
+		w.Tally.Declined++
 		if measured {
-			w.declined++
+			w.Declined++
 		}
 	default:
 		amb := errors.Is(err, cas.ErrAmbiguous)
 		if errors.Is(err, errNegative) {
-			w.tally.Negative++
+			w.Tally.Negative++
 		}
 		if amb {
-			w.tally.Ambiguous++
+			w.Tally.Ambiguous++
 		} else {
-			w.tally.Failed++
+			w.Tally.Failed++
 		}
 		if measured {
-			w.failed++
+			w.Failed++
 			if amb {
-				w.ambiguous++
+				w.Ambiguous++
 			}
 			if w.firstErr == nil {
 				w.firstErr = err
@@ -137,8 +143,8 @@ func (w *worker) count(err error, lat time.Duration, measured, endedInWindow boo
 		}
 	}
 	if measured {
-		w.attempts += attempts
-		w.fenced += w.pendFence
+		w.Attempts += attempts
+		w.Fenced += w.pendFence
 	}
 }
 
@@ -149,7 +155,7 @@ func pickKeys(r *rand.Rand, z *zipfDist, keys, buf []string) []string {
 	var ranks [4]int
 	for i := range buf {
 		k := z.Next(r)
-		for tries := 0; containsRank(ranks[:i], k); tries++ {
+		for tries := 0; slices.Contains(ranks[:i], k); tries++ {
 			if tries >= 32 {
 				k = (k + 1) % len(keys)
 			} else {
@@ -160,13 +166,4 @@ func pickKeys(r *rand.Rand, z *zipfDist, keys, buf []string) []string {
 		buf[i] = keys[k]
 	}
 	return buf
-}
-
-func containsRank(ranks []int, k int) bool {
-	for _, r := range ranks {
-		if r == k {
-			return true
-		}
-	}
-	return false
 }

@@ -87,9 +87,6 @@ func (op operation) Apply(vals []int64) error {
 	return op.w.Apply(vals, op.arg)
 }
 
-// Arg returns the operation's parameter.
-func (op operation) Arg() int64 { return op.arg }
-
 // lookupWorkload returns the workload with that name.
 func lookupWorkload(name string) (*workloadSpec, bool) {
 	for _, w := range builtinWorkloads {

@@ -84,12 +84,6 @@ func (z *zipfDist) ginv(c float64) float64 {
 	return math.Exp(math.Log1p(a*c) / a)
 }
 
-// N returns the number of ranks.
-func (z *zipfDist) N() int { return z.n }
-
-// Theta returns the exponent.
-func (z *zipfDist) Theta() float64 { return z.theta }
-
 // Rank maps u in [0, 1) to a rank; it is non-decreasing in u (an inverse
 // cumulative distribution).
 func (z *zipfDist) Rank(u float64) int {

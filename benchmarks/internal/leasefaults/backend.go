@@ -146,19 +146,11 @@ return 0
 // to the session lease.
 func etcdExpire(cli *clientv3.Client, prefix string) func(ctx context.Context, key string, lease hybrid.Lease) error {
 	return func(ctx context.Context, key string, lease hybrid.Lease) error {
-		resp, err := cli.Get(ctx, prefix+key+"\x00", clientv3.WithPrefix())
-		if err != nil {
-			return fmt.Errorf("leasefaults: finding the grant of %q: %w", key, err)
+		// A grant that is gone already is not an error.
+		if _, err := backends.RevokeEtcdGrant(ctx, cli, prefix, key, int64(lease.Token())); err != nil {
+			return fmt.Errorf("leasefaults: revoking the session of %q: %w", key, err)
 		}
-		for _, kv := range resp.Kvs {
-			if uint64(kv.CreateRevision) == lease.Token() {
-				if _, err := cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
-					return fmt.Errorf("leasefaults: revoking the session of %q: %w", key, err)
-				}
-				return nil
-			}
-		}
-		return nil // the grant is gone already
+		return nil
 	}
 }
 

@@ -1,20 +1,24 @@
 package leasefaults
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
+
 	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/ctxwait"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -76,7 +80,7 @@ func runOne(ctx context.Context, cfg Config, b Backend, fault string) (Result, e
 	}
 	r.skew = clockSkew
 	r.typed = cas.NewTyped[int64](r.store, cas.JSON[int64]())
-	id := randHex(4)
+	id := backends.RandomHex(4)
 	for i := range cfg.Keys {
 		r.keys = append(r.keys, "leasefaults-"+fault+"-"+id+"-"+strconv.Itoa(i))
 	}
@@ -147,7 +151,7 @@ func runOne(ctx context.Context, cfg Config, b Backend, fault string) (Result, e
 				}
 				if r.count(err) {
 					// A client does not hammer a failing server.
-					sleepCtx(rctx, failurePause)
+					_ = ctxwait.Sleep(rctx, failurePause)
 				}
 			}
 		}()
@@ -396,38 +400,22 @@ func (r *run) count(err error) (failed bool) {
 // failurePause is how long a worker waits after a failed increment.
 const failurePause = 10 * time.Millisecond
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 func (r *run) topErrors(n int) []string {
 	r.errMu.Lock()
 	defer r.errMu.Unlock()
-	type kv struct {
-		msg string
-		n   int
-	}
-	var all []kv
-	for k, v := range r.errSeen {
-		all = append(all, kv{k, v})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n })
-	var out []string
-	for i := 0; i < len(all) && i < n; i++ {
-		out = append(out, fmt.Sprintf("%d× %s", all[i].n, all[i].msg))
+	return TopErrors(r.errSeen, n)
+}
+
+// TopErrors returns the n most frequent messages of counts, most frequent
+// first (ties in message order), each as "count× message".
+func TopErrors(counts map[string]int, n int) []string {
+	msgs := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(msgs, func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
+	out := make([]string, 0, min(n, len(msgs)))
+	for _, m := range msgs[:min(n, len(msgs))] {
+		out = append(out, fmt.Sprintf("%d× %s", counts[m], m))
 	}
 	return out
 }
 
 func isFenced(err error) bool { return errors.Is(err, cas.ErrFenced) }
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/occkit/occkit/internal/ctxwait"
 )
 
 // Redis is the Redis lock people write by hand: SET name token NX PX ttl
@@ -87,10 +89,8 @@ func (l *Redis) Acquire(ctx context.Context, name string) (*Grant, error) {
 		if !errors.Is(err, redis.Nil) { // redis.Nil: not set, somebody holds it
 			return nil, err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Duration(float64(wait) * (0.5 + rand.Float64()))):
+		if err := ctxwait.Sleep(ctx, time.Duration(float64(wait)*(0.5+rand.Float64()))); err != nil {
+			return nil, err
 		}
 		wait = min(2*wait, most)
 	}
