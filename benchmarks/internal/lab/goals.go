@@ -50,6 +50,7 @@ const (
 	goalCombineWork  = "1–16 keys, 1 ms of work: occ-combine ≥ 1.0× the best cross-process lock"
 	goalCombineCool  = "1000 keys: occ-combine ≥ 0.95× occ"
 	goalCombineProcs = "--procs 4, 1 key: occ-combine ≥ 1.5× the best cross-process lock"
+	goalReplicasHot  = "--procs 8, 1 key, no work: each of occ, occ-combine, adaptive and occ-table ≥ 1.5× the best cross-process lock, 0 failed, p99.9 ≤ 3× the best queueing lock's (8 replicas of a service on one hot row)"
 	goalCachedRTT    = "--rtt 1ms, 1000 keys: occ-cached ≥ 2.5× the best cross-process lock"
 	goalOCCTail      = "1 key, 8 workers, no work: occ (no combining) p99.9 ≤ 3× the best queueing lock's, 8/8 workers commit"
 
@@ -273,6 +274,17 @@ func checkGoals(results []Result) []goalCheck {
 		}
 		if g.procs == 4 && p.Keys == 1 {
 			against(goalCombineProcs, "occ-combine", 1.5, nil)
+		}
+		if g.procs == 8 && p.Keys == 1 && p.WorkMs == 0 && !g.proxy {
+			for _, name := range []string{"occ", "occ-combine", "adaptive", "occ-table"} {
+				against(goalReplicasHot, name, 1.5, func(r Result, c *goalCheck) {
+					tail, q, ok := queueTail(r)
+					c.Detail += fmt.Sprintf(", %d failed%s", r.TotalFailedOps, tail)
+					if r.TotalFailedOps > 0 || !ok || r.P999Ms > 3*q.P999Ms {
+						c.Status = goalNotMet
+					}
+				})
+			}
 		}
 		if g.proxy && g.delayMs == 1 && p.Keys >= 1000 {
 			against(goalCachedRTT, "occ-cached", 2.5, nil)

@@ -443,12 +443,24 @@ func TestCombineGoalChecks(t *testing.T) {
 		// here (ratio only): 2×, met.
 		cell("occ-combine", 1, 0, 2000, 50, 8, 4, 0, false),
 		cell("lock-redis", 1, 0, 1000, 10, 8, 4, 0, false),
+		// 8 processes, 1 key: occ 2× with a tail 2× the queueing
+		// lock's, met; occ-combine 3× with a tail 4× its, not met.
+		cell("occ", 1, 0, 2000, 20, 8, 8, 0, false),
+		cell("occ-combine", 1, 0, 3000, 40, 8, 8, 0, false),
+		cell("lock-pg-for-update", 1, 0, 1000, 10, 8, 8, 0, false),
 		// +1ms each way, 1000 keys: occ-cached 2×, not met.
 		cell("occ-cached", 1000, 0, 2000, 5, 8, 1, 1, true),
 		cell("lock-redis", 1000, 0, 1000, 10, 8, 1, 1, true),
 	}
 	got := map[string]goalCheck{}
 	for _, c := range checkGoals(results) {
+		if c.Goal == goalReplicasHot {
+			// One check per strategy: keyed by the name its detail
+			// starts with.
+			name, _, _ := strings.Cut(c.Detail, "/s")
+			name = name[:strings.LastIndex(name, " ")+1]
+			c.Goal += "|" + name
+		}
 		got[c.Goal+"|"+c.Setup] = c
 	}
 	for _, tc := range []struct {
@@ -459,6 +471,8 @@ func TestCombineGoalChecks(t *testing.T) {
 		{goalCombineWork, "", goalNotMet, 0.9},
 		{goalCombineCool, "", goalMet, 0.96},
 		{goalCombineProcs, "4 processes", goalMet, 2},
+		{goalReplicasHot + "|occ ", "8 processes", goalMet, 2},
+		{goalReplicasHot + "|occ-combine ", "8 processes", goalNotMet, 3},
 		{goalCachedRTT, "+1ms each way", goalNotMet, 2},
 	} {
 		c, ok := got[tc.goal+"|"+tc.setup]
