@@ -304,11 +304,7 @@ func (l *Lab) result(c Cell, zipf *zipfDist, elapsed time.Duration, workers []*w
 	var attempts int64
 	for _, wk := range workers {
 		hist.Merge(&wk.hist)
-		tally.Committed += wk.Tally.Committed
-		tally.Declined += wk.Tally.Declined
-		tally.Ambiguous += wk.Tally.Ambiguous
-		tally.Failed += wk.Tally.Failed
-		tally.Negative += wk.Tally.Negative
+		tally.add(wk.Tally)
 		res.TotalFailedOps += wk.Tally.Failed + wk.Tally.Ambiguous
 		res.Ops += wk.Committed
 		res.FailedOps += wk.Failed

@@ -58,6 +58,15 @@ type opTally struct {
 	Negative int64
 }
 
+// add adds o's counts to t's.
+func (t *opTally) add(o opTally) {
+	t.Committed += o.Committed
+	t.Declined += o.Declined
+	t.Ambiguous += o.Ambiguous
+	t.Failed += o.Failed
+	t.Negative += o.Negative
+}
+
 // Op is one operation of a workload: its keys (distinct, in the order the
 // workload's Apply expects them) and its parameter. A strategy reads the
 // keys' current values, calls Apply, and writes the result under its
