@@ -105,14 +105,14 @@ func run() int {
 	}
 	e := newEnv(3*p.workers, logf)
 	defer e.close()
-	backends, skipped := openBackends(ctx, e, func(name string) bool { return selectedBackend(*only, name) })
+	targets, skipped := openBackends(ctx, e, func(name string) bool { return selectedBackend(*only, name) })
 	rep.Skipped = skipped
 	for _, s := range skipped {
 		logf("%s: skipped: %s", s.Backend, s.Reason)
 	}
 
 	bad := false
-	for _, b := range backends {
+	for _, b := range targets {
 		for _, fault := range b.faults {
 			if ctx.Err() != nil || !selected(*only, b.name, fault) {
 				continue

@@ -85,8 +85,12 @@ func poolRounds(checks []goalCheck) []pooled {
 		if len(c.Rounds) == 0 || c.Status == goalNA {
 			continue
 		}
-		add([2]string{c.Goal, c.Backend}, c.Backend, c.Rounds)
-		add([2]string{c.Goal, "all"}, c.Backend, c.Rounds)
+		goal := c.Goal
+		if c.Strategy != "" {
+			goal += " (" + c.Strategy + ")"
+		}
+		add([2]string{goal, c.Backend}, c.Backend, c.Rounds)
+		add([2]string{goal, "all"}, c.Backend, c.Rounds)
 	}
 	var out []pooled
 	for _, k := range order {

@@ -454,12 +454,8 @@ func TestCombineGoalChecks(t *testing.T) {
 	}
 	got := map[string]goalCheck{}
 	for _, c := range checkGoals(results) {
-		if c.Goal == goalReplicasHot {
-			// One check per strategy: keyed by the name its detail
-			// starts with.
-			name, _, _ := strings.Cut(c.Detail, "/s")
-			name = name[:strings.LastIndex(name, " ")+1]
-			c.Goal += "|" + name
+		if c.Strategy != "" {
+			c.Goal += "|" + c.Strategy
 		}
 		got[c.Goal+"|"+c.Setup] = c
 	}
@@ -471,8 +467,8 @@ func TestCombineGoalChecks(t *testing.T) {
 		{goalCombineWork, "", goalNotMet, 0.9},
 		{goalCombineCool, "", goalMet, 0.96},
 		{goalCombineProcs, "4 processes", goalMet, 2},
-		{goalReplicasHot + "|occ ", "8 processes", goalMet, 2},
-		{goalReplicasHot + "|occ-combine ", "8 processes", goalNotMet, 3},
+		{goalReplicasHot + "|occ", "8 processes", goalMet, 2},
+		{goalReplicasHot + "|occ-combine", "8 processes", goalNotMet, 3},
 		{goalCachedRTT, "+1ms each way", goalNotMet, 2},
 	} {
 		c, ok := got[tc.goal+"|"+tc.setup]
@@ -704,5 +700,53 @@ func TestPlanWarmUp(t *testing.T) {
 		if len(cells) == 0 || cells[0].Duration != tc.dur || cells[0].Warmup != tc.warm {
 			t.Errorf("%+v: planned %d cells, first %v after %v of warm-up; want %v after %v", tc.g, len(cells), cells[0].Duration, cells[0].Warmup, tc.dur, tc.warm)
 		}
+	}
+}
+
+// TestReplicasGoalCheck: the --procs 8 hot-row goal is judged per
+// strategy on throughput, failed operations and the tail, and leaves the
+// tail unjudged (and says so) where no queueing lock ran.
+func TestReplicasGoalCheck(t *testing.T) {
+	cell := func(strategy string, ops, p999 float64, failed int64) Result {
+		return Result{Backend: "redis", Workload: "counter", Strategy: strategy, Workers: 8, Keys: 1,
+			Throughput: ops, P999Ms: p999, TotalFailedOps: failed, WorkersCommitted: 8, InvariantOK: true, Procs: 8}
+	}
+	judged := func(results []Result) map[string]goalCheck {
+		got := map[string]goalCheck{}
+		for _, c := range checkGoals(results) {
+			if c.Goal == goalReplicasHot {
+				got[c.Strategy] = c
+			}
+		}
+		return got
+	}
+	got := judged([]Result{
+		cell("occ", 1400, 10, 0),         // 1.4×: too slow
+		cell("occ-combine", 3000, 10, 1), // one failed
+		cell("adaptive", 3000, 29, 0),    // met: 2.9× the lock's tail
+		cell("occ-table", 2000, 31, 0),   // 3.1× the lock's tail
+		cell("lock-redis", 1000, 100, 0),
+		cell("lock-mysql-get-lock", 500, 10, 0), // the queueing lock (slower than lock-redis)
+	})
+	for name, want := range map[string]string{"occ": goalNotMet, "occ-combine": goalNotMet, "adaptive": goalMet, "occ-table": goalNotMet} {
+		c, ok := got[name]
+		if !ok {
+			t.Errorf("no check for %s", name)
+			continue
+		}
+		if c.Status != want {
+			t.Errorf("%s: %s, want %s (%s)", name, c.Status, want, c.Detail)
+		}
+	}
+	// Without a queueing lock the tail is not judged, and the detail says so.
+	got = judged([]Result{cell("occ", 2000, 500, 0), cell("lock-redis", 1000, 100, 0)})
+	if c := got["occ"]; c.Status != goalMet || !strings.Contains(c.Detail, "no queueing lock") {
+		t.Errorf("no queueing lock: %s (%s)", c.Status, c.Detail)
+	}
+	// One process: no such check.
+	one := cell("occ", 2000, 10, 0)
+	one.Procs = 1
+	if got := judged([]Result{one, cell("lock-redis", 1000, 100, 0)}); len(got) != 0 {
+		t.Errorf("one process: %d checks", len(got))
 	}
 }

@@ -42,7 +42,7 @@ const (
 )
 
 func (k strategyKind) String() string {
-	if names := [...]string{"unknown", "optimistic", "hybrid", "adaptive", "lock", "reference"}; int(k) < len(names) {
+	if names := [...]string{"unknown", "optimistic", "hybrid", "adaptive", "lock", "reference"}; k >= 0 && int(k) < len(names) {
 		return names[k]
 	}
 	return "unknown"
