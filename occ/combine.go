@@ -66,7 +66,8 @@ const DefaultMaxBatch = 128
 // carried and with the attempts it made counted, and from then on the
 // key's calls queue behind a write in progress. It cools after coolAfter
 // (8) batches in a row that carried one caller each with nobody waiting,
-// and its calls run as plain Updates again. So concurrent calls of a key
+// over at least coolSpan (20 ms), and its calls run as plain Updates
+// again. So concurrent calls of a key
 // that has not conflicted yet (or not lately) both write, and one of them
 // conflicts once before the others queue behind it; WithQueueFromStart
 // makes every call queue from the key's first update on instead.

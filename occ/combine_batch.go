@@ -53,7 +53,7 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 		if shared {
 			q.lonely.Store(0)
 		} else {
-			q.lonely.Add(1)
+			q.noteLonely()
 		}
 	}()
 

@@ -49,7 +49,7 @@ const idleCool = 10 * time.Millisecond
 func (cb *Combiner) leaveSolo(sh *combineShard, h uint32, q *combineQueue) {
 	q.lastUse.Store(time.Now().UnixNano())
 	if q.state.CompareAndSwap(queueSolo, queueIdle) {
-		if q.lonely.Add(1) >= coolAfter {
+		if q.noteLonely() >= coolAfter && q.lonelyLong() {
 			sh.mu.Lock()
 			cb.coolLocked(h, q)
 			sh.mu.Unlock()
@@ -102,7 +102,7 @@ func (cb *Combiner) sweepIdle(sh *combineShard) {
 // one caller each and nobody waits (the shard's mutex is held): its calls
 // then run as plain Updates until a conflict heats it again.
 func (cb *Combiner) coolLocked(h uint32, q *combineQueue) {
-	if q.hot && q.lonely.Load() >= coolAfter && q.state.Load() == queueIdle && len(q.pending) == 0 {
+	if q.hot && q.lonely.Load() >= coolAfter && q.lonelyLong() && q.state.Load() == queueIdle && len(q.pending) == 0 {
 		cb.cool(h, q)
 	}
 }
@@ -121,4 +121,28 @@ func (cb *Combiner) heat(h uint32, q *combineQueue) {
 func (cb *Combiner) cool(h uint32, q *combineQueue) {
 	q.hot = false
 	cb.hot[h%hotBuckets].Add(-1)
+}
+
+// coolSpan is how long a hot key's batches must have carried one caller
+// each before it cools (as well as coolAfter of them). Batches are lonely
+// for a moment whenever the process's other callers of the key are still
+// on their way back to it, or (SQLite) wait for the database's write
+// lock in a call that began while the key was cold; a key that cooled
+// after eight such batches let its writers meet in the database again,
+// and on SQLite their waits are the busy handler's sleeps.
+var coolSpan = 20 * time.Millisecond
+
+// noteLonely counts a batch of one caller, and returns the run's length.
+func (q *combineQueue) noteLonely() int32 {
+	n := q.lonely.Add(1)
+	if n == 1 {
+		q.lonelySince.Store(time.Now().UnixNano())
+	}
+	return n
+}
+
+// lonelyLong reports whether the run of lonely batches has lasted
+// coolSpan.
+func (q *combineQueue) lonelyLong() bool {
+	return time.Now().UnixNano()-q.lonelySince.Load() >= int64(coolSpan)
 }

@@ -43,6 +43,9 @@ type combineQueue struct {
 	// them); only the calls of a hot key queue.
 	hot    bool
 	lonely atomic.Int32
+	// lonelySince is when the current run of lonely batches began
+	// (UnixNano).
+	lonelySince atomic.Int64
 	// lastUse is when a batch of the key last ended (UnixNano): a hot key
 	// that nobody updates any more cools after idleCool (sweepIdle).
 	lastUse atomic.Int64

@@ -595,11 +595,13 @@ func hotKeys(cb *Combiner, store cas.Store, key string) (int, bool) {
 // TestCombinerHeatsAndCools: by default a key's calls run as plain
 // Updates (two calls whose writes are held at once both reach the store)
 // until one conflicts; from then on the key is hot and calls queue behind
-// a write in progress; after coolAfter batches of one caller in a row it
-// is cold again. The call that conflicted goes on through the combiner
+// a write in progress; after coolAfter batches of one caller in a row
+// that lasted coolSpan it is cold again. The call that conflicted goes on through the combiner
 // without losing count of its attempts, and the counters match the
 // store's writes at every step.
 func TestCombinerHeatsAndCools(t *testing.T) {
+	defer func(d time.Duration) { coolSpan = d }(coolSpan)
+	coolSpan = 200 * time.Millisecond
 	ctx := context.Background()
 	store := newGatedStore(0, nil)
 	counter := cas.NewTyped[int](store, cas.JSON[int]())
@@ -703,18 +705,26 @@ func TestCombinerHeatsAndCools(t *testing.T) {
 	wg.Wait()
 	checkStats("queued")
 
-	// Lone batches cool it: the queued call's batch was the first (nobody
-	// waited behind it), so coolAfter-1 more updates, one at a time.
+	// Lone batches cool it once they have lasted coolSpan: the queued
+	// call's batch was the first (nobody waited behind it), so
+	// coolAfter-1 more updates, one at a time, leave it hot; once
+	// coolSpan has passed, the next lone batch cools it.
 	store.gate.Store(nil)
 	for i := range coolAfter - 1 {
 		if _, hot := hotKeys(cb, store, "k"); !hot {
-			t.Fatalf("cold after %d lone batches, want %d", i+1, coolAfter)
+			t.Fatalf("cold after %d lone batches, want %d and %v", i+1, coolAfter, coolSpan)
 		}
 		update(5 + i)
 		wg.Wait()
 	}
+	if _, hot := hotKeys(cb, store, "k"); !hot {
+		t.Fatalf("cold after %d lone batches within %v", coolAfter, coolSpan)
+	}
+	time.Sleep(coolSpan)
+	update(5 + coolAfter)
+	wg.Wait()
 	if n, hot := hotKeys(cb, store, "k"); n != 0 || hot {
-		t.Fatalf("after %d lone batches: %d hot keys (k hot: %v), want none", coolAfter, n, hot)
+		t.Fatalf("after %d lone batches over %v: %d hot keys (k hot: %v), want none", coolAfter+1, coolSpan, n, hot)
 	}
 	checkStats("cooled")
 	g = newGate()
