@@ -51,8 +51,8 @@ type AdaptiveConfig struct {
 // # The model
 //
 // Within one process, contention costs the optimistic path almost
-// nothing: the Combiner (occ.WithQueueFromStart) queues its concurrent
-// updates of a key behind one write. What remains is contention with writers elsewhere (other
+// nothing: a Combiner queues its concurrent updates of a key behind one
+// write. What remains is contention with writers elsewhere (other
 // processes, other Adaptives), and there the two paths carry a key's
 // updates differently:
 //
@@ -149,10 +149,12 @@ func NewAdaptive(l Locker, cfg AdaptiveConfig) *Adaptive {
 		cfg.MaxKeys = 10000
 	}
 	// The model takes contention within the process as free: the
-	// process's updates of a key queue from the first, not from the key's
-	// first conflict (which would leave conflicts between them for the
-	// model to see, and after each cooling).
-	copts := []occ.CombinerOption{occ.WithQueueFromStart()}
+	// combiner queues a key's updates from its first conflict on, and
+	// keeps them queued while they come (a key cools only after lonely
+	// batches over occ's cooling span), so the model sees one conflict
+	// between them per heating. Queueing every update from the key's
+	// first cost a fifth of the updates at 1000 keys (SQLite, memory).
+	var copts []occ.CombinerOption
 	if cfg.MaxBatch > 0 {
 		copts = append(copts, occ.WithMaxBatch(cfg.MaxBatch))
 	}

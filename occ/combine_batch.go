@@ -51,7 +51,7 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 	defer func() {
 		q.lastUse.Store(time.Now().UnixNano())
 		if shared {
-			q.lonely.Store(0)
+			q.resetLonely()
 		} else {
 			q.noteLonely()
 		}

@@ -45,7 +45,8 @@ const coolAfter = 8
 const idleCool = 10 * time.Millisecond
 
 // leaveSolo ends a caller's run alone on q: without the mutex when nobody
-// queued behind it, else by handing the lead on.
+// queued behind it (a lonely batch, which may cool the key), else by
+// handing the lead on.
 func (cb *Combiner) leaveSolo(sh *combineShard, h uint32, q *combineQueue) {
 	q.lastUse.Store(time.Now().UnixNano())
 	if q.state.CompareAndSwap(queueSolo, queueIdle) {
@@ -57,7 +58,7 @@ func (cb *Combiner) leaveSolo(sh *combineShard, h uint32, q *combineQueue) {
 		return
 	}
 	sh.mu.Lock()
-	q.lonely.Store(0)
+	q.resetLonely()
 	cb.handOff(sh, h, q)
 	sh.mu.Unlock()
 }
@@ -75,7 +76,7 @@ func (cb *Combiner) handOff(sh *combineShard, h uint32, q *combineQueue) {
 		cb.coolLocked(h, q)
 		return
 	}
-	q.lonely.Store(0) // someone waited: the key is contended
+	q.resetLonely() // someone waited: the key is contended
 	next := q.pending[0]
 	next.state = statePromoted
 	signal(next)
@@ -99,8 +100,9 @@ func (cb *Combiner) sweepIdle(sh *combineShard) {
 }
 
 // coolLocked makes q cold again once coolAfter batches in a row carried
-// one caller each and nobody waits (the shard's mutex is held): its calls
-// then run as plain Updates until a conflict heats it again.
+// one caller each, over coolSpan at least, and nobody waits (the shard's
+// mutex is held): its calls then run as plain Updates until a conflict
+// heats it again.
 func (cb *Combiner) coolLocked(h uint32, q *combineQueue) {
 	if q.hot && q.lonely.Load() >= coolAfter && q.lonelyLong() && q.state.Load() == queueIdle && len(q.pending) == 0 {
 		cb.cool(h, q)
@@ -132,17 +134,31 @@ func (cb *Combiner) cool(h uint32, q *combineQueue) {
 // and on SQLite their waits are the busy handler's sleeps.
 var coolSpan = 20 * time.Millisecond
 
+// monoEpoch and monoNow read the monotonic clock as an int64 an atomic
+// can hold: a wall clock stepped back must not keep a key hot.
+var monoEpoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
 // noteLonely counts a batch of one caller, and returns the run's length.
 func (q *combineQueue) noteLonely() int32 {
 	n := q.lonely.Add(1)
 	if n == 1 {
-		q.lonelySince.Store(time.Now().UnixNano())
+		q.lonelySince.Store(monoNow())
 	}
 	return n
+}
+
+// resetLonely ends the run of lonely batches: someone waited. (The time
+// is stored first, so that a reader that sees a new run's count never
+// reads an older run's start.)
+func (q *combineQueue) resetLonely() {
+	q.lonelySince.Store(monoNow())
+	q.lonely.Store(0)
 }
 
 // lonelyLong reports whether the run of lonely batches has lasted
 // coolSpan.
 func (q *combineQueue) lonelyLong() bool {
-	return time.Now().UnixNano()-q.lonelySince.Load() >= int64(coolSpan)
+	return monoNow()-q.lonelySince.Load() >= int64(coolSpan)
 }

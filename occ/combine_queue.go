@@ -40,11 +40,11 @@ type combineQueue struct {
 	inFlight bool // the batch's mutates have run and its write is not answered yet
 	// hot is set from a conflict of one of the key's calls until
 	// coolAfter batches in a row carry one caller each (lonely counts
-	// them); only the calls of a hot key queue.
+	// them) over coolSpan at least; only the calls of a hot key queue.
 	hot    bool
 	lonely atomic.Int32
-	// lonelySince is when the current run of lonely batches began
-	// (UnixNano).
+	// lonelySince is when the first lonely batch of the current run
+	// ended, or when the last run was broken (monoNow).
 	lonelySince atomic.Int64
 	// lastUse is when a batch of the key last ended (UnixNano): a hot key
 	// that nobody updates any more cools after idleCool (sweepIdle).
@@ -178,7 +178,7 @@ func combineCold[T any](ctx context.Context, c *config, cb *Combiner, sh *combin
 		q = cb.newQueue(sh, k)
 	}
 	cb.heat(h, q)
-	q.lonely.Store(0)
+	q.resetLonely()
 	q.lastUse.Store(time.Now().UnixNano())
 	return combineHot(ctx, c, cb, sh, h, k, q, s, key, mutate)
 }

@@ -600,6 +600,7 @@ func hotKeys(cb *Combiner, store cas.Store, key string) (int, bool) {
 // without losing count of its attempts, and the counters match the
 // store's writes at every step.
 func TestCombinerHeatsAndCools(t *testing.T) {
+	// (No test of the package runs in parallel: setting coolSpan is safe.)
 	defer func(d time.Duration) { coolSpan = d }(coolSpan)
 	coolSpan = 200 * time.Millisecond
 	ctx := context.Background()
