@@ -138,7 +138,7 @@ var coolSpan = 20 * time.Millisecond
 // can hold: a wall clock stepped back must not keep a key hot.
 var monoEpoch = time.Now()
 
-func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 } // never 0
 
 // noteLonely counts a batch of one caller, and returns the run's length.
 func (q *combineQueue) noteLonely() int32 {
@@ -149,16 +149,17 @@ func (q *combineQueue) noteLonely() int32 {
 	return n
 }
 
-// resetLonely ends the run of lonely batches: someone waited. (The time
-// is stored first, so that a reader that sees a new run's count never
-// reads an older run's start.)
+// resetLonely ends the run of lonely batches: someone waited. (The start
+// is cleared first, so that a reader that sees a new run's count never
+// reads an older run's start; it reads none, and the key stays hot.)
 func (q *combineQueue) resetLonely() {
-	q.lonelySince.Store(monoNow())
+	q.lonelySince.Store(0)
 	q.lonely.Store(0)
 }
 
 // lonelyLong reports whether the run of lonely batches has lasted
 // coolSpan.
 func (q *combineQueue) lonelyLong() bool {
-	return monoNow()-q.lonelySince.Load() >= int64(coolSpan)
+	since := q.lonelySince.Load()
+	return since != 0 && monoNow()-since >= int64(coolSpan)
 }

@@ -44,7 +44,7 @@ type combineQueue struct {
 	hot    bool
 	lonely atomic.Int32
 	// lonelySince is when the first lonely batch of the current run
-	// ended, or when the last run was broken (monoNow).
+	// ended (monoNow), 0 when no run has begun since the last was broken.
 	lonelySince atomic.Int64
 	// lastUse is when a batch of the key last ended (UnixNano): a hot key
 	// that nobody updates any more cools after idleCool (sweepIdle).
