@@ -15,10 +15,15 @@ import (
 	"github.com/occkit/occkit/internal/writeid"
 )
 
-// Commit implements cas.Committer: one implicit transaction, sent as one
-// pgx batch (one round trip once the connection has prepared the
-// statements).
+// Commit implements cas.Committer in one round trip (once the connection
+// has prepared the statements).
 //
+// A commit of up to 8 operations that are all puts and checks of keys at
+// a version (the rows a transaction read: a transfer) is one statement:
+// it locks the rows in key order (FOR UPDATE), and writes the puts only
+// when every row is at its expected version.
+//
+// Any other commit is one implicit transaction, sent as one pgx batch.
 // The operations run in key order, whatever their order in ops, so that
 // concurrent commits lock rows in the same order and cannot deadlock each
 // other. Each is the statement CompareAndSwap or CompareAndDelete would run
@@ -33,8 +38,11 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	if err := s.limits.Commit(ctx, ops); err != nil {
 		return nil, err
 	}
-	order := opsort.Order(ops)
 	id := s.ids.Next()
+	if rowsCommittable(ops) {
+		return s.commitRows(ctx, ops, id)
+	}
+	order := opsort.Order(ops)
 	for run := 1; ; run++ {
 		vs, rerun, err := s.commitOnce(ctx, ops, order, id, run < maxWriteRuns)
 		if !rerun {

@@ -81,10 +81,11 @@ type Store struct {
 
 	sqlGet     string
 	sqlGetMany string
-	sqlCreate  string // expected 0, plain
-	sqlCreateF string // expected 0, fenced
-	sqlSwap    string // expected > 0, plain
-	sqlSwapF   string // expected > 0, fenced
+	sqlGetList [maxListed + 1]string // GetMany of 1 to maxListed keys: key IN ($1, ...)
+	sqlCreate  string                // expected 0, plain
+	sqlCreateF string                // expected 0, fenced
+	sqlSwap    string                // expected > 0, plain
+	sqlSwapF   string                // expected > 0, fenced
 	sqlDelete  string
 
 	commitCreate    string
@@ -93,6 +94,7 @@ type Store struct {
 	commitCheck     string // check a version
 	commitCheckNone string // check absence
 	commitGuard     string
+	rows            *rowsStatements // commitRows's statements
 
 	sqlResolve     string
 	sqlResolveMany string
@@ -263,6 +265,9 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 
 	s.sqlGet = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL`
 	s.sqlGetMany = `SELECT key, value, version FROM ` + t + ` WHERE key = ANY($1::text[]) AND value IS NOT NULL`
+	for n := 1; n <= maxListed; n++ {
+		s.sqlGetList[n] = `SELECT key, value, version FROM ` + t + ` WHERE key IN (` + params(1, n) + `) AND value IS NOT NULL`
+	}
 	s.sqlLockRow = `SELECT value, version FROM ` + t + ` WHERE key = $1 FOR UPDATE`
 	s.sqlLockMany = `SELECT key, value, version FROM ` + t + ` WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`
 
@@ -327,6 +332,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	s.sqlResolve = `SELECT version, value IS NULL, write_id FROM ` + t + ` WHERE key = $1`
 	s.sqlResolveMany = `SELECT key, version, value IS NULL, write_id FROM ` + t + ` WHERE key = ANY($1)`
 	s.sqlLockRead = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL FOR UPDATE`
+	s.rows = &rowsStatements{table: t}
 }
 
 // commitMark is the value of the setting occkit.commit by which an
@@ -375,8 +381,9 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	return cas.Item{Key: key, Value: value, Version: cas.Version(version)}, nil
 }
 
-// GetMany implements cas.BatchGetter with one SELECT ... WHERE key =
-// ANY($1): one round trip, one snapshot, on Config.ReadPool when set.
+// GetMany implements cas.BatchGetter with one SELECT (WHERE key IN ($1,
+// ...) for up to 8 keys, planned once per connection; key = ANY($1)
+// beyond): one round trip, one snapshot, on Config.ReadPool when set.
 func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
 	if err := s.limits.GetMany(ctx, keys); err != nil {
 		return nil, err
@@ -384,7 +391,17 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 	if len(keys) == 0 {
 		return []cas.Item{}, nil
 	}
-	rows, err := s.read.Query(ctx, s.sqlGetMany, keys)
+	var rows pgx.Rows
+	var err error
+	if len(keys) <= maxListed {
+		args := make([]any, len(keys))
+		for i, k := range keys {
+			args[i] = k
+		}
+		rows, err = s.read.Query(ctx, s.sqlGetList[len(keys)], args...)
+	} else {
+		rows, err = s.read.Query(ctx, s.sqlGetMany, keys)
+	}
 	if err != nil {
 		return nil, readError("get-many", keys[0], err)
 	}

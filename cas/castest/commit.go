@@ -116,6 +116,40 @@ var commitTests = []test{
 		wantConflict(t, h, err, "b", b1, b2, "B2")
 		wantItem(t, h, s, "a", "A", a)
 	}},
+	// Checks and writes of live keys only (the rows a transaction read):
+	// the checked keys keep their versions, and a stale check or a key
+	// deleted since it was read fails the whole commit.
+	{"ChecksAndWritesOfLiveKeys", func(t *testing.T, h *Harness, s cas.Store) {
+		c := committer(t, s)
+		ctx := context.Background()
+		a := mustCreate(t, s, "a", "A")
+		b := mustCreate(t, s, "b", "B")
+		vs, err := c.Commit(ctx, []cas.Op{cas.Check("a", a), cas.Put("b", b, []byte("B2"))})
+		if err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		if len(vs) != 2 || vs[0] != a || vs[1] <= b {
+			t.Fatalf("commit versions = %v, want [%d, above %d]", vs, a, b)
+		}
+		b2 := vs[1]
+		wantItem(t, h, s, "a", "A", a)
+		wantItem(t, h, s, "b", "B2", b2)
+		if vs, err = c.Commit(ctx, []cas.Op{cas.Check("b", b2), cas.Check("a", a)}); err != nil || len(vs) != 2 || vs[0] != b2 || vs[1] != a {
+			t.Fatalf("commit of checks = %v, %v, want [%d %d]", vs, err, b2, a)
+		}
+		// A stale check, last in ops order and in key order.
+		_, err = c.Commit(ctx, []cas.Op{cas.Put("a", a, []byte("A2")), cas.Check("b", b)})
+		wantConflict(t, h, err, "b", b, b2, "B2")
+		wantItem(t, h, s, "a", "A", a)
+		// A key deleted since it was read: absent now.
+		if err := s.CompareAndDelete(ctx, "a", a); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Commit(ctx, []cas.Op{cas.Put("b", b2, []byte("B3")), cas.Put("a", a, []byte("A3"))})
+		wantConflict(t, h, err, "a", a, 0, "")
+		wantItem(t, h, s, "b", "B2", b2)
+		wantAbsent(t, h, s, "a")
+	}},
 	{"FailedDeleteAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
 		c := committer(t, s)
 		_, err := c.Commit(context.Background(), []cas.Op{
