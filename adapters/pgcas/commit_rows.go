@@ -24,7 +24,7 @@ import (
 // absence checks, and larger ones, go through Commit's pipeline.
 
 // maxListed is the most keys a statement names one by one (key IN ($1,
-// ...)): commitRows's, and GetMany's read. PostgreSQL plans a statement
+// ...)): commitRows's, GetMany's read and CommitExclusive's locking read. PostgreSQL plans a statement
 // with key = ANY($1) again on every run (the plan for an array of unknown
 // length is estimated dearer than one for the array at hand, so the
 // generic plan is never chosen), which on a short read costs as much as
@@ -43,6 +43,20 @@ func params(from, n int) string {
 		b.WriteString("$" + strconv.Itoa(from+i))
 	}
 	return b.String()
+}
+
+// listed returns the statement and arguments of a read of keys: list[n]
+// with the keys one by one for n up to maxListed, else many with the keys
+// as one array.
+func listed(many string, list *[maxListed + 1]string, keys []string) (string, []any) {
+	if len(keys) > maxListed {
+		return many, []any{keys}
+	}
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	return list[len(keys)], args
 }
 
 // rowsCommittable reports whether ops can be committed by commitRows.

@@ -165,7 +165,8 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(s.exclusiveTimeout.Milliseconds(), 1), 10))
-	b.Queue(s.sqlLockMany, keys)
+	lockSQL, lockArgs := listed(s.sqlLockMany, &s.sqlLockList, keys)
+	b.Queue(lockSQL, lockArgs...)
 	br := conn.SendBatch(ctx, b)
 	found := map[string]cas.Item{}
 	_, err = br.Exec()

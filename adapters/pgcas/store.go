@@ -99,8 +99,9 @@ type Store struct {
 	sqlResolve     string
 	sqlResolveMany string
 	sqlLockRead    string
-	sqlLockRow     string // UpdateExclusive's read
-	sqlLockMany    string // CommitExclusive's read
+	sqlLockRow     string                // UpdateExclusive's read
+	sqlLockMany    string                // CommitExclusive's read
+	sqlLockList    [maxListed + 1]string // sqlLockMany of 1 to maxListed keys
 
 	exclusiveTimeout time.Duration
 	delta            deltaState
@@ -265,11 +266,12 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 
 	s.sqlGet = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL`
 	s.sqlGetMany = `SELECT key, value, version FROM ` + t + ` WHERE key = ANY($1::text[]) AND value IS NOT NULL`
-	for n := 1; n <= maxListed; n++ {
-		s.sqlGetList[n] = `SELECT key, value, version FROM ` + t + ` WHERE key IN (` + params(1, n) + `) AND value IS NOT NULL`
-	}
 	s.sqlLockRow = `SELECT value, version FROM ` + t + ` WHERE key = $1 FOR UPDATE`
 	s.sqlLockMany = `SELECT key, value, version FROM ` + t + ` WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`
+	for n := 1; n <= maxListed; n++ {
+		s.sqlGetList[n] = `SELECT key, value, version FROM ` + t + ` WHERE key IN (` + params(1, n) + `) AND value IS NOT NULL`
+		s.sqlLockList[n] = `SELECT key, value, version FROM ` + t + ` WHERE key IN (` + params(1, n) + `) ORDER BY key FOR UPDATE`
+	}
 
 	// $1 key, $2 value, $3 write id, $4 token. A create may replace a
 	// tombstone (keeping or, fenced, raising its token).
@@ -391,17 +393,8 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 	if len(keys) == 0 {
 		return []cas.Item{}, nil
 	}
-	var rows pgx.Rows
-	var err error
-	if len(keys) <= maxListed {
-		args := make([]any, len(keys))
-		for i, k := range keys {
-			args[i] = k
-		}
-		rows, err = s.read.Query(ctx, s.sqlGetList[len(keys)], args...)
-	} else {
-		rows, err = s.read.Query(ctx, s.sqlGetMany, keys)
-	}
+	sql, args := listed(s.sqlGetMany, &s.sqlGetList, keys)
+	rows, err := s.read.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, readError("get-many", keys[0], err)
 	}
