@@ -199,7 +199,7 @@ func combineHot[T any](ctx context.Context, c *config, cb *Combiner, sh *combine
 		sh.mu.Unlock()
 		sh.batches.Add(1)
 		defer cb.leaveSolo(sh, h, q) // also if mutate panics
-		c.writes = &sh.writes
+		c.writes, c.alone = &sh.writes, true
 		return updateDirect(ctx, c, s, key, mutate)
 	}
 	// Led: whoever runs leaves through the mutex and hands the lead on.

@@ -933,3 +933,48 @@ func TestCombinerEscalatedCallCarried(t *testing.T) {
 		t.Fatalf("E's observer saw calls %+v, want one success of one attempt", calls)
 	}
 }
+
+// timedStore records how long each of its writes took.
+type timedStore struct {
+	cas.Store
+	mu      sync.Mutex
+	longest time.Duration
+}
+
+func (s *timedStore) CompareAndSwap(ctx context.Context, key string, expected cas.Version, value []byte) (cas.Version, error) {
+	t0 := time.Now()
+	v, err := s.Store.CompareAndSwap(ctx, key, expected, value)
+	s.mu.Lock()
+	s.longest = max(s.longest, time.Since(t0))
+	s.mu.Unlock()
+	return v, err
+}
+
+// TestCombinerLoneCallWaitsLittle: a combined call running alone at a hot
+// key (the only caller of the key in its process) that keeps losing to
+// writers elsewhere waits at most about two attempt times between
+// attempts (combinedMaxUnits), where the default backoff grows to eight.
+func TestCombinerLoneCallWaitsLittle(t *testing.T) {
+	ctx := context.Background()
+	bumps := &bumpingStore{Store: memcas.New(), delay: time.Millisecond, n: 6}
+	store := &timedStore{Store: bumps}
+	counter := cas.NewTyped(cas.Store(store), cas.JSON[int]())
+	cb := NewCombiner(WithQueueFromStart())
+	var rec sleepRecorder
+	if _, _, err := Update(ctx, counter, "k", incrInt, WithCombiner(cb), rec.option(), WithExclusiveAfter(0)); err != nil {
+		t.Fatal(err)
+	}
+	waits := rec.recorded()
+	if len(waits) < 4 {
+		t.Fatalf("%d waits (%v), want at least 4 after 6 lost writes", len(waits), waits)
+	}
+	store.mu.Lock()
+	attempt := store.longest
+	store.mu.Unlock()
+	for i, d := range waits {
+		// Two attempt times, +50% at random, and the attempt's read.
+		if d > attempt*7/2 {
+			t.Errorf("wait %d of %v is %v: more than about two attempt times (the longest write took %v)", i+1, waits, d, attempt)
+		}
+	}
+}

@@ -68,6 +68,7 @@ type config struct {
 	exclusiveAfter int
 	exclusiveSet   bool
 	writes         *atomic.Int64 // counts Update's conditional writes (a combiner's solo path)
+	alone          bool          // a combined call running alone at a hot key: waits capped (combinedMaxUnits)
 	// A combiner's call on a cold key: escalate makes run stop at the
 	// first conflict with errEscalate (the key heats and the call goes
 	// on through the combiner); resumeAt and resumeStart carry the
@@ -340,9 +341,25 @@ const seniorAfter = 4
 // seniorUnits is a senior call's wait, in attempt times.
 const seniorUnits = 4
 
+// combinedMaxUnits bounds the waits of a combined call running alone at a
+// hot key (nobody else in its process updates the key), in attempt times:
+// 1, 2, 2, 2... Such a caller meets the key's other writers only through
+// the store's versions, as the holder of a turn does; waits that grew to
+// 4 and 8 attempt times left a caller that had lost a few times behind
+// callers that arrived after it, and set the tail. A batch's leader keeps
+// the default waits: capping them too cost a fifth of the throughput
+// with 4 callers per process (docs/performance.md, "Measurements behind
+// occ's defaults").
+const combinedMaxUnits = 2
+
 // next returns the wait after the call's next conflict; unit is the
 // call's attempt time (0: not timed yet).
 func (b *scaledBackOff) next(unit time.Duration) time.Duration {
+	return b.nextCapped(unit, scaledMaxUnits)
+}
+
+// nextCapped is next with waits of at most maxUnits attempt times.
+func (b *scaledBackOff) nextCapped(unit time.Duration, maxUnits int) time.Duration {
 	b.n++
 	if unit <= 0 {
 		if b.fixed == nil {
@@ -354,6 +371,7 @@ func (b *scaledBackOff) next(unit time.Duration) time.Duration {
 	if b.n > seniorAfter {
 		base = seniorUnits * unit
 	}
+	base = min(base, time.Duration(maxUnits)*unit)
 	// ±50%: a uniform draw in [base/2, 3·base/2].
 	d := base/2 + time.Duration(rand.Int64N(int64(base)+1))
 	return min(max(d, scaledMinWait), scaledMaxWait)
@@ -364,6 +382,8 @@ func (b *scaledBackOff) next(unit time.Duration) time.Duration {
 // from the default schedule.
 func (c *config) nextWait(b *backoff.BackOff, scaled *scaledBackOff) time.Duration {
 	switch {
+	case c.backOff == nil && c.newBackOff == nil && c.alone:
+		return scaled.nextCapped(c.unit, combinedMaxUnits)
 	case c.backOff == nil && c.newBackOff == nil:
 		return scaled.next(c.unit)
 	case *b == nil && c.backOff != nil:
