@@ -49,10 +49,10 @@ const DefaultMaxBatch = 128
 //     WithCombiner are not used while they wait. A batch that gives up or
 //     fails returns the same error to every caller still in it.
 //   - A caller alone at a hot key (nobody else in its process updates
-//     it) runs as a plain Update whose default waits stop growing at two
-//     attempt times: it meets the key's writers elsewhere only through the
-//     store, and longer waits would leave it behind callers that came
-//     after it.
+//     it when it starts; callers that come meanwhile queue behind it) runs
+//     as a plain Update whose default waits stop growing at two attempt
+//     times: it meets the key's writers elsewhere only through the store,
+//     and longer waits would leave it behind callers that came after it.
 //   - Contexts: a caller whose context ends while it waits leaves the queue
 //     and its mutate is not applied (its error matches ctx.Err()). If its
 //     context ends while its mutate is inside a write in flight, it returns

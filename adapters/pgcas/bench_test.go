@@ -119,6 +119,32 @@ func TestRoundTrips(t *testing.T) {
 	if q, b := rt.queries.Load(), rt.batches.Load(); q != 0 || b != 2 {
 		t.Errorf("two commits: %d statements and %d batches, want 0 and 2", q, b)
 	}
+	// A commit of puts of rows read (a transfer) is one statement, and
+	// so is its refusal (which carries the current row).
+	a, _ := s.Get(ctx, "a")
+	b, _ := s.Get(ctx, "b")
+	transfer := []cas.Op{cas.Put("b", b.Version, []byte("0")), cas.Put("a", a.Version, []byte("2"))}
+	if _, err := s.Commit(ctx, transfer); err != nil { // prepares the statement
+		t.Fatal(err)
+	}
+	rt.reset()
+	_, err = s.Commit(ctx, transfer) // both versions are gone
+	var ce *cas.ConflictError
+	if !errors.As(err, &ce) || ce.Key != "b" || !ce.HasCurrent || string(ce.Current.Value) != "0" {
+		t.Fatalf("stale transfer: %v, want a conflict on b carrying its current row", err)
+	}
+	if q, b := rt.queries.Load(), rt.batches.Load(); q != 1 || b != 0 {
+		t.Errorf("refused commit of two rows read: %d statements and %d batches, want 1 and 0", q, b)
+	}
+	a, _ = s.Get(ctx, "a")
+	b, _ = s.Get(ctx, "b")
+	rt.reset()
+	if _, err := s.Commit(ctx, []cas.Op{cas.Put("a", a.Version, []byte("1")), cas.Put("b", b.Version, []byte("1"))}); err != nil {
+		t.Fatal(err)
+	}
+	if q, b, p := rt.queries.Load(), rt.batches.Load(), rt.prepares.Load(); q != 1 || b != 0 || p != 0 {
+		t.Errorf("commit of two rows read: %d statements, %d batches, %d prepares, want 1, 0, 0", q, b, p)
+	}
 
 	// With the version cache: cold = read + write; warm = the write alone;
 	// stale (another process wrote) = a refused write + a write, no read.

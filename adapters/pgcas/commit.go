@@ -18,10 +18,10 @@ import (
 // Commit implements cas.Committer in one round trip (once the connection
 // has prepared the statements).
 //
-// A commit of up to 8 operations that are all puts and checks of keys at
-// a version (the rows a transaction read: a transfer) is one statement:
-// it locks the rows in key order (FOR UPDATE), and writes the puts only
-// when every row is at its expected version.
+// A commit of up to 8 operations that are all puts of keys at a version
+// (rows a transaction read and writes: a transfer) is one statement: it
+// locks the rows in key order (FOR UPDATE), and writes them only when
+// every row is at its expected version.
 //
 // Any other commit is one implicit transaction, sent as one pgx batch.
 // The operations run in key order, whatever their order in ops, so that

@@ -5,32 +5,34 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/writeid"
 )
 
-// A commit whose every operation names a row the caller read (puts and
-// checks at a version above 0: a transfer, an order and its stock) is one
-// statement, with no guard: it locks the rows in key order (FOR UPDATE,
-// which waits for a writer in progress and follows each row to its latest
-// committed version), counts those at their expected versions, and writes
-// the puts only when all are. A single statement is atomic, so nothing
-// needs rolling back when a check fails, and the rows it locked are the
-// current ones a conflict carries. On PostgreSQL each statement of a
-// pipeline costs more than the work of these ones (docs/performance.md,
-// "Multi-row commits on PostgreSQL"). Commits with creates, deletes or
-// absence checks, and larger ones, go through Commit's pipeline.
+// A commit whose every operation is a put of a row the caller read (at a
+// version above 0: a transfer, an order and its stock) is one statement,
+// with no guard: it locks the rows in key order (FOR UPDATE, which waits
+// for a writer in progress and follows each row to its latest committed
+// version), counts those at their expected versions, and writes them only
+// when all are. A single statement is atomic, so nothing needs rolling
+// back when a version moved, and the rows it locked are the current ones
+// a conflict carries. On PostgreSQL each statement of a pipeline costs
+// more than the work of these ones (docs/performance.md, "Multi-row
+// commits on PostgreSQL"). Commits with checks keep the pipeline, whose
+// checks lock FOR SHARE (checks of one row by several commits do not
+// wait for each other, and CommitExclusive's checks of rows it does not
+// hold stay compatible with them), as do creates, deletes and larger
+// commits.
 
 // maxListed is the most keys a statement names one by one (key IN ($1,
-// ...)): commitRows's, GetMany's read and CommitExclusive's locking read. PostgreSQL plans a statement
-// with key = ANY($1) again on every run (the plan for an array of unknown
-// length is estimated dearer than one for the array at hand, so the
-// generic plan is never chosen), which on a short read costs as much as
-// the read; a list of parameters is planned once per connection. Each
-// length (and each count of puts and checks) is a statement of its own in
-// every connection's cache.
+// ...)): commitRows's, GetMany's read and CommitExclusive's locking read.
+// PostgreSQL plans a statement with key = ANY($1) again on every run (the
+// plan for an array of unknown length is estimated dearer than the one
+// for the array at hand, so the generic plan is never chosen), which on a
+// short read costs as much as the read; a list of parameters is planned
+// once per connection. Each length is a statement of its own in every
+// connection's cache.
 const maxListed = 8
 
 // params returns "$from, ..., $(from+n-1)".
@@ -45,9 +47,9 @@ func params(from, n int) string {
 	return b.String()
 }
 
-// listed returns the statement and arguments of a read of keys: list[n]
-// with the keys one by one for n up to maxListed, else many with the keys
-// as one array.
+// listed returns the statement and arguments of a read of keys (at least
+// one): list[n] with the keys one by one for n up to maxListed, else many
+// with the keys as one array.
 func listed(many string, list *[maxListed + 1]string, keys []string) (string, []any) {
 	if len(keys) > maxListed {
 		return many, []any{keys}
@@ -65,31 +67,17 @@ func rowsCommittable(ops []cas.Op) bool {
 		return false
 	}
 	for _, op := range ops {
-		if op.Expected == 0 || (op.Kind != cas.OpPut && op.Kind != cas.OpCheck) {
+		if op.Kind != cas.OpPut || op.Expected == 0 {
 			return false
 		}
 	}
 	return true
 }
 
-// rowsShape is the shape of a commitRows statement: how many puts and
-// checks it has.
-type rowsShape struct{ puts, checks int }
-
-// rowsStatements holds each shape's statement for one table.
-type rowsStatements struct {
-	table string
-	texts sync.Map // rowsShape → string
-}
-
-// text returns the statement for shape. Its parameters are the keys of
-// the puts and then of the checks ($1...$n), their expected versions in
-// the same order, the puts' values, and the write id.
-func (rs *rowsStatements) text(sh rowsShape) string {
-	if t, ok := rs.texts.Load(sh); ok {
-		return t.(string)
-	}
-	n := sh.puts + sh.checks
+// rowsSQL returns commitRows's statement for n puts of table t. Its
+// parameters are the keys ($1...$n), their expected versions in the same
+// order, their values, and the write id.
+func rowsSQL(t string, n int) string {
 	p := func(i int) string { return "$" + strconv.Itoa(i) }
 	var match, values strings.Builder
 	for i := 1; i <= n; i++ {
@@ -97,62 +85,39 @@ func (rs *rowsStatements) text(sh rowsShape) string {
 			match.WriteString(" OR ")
 		}
 		match.WriteString("(key = " + p(i) + " AND version = " + p(n+i) + ")")
-	}
-	for i := 1; i <= sh.puts; i++ {
 		values.WriteString(" WHEN " + p(i) + " THEN " + p(2*n+i) + "::bytea")
 	}
-	t := rs.table
-	text := `WITH lk AS (
+	return `WITH lk AS (
     SELECT key, version, value, fence_token FROM ` + t + `
-    WHERE key IN (` + params(1, n) + `) ORDER BY key FOR UPDATE)`
-	if sh.puts > 0 {
-		text += `, w AS (
-    UPDATE ` + t + ` SET value = CASE key` + values.String() + ` END, version = DEFAULT, write_id = ` + p(2*n+sh.puts+1) + `
-    WHERE key IN (` + params(1, sh.puts) + `)
+    WHERE key IN (` + params(1, n) + `) ORDER BY key FOR UPDATE), w AS (
+    UPDATE ` + t + ` SET value = CASE key` + values.String() + ` END, version = DEFAULT, write_id = ` + p(3*n+1) + `
+    WHERE key IN (` + params(1, n) + `)
     AND (SELECT count(*) FROM lk WHERE value IS NOT NULL AND (` + match.String() + `)) = ` + strconv.Itoa(n) + `
     RETURNING key, version)
 SELECT lk.key, w.version, lk.version, lk.value, lk.fence_token FROM lk LEFT JOIN w USING (key)`
-	} else {
-		text += `
-SELECT key, NULL::bigint, version, value, fence_token FROM lk`
-	}
-	rs.texts.Store(sh, text)
-	return text
 }
 
 // commitRows commits ops (rowsCommittable) in one statement.
 func (s *Store) commitRows(ctx context.Context, ops []cas.Op, id writeid.ID) ([]cas.Version, error) {
-	var sh rowsShape
-	for _, op := range ops {
-		if op.Kind == cas.OpPut {
-			sh.puts++
-		}
-	}
-	sh.checks = len(ops) - sh.puts
 	n := len(ops)
-	args := make([]any, 2*n+sh.puts+1)
+	args := make([]any, 3*n+1)
 	at := make(map[string]int, n)
-	put, check := 0, sh.puts // positions of the next put and check
 	for i, op := range ops {
-		j := &check
-		if op.Kind == cas.OpPut {
-			j = &put
-			value := op.Value
-			if value == nil {
-				value = []byte{}
-			}
-			args[2*n+*j] = value
+		value := op.Value
+		if value == nil {
+			value = []byte{}
 		}
-		args[*j], args[n+*j] = op.Key, pgVersion(op.Expected)
-		*j++
+		args[i], args[n+i], args[2*n+i] = op.Key, pgVersion(op.Expected), value
 		at[op.Key] = i
 	}
-	args[len(args)-1] = id
-	if sh.puts == 0 {
-		args = args[:n] // checks only: the statement reads the rows
+	args[3*n] = id
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, acquireError("commit", ops[0].Key, err) // nothing sent
 	}
+	defer conn.Release()
 	results := make([]result, n)
-	rows, err := s.pool.Query(ctx, s.rows.text(sh), args...)
+	rows, err := conn.Query(ctx, s.sqlRowsCommit[n], args...)
 	if err == nil {
 		for rows.Next() {
 			var (
@@ -183,10 +148,11 @@ func (s *Store) commitRows(ctx context.Context, ops []cas.Op, id writeid.ID) ([]
 		}
 	}
 	for i, op := range ops {
-		if op.Kind == cas.OpPut && results[i].newVersion == nil {
-			// Every row was at its version, so every put applied
-			// (the rows were locked): a reply without one is broken.
-			return nil, &cas.KeyError{Op: "commit", Key: op.Key, Err: errors.New("pgcas: the commit's reply lacks a written row; its outcome is unknown")}
+		if results[i].newVersion == nil {
+			// Every row was at its version, so every put applied (the
+			// rows were locked): a reply without one is broken.
+			return nil, &cas.AmbiguousError{Op: "commit", Key: op.Key, WriteID: id.UUID(),
+				Err: errors.New("pgcas: the commit's reply lacks a written row")}
 		}
 	}
 	return committed(ops, results), nil

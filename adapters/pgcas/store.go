@@ -94,7 +94,7 @@ type Store struct {
 	commitCheck     string // check a version
 	commitCheckNone string // check absence
 	commitGuard     string
-	rows            *rowsStatements // commitRows's statements
+	sqlRowsCommit   [maxListed + 1]string // commitRows's statement for 1 to maxListed puts
 
 	sqlResolve     string
 	sqlResolveMany string
@@ -271,6 +271,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	for n := 1; n <= maxListed; n++ {
 		s.sqlGetList[n] = `SELECT key, value, version FROM ` + t + ` WHERE key IN (` + params(1, n) + `) AND value IS NOT NULL`
 		s.sqlLockList[n] = `SELECT key, value, version FROM ` + t + ` WHERE key IN (` + params(1, n) + `) ORDER BY key FOR UPDATE`
+		s.sqlRowsCommit[n] = rowsSQL(t, n)
 	}
 
 	// $1 key, $2 value, $3 write id, $4 token. A create may replace a
@@ -334,7 +335,6 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 	s.sqlResolve = `SELECT version, value IS NULL, write_id FROM ` + t + ` WHERE key = $1`
 	s.sqlResolveMany = `SELECT key, version, value IS NULL, write_id FROM ` + t + ` WHERE key = ANY($1)`
 	s.sqlLockRead = `SELECT value, version FROM ` + t + ` WHERE key = $1 AND value IS NOT NULL FOR UPDATE`
-	s.rows = &rowsStatements{table: t}
 }
 
 // commitMark is the value of the setting occkit.commit by which an

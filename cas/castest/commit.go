@@ -134,20 +134,27 @@ var commitTests = []test{
 		b2 := vs[1]
 		wantItem(t, h, s, "a", "A", a)
 		wantItem(t, h, s, "b", "B2", b2)
+		// Writes only (a transfer's shape).
+		if vs, err = c.Commit(ctx, []cas.Op{cas.Put("b", b2, []byte("B3")), cas.Put("a", a, []byte("A1"))}); err != nil || len(vs) != 2 || vs[0] <= b2 || vs[1] <= a {
+			t.Fatalf("commit of writes = %v, %v, want two new versions", vs, err)
+		}
+		a, b2 = vs[1], vs[0]
+		wantItem(t, h, s, "a", "A1", a)
+		wantItem(t, h, s, "b", "B3", b2)
 		if vs, err = c.Commit(ctx, []cas.Op{cas.Check("b", b2), cas.Check("a", a)}); err != nil || len(vs) != 2 || vs[0] != b2 || vs[1] != a {
 			t.Fatalf("commit of checks = %v, %v, want [%d %d]", vs, err, b2, a)
 		}
 		// A stale check, last in ops order and in key order.
 		_, err = c.Commit(ctx, []cas.Op{cas.Put("a", a, []byte("A2")), cas.Check("b", b)})
-		wantConflict(t, h, err, "b", b, b2, "B2")
-		wantItem(t, h, s, "a", "A", a)
+		wantConflict(t, h, err, "b", b, b2, "B3")
+		wantItem(t, h, s, "a", "A1", a)
 		// A key deleted since it was read: absent now.
 		if err := s.CompareAndDelete(ctx, "a", a); err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.Commit(ctx, []cas.Op{cas.Put("b", b2, []byte("B3")), cas.Put("a", a, []byte("A3"))})
+		_, err = c.Commit(ctx, []cas.Op{cas.Put("b", b2, []byte("B4")), cas.Put("a", a, []byte("A3"))})
 		wantConflict(t, h, err, "a", a, 0, "")
-		wantItem(t, h, s, "b", "B2", b2)
+		wantItem(t, h, s, "b", "B3", b2)
 		wantAbsent(t, h, s, "a")
 	}},
 	{"FailedDeleteAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
