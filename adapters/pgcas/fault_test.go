@@ -1,6 +1,7 @@
 package pgcas_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -135,6 +136,75 @@ func TestCommitLostReplyResolved(t *testing.T) {
 			t.Fatalf("get %s = %+v, %v; want v%d", k, it, err, vs[i])
 		}
 	}
+}
+
+// Faults on a transfer's commit (writes of rows read: one statement): a
+// lost reply after it applied is resolved by the write id; a request
+// never sent is not ambiguous, and wrote nothing; nor is a commit for
+// which no connection could be had (the server refused them).
+func TestTransferCommitFaults(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*pgtest.Faults, *pgcas.Store, []cas.Op) {
+		f := &pgtest.Faults{}
+		s := faultyStore(t, f)
+		a, _ := s.CompareAndSwap(ctx, "xfer-a", 0, []byte("10"))
+		b, _ := s.CompareAndSwap(ctx, "xfer-b", 0, []byte("10"))
+		return f, s, []cas.Op{cas.Put("xfer-a", a, []byte("9")), cas.Put("xfer-b", b, []byte("11"))}
+	}
+	untouched := func(t *testing.T, s *pgcas.Store, ops []cas.Op) {
+		t.Helper()
+		for _, op := range ops {
+			if it, _ := s.Get(ctx, op.Key); it.Version != op.Expected || string(it.Value) != "10" {
+				t.Fatalf("get %s = %+v, want 10 at v%d untouched", op.Key, it, op.Expected)
+			}
+		}
+	}
+	t.Run("LostReply", func(t *testing.T) {
+		f, s, ops := setup(t)
+		f.LoseReply("xfer-b")
+		vs, err := s.Commit(ctx, ops)
+		wantFired(t, f)
+		if err != nil {
+			t.Fatalf("transfer with a lost reply: %v, want it resolved", err)
+		}
+		for i, op := range ops {
+			if it, err := s.Get(ctx, op.Key); err != nil || it.Version != vs[i] || !bytes.Equal(it.Value, op.Value) {
+				t.Fatalf("get %s = %+v, %v; want %s at v%d", op.Key, it, err, op.Value, vs[i])
+			}
+		}
+	})
+	t.Run("NeverSent", func(t *testing.T) {
+		f, s, ops := setup(t)
+		f.FailSend("xfer-b")
+		_, err := s.Commit(ctx, ops)
+		wantFired(t, f)
+		if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || !pgcas.Retryable(err) {
+			t.Fatalf("transfer never sent: %v, want a retryable error, not ambiguous", err)
+		}
+		untouched(t, s, ops)
+	})
+	t.Run("NoConnection", func(t *testing.T) {
+		var f pgtest.Faults
+		pool := pgtest.Pool(t, f.Configure, func(c *pgxpool.Config) { c.MaxConns = 2 })
+		s, err := pgcas.New(pool, pgcas.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateTable(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := s.CompareAndSwap(ctx, "xfer-a", 0, []byte("10"))
+		b, _ := s.CompareAndSwap(ctx, "xfer-b", 0, []byte("10"))
+		ops := []cas.Op{cas.Put("xfer-a", a, []byte("9")), cas.Put("xfer-b", b, []byte("11"))}
+		pool.Reset() // no idle connection: the commit must dial
+		f.RefuseConnections(100)
+		_, err = s.Commit(ctx, ops)
+		if err == nil || errors.Is(err, cas.ErrAmbiguous) || !pgcas.Retryable(err) {
+			t.Fatalf("transfer with no connection to be had: %v, want a retryable error, not ambiguous", err)
+		}
+		f.RefuseConnections(0)
+		untouched(t, s, ops)
+	})
 }
 
 // Transport failures that applied nothing are retryable (Retryable): a
