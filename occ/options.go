@@ -382,9 +382,10 @@ func (b *scaledBackOff) nextCapped(unit time.Duration, maxUnits int) time.Durati
 // from the default schedule.
 func (c *config) nextWait(b *backoff.BackOff, scaled *scaledBackOff) time.Duration {
 	switch {
-	case c.backOff == nil && c.newBackOff == nil && c.alone:
-		return scaled.nextCapped(c.unit, combinedMaxUnits)
 	case c.backOff == nil && c.newBackOff == nil:
+		if c.alone {
+			return scaled.nextCapped(c.unit, combinedMaxUnits)
+		}
 		return scaled.next(c.unit)
 	case *b == nil && c.backOff != nil:
 		*b = c.backOff

@@ -22,6 +22,13 @@ import (
 // faultyStore returns a store whose single connection goes through f.
 func faultyStore(t *testing.T, f *pgtest.Faults) *pgcas.Store {
 	t.Helper()
+	s, _ := faultyStoreAndPool(t, f)
+	return s
+}
+
+// faultyStoreAndPool is faultyStore with its pool.
+func faultyStoreAndPool(t *testing.T, f *pgtest.Faults) (*pgcas.Store, *pgxpool.Pool) {
+	t.Helper()
 	pool := pgtest.Pool(t, f.Configure, func(c *pgxpool.Config) { c.MaxConns = 2 })
 	s, err := pgcas.New(pool, pgcas.Config{})
 	if err != nil {
@@ -30,7 +37,7 @@ func faultyStore(t *testing.T, f *pgtest.Faults) *pgcas.Store {
 	if err := s.CreateTable(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, pool
 }
 
 func wantFired(t *testing.T, f *pgtest.Faults) {
@@ -144,12 +151,12 @@ func TestCommitLostReplyResolved(t *testing.T) {
 // which no connection could be had (the server refused them).
 func TestTransferCommitFaults(t *testing.T) {
 	ctx := context.Background()
-	setup := func(t *testing.T) (*pgtest.Faults, *pgcas.Store, []cas.Op) {
+	setup := func(t *testing.T) (*pgtest.Faults, *pgcas.Store, *pgxpool.Pool, []cas.Op) {
 		f := &pgtest.Faults{}
-		s := faultyStore(t, f)
+		s, pool := faultyStoreAndPool(t, f)
 		a, _ := s.CompareAndSwap(ctx, "xfer-a", 0, []byte("10"))
 		b, _ := s.CompareAndSwap(ctx, "xfer-b", 0, []byte("10"))
-		return f, s, []cas.Op{cas.Put("xfer-a", a, []byte("9")), cas.Put("xfer-b", b, []byte("11"))}
+		return f, s, pool, []cas.Op{cas.Put("xfer-a", a, []byte("9")), cas.Put("xfer-b", b, []byte("11"))}
 	}
 	untouched := func(t *testing.T, s *pgcas.Store, ops []cas.Op) {
 		t.Helper()
@@ -160,7 +167,7 @@ func TestTransferCommitFaults(t *testing.T) {
 		}
 	}
 	t.Run("LostReply", func(t *testing.T) {
-		f, s, ops := setup(t)
+		f, s, _, ops := setup(t)
 		f.LoseReply("xfer-b")
 		vs, err := s.Commit(ctx, ops)
 		wantFired(t, f)
@@ -174,7 +181,7 @@ func TestTransferCommitFaults(t *testing.T) {
 		}
 	})
 	t.Run("NeverSent", func(t *testing.T) {
-		f, s, ops := setup(t)
+		f, s, _, ops := setup(t)
 		f.FailSend("xfer-b")
 		_, err := s.Commit(ctx, ops)
 		wantFired(t, f)
@@ -184,21 +191,10 @@ func TestTransferCommitFaults(t *testing.T) {
 		untouched(t, s, ops)
 	})
 	t.Run("NoConnection", func(t *testing.T) {
-		var f pgtest.Faults
-		pool := pgtest.Pool(t, f.Configure, func(c *pgxpool.Config) { c.MaxConns = 2 })
-		s, err := pgcas.New(pool, pgcas.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CreateTable(ctx); err != nil {
-			t.Fatal(err)
-		}
-		a, _ := s.CompareAndSwap(ctx, "xfer-a", 0, []byte("10"))
-		b, _ := s.CompareAndSwap(ctx, "xfer-b", 0, []byte("10"))
-		ops := []cas.Op{cas.Put("xfer-a", a, []byte("9")), cas.Put("xfer-b", b, []byte("11"))}
+		f, s, pool, ops := setup(t)
 		pool.Reset() // no idle connection: the commit must dial
 		f.RefuseConnections(100)
-		_, err = s.Commit(ctx, ops)
+		_, err := s.Commit(ctx, ops)
 		if err == nil || errors.Is(err, cas.ErrAmbiguous) || !pgcas.Retryable(err) {
 			t.Fatalf("transfer with no connection to be had: %v, want a retryable error, not ambiguous", err)
 		}
