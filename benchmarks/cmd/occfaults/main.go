@@ -51,6 +51,7 @@ type params struct {
 	recovery     time.Duration // least time after a one-shot fault is over
 	workers      int           // per workload
 	window       int64         // calls recorded per workload and run
+	perKey       int64         // calls per key before a workload moves on to fresh keys (perKeyGeneration)
 	checkTimeout time.Duration // porcupine's time per workload and run
 	settle       time.Duration // wait before the final reads
 	// dropEvery is how often the drop fault resets every connection (the
@@ -65,6 +66,7 @@ func defaultParams(d time.Duration) params {
 		recovery:     max(d/2, time.Second),
 		workers:      workers,
 		window:       400_000,
+		perKey:       perKeyGeneration,
 		checkTimeout: 60 * time.Second,
 		settle:       500 * time.Millisecond,
 	}
@@ -209,7 +211,7 @@ func runTarget(ctx context.Context, p params, backend, fault string, tg *target)
 	t0 := time.Now()
 	stop := make(chan struct{})
 	newWorkload := func(name string, keys int) *workload {
-		wl := newWorkload(name, t0, keys, p.window)
+		wl := newWorkload(name, t0, keys, p.window, p.perKey)
 		wl.staleReads = tg.staleReads
 		return wl
 	}
