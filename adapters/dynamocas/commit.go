@@ -173,15 +173,18 @@ func (s *Store) buildCommit(ops []cas.Op, bases []uint64, hold []byte, held map[
 	return c
 }
 
+// txUpdate is the update of updateInput as an item of a
+// TransactWriteItems.
 func (s *Store) txUpdate(key, upd, cond string, e *expr) *types.Update {
+	in := s.updateInput(key, upd, cond, e)
 	return &types.Update{
-		TableName:                           aws.String(s.table),
-		Key:                                 s.keyAV(key),
-		UpdateExpression:                    aws.String(upd),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            e.names,
-		ExpressionAttributeValues:           e.valueMap(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		TableName:                           in.TableName,
+		Key:                                 in.Key,
+		UpdateExpression:                    in.UpdateExpression,
+		ConditionExpression:                 in.ConditionExpression,
+		ExpressionAttributeNames:            in.ExpressionAttributeNames,
+		ExpressionAttributeValues:           in.ExpressionAttributeValues,
+		ReturnValuesOnConditionCheckFailure: in.ReturnValuesOnConditionCheckFailure,
 	}
 }
 

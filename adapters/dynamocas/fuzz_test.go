@@ -85,38 +85,18 @@ func FuzzDecodeItem(f *testing.F) {
 		st, err := s.decode("k", av)
 
 		// The model.
-		var why string
-		var sv int64
+		sv, why := modelNumber(av, "version", func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
 		var fv uint64
-		switch v := av["version"].(type) {
-		case nil:
-		case *types.AttributeValueMemberN:
-			n, perr := strconv.ParseInt(v.Value, 10, 64)
-			if perr != nil {
-				why = "version"
-			}
-			sv = n
-		default:
-			why = "version kind"
-		}
 		if why == "" {
-			switch v := av["fence"].(type) {
-			case nil:
-			case *types.AttributeValueMemberN:
-				n, perr := strconv.ParseUint(v.Value, 10, 64)
-				if perr != nil {
-					why = "fence"
-				}
-				fv = n
-			default:
-				why = "fence kind"
-			}
+			fv, why = modelNumber(av, "fence", func(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) })
 		}
 		var value []byte
 		if why == "" && sv > 0 {
 			switch v := av["value"].(type) {
 			case *types.AttributeValueMemberB:
 				value = v.Value
+			case *types.AttributeValueMemberN:
+				value = []byte(v.Value) // a delta's value: its decimal text
 			case *types.AttributeValueMemberS:
 				if v.Value != "" {
 					why = "value string"
@@ -169,6 +149,24 @@ func FuzzDecodeItem(f *testing.F) {
 			}
 		}
 	})
+}
+
+// modelNumber is the fuzz model's reading of the number attribute name
+// of av: its value (zero when absent), and why the decoder must refuse
+// the item ("" when it may accept it).
+func modelNumber[N int64 | uint64](av map[string]types.AttributeValue, name string, parse func(string) (N, error)) (N, string) {
+	switch v := av[name].(type) {
+	case nil:
+		return 0, ""
+	case *types.AttributeValueMemberN:
+		n, err := parse(v.Value)
+		if err != nil {
+			return n, name
+		}
+		return n, ""
+	default:
+		return 0, name + " kind"
+	}
 }
 
 // FuzzItemRoundTrip checks that every item the store writes (live, with

@@ -20,35 +20,19 @@ func avSize(v types.AttributeValue) int {
 	case *types.AttributeValueMemberS:
 		return len(v.Value)
 	case *types.AttributeValueMemberN:
-		return len(v.Value)/2 + 2
+		return numberSize(v.Value)
 	case *types.AttributeValueMemberB:
 		return len(v.Value)
 	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
 		return 1
 	case *types.AttributeValueMemberSS:
-		n := 0
-		for _, s := range v.Value {
-			n += len(s)
-		}
-		return n
+		return sumSizes(v.Value, func(s string) int { return len(s) })
 	case *types.AttributeValueMemberNS:
-		n := 0
-		for _, s := range v.Value {
-			n += len(s)/2 + 2
-		}
-		return n
+		return sumSizes(v.Value, numberSize)
 	case *types.AttributeValueMemberBS:
-		n := 0
-		for _, b := range v.Value {
-			n += len(b)
-		}
-		return n
+		return sumSizes(v.Value, func(b []byte) int { return len(b) })
 	case *types.AttributeValueMemberL:
-		n := 3
-		for _, e := range v.Value {
-			n += 1 + avSize(e)
-		}
-		return n
+		return 3 + sumSizes(v.Value, func(e types.AttributeValue) int { return 1 + avSize(e) })
 	case *types.AttributeValueMemberM:
 		n := 3
 		for k, e := range v.Value {
@@ -57,4 +41,16 @@ func avSize(v types.AttributeValue) int {
 		return n
 	}
 	return 0
+}
+
+// numberSize is the size of the number whose decimal text is s.
+func numberSize(s string) int { return len(s)/2 + 2 }
+
+// sumSizes is the sum of size over the elements of a set or list.
+func sumSizes[E any](es []E, size func(E) int) int {
+	n := 0
+	for _, e := range es {
+		n += size(e)
+	}
+	return n
 }

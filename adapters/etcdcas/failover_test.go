@@ -94,12 +94,28 @@ func TestLeaderLoss(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	final, _, err := counters.Get(ctx, "n")
+	t.Logf("successes %d (%d after the leader loss), ambiguous %d, failed and not applied %d",
+		ok.Load(), afterLoss.Load(), len(ambiguous), other.Load())
+	checkCounter(t, ctx, cli, store, "n", ok.Load(), ambiguous)
+	if afterLoss.Load() == 0 {
+		t.Fatalf("no increment succeeded after the leader was lost")
+	}
+}
+
+// checkCounter checks the counter key of s after a load of increments,
+// ok of which succeeded and those with the write ids ambiguous came back
+// ambiguous: nothing lost, nothing applied twice. Each ambiguous increment
+// is in the key's history at most once, the counter equals ok plus those
+// that are, and the history has one write per increment (and the
+// create). It returns the revisions of each write id in the history and
+// how many ambiguous increments applied.
+func checkCounter(t *testing.T, ctx context.Context, cli *clientv3.Client, s *etcdcas.Store, key string, ok int64, ambiguous []string) (ids map[string][]int64, applied int) {
+	t.Helper()
+	final, _, err := cas.NewTyped(s, cas.JSON[int]()).Get(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, puts := writeHistory(t, ctx, cli, store, "n")
-	applied := 0
+	ids, puts := writeHistory(t, ctx, cli, s, key)
 	for _, id := range ambiguous {
 		switch len(ids[id]) {
 		case 0:
@@ -109,17 +125,14 @@ func TestLeaderLoss(t *testing.T) {
 			t.Errorf("ambiguous write %s applied %d times", id, len(ids[id]))
 		}
 	}
-	t.Logf("successes %d (%d after the leader loss), ambiguous %d (%d applied), failed and not applied %d, final counter %d",
-		ok.Load(), afterLoss.Load(), len(ambiguous), applied, other.Load(), final)
-	if int64(final) != ok.Load()+int64(applied) {
-		t.Fatalf("counter %d != successes %d + applied ambiguous %d: an update was lost or doubled", final, ok.Load(), applied)
+	t.Logf("counter %d: %d increments succeeded, %d of the %d ambiguous ones applied", final, ok, applied, len(ambiguous))
+	if int64(final) != ok+int64(applied) {
+		t.Fatalf("counter %d != successes %d + applied ambiguous %d: an increment was lost or doubled", final, ok, applied)
 	}
 	if puts != final+1 {
 		t.Fatalf("%d writes in the key's history for a counter at %d (+1 create)", puts, final)
 	}
-	if afterLoss.Load() == 0 {
-		t.Fatalf("no increment succeeded after the leader was lost")
-	}
+	return ids, applied
 }
 
 // writeHistory returns, for the data key of key, the revisions at which

@@ -61,13 +61,7 @@ func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	var rt roundTrips
 	pool := pgtest.Pool(t, rt.configure)
-	s, err := pgcas.New(pool, pgcas.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := storeOn(t, pool, pgcas.Config{})
 	other := newStoreOn(t, s) // an untraced writer on the same table
 	counters := cas.NewTyped[int](s, cas.JSON[int]())
 
@@ -203,13 +197,7 @@ func newStoreOn(t testing.TB, s *pgcas.Store) *pgcas.Store {
 func BenchmarkCompareAndSwap(b *testing.B) {
 	ctx := context.Background()
 	pool := pgtest.Pool(b, func(c *pgxpool.Config) { c.MaxConns = 1 })
-	s, err := pgcas.New(pool, pgcas.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := storeOn(b, pool, pgcas.Config{})
 	value := []byte(`{"stock":42}`)
 	// start returns key's version, creating it if needed (sub-benchmarks
 	// run several times).
@@ -251,6 +239,7 @@ FROM (SELECT) one LEFT JOIN w ON true LEFT JOIN cur c ON true`
 		t0 := time.Now()
 		switch i % 3 {
 		case 0:
+			var err error
 			if v, err = s.CompareAndSwap(ctx, "k-pgcas", v, value); err != nil {
 				b.Fatal(err)
 			}
@@ -375,13 +364,7 @@ func BenchmarkCacheForeignWriters(b *testing.B) {
 		b.Run(fmt.Sprintf("foreign=%d", foreign), func(b *testing.B) {
 			var rt roundTrips
 			pool := pgtest.Pool(b, func(c *pgxpool.Config) { c.ConnConfig.Tracer = &rt; c.MaxConns = 16 })
-			s, err := pgcas.New(pool, pgcas.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.CreateTable(context.Background()); err != nil {
-				b.Fatal(err)
-			}
+			s := storeOn(b, pool, pgcas.Config{})
 			cachebench.ForeignWriters(b, s, newStoreOn(b, s), 1000, foreign, rt.total)
 		})
 	}
@@ -508,13 +491,7 @@ func BenchmarkModifyVsUpdate(b *testing.B) {
 	ctx := context.Background()
 	const workers = 8
 	pool := pgtest.Pool(b, func(c *pgxpool.Config) { c.MaxConns = workers })
-	s, err := pgcas.New(pool, pgcas.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := storeOn(b, pool, pgcas.Config{})
 	if _, err := pool.Exec(ctx, `CREATE TABLE bench_rows (id text PRIMARY KEY, n bigint NOT NULL, version bigserial NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
@@ -598,13 +575,7 @@ func BenchmarkTxnVsModifyMany(b *testing.B) {
 		})
 	})
 	// The same transfer over the key-value Store, through occ.Txn.
-	s, err := pgcas.New(pool, pgcas.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := storeOn(b, pool, pgcas.Config{})
 	skey := func(id int64) string { return "a" + strconv.FormatInt(id, 10) }
 	for i := range int64(rows) {
 		if _, err := s.CompareAndSwap(ctx, skey(i+1), 0, []byte("1000")); err != nil {

@@ -71,9 +71,7 @@ func TestDeltaLostReplyAppliedOnce(t *testing.T) {
 		if err != nil || ver == 0 || left < 0 {
 			t.Fatalf("delta with a lost reply: %d at %d, %v; want it resolved", left, ver, err)
 		}
-		if f.Fired() != i+1 {
-			t.Fatalf("the fault fired %d times, want %d", f.Fired(), i+1)
-		}
+		fired(t, &f, i+1)
 	}
 	close(stop)
 	wg.Wait()
@@ -98,7 +96,7 @@ func TestDeltaLostReplyRefused(t *testing.T) {
 	}
 	f.LoseReply("k-refused")
 	_, _, err = s.Add(ctx, "k-refused", -4, cas.AtLeast(0))
-	wantFired(t, &f)
+	fired(t, &f, 1)
 	if !errors.Is(err, cas.ErrBound) {
 		t.Fatalf("err = %v, want ErrBound", err)
 	}
@@ -117,7 +115,7 @@ func TestDeltaFailedSendNotApplied(t *testing.T) {
 	_, v1, _ := s.Add(ctx, "k-unsent", 3, cas.Bounds{})
 	f.FailSend("k-unsent")
 	_, _, err := s.Add(ctx, "k-unsent", 1, cas.Bounds{})
-	wantFired(t, &f)
+	fired(t, &f, 1)
 	if err == nil || errors.Is(err, cas.ErrAmbiguous) || !pgcas.Retryable(err) {
 		t.Fatalf("err = %v, want a retryable error", err)
 	}

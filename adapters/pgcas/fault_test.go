@@ -30,20 +30,15 @@ func faultyStore(t *testing.T, f *pgtest.Faults) *pgcas.Store {
 func faultyStoreAndPool(t *testing.T, f *pgtest.Faults) (*pgcas.Store, *pgxpool.Pool) {
 	t.Helper()
 	pool := pgtest.Pool(t, f.Configure, func(c *pgxpool.Config) { c.MaxConns = 2 })
-	s, err := pgcas.New(pool, pgcas.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := storeOn(t, pool, pgcas.Config{})
 	return s, pool
 }
 
-func wantFired(t *testing.T, f *pgtest.Faults) {
+// fired checks that the armed faults have fired n times in all.
+func fired(t *testing.T, f *pgtest.Faults, n int) {
 	t.Helper()
-	if f.Fired() != 1 {
-		t.Fatalf("the fault fired %d times, want once", f.Fired())
+	if got := f.Fired(); got != n {
+		t.Fatalf("faults fired %d times, want %d", got, n)
 	}
 }
 
@@ -59,7 +54,7 @@ func TestLostReplyResolvedByWriteID(t *testing.T) {
 	}
 	f.LoseReply("lost-key")
 	v2, err := s.CompareAndSwap(ctx, "lost-key", v1, []byte("two"))
-	wantFired(t, &f)
+	fired(t, &f, 1)
 	if err != nil {
 		t.Fatalf("swap with a lost reply: %v, want it resolved to success", err)
 	}
@@ -88,7 +83,7 @@ func TestLostReplyAmbiguous(t *testing.T) {
 	v2, _ := s.CompareAndSwap(ctx, "k-amb", v1, []byte("two"))
 	f.LoseReply("k-amb")
 	_, err := s.CompareAndSwap(ctx, "k-amb", v1, []byte("stale"))
-	wantFired(t, &f)
+	fired(t, &f, 1)
 	var ae *cas.AmbiguousError
 	if !errors.As(err, &ae) || ae.Key != "k-amb" || ae.WriteID == "" || ae.Op != "compare-and-swap" {
 		t.Fatalf("err = %v, want a *cas.AmbiguousError naming the key and a write id", err)
@@ -114,7 +109,7 @@ func TestFailedSendIsNotAmbiguous(t *testing.T) {
 	v1, _ := s.CompareAndSwap(ctx, "k-send", 0, []byte("one"))
 	f.FailSend("k-send")
 	_, err := s.CompareAndSwap(ctx, "k-send", v1, []byte("two"))
-	wantFired(t, &f)
+	fired(t, &f, 1)
 	if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) {
 		t.Fatalf("err = %v, want a plain error", err)
 	}
@@ -133,7 +128,7 @@ func TestCommitLostReplyResolved(t *testing.T) {
 	a, _ := s.CompareAndSwap(ctx, "a", 0, []byte("A"))
 	f.LoseReply("commit-b")
 	vs, err := s.Commit(ctx, []cas.Op{cas.Put("a", a, []byte("A2")), cas.Put("commit-b", 0, []byte("B"))})
-	wantFired(t, &f)
+	fired(t, &f, 1)
 	if err != nil {
 		t.Fatalf("commit with a lost reply: %v, want it resolved", err)
 	}
@@ -170,7 +165,7 @@ func TestTransferCommitFaults(t *testing.T) {
 		f, s, _, ops := setup(t)
 		f.LoseReply("xfer-b")
 		vs, err := s.Commit(ctx, ops)
-		wantFired(t, f)
+		fired(t, f, 1)
 		if err != nil {
 			t.Fatalf("transfer with a lost reply: %v, want it resolved", err)
 		}
@@ -184,7 +179,7 @@ func TestTransferCommitFaults(t *testing.T) {
 		f, s, _, ops := setup(t)
 		f.FailSend("xfer-b")
 		_, err := s.Commit(ctx, ops)
-		wantFired(t, f)
+		fired(t, f, 1)
 		if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || !pgcas.Retryable(err) {
 			t.Fatalf("transfer never sent: %v, want a retryable error, not ambiguous", err)
 		}
@@ -246,14 +241,6 @@ func TestRetryableTransportFailures(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, "retry-key"); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// fired checks that the armed faults have fired n times in all.
-func fired(t *testing.T, f *pgtest.Faults, n int) {
-	t.Helper()
-	if got := f.Fired(); got != n {
-		t.Fatalf("faults fired %d times, want %d", got, n)
 	}
 }
 
@@ -376,13 +363,7 @@ func TestSessionEndedRetryable(t *testing.T) {
 	ctx := context.Background()
 	never := func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns, c.ShouldPing = 1, never })
-	s, err := pgcas.New(pool, pgcas.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := storeOn(t, pool, pgcas.Config{})
 	kill := terminator(t, s)
 	v1, err := s.CompareAndSwap(ctx, "k", 0, []byte("1"))
 	if err != nil {

@@ -28,13 +28,7 @@ import (
 func replicaStore(t testing.TB, pool *pgxpool.Pool, cfg pgcas.Config) *pgcas.Store {
 	t.Helper()
 	cfg.ReadPool = pgtest.ReplicaPool(t, pool)
-	s, err := pgcas.New(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := storeOn(t, pool, cfg)
 	pgtest.CatchUp(t, pool, cfg.ReadPool)
 	return s
 }
@@ -257,13 +251,7 @@ func TestReplicaReadErrors(t *testing.T) {
 	pool := pgtest.Pool(t)
 	replica := pgtest.ReplicaPool(t, pool)
 	pgtest.PauseReplay(t, replica)
-	s, err := pgcas.New(pool, pgcas.Config{ReadPool: replica})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := storeOn(t, pool, pgcas.Config{ReadPool: replica})
 	mustPut(t, s, "k", 0, "v")
 	if _, err := s.Get(ctx, "k"); err == nil || errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("get from a replica without the table = %v; want the replica's error", err)

@@ -366,21 +366,7 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
 		return cas.Item{}, err
 	}
-	var (
-		value   []byte
-		version int64
-	)
-	err := s.read.QueryRow(ctx, s.sqlGet, key).Scan(&value, &version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
-	}
-	if err != nil {
-		return cas.Item{}, readError("get", key, err)
-	}
-	if value == nil {
-		value = []byte{}
-	}
-	return cas.Item{Key: key, Value: value, Version: cas.Version(version)}, nil
+	return sqlrows.Item(key, s.read.QueryRow(ctx, s.sqlGet, key), func(err error) error { return readError("get", key, err) })
 }
 
 // GetMany implements cas.BatchGetter with one SELECT (WHERE key IN ($1,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/cas"
@@ -20,7 +21,13 @@ import (
 // newStore returns a store on a fresh table in a fresh schema.
 func newStore(t testing.TB, cfg pgcas.Config) *pgcas.Store {
 	t.Helper()
-	s, err := pgcas.New(pgtest.Pool(t), cfg)
+	return storeOn(t, pgtest.Pool(t), cfg)
+}
+
+// storeOn returns a store with cfg on pool, its tables created.
+func storeOn(t testing.TB, pool *pgxpool.Pool, cfg pgcas.Config) *pgcas.Store {
+	t.Helper()
+	s, err := pgcas.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,13 +77,7 @@ func TestHostileTableName(t *testing.T) {
 		t.Fatal(err)
 	}
 	const hostile = `x"; DROP TABLE y; --`
-	s, err := pgcas.New(pool, pgcas.Config{Table: hostile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := storeOn(t, pool, pgcas.Config{Table: hostile})
 	v, err := s.CompareAndSwap(ctx, "k", 0, []byte("v"))
 	if err != nil {
 		t.Fatal(err)

@@ -81,12 +81,9 @@ type TableConfig struct {
 // A Table is safe for concurrent use.
 type Table[T any] struct {
 	pool    *pgxpool.Pool
-	name    string // quoted table
-	nextval string // nextval('<sequence>'::regclass)
-	cols    []rowupdate.Column
-	key     int // index into cols
-	version int
-	fence   int // -1: none
+	name    string              // quoted table
+	nextval string              // nextval('<sequence>'::regclass)
+	layout  rowupdate.Layout[T] // where the key, version and other columns live in T
 	selCols string
 	sqlGet  string
 	sqlUpd  string
@@ -119,13 +116,13 @@ func NewTable[T any](pool *pgxpool.Pool, cfg TableConfig) (*Table[T], error) {
 	if cfg.ReadPool != nil {
 		t.rq = cfg.ReadPool
 	}
-	t.cols, t.key, t.version, t.fence, err = rowupdate.Layout[T](quoteColumn, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
+	t.layout, err = rowupdate.NewLayout[T](quoteColumn, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
 	if err != nil {
 		return nil, fmt.Errorf("pgcas: NewTable[%v]: %w", reflect.TypeFor[T](), err)
 	}
 	seq := cfg.VersionSequence
 	if seq == "" {
-		seq = cfg.Table + "_" + t.cols[t.version].Name + "_seq"
+		seq = cfg.Table + "_" + t.layout.VersionColumn().Name + "_seq"
 	}
 	qseq, err := quoteTable(cfg.Schema, seq, "")
 	if err != nil {
@@ -151,20 +148,16 @@ func quoteColumn(name string) (string, error) {
 // same statement reads the row's current state (FOR SHARE, to see the
 // latest committed version, as Store does).
 func (t *Table[T]) prepareSQL() {
-	names := make([]string, len(t.cols))
-	for i, c := range t.cols {
-		names[i] = c.Quoted
-	}
-	t.selCols = strings.Join(names, ", ")
-	k, v := t.cols[t.key].Quoted, t.cols[t.version].Quoted
+	t.selCols = t.layout.SelectList()
+	k, v := t.layout.KeyColumn().Quoted, t.layout.VersionColumn().Quoted
 	t.sqlGet = `SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = $1`
 
 	// $1 key, $2 expected version, $3.. the writable columns, then the
 	// token.
 	var set []string
 	arg := 3
-	for i, c := range t.cols {
-		if !t.writable(i) {
+	for i, c := range t.layout.Columns {
+		if !t.layout.Writable(i) {
 			continue
 		}
 		set = append(set, fmt.Sprintf("%s = $%d", c.Quoted, arg))
@@ -172,14 +165,14 @@ func (t *Table[T]) prepareSQL() {
 	}
 	set = append(set, v+" = "+t.nextval)
 	fence := "NULL::bigint"
-	if t.fence >= 0 {
-		fence = "c." + t.cols[t.fence].Quoted + "::bigint"
+	if t.layout.Fence >= 0 {
+		fence = "c." + t.layout.Columns[t.layout.Fence].Quoted + "::bigint"
 	}
 	// One row, the written one or else the current one (exactly one of
 	// w and cur has a row, so COALESCE takes each column from it), or no
 	// row when the key has none.
-	both := make([]string, len(t.cols))
-	for i, c := range t.cols {
+	both := make([]string, len(t.layout.Columns))
+	for i, c := range t.layout.Columns {
 		both[i] = "COALESCE(w." + c.Quoted + ", c." + c.Quoted + ")"
 	}
 	t.sqlTail = `, cur AS (
@@ -200,8 +193,8 @@ WHERE w.` + k + ` IS NOT NULL OR c.` + k + ` IS NOT NULL`
     RETURNING ` + t.selCols + `)` + tail
 	}
 	t.sqlUpd = update("", "")
-	if t.fence >= 0 {
-		f := t.cols[t.fence].Quoted
+	if t.layout.Fence >= 0 {
+		f := t.layout.Columns[t.layout.Fence].Quoted
 		// A NULL token (a row no fenced write has touched, written by
 		// code that does not know the column) counts as 0.
 		t.sqlUpdF = update(fmt.Sprintf(" AND COALESCE(%s, 0) <= $%d", f, arg), fmt.Sprintf("%s = $%d", f, arg))
@@ -210,11 +203,6 @@ WHERE w.` + k + ` IS NOT NULL OR c.` + k + ` IS NOT NULL`
     DELETE FROM ` + t.name + ` WHERE ` + k + ` = $1 AND ` + v + ` = $2
     RETURNING ` + t.selCols + `)` + tail
 }
-
-// writable reports whether Update sets column i from the row: not the key,
-// the version or the fence column (which only UpdateFenced changes, to its
-// token).
-func (t *Table[T]) writable(i int) bool { return i != t.key && i != t.version && i != t.fence }
 
 // Get returns the row with key, its version field filled in, or an error
 // matching cas.ErrNotFound. It reads on TableConfig.ReadPool when set.
@@ -236,7 +224,7 @@ func (t *Table[T]) readRow(ctx context.Context, q querier, sql, op string, key a
 		}
 		return row, &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: cas.ErrNotFound}
 	}
-	if err := rows.Scan(t.targets(&row)...); err != nil {
+	if err := rows.Scan(t.layout.Targets(&row)...); err != nil {
 		return row, t.opError(op, key, err)
 	}
 	rows.Close()
@@ -264,13 +252,13 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 	rv := reflect.ValueOf(&row).Elem()
 	var cols, params []string
 	var args []any
-	for i, c := range t.cols {
+	for i, c := range t.layout.Columns {
 		f := rv.FieldByIndex(c.Index)
 		switch {
-		case i == t.version:
+		case i == t.layout.Version:
 			cols, params = append(cols, c.Quoted), append(params, t.nextval)
 			continue
-		case i == t.key && f.IsZero():
+		case i == t.layout.Key && f.IsZero():
 			continue
 		}
 		args = append(args, f.Interface())
@@ -279,8 +267,8 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 	sql := `INSERT INTO ` + t.name + ` (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(params, ", ") +
 		`) RETURNING ` + t.selCols
 	var out T
-	key := rv.FieldByIndex(t.cols[t.key].Index).Interface()
-	if err := t.q.QueryRow(ctx, sql, args...).Scan(t.targets(&out)...); err != nil {
+	key := t.layout.KeyOf(&row)
+	if err := t.q.QueryRow(ctx, sql, args...).Scan(t.layout.Targets(&out)...); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation {
 			isKey, lookupErr := t.violatesKey(ctx, pgErr)
@@ -322,7 +310,7 @@ func (t *Table[T]) Update(ctx context.Context, row T) (T, error) {
 // TableConfig.FenceColumn, and fails with an error matching
 // errors.ErrUnsupported without it.
 func (t *Table[T]) UpdateFenced(ctx context.Context, row T, token uint64) (T, error) {
-	if t.fence < 0 {
+	if t.layout.Fence < 0 {
 		var zero T
 		return zero, fmt.Errorf("pgcas: UpdateFenced on table %s without a fence column: %w", t.name, errors.ErrUnsupported)
 	}
@@ -360,14 +348,14 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 // fenced) of row, with row's key and expected version.
 func (t *Table[T]) updateSQL(row T, token uint64, fenced bool) (sql string, args []any, key any, expected cas.Version, err error) {
 	rv := reflect.ValueOf(&row).Elem()
-	key = rv.FieldByIndex(t.cols[t.key].Index).Interface()
-	ev := rv.FieldByIndex(t.cols[t.version].Index)
+	key = t.layout.KeyOf(&row)
+	ev := rv.FieldByIndex(t.layout.VersionColumn().Index)
 	if expected = rowupdate.ToVersion(ev); expected == 0 {
 		return "", nil, key, 0, rowupdate.ZeroVersion("update", key)
 	}
 	args = []any{key, ev.Interface()}
-	for i, c := range t.cols {
-		if t.writable(i) {
+	for i, c := range t.layout.Columns {
+		if t.layout.Writable(i) {
 			args = append(args, rv.FieldByIndex(c.Index).Interface())
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/internal/rowupdate"
 )
 
 // Add adds n to the integer column of the row with key, if the result lies
@@ -32,18 +31,14 @@ import (
 // keys, which are resolved).
 func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b cas.Bounds) (T, error) {
 	var zero T
-	lo, hi, err := rowupdate.DeltaRange(ctx, fmt.Sprint(key), n, b)
+	col, lo, hi, err := t.layout.Delta(ctx, "pgcas", t.name, key, column, n, b)
 	if err != nil {
 		return zero, err
 	}
-	col, err := t.deltaColumn(column)
-	if err != nil {
-		return zero, err
-	}
-	c := t.cols[col].Quoted
+	c := t.layout.Columns[col].Quoted
 	sql := `WITH w AS (
-    UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + $2::bigint, ` + t.cols[t.version].Quoted + ` = ` + t.nextval + `
-    WHERE ` + t.cols[t.key].Quoted + ` = $1 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint
+    UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + $2::bigint, ` + t.layout.VersionColumn().Quoted + ` = ` + t.nextval + `
+    WHERE ` + t.layout.KeyColumn().Quoted + ` = $1 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint
     RETURNING ` + t.selCols + `)` + t.sqlTail
 	out, cur, r, err := t.run(ctx, sql, key, n, lo, hi)
 	var pgErr *pgconn.PgError
@@ -58,10 +53,5 @@ func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b c
 	case !r.exists:
 		return zero, &cas.KeyError{Op: "add", Key: fmt.Sprint(key), Err: cas.ErrNotFound}
 	}
-	return cur, rowupdate.DeltaRefused(&cur, t.cols[col].Index, fmt.Sprint(key), column, n, b)
-}
-
-// deltaColumn returns the index of the column a delta may change.
-func (t *Table[T]) deltaColumn(name string) (int, error) {
-	return rowupdate.DeltaColumn[T]("pgcas", t.name, t.cols, t.writable, name)
+	return cur, t.layout.DeltaRefused(&cur, col, key, n, b)
 }

@@ -62,14 +62,14 @@ func (t *Table[T]) lookUpKeyIndexes(ctx context.Context) error {
 	}
 	var rows pgx.Rows
 	if t.q == querier(t.pool) {
-		rows, _ = t.pool.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].Name)
+		rows, _ = t.pool.Query(ctx, sqlKeyIndexes, t.name, t.layout.KeyColumn().Name)
 	} else {
 		conn, err := pgx.ConnectConfig(ctx, t.pool.Config().ConnConfig)
 		if err != nil {
 			return err
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
-		rows, _ = conn.Query(ctx, sqlKeyIndexes, t.name, t.cols[t.key].Name)
+		rows, _ = conn.Query(ctx, sqlKeyIndexes, t.name, t.layout.KeyColumn().Name)
 	}
 	idx, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ki keyIndex, err error) {
 		err = row.Scan(&ki.schema, &ki.table, &ki.index)

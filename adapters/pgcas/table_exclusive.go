@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"sync"
 
@@ -60,12 +59,12 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 	}
 	if err == nil {
 		var row T
-		err = br.QueryRow().Scan(t.targets(&row)...)
+		err = br.QueryRow().Scan(t.layout.Targets(&row)...)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			err = nil
 		case err == nil:
-			cur = rowupdate.Row[T]{Value: row, Version: t.versionOf(&row)}
+			cur = t.layout.Row(row)
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -98,7 +97,7 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 		}
 		return rowupdate.Row[T]{}, err
 	}
-	return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, nil
+	return t.layout.Row(out), nil
 }
 
 // runTx runs fn with the table bound to a transaction of its own on one
@@ -141,7 +140,7 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 		cur      rowupdate.Row[T]
 		conflict error
 	)
-	err := t.pipe(ctx, "modify-many", t.keyOf(writes[order[0]].Row), func(b *pipeBatch) error {
+	err := t.pipe(ctx, "modify-many", t.layout.KeyOf(&writes[order[0]].Row), func(b *pipeBatch) error {
 		for _, i := range order {
 			if err := t.queueUpdate(b, writes[i].Expected, writes[i].Row); err != nil {
 				return err
@@ -154,7 +153,7 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 			s, c, err := t.scanUpdate(r)
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) {
-				ce.Key, ce.Expected = fmt.Sprint(t.keyOf(writes[i].Row)), writes[i].Expected
+				ce.Key, ce.Expected = fmt.Sprint(t.layout.KeyOf(&writes[i].Row)), writes[i].Expected
 				ce.Current.Key = ce.Key
 				at, cur, conflict = i, c, ce
 			}
@@ -172,11 +171,6 @@ func (t *Table[T]) commitMany(ctx context.Context, writes []rowupdate.Write[T]) 
 		return nil, -1, rowupdate.Row[T]{}, err
 	}
 	return stored, -1, rowupdate.Row[T]{}, nil
-}
-
-// keyOf returns the key field of row.
-func (t *Table[T]) keyOf(row T) any {
-	return reflect.ValueOf(&row).Elem().FieldByIndex(t.cols[t.key].Index).Interface()
 }
 
 // pipeline is the table's part in a Txn commit of updates sent in one
@@ -215,7 +209,7 @@ var errStaleSnapshot = errors.New("pgcas: the statement's snapshot predates the 
 // queueUpdate adds to b the update of row conditional on version
 // expected.
 func (t *Table[T]) queueUpdate(b *pipeBatch, expected cas.Version, row T) error {
-	t.setVersion(&row, expected)
+	t.layout.SetVersion(&row, expected)
 	sql, args, _, _, err := t.updateSQL(row, 0, false)
 	if err != nil {
 		return err
@@ -236,7 +230,7 @@ func (t *Table[T]) scanUpdate(r *pipeResults) (stored, current rowupdate.Row[T],
 	case err != nil:
 		return stored, current, err
 	case res.written:
-		return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, current, nil
+		return t.layout.Row(out), current, nil
 	case res.stale(expected) && !r.last:
 		return stored, current, errStaleSnapshot
 	}

@@ -2,12 +2,11 @@ package pgcas
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/rowupdate"
+	"github.com/occkit/occkit/internal/sqlrows"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -79,12 +78,12 @@ func (t *Table[T]) newRows() *rowupdate.TableRows[T] { return rowupdate.NewTable
 // rowTable is t as the bridge drives it.
 func (t *Table[T]) rowTable() rowupdate.Table[T] {
 	return rowupdate.Table[T]{
-		KeyIndex:   t.cols[t.key].Index,
+		KeyIndex:   t.layout.KeyColumn().Index,
 		Get:        t.Get,
 		Insert:     t.Insert,
 		Update:     t.Update,
-		VersionOf:  t.versionOf,
-		SetVersion: t.setVersion,
+		VersionOf:  t.layout.VersionOf,
+		SetVersion: t.layout.SetVersion,
 		Exclusive:  t.exclusive,
 		RunTx:      t.runTx,
 		GetMany:    t.getMany,
@@ -94,20 +93,9 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 	}
 }
 
-// versionOf returns the version field of *row.
-func (t *Table[T]) versionOf(row *T) cas.Version { return rowupdate.VersionAt(row, t.cols[t.version]) }
-
-// setVersion sets the version field of *row.
-func (t *Table[T]) setVersion(row *T, v cas.Version) {
-	rowupdate.SetVersionAt(row, t.cols[t.version], v)
-}
-
-// targets returns pointers to the fields of *row, in column order.
-func (t *Table[T]) targets(row *T) []any { return rowupdate.Targets(row, t.cols) }
-
 // VersionOf returns the version in row's version field (0 for a row never
 // written).
-func (t *Table[T]) VersionOf(row T) cas.Version { return t.versionOf(&row) }
+func (t *Table[T]) VersionOf(row T) cas.Version { return t.layout.VersionOf(&row) }
 
 // Pool returns the pool the Table was made with, which it writes
 // through.
@@ -125,24 +113,13 @@ func (t *Table[T]) ReadPool() *pgxpool.Pool {
 // getMany reads the rows of keys in one statement (in any order; absent
 // keys have none).
 func (t *Table[T]) getMany(ctx context.Context, keys []any) ([]T, error) {
-	ph := make([]string, len(keys))
-	for i := range keys {
-		ph[i] = fmt.Sprintf("$%d", i+1)
-	}
-	rows, err := t.rq.Query(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].Quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
+	rows, err := t.rq.Query(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.layout.KeyColumn().Quoted+` IN (`+params(1, len(keys))+`)`, keys...)
 	if err != nil {
 		return nil, t.opError("get", keys[0], err)
 	}
 	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		var row T
-		if err := rows.Scan(t.targets(&row)...); err != nil {
-			return nil, t.opError("get", keys[0], err)
-		}
-		out = append(out, row)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrows.All(rows, t.layout.Targets)
+	if err != nil {
 		return nil, t.opError("get", keys[0], err)
 	}
 	return out, nil

@@ -426,9 +426,7 @@ func TestTableInsertLostReplyIsAmbiguous(t *testing.T) {
 	tbl := inventory(t, pgtest.Pool(t, f.Configure))
 	f.LoseReply("sku-lost")
 	_, err := tbl.Insert(ctx, item{SKU: "sku-lost", Name: "lamp", Stock: 1})
-	if f.Fired() != 1 {
-		t.Fatalf("the fault fired %d times, want once", f.Fired())
-	}
+	fired(t, &f, 1)
 	var ae *cas.AmbiguousError
 	if !errors.Is(err, cas.ErrAmbiguous) || !errors.As(err, &ae) || ae.Op != "insert" || ae.Key != "sku-lost" || ae.WriteID != "" {
 		t.Fatalf("err = %v, want a *cas.AmbiguousError for the insert, without a write id", err)

@@ -48,7 +48,7 @@ func (t *Table[T]) run(ctx context.Context, sql string, args ...any) (written, c
 // the row's fields.
 func (t *Table[T]) scanWrite(row pgx.Row) (written, current T, r tableResult, err error) {
 	var out T
-	dest := append([]any{&r.written, &r.version, &r.fence}, t.targets(&out)...)
+	dest := append([]any{&r.written, &r.version, &r.fence}, t.layout.Targets(&out)...)
 	switch err = row.Scan(dest...); {
 	case errors.Is(err, pgx.ErrNoRows):
 		return written, current, tableResult{}, nil // nothing written, no current row

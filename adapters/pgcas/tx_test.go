@@ -140,49 +140,47 @@ func eventsPool(t *testing.T, configure ...func(*pgxpool.Config)) (*pgxpool.Pool
 	}
 }
 
+// runTxFaulted runs pgcas.RunTx, with opts, of a function that inserts
+// an event into a fresh events table, then arms a fault of the COMMIT that
+// follows with arm. It returns how many times the function ran, the
+// events committed and RunTx's error.
+func runTxFaulted(t *testing.T, arm func(f *pgtest.Faults), opts ...occ.Option) (calls, events int, err error) {
+	t.Helper()
+	ctx := context.Background()
+	var f pgtest.Faults
+	pool, count := eventsPool(t, f.Configure)
+	err = pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		calls++
+		_, err := tx.Exec(ctx, `INSERT INTO events VALUES (1)`)
+		arm(&f)
+		return err
+	}, opts...)
+	fired(t, &f, 1)
+	return calls, count(), err
+}
+
 // Fault: dropped connection after COMMIT was sent (and applied). The
 // outcome is unknown to the client: ErrAmbiguous, and the function is not
 // run again.
 func TestRunTxAmbiguousCommit(t *testing.T) {
-	ctx := context.Background()
-	var f pgtest.Faults
-	pool, count := eventsPool(t, f.Configure)
-	calls := 0
-	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		calls++
-		_, err := tx.Exec(ctx, `INSERT INTO events VALUES (1)`)
-		f.LoseReply("commit")
-		return err
-	}, occ.WithRetryable(pgcas.Retryable))
-	if f.Fired() != 1 {
-		t.Fatalf("fault fired %d times", f.Fired())
-	}
+	calls, events, err := runTxFaulted(t, func(f *pgtest.Faults) { f.LoseReply("commit") }, occ.WithRetryable(pgcas.Retryable))
 	if !errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || pgcas.Retryable(err) || calls != 1 {
 		t.Fatalf("err = %v after %d calls, want ErrAmbiguous, not Retryable, after 1 (also with Retryable)", err, calls)
 	}
-	if n := count(); n != 1 {
-		t.Fatalf("events = %d; want the one committed row (applied once)", n)
+	if events != 1 {
+		t.Fatalf("events = %d; want the one committed row (applied once)", events)
 	}
 }
 
 // Fault: the connection breaks before COMMIT is sent: rolled back, a
 // plain error, not retried.
 func TestRunTxCommitNotSent(t *testing.T) {
-	ctx := context.Background()
-	var f pgtest.Faults
-	pool, count := eventsPool(t, f.Configure)
-	calls := 0
-	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		calls++
-		_, err := tx.Exec(ctx, `INSERT INTO events VALUES (1)`)
-		f.FailSend("commit")
-		return err
-	})
+	calls, events, err := runTxFaulted(t, func(f *pgtest.Faults) { f.FailSend("commit") })
 	if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || !pgcas.Retryable(err) || calls != 1 {
 		t.Fatalf("err = %v after %d calls, want a plain error Retryable accepts after 1", err, calls)
 	}
-	if n := count(); n != 0 {
-		t.Fatalf("events = %d; want none", n)
+	if events != 0 {
+		t.Fatalf("events = %d; want none", events)
 	}
 }
 
@@ -309,13 +307,7 @@ func TestRunTxPanicRollsBack(t *testing.T) {
 // it holds the row lock of SELECT ... FOR UPDATE.
 func TestUpdateLockedPanicRollsBack(t *testing.T) {
 	ctx := context.Background()
-	s, err := pgcas.New(pgtest.Pool(t, endLeakedTx), pgcas.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := storeOn(t, pgtest.Pool(t, endLeakedTx), pgcas.Config{})
 	v, err := s.CompareAndSwap(ctx, "k", 0, []byte("a"))
 	if err != nil {
 		t.Fatal(err)

@@ -276,9 +276,7 @@ func TestTxnLostBatchReplyIsNotAmbiguous(t *testing.T) {
 	}
 	f.LoseReply("lost-batch-reply")
 	err = pgcas.Txn(ctx, edit)
-	if f.Fired() != 1 {
-		t.Fatalf("the fault fired %d times, want once", f.Fired())
-	}
+	fired(t, &f, 1)
 	if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) || !pgcas.Retryable(err) || calls != 1 {
 		t.Fatalf("Txn with its batch's reply lost = %v after %d calls; want an error Retryable accepts, not ambiguous, after 1", err, calls)
 	}

@@ -21,13 +21,7 @@ func blockStore(t *testing.T) (*sqlcas.Store, bool, []cas.Version) {
 	t.Helper()
 	ctx := context.Background()
 	db := mysqltest.DB(t)
-	store, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.MySQL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := storeOn(t, db, sqlcas.Config{Dialect: sqlcas.MySQL})
 	var vs []cas.Version
 	for _, k := range []string{"a", "b"} {
 		v, err := store.CompareAndSwap(ctx, k, 0, []byte("1"))

@@ -26,13 +26,7 @@ func TestDeltaLostReply(t *testing.T) {
 			ctx := context.Background()
 			direct, viaProxy, p := proxied(t)
 			db := mysqltest.Open(t, direct)
-			other, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.MySQL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := other.CreateTable(ctx); err != nil {
-				t.Fatal(err)
-			}
+			other := storeOn(t, db, sqlcas.Config{Dialect: sqlcas.MySQL})
 			if !proc {
 				if _, err := db.ExecContext(ctx, "DROP PROCEDURE occkit_cas_add_v1"); err != nil {
 					t.Fatal(err)

@@ -78,13 +78,7 @@ func TestMySQLClientFoundRows(t *testing.T) {
 				t.Fatalf("rows affected by an UPDATE that changes nothing = %d, want %d", n, want)
 			}
 
-			s, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.MySQL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.CreateTable(ctx); err != nil {
-				t.Fatal(err)
-			}
+			s := storeOn(t, db, sqlcas.Config{Dialect: sqlcas.MySQL})
 			v1, err := s.CompareAndSwap(ctx, "k", 0, []byte("a"))
 			if err != nil || v1 != 1 {
 				t.Fatalf("create = v%d, %v", v1, err)
@@ -228,13 +222,7 @@ func openSQLiteDSN(t *testing.T, query string) (*sql.DB, string) {
 func TestSQLiteDeferredUpgradeBusy(t *testing.T) {
 	ctx := context.Background()
 	db, _ := openSQLiteDSN(t, "_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)") // deferred transactions
-	s, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.SQLite})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := storeOn(t, db, sqlcas.Config{Dialect: sqlcas.SQLite})
 	v, _ := s.CompareAndSwap(ctx, "k", 0, []byte("0"))
 
 	tx, err := db.BeginTx(ctx, nil) // BEGIN (deferred)
@@ -297,13 +285,7 @@ func TestSQLiteDeferredUpgradeBusy(t *testing.T) {
 func TestSQLiteBusyTimeoutRetryable(t *testing.T) {
 	ctx := context.Background()
 	db, _ := openSQLiteDSN(t, "_pragma=busy_timeout(100)&_pragma=journal_mode(WAL)")
-	s, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.SQLite})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := storeOn(t, db, sqlcas.Config{Dialect: sqlcas.SQLite})
 	v, _ := s.CompareAndSwap(ctx, "k", 0, []byte("0"))
 	holder, err := db.Conn(ctx)
 	if err != nil {

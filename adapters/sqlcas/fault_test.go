@@ -82,13 +82,7 @@ func TestLostReplyResolved(t *testing.T) {
 func storeWithK(t *testing.T, db *sql.DB) (*sqlcas.Store, cas.Version) {
 	t.Helper()
 	ctx := context.Background()
-	store, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.MySQL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := storeOn(t, db, sqlcas.Config{Dialect: sqlcas.MySQL})
 	v1, err := store.CompareAndSwap(ctx, "k", 0, []byte("1"))
 	if err != nil {
 		t.Fatal(err)

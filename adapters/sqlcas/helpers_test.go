@@ -69,7 +69,13 @@ func openDB(t testing.TB, d sqlcas.Dialect, configure ...func(*mysql.Config)) *s
 func newStore(t testing.TB, d sqlcas.Dialect, cfg sqlcas.Config) *sqlcas.Store {
 	t.Helper()
 	cfg.Dialect = d
-	s, err := sqlcas.New(openDB(t, d), cfg)
+	return storeOn(t, openDB(t, d), cfg)
+}
+
+// storeOn returns a store with cfg on db, its tables created.
+func storeOn(t testing.TB, db *sql.DB, cfg sqlcas.Config) *sqlcas.Store {
+	t.Helper()
+	s, err := sqlcas.New(db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

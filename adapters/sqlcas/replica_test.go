@@ -37,13 +37,7 @@ func replicaStore(t testing.TB, cfg sqlcas.Config) (s *sqlcas.Store, primary, re
 	}
 	cfg.Dialect = sqlcas.Postgres
 	cfg.ReadDB = open(replica.Config())
-	s, err := sqlcas.New(open(pcfg), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateTable(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s = storeOn(t, open(pcfg), cfg)
 	pgtest.CatchUp(t, primary, replica)
 	return s, primary, replica
 }

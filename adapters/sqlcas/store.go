@@ -259,21 +259,7 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
 		return cas.Item{}, err
 	}
-	var (
-		value   []byte
-		version int64
-	)
-	err := s.prep.queryRow(ctx, s.reader(), s.st.get.text, key).Scan(&value, &version)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
-	case err != nil:
-		return cas.Item{}, s.readError("get", key, err)
-	}
-	if value == nil {
-		value = []byte{}
-	}
-	return cas.Item{Key: key, Value: value, Version: cas.Version(version)}, nil
+	return sqlrows.Item(key, s.prep.queryRow(ctx, s.reader(), s.st.get.text, key), func(err error) error { return s.readError("get", key, err) })
 }
 
 // GetMany implements cas.BatchGetter with one SELECT ... WHERE k IN (...):

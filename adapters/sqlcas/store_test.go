@@ -56,13 +56,7 @@ func TestHostileTableName(t *testing.T) {
 			t.Fatal(err)
 		}
 		const hostile = "x\"`; DROP TABLE y; -- ?$1@k{T}"
-		s, err := sqlcas.New(db, sqlcas.Config{Dialect: d, Table: hostile})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CreateTable(ctx); err != nil {
-			t.Fatal(err)
-		}
+		s := storeOn(t, db, sqlcas.Config{Dialect: d, Table: hostile})
 		v, err := s.CompareAndSwap(ctx, "k", 0, []byte("v"))
 		if err != nil {
 			t.Fatal(err)
@@ -201,13 +195,7 @@ func TestPreparedStatementsClosed(t *testing.T) {
 	_, total0 := sqlcas.OpenPrepared()
 	func() {
 		for i := range 50 {
-			s, err := sqlcas.New(db, sqlcas.Config{Dialect: sqlcas.SQLite, Table: fmt.Sprintf("t%d", i)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.CreateTable(ctx); err != nil {
-				t.Fatal(err)
-			}
+			s := storeOn(t, db, sqlcas.Config{Dialect: sqlcas.SQLite, Table: fmt.Sprintf("t%d", i)})
 			if _, err := s.CompareAndSwap(ctx, "k", 0, []byte("v")); err != nil {
 				t.Fatal(err)
 			}

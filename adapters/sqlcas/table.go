@@ -68,12 +68,9 @@ type Table[T any] struct {
 	db      *sql.DB
 	q       Querier
 	inTx    bool
-	name    string // quoted table
-	raw     string // the configured table name (the counter row's name)
-	cols    []rowupdate.Column
-	key     int
-	version int
-	fence   int // -1: none
+	name    string              // quoted table
+	raw     string              // the configured table name (the counter row's name)
+	layout  rowupdate.Layout[T] // where the key, version and other columns live in T
 	selCols string
 
 	sqlGet, sqlCur        string
@@ -108,7 +105,7 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 		return nil, fmt.Errorf("sqlcas: NewTable: %w", err)
 	}
 	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table, prep: newPrepared(d, db), blocks: new(atomic.Int32)}
-	t.cols, t.key, t.version, t.fence, err = rowupdate.Layout[T](d.quote, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
+	t.layout, err = rowupdate.NewLayout[T](d.quote, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: NewTable[%v]: %w", reflect.TypeFor[T](), err)
 	}
@@ -116,7 +113,7 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	if counter == "" {
 		counter = DefaultCounterTable
 		if d == Postgres {
-			counter = cfg.Table + "_" + t.cols[t.version].Name + "_seq"
+			counter = cfg.Table + "_" + t.layout.VersionColumn().Name + "_seq"
 		}
 	}
 	qc, err := d.quote(counter)
@@ -129,26 +126,19 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	return t, nil
 }
 
-// writable reports whether Update sets column i from the row.
-func (t *Table[T]) writable(i int) bool { return i != t.key && i != t.version && i != t.fence }
-
 // prepareSQL builds the statements. Parameters, in order: for Update the
 // writable columns, [the token,] the key, the expected version[, the
 // token]; on PostgreSQL $1 the key, $2 the expected version, $3.. the
 // writable columns, then the token.
 func (t *Table[T]) prepareSQL(counter string) {
 	d := t.d
-	names := make([]string, len(t.cols))
-	for i, c := range t.cols {
-		names[i] = c.Quoted
-	}
-	t.selCols = strings.Join(names, ", ")
-	k, v := t.cols[t.key].Quoted, t.cols[t.version].Quoted
+	t.selCols = t.layout.SelectList()
+	k, v := t.layout.KeyColumn().Quoted, t.layout.VersionColumn().Quoted
 	t.sqlGet = `SELECT ` + t.selCols + ` FROM ` + t.name + ` WHERE ` + k + ` = ` + d.ph(1)
 	t.sqlCur = t.sqlGet + d.lockShare()
 	fence := ""
-	if t.fence >= 0 {
-		fence = t.cols[t.fence].Quoted
+	if t.layout.Fence >= 0 {
+		fence = t.layout.Columns[t.layout.Fence].Quoted
 	}
 	if d == Postgres {
 		t.nextval = "nextval('" + strings.ReplaceAll(counter, "'", "''") + "'::regclass)"
@@ -157,8 +147,8 @@ func (t *Table[T]) prepareSQL(counter string) {
 		t.counterIn = `SELECT setval('` + strings.ReplaceAll(counter, "'", "''") + `'::regclass, GREATEST((SELECT COALESCE(MAX(` + v + `), 0) FROM ` + t.name + `), (SELECT last_value FROM ` + counter + `), 1))`
 		var set []string
 		n := 3
-		for i, c := range t.cols {
-			if t.writable(i) {
+		for i, c := range t.layout.Columns {
+			if t.layout.Writable(i) {
 				set = append(set, c.Quoted+" = "+d.ph(n))
 				n++
 			}
@@ -178,21 +168,21 @@ SELECT (SELECT count(*) FROM w) > 0, c.v FROM (SELECT) one LEFT JOIN cur c ON tr
 		// two statements in one would need a row type; the written row is
 		// read by RETURNING in updateRow instead.
 		t.sqlUpd = upd("", "")
-		if t.fence >= 0 {
+		if t.layout.Fence >= 0 {
 			t.sqlUpdF = upd(fmt.Sprintf(" AND COALESCE(%s, 0) <= $%d", fence, n), fmt.Sprintf("%s = $%d", fence, n))
 		}
 		t.sqlDel = `WITH w AS (DELETE FROM ` + t.name + ` WHERE ` + k + ` = $1 AND ` + v + ` = $2 RETURNING 1)` + tail
 		return
 	}
 	var set []string
-	for i, c := range t.cols {
-		if t.writable(i) {
+	for i, c := range t.layout.Columns {
+		if t.layout.Writable(i) {
 			set = append(set, c.Quoted+" = ?")
 		}
 	}
 	set = append(set, v+" = "+v+" + 1")
 	t.sqlUpd = `UPDATE ` + t.name + ` SET ` + strings.Join(set, ", ") + ` WHERE ` + k + ` = ? AND ` + v + ` = ?`
-	if t.fence >= 0 {
+	if t.layout.Fence >= 0 {
 		t.sqlUpdF = `UPDATE ` + t.name + ` SET ` + strings.Join(append(set, fence+" = ?"), ", ") +
 			` WHERE ` + k + ` = ? AND ` + v + ` = ? AND COALESCE(` + fence + `, 0) <= ?`
 	}
@@ -265,7 +255,7 @@ func (t *Table[T]) currentSQL() string {
 
 func (t *Table[T]) get(ctx context.Context, q Querier, query, op string, key any) (T, error) {
 	var row T
-	err := t.prep.queryRow(ctx, q, query, key).Scan(t.targets(&row)...)
+	err := t.prep.queryRow(ctx, q, query, key).Scan(t.layout.Targets(&row)...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return row, &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: cas.ErrNotFound}
@@ -289,16 +279,16 @@ func (t *Table[T]) get(ctx context.Context, q Querier, query, op string, key any
 func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 	var zero T
 	rv := reflect.ValueOf(&row).Elem()
-	keyField := rv.FieldByIndex(t.cols[t.key].Index)
+	keyField := rv.FieldByIndex(t.layout.KeyColumn().Index)
 	key := keyField.Interface()
 	genKey := keyField.IsZero()
 	var cols, params []string
 	var args []any
 	n, verArg := 1, -1
-	for i, c := range t.cols {
+	for i, c := range t.layout.Columns {
 		f := rv.FieldByIndex(c.Index)
 		switch {
-		case i == t.version:
+		case i == t.layout.Version:
 			cols = append(cols, c.Quoted)
 			if t.d == Postgres {
 				params = append(params, t.nextval)
@@ -309,7 +299,7 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 				n++
 			}
 			continue
-		case i == t.key && genKey:
+		case i == t.layout.Key && genKey:
 			continue
 		}
 		args = append(args, f.Interface())
@@ -335,7 +325,7 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 			args[verArg] = v
 		}
 		if t.d != MySQL {
-			return tx.q.QueryRowContext(ctx, query, args...).Scan(t.targets(&out)...)
+			return tx.q.QueryRowContext(ctx, query, args...).Scan(t.layout.Targets(&out)...)
 		}
 		res, err := tx.q.ExecContext(ctx, query, args...)
 		if err != nil {
@@ -349,14 +339,14 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 			}
 			k = id
 		}
-		return tx.q.QueryRowContext(ctx, t.sqlGet, k).Scan(t.targets(&out)...)
+		return tx.q.QueryRowContext(ctx, t.sqlGet, k).Scan(t.layout.Targets(&out)...)
 	}()
 	if err != nil {
 		tx.rollback()
 		if t.duplicate(err) {
 			if cur, gerr := t.get(ctx, t.q, t.currentSQL(), "insert", key); gerr == nil {
 				return cur, &cas.ConflictError{Key: fmt.Sprint(key), HasCurrent: true,
-					Current: cas.Item{Key: fmt.Sprint(key), Version: t.versionOf(&cur)}, Err: err}
+					Current: cas.Item{Key: fmt.Sprint(key), Version: t.layout.VersionOf(&cur)}, Err: err}
 			}
 			return zero, &cas.ConflictError{Key: fmt.Sprint(key), Err: err}
 		}
@@ -391,7 +381,7 @@ func (t *Table[T]) Update(ctx context.Context, row T) (T, error) {
 // errors.ErrUnsupported.
 func (t *Table[T]) UpdateFenced(ctx context.Context, row T, token uint64) (T, error) {
 	var zero T
-	if t.fence < 0 {
+	if t.layout.Fence < 0 {
 		return zero, fmt.Errorf("sqlcas: UpdateFenced on table %s without a fence column: %w", t.name, errors.ErrUnsupported)
 	}
 	if token > math.MaxInt64 {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/internal/rowupdate"
 )
 
 // Add adds n to the integer column of the row with key, if the result lies
@@ -34,15 +33,11 @@ import (
 // has no write id).
 func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b cas.Bounds) (T, error) {
 	var zero T
-	lo, hi, err := rowupdate.DeltaRange(ctx, fmt.Sprint(key), n, b)
+	col, lo, hi, err := t.layout.Delta(ctx, "sqlcas", t.name, key, column, n, b)
 	if err != nil {
 		return zero, err
 	}
-	col, err := t.deltaColumn(column)
-	if err != nil {
-		return zero, err
-	}
-	c, k, v := t.cols[col].Quoted, t.cols[t.key].Quoted, t.cols[t.version].Quoted
+	c, k, v := t.layout.Columns[col].Quoted, t.layout.KeyColumn().Quoted, t.layout.VersionColumn().Quoted
 	var (
 		out     T
 		applied bool
@@ -58,7 +53,7 @@ WHERE ` + k + ` = ? AND ` + c + ` BETWEEN ? AND ? RETURNING ` + t.selCols
 			query = `UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + $1::bigint, ` + v + ` = ` + t.nextval + `
 WHERE ` + k + ` = $2 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint RETURNING ` + t.selCols
 		}
-		err = t.q.QueryRowContext(ctx, query, args...).Scan(t.targets(&out)...)
+		err = t.q.QueryRowContext(ctx, query, args...).Scan(t.layout.Targets(&out)...)
 		applied = err == nil
 		if errors.Is(err, sql.ErrNoRows) {
 			err = nil
@@ -78,7 +73,7 @@ WHERE ` + k + ` = $2 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint RETURNING `
 	if err != nil {
 		return zero, err
 	}
-	return cur, rowupdate.DeltaRefused(&cur, t.cols[col].Index, fmt.Sprint(key), column, n, b)
+	return cur, t.layout.DeltaRefused(&cur, col, key, n, b)
 }
 
 // addMySQL is Add's transaction on MySQL, which has no RETURNING.
@@ -98,7 +93,7 @@ WHERE `+k+` = ? AND `+c+` BETWEEN ? AND ?`, n, key, lo, hi)
 		tx.rollback()
 		return out, false, err
 	}
-	if err := tx.q.QueryRowContext(ctx, t.sqlGet, key).Scan(t.targets(&out)...); err != nil {
+	if err := tx.q.QueryRowContext(ctx, t.sqlGet, key).Scan(t.layout.Targets(&out)...); err != nil {
 		tx.rollback()
 		return out, false, err
 	}
@@ -106,11 +101,6 @@ WHERE `+k+` = ? AND `+c+` BETWEEN ? AND ?`, n, key, lo, hi)
 		return out, false, err
 	}
 	return out, true, nil
-}
-
-// deltaColumn returns the index of the column a delta may change.
-func (t *Table[T]) deltaColumn(name string) (int, error) {
-	return rowupdate.DeltaColumn[T]("sqlcas", t.name, t.cols, t.writable, name)
 }
 
 // isOutOfRange reports a value out of its column type's range (MySQL

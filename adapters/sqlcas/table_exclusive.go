@@ -35,7 +35,7 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 		tx.rollback()
 		return rowupdate.Row[T]{}, err
 	default:
-		cur = rowupdate.Row[T]{Value: row, Version: t.versionOf(&row)}
+		cur = t.layout.Row(row)
 	}
 	next, write, err := fn(cur)
 	if err != nil || !write {
@@ -50,7 +50,7 @@ func (t *Table[T]) exclusive(ctx context.Context, key any, fn func(cur rowupdate
 	if err := tx.commit(ctx); err != nil {
 		return rowupdate.Row[T]{}, t.exclusiveError(key, cur.Version, t.writeError("modify", key, err, true))
 	}
-	return rowupdate.Row[T]{Value: out, Version: t.versionOf(&out)}, nil
+	return t.layout.Row(out), nil
 }
 
 // exclusiveError maps a PostgreSQL session ended for holding the row idle

@@ -95,7 +95,7 @@ func (t *Table[T]) oneUpdate() bool {
 	if t.d != MySQL || t.inTx {
 		return false
 	}
-	switch reflect.TypeFor[T]().FieldByIndex(t.cols[t.key].Index).Type.Kind() {
+	switch reflect.TypeFor[T]().FieldByIndex(t.layout.KeyColumn().Index).Type.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return true
@@ -113,7 +113,7 @@ const updateManyParams = 4096
 func (t *Table[T]) writeKeys(writes []rowupdate.Write[T]) []any {
 	keys := make([]any, len(writes))
 	for i, w := range writes {
-		keys[i] = reflect.ValueOf(&w.Row).Elem().FieldByIndex(t.cols[t.key].Index).Interface()
+		keys[i] = t.layout.KeyOf(&w.Row)
 	}
 	return keys
 }
@@ -122,7 +122,7 @@ func (t *Table[T]) writeKeys(writes []rowupdate.Write[T]) []any {
 // version goes up by one).
 func (t *Table[T]) updated(w rowupdate.Write[T]) rowupdate.Row[T] {
 	row := w.Row
-	t.setVersion(&row, w.Expected+1)
+	t.layout.SetVersion(&row, w.Expected+1)
 	return rowupdate.Row[T]{Value: row, Version: w.Expected + 1}
 }
 
@@ -178,8 +178,8 @@ func (t *Table[T]) updateRows(ctx context.Context, q Querier, writes []rowupdate
 // updatePer is how many rows one UPDATE of updateMany writes at most.
 func (t *Table[T]) updatePer() int {
 	cols := 0
-	for c := range t.cols {
-		if t.writable(c) {
+	for c := range t.layout.Columns {
+		if t.layout.Writable(c) {
 			cols++
 		}
 	}
@@ -188,14 +188,14 @@ func (t *Table[T]) updatePer() int {
 
 // updateRowsStmt is updateRows's statement and its arguments.
 func (t *Table[T]) updateRowsStmt(writes []rowupdate.Write[T], keys []any) (string, []any) {
-	k, v := t.cols[t.key].Quoted, t.cols[t.version].Quoted
+	k, v := t.layout.KeyColumn().Quoted, t.layout.VersionColumn().Quoted
 	var (
 		b    strings.Builder
 		args []any
 	)
 	b.WriteString(`UPDATE ` + t.name + ` SET `)
-	for c, col := range t.cols {
-		if !t.writable(c) {
+	for c, col := range t.layout.Columns {
+		if !t.layout.Writable(c) {
 			continue
 		}
 		b.WriteString(col.Quoted + ` = CASE ` + k)
@@ -228,7 +228,7 @@ func (t *Table[T]) movedRow(ctx context.Context, writes []rowupdate.Write[T], ke
 	}
 	now := make(map[string]T, len(rows))
 	for _, r := range rows {
-		now[fmt.Sprint(reflect.ValueOf(&r).Elem().FieldByIndex(t.cols[t.key].Index).Interface())] = r
+		now[fmt.Sprint(t.layout.KeyOf(&r))] = r
 	}
 	for i := range writes {
 		ks := fmt.Sprint(keys[i])
@@ -236,7 +236,7 @@ func (t *Table[T]) movedRow(ctx context.Context, writes []rowupdate.Write[T], ke
 		if !ok {
 			return i, rowupdate.Row[T]{}, &cas.ConflictError{Key: ks, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ks}}
 		}
-		if cv := t.versionOf(&cur); cv != writes[i].Expected {
+		if cv := t.layout.VersionOf(&cur); cv != writes[i].Expected {
 			return i, rowupdate.Row[T]{Value: cur, Version: cv}, &cas.ConflictError{Key: ks, Expected: writes[i].Expected, HasCurrent: true, Current: cas.Item{Key: ks, Version: cv}}
 		}
 	}

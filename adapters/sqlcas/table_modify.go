@@ -3,10 +3,10 @@ package sqlcas
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/rowupdate"
+	"github.com/occkit/occkit/internal/sqlrows"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -59,12 +59,12 @@ func (t *Table[T]) newRows() *rowupdate.TableRows[T] { return rowupdate.NewTable
 // rowTable is t as the bridge drives it.
 func (t *Table[T]) rowTable() rowupdate.Table[T] {
 	return rowupdate.Table[T]{
-		KeyIndex:   t.cols[t.key].Index,
+		KeyIndex:   t.layout.KeyColumn().Index,
 		Get:        t.Get,
 		Insert:     t.Insert,
 		Update:     t.Update,
-		VersionOf:  t.versionOf,
-		SetVersion: t.setVersion,
+		VersionOf:  t.layout.VersionOf,
+		SetVersion: t.layout.SetVersion,
 		Exclusive:  t.exclusive,
 		RunTx:      t.runTx,
 		GetMany:    t.getMany,
@@ -86,42 +86,20 @@ func (t *Table[T]) lockAbsentFunc() func(ctx context.Context, key any) error {
 // begin starts the Table's own transaction, or returns the caller's.
 func (t *Table[T]) begin(ctx context.Context) (*txn, error) { return beginOn(ctx, t.d, t.q, t.inTx) }
 
-// targets returns pointers to the fields of *row, in column order.
-func (t *Table[T]) targets(row *T) []any { return rowupdate.Targets(row, t.cols) }
-
-// versionOf returns the version field of *row.
-func (t *Table[T]) versionOf(row *T) cas.Version { return rowupdate.VersionAt(row, t.cols[t.version]) }
-
-// setVersion sets the version field of *row.
-func (t *Table[T]) setVersion(row *T, v cas.Version) {
-	rowupdate.SetVersionAt(row, t.cols[t.version], v)
-}
-
 // VersionOf returns the version in row's version field (0 for a row never
 // written).
-func (t *Table[T]) VersionOf(row T) cas.Version { return t.versionOf(&row) }
+func (t *Table[T]) VersionOf(row T) cas.Version { return t.layout.VersionOf(&row) }
 
 // getMany reads the rows of keys in one statement (in any order; absent
 // keys have none).
 func (t *Table[T]) getMany(ctx context.Context, keys []any) ([]T, error) {
-	ph := make([]string, len(keys))
-	for i := range keys {
-		ph[i] = t.d.ph(i + 1)
-	}
-	rows, err := t.q.QueryContext(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.cols[t.key].Quoted+` IN (`+strings.Join(ph, ", ")+`)`, keys...)
+	rows, err := t.q.QueryContext(ctx, `SELECT `+t.selCols+` FROM `+t.name+` WHERE `+t.layout.KeyColumn().Quoted+` IN (`+t.d.phs(1, len(keys), "")+`)`, keys...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
 	}
 	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		var row T
-		if err := rows.Scan(t.targets(&row)...); err != nil {
-			return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
-		}
-		out = append(out, row)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrows.All(rows, t.layout.Targets)
+	if err != nil {
 		return nil, fmt.Errorf("sqlcas: get %s keys %v: %w", t.name, keys, err)
 	}
 	return out, nil

@@ -15,8 +15,8 @@ import (
 func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool) (T, error) {
 	var zero T
 	rv := reflect.ValueOf(&row).Elem()
-	key := rv.FieldByIndex(t.cols[t.key].Index).Interface()
-	expected := t.versionOf(&row)
+	key := t.layout.KeyOf(&row)
+	expected := t.layout.VersionOf(&row)
 	if expected == 0 {
 		return zero, rowupdate.ZeroVersion("update", key)
 	}
@@ -24,8 +24,8 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 		return zero, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
 	}
 	var vals []any
-	for i, c := range t.cols {
-		if t.writable(i) {
+	for i, c := range t.layout.Columns {
+		if t.layout.Writable(i) {
 			vals = append(vals, rv.FieldByIndex(c.Index).Interface())
 		}
 	}
@@ -64,9 +64,9 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 		if err != nil {
 			return zero, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, Err: err}
 		}
-		cv := t.versionOf(&cur)
+		cv := t.layout.VersionOf(&cur)
 		if fenced {
-			if f := rowupdate.ToVersion(reflect.ValueOf(&cur).Elem().FieldByIndex(t.cols[t.fence].Index)); uint64(f) > token {
+			if f := rowupdate.ToVersion(reflect.ValueOf(&cur).Elem().FieldByIndex(t.layout.Columns[t.layout.Fence].Index)); uint64(f) > token {
 				return cur, &cas.FencedError{Key: fmt.Sprint(key), Token: token, Highest: uint64(f)}
 			}
 		}
@@ -92,7 +92,7 @@ func (t *Table[T]) runUpdate(ctx context.Context, query string, args []any, row 
 		if !rows.Next() {
 			return out, false, rows.Err()
 		}
-		if err := rows.Scan(t.targets(&out)...); err != nil {
+		if err := rows.Scan(t.layout.Targets(&out)...); err != nil {
 			return out, false, err
 		}
 		return out, true, rows.Close()
@@ -106,9 +106,9 @@ func (t *Table[T]) runUpdate(ctx context.Context, query string, args []any, row 
 		return out, false, err
 	}
 	out = *row
-	t.setVersion(&out, expected+1)
-	if t.fence >= 0 && query == t.sqlUpdF {
-		f := reflect.ValueOf(&out).Elem().FieldByIndex(t.cols[t.fence].Index)
+	t.layout.SetVersion(&out, expected+1)
+	if t.layout.Fence >= 0 && query == t.sqlUpdF {
+		f := reflect.ValueOf(&out).Elem().FieldByIndex(t.layout.Columns[t.layout.Fence].Index)
 		tok := args[len(args)-1].(int64)
 		if f.CanInt() {
 			f.SetInt(tok)
@@ -179,7 +179,7 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 		if err != nil {
 			return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, Err: err}
 		}
-		return conflict(sql.NullInt64{Int64: int64(t.versionOf(&cur)), Valid: true})
+		return conflict(sql.NullInt64{Int64: int64(t.layout.VersionOf(&cur)), Valid: true})
 	}
 	if err := tx.commit(ctx); err != nil {
 		return t.writeError("delete", key, err, true)

@@ -17,13 +17,7 @@ func TestCallersTransaction(t *testing.T) {
 	eachDialect(t, func(t *testing.T, d sqlcas.Dialect) {
 		ctx := context.Background()
 		tbl, db := newAccounts(t, d)
-		s, err := sqlcas.New(db, sqlcas.Config{Dialect: d})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CreateTable(ctx); err != nil {
-			t.Fatal(err)
-		}
+		s := storeOn(t, db, sqlcas.Config{Dialect: d})
 		if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id INT PRIMARY KEY, note VARCHAR(50))`); err != nil {
 			t.Fatal(err)
 		}

@@ -209,3 +209,20 @@ func lookup[S named](specs []S, kind, name string) (S, error) {
 	var zero S
 	return zero, fmt.Errorf("story: unknown %s %q (have %v)", kind, name, names(specs))
 }
+
+// pick returns the specs of specs with those names, in the order of
+// names, or every spec when names is empty.
+func pick[S named](specs []S, kind string, names []string) ([]S, error) {
+	if len(names) == 0 {
+		return specs, nil
+	}
+	var out []S
+	for _, n := range names {
+		s, err := lookup(specs, kind, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}

@@ -3,7 +3,7 @@ package story
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/occkit/occkit/internal/etcdtest"
 )
 
 // TestMain runs the test binary as gc-pause's child client when the
@@ -13,9 +13,5 @@ import (
 func TestMain(m *testing.M) {
 	ChildMain()
 	tiedHelperMain()
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-	)
+	etcdtest.VerifyTestMain(m)
 }

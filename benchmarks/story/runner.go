@@ -96,27 +96,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // choose resolves the names, defaulting to all.
 func choose(storyNames, modeNames []string) ([]storySpec, []modeSpec, error) {
-	if len(storyNames) == 0 {
-		storyNames = StoryNames()
+	sts, err := pick(stories(), "story", storyNames)
+	if err != nil {
+		return nil, nil, err
 	}
-	if len(modeNames) == 0 {
-		modeNames = ModeNames()
-	}
-	var sts []storySpec
-	for _, n := range storyNames {
-		s, err := lookup(stories(), "story", n)
-		if err != nil {
-			return nil, nil, err
-		}
-		sts = append(sts, s)
-	}
-	var ms []modeSpec
-	for _, n := range modeNames {
-		m, err := lookup(modes(), "mode", n)
-		if err != nil {
-			return nil, nil, err
-		}
-		ms = append(ms, m)
+	ms, err := pick(modes(), "mode", modeNames)
+	if err != nil {
+		return nil, nil, err
 	}
 	return sts, ms, nil
 }

@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,6 +125,16 @@ func processes(t *testing.T, h *Harness, s cas.Store, n int) []cas.Store {
 		stores = append(stores, h.Reopen(t, s))
 	}
 	return stores
+}
+
+// runWorkers runs work on each of the harness's workers at once, with the
+// worker's number, and returns when all are done.
+func (h *Harness) runWorkers(work func(w int)) {
+	var wg sync.WaitGroup
+	for w := range h.workers() {
+		wg.Go(func() { work(w) })
+	}
+	wg.Wait()
 }
 
 func (h *Harness) workers() int {

@@ -9,18 +9,9 @@ import (
 	"github.com/occkit/occkit/cas"
 )
 
-func committer(t *testing.T, s cas.Store) cas.Committer {
-	t.Helper()
-	c, err := cas.AsCommitter(s)
-	if err != nil {
-		t.Skipf("skipped: %v", err)
-	}
-	return c
-}
-
 var commitTests = []test{
 	{"PutsAtomically", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		a := mustCreate(t, s, "a", "A")
 		vs, err := c.Commit(context.Background(), []cas.Op{
 			cas.Put("a", a, []byte("A2")),
@@ -36,7 +27,7 @@ var commitTests = []test{
 		wantItem(t, h, s, "b", "B1", vs[1])
 	}},
 	{"CheckDeleteAndPut", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		a := mustCreate(t, s, "a", "A")
 		b := mustCreate(t, s, "b", "B")
 		vs, err := c.Commit(context.Background(), []cas.Op{
@@ -55,7 +46,7 @@ var commitTests = []test{
 		wantItem(t, h, s, "c", "C", vs[2])
 	}},
 	{"CheckAbsent", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		vs, err := c.Commit(context.Background(), []cas.Op{cas.Check("none", 0), cas.Put("x", 0, []byte("X"))})
 		if err != nil {
 			t.Fatalf("commit checking an absent key: %v", err)
@@ -64,7 +55,7 @@ var commitTests = []test{
 		wantAbsent(t, h, s, "none")
 	}},
 	{"FailedCheckAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		a := mustCreate(t, s, "a", "A")
 		b := mustCreate(t, s, "b", "B")
 		b2 := mustSwap(t, s, "b", b, "B2")
@@ -79,7 +70,7 @@ var commitTests = []test{
 		wantAbsent(t, h, s, "c")
 	}},
 	{"FailedPutAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		a := mustCreate(t, s, "a", "A")
 		b := mustCreate(t, s, "b", "B")
 		_, err := c.Commit(context.Background(), []cas.Op{
@@ -94,7 +85,7 @@ var commitTests = []test{
 	// nothing applies, and the conflict names the stale key with its
 	// current item, not a key the commit would have written.
 	{"StaleWriteAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		a := mustCreate(t, s, "a", "A")
 		b1 := mustCreate(t, s, "b", "B")
 		b2 := mustSwap(t, s, "b", b1, "B2")
@@ -120,7 +111,7 @@ var commitTests = []test{
 	// the checked keys keep their versions, and a stale check or a key
 	// deleted since it was read fails the whole commit.
 	{"ChecksAndWritesOfLiveKeys", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		ctx := context.Background()
 		a := mustCreate(t, s, "a", "A")
 		b := mustCreate(t, s, "b", "B")
@@ -158,7 +149,7 @@ var commitTests = []test{
 		wantAbsent(t, h, s, "a")
 	}},
 	{"FailedDeleteAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		_, err := c.Commit(context.Background(), []cas.Op{
 			cas.Put("a", 0, []byte("A")),
 			cas.Delete("gone", 5),
@@ -167,7 +158,7 @@ var commitTests = []test{
 		wantAbsent(t, h, s, "a")
 	}},
 	{"NoABAAcrossCommits", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		ctx := context.Background()
 		vs, err := c.Commit(ctx, []cas.Op{cas.Put("a", 0, []byte("1")), cas.Put("b", 0, []byte("1"))})
 		if err != nil {
@@ -185,7 +176,7 @@ var commitTests = []test{
 		}
 	}},
 	{"InvalidCommits", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		ctx := context.Background()
 		tooMany := make([]cas.Op, h.Limits.MaxCommitOps+1)
 		for i := range tooMany {
@@ -214,7 +205,7 @@ var commitTests = []test{
 		}
 	}},
 	{"LargestCommit", func(t *testing.T, h *Harness, s cas.Store) {
-		c := committer(t, s)
+		c := capability[cas.Committer](t, s)
 		ops := make([]cas.Op, h.Limits.MaxCommitOps)
 		for i := range ops {
 			ops[i] = cas.Put(fmt.Sprintf("k%03d", i), 0, []byte("v"))

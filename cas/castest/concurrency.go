@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -31,15 +30,9 @@ func testIncrements(t *testing.T, h *Harness, s cas.Store) {
 	counters := cas.NewTyped(s, cas.JSON[int]())
 	keys := []string{"c0", "c1", "c2"}
 	var ok, gaveUp atomic.Int64
-	var wg sync.WaitGroup
-	for w := range h.workers() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			increments(t, ctx, counters, keys, w, h.opsPerWorker(), 50, &ok, &gaveUp)
-		}()
-	}
-	wg.Wait()
+	h.runWorkers(func(w int) {
+		increments(t, ctx, counters, keys, w, h.opsPerWorker(), 50, &ok, &gaveUp)
+	})
 	wantSum(t, h, counters, keys, ok.Load(), gaveUp.Load())
 }
 
@@ -74,7 +67,7 @@ func wantSum(t *testing.T, h *Harness, counters *cas.Typed[int], keys []string, 
 // goroutines and checks that the total is conserved and no account went
 // negative.
 func testTransfers(t *testing.T, h *Harness, s cas.Store) {
-	committer(t, s)
+	capability[cas.Committer](t, s)
 	ctx := context.Background()
 	const accounts, initial = 4, 100
 	codec := cas.JSON[int]()
@@ -85,57 +78,51 @@ func testTransfers(t *testing.T, h *Harness, s cas.Store) {
 		}
 	}
 	errOverdraft := errors.New("overdraft")
-	var wg sync.WaitGroup
-	for w := range h.workers() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 1))
-			for range h.opsPerWorker() {
-				from, to := rng.IntN(accounts), rng.IntN(accounts-1)
-				if to >= from {
-					to++
-				}
-				amount := 1 + rng.IntN(30)
-				err := occ.Txn(ctx, s, func(tx *occ.Tx) error {
-					var a, b int
-					for _, p := range []struct {
-						k string
-						v *int
-					}{{fmt.Sprintf("acct%d", from), &a}, {fmt.Sprintf("acct%d", to), &b}} {
-						raw, ok, err := tx.Get(p.k)
-						switch {
-						case err != nil:
-							return err
-						case !ok && h.StaleReads:
-							// A read from before the account was made: it
-							// counts as 0, and the commit, which checks
-							// the version read, conflicts.
-							continue
-						case !ok:
-							return fmt.Errorf("account %s vanished", p.k)
-						}
-						if err := codec.Unmarshal(raw, p.v); err != nil {
-							return err
-						}
-					}
-					if a < amount {
-						return errOverdraft
-					}
-					ra, _ := codec.Marshal(a - amount)
-					rb, _ := codec.Marshal(b + amount)
-					tx.Put(fmt.Sprintf("acct%d", from), ra)
-					tx.Put(fmt.Sprintf("acct%d", to), rb)
-					return nil
-				}, occ.WithMaxAttempts(50))
-				if err != nil && !errors.Is(err, errOverdraft) && !errors.Is(err, occ.ErrAttemptsExhausted) {
-					t.Errorf("transfer: %v", err)
-					return
-				}
+	h.runWorkers(func(w int) {
+		rng := rand.New(rand.NewPCG(uint64(w), 1))
+		for range h.opsPerWorker() {
+			from, to := rng.IntN(accounts), rng.IntN(accounts-1)
+			if to >= from {
+				to++
 			}
-		}()
-	}
-	wg.Wait()
+			amount := 1 + rng.IntN(30)
+			err := occ.Txn(ctx, s, func(tx *occ.Tx) error {
+				var a, b int
+				for _, p := range []struct {
+					k string
+					v *int
+				}{{fmt.Sprintf("acct%d", from), &a}, {fmt.Sprintf("acct%d", to), &b}} {
+					raw, ok, err := tx.Get(p.k)
+					switch {
+					case err != nil:
+						return err
+					case !ok && h.StaleReads:
+						// A read from before the account was made: it
+						// counts as 0, and the commit, which checks
+						// the version read, conflicts.
+						continue
+					case !ok:
+						return fmt.Errorf("account %s vanished", p.k)
+					}
+					if err := codec.Unmarshal(raw, p.v); err != nil {
+						return err
+					}
+				}
+				if a < amount {
+					return errOverdraft
+				}
+				ra, _ := codec.Marshal(a - amount)
+				rb, _ := codec.Marshal(b + amount)
+				tx.Put(fmt.Sprintf("acct%d", from), ra)
+				tx.Put(fmt.Sprintf("acct%d", to), rb)
+				return nil
+			}, occ.WithMaxAttempts(50))
+			if err != nil && !errors.Is(err, errOverdraft) && !errors.Is(err, occ.ErrAttemptsExhausted) {
+				t.Errorf("transfer: %v", err)
+				return
+			}
+		}
+	})
 	h.settle(t, func() error {
 		total := 0
 		for i := range accounts {
@@ -172,44 +159,38 @@ func testLinearizable(t *testing.T, h *Harness, s cas.Store) {
 	ctx := context.Background()
 	keys := []string{"lin0", "lin1", "lin2"}
 	hist := NewHistory()
-	var wg sync.WaitGroup
-	for w := range h.workers() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 2))
-			seen := map[string]cas.Version{}
-			for i := range h.opsPerWorker() {
-				k := keys[rng.IntN(len(keys))]
-				in := Input{Key: k, Expected: seen[k]}
-				switch r := rng.IntN(10); {
-				case r < 4:
-					in.Kind = OpGet
-				case r < 9 || in.Expected == 0:
-					in.Kind = OpSwap
-					in.Value = fmt.Sprintf("w%d-%d", w, i)
-				default:
-					in.Kind = OpDelete
-				}
-				out := hist.Apply(ctx, s, w, in)
-				if out.Err != nil {
-					t.Errorf("%s: unexpected error: %v", in, out.Err)
-					return
-				}
-				switch {
-				case out.Conflict && out.HasCurrent:
-					seen[k] = out.Current
-				case in.Kind == OpGet:
-					seen[k] = out.Version
-				case in.Kind == OpSwap && !out.Conflict:
-					seen[k] = out.Version
-				case in.Kind == OpDelete && !out.Conflict:
-					seen[k] = 0
-				}
+	h.runWorkers(func(w int) {
+		rng := rand.New(rand.NewPCG(uint64(w), 2))
+		seen := map[string]cas.Version{}
+		for i := range h.opsPerWorker() {
+			k := keys[rng.IntN(len(keys))]
+			in := Input{Key: k, Expected: seen[k]}
+			switch r := rng.IntN(10); {
+			case r < 4:
+				in.Kind = OpGet
+			case r < 9 || in.Expected == 0:
+				in.Kind = OpSwap
+				in.Value = fmt.Sprintf("w%d-%d", w, i)
+			default:
+				in.Kind = OpDelete
 			}
-		}()
-	}
-	wg.Wait()
+			out := hist.Apply(ctx, s, w, in)
+			if out.Err != nil {
+				t.Errorf("%s: unexpected error: %v", in, out.Err)
+				return
+			}
+			switch {
+			case out.Conflict && out.HasCurrent:
+				seen[k] = out.Current
+			case in.Kind == OpGet:
+				seen[k] = out.Version
+			case in.Kind == OpSwap && !out.Conflict:
+				seen[k] = out.Version
+			case in.Kind == OpDelete && !out.Conflict:
+				seen[k] = 0
+			}
+		}
+	})
 	if t.Failed() {
 		return
 	}
@@ -238,14 +219,10 @@ func testStaleReadsAreSafe(t *testing.T, h *Harness, s cas.Store) {
 	}
 	keys := []string{"s0", "s1"}
 	var ok, gaveUp atomic.Int64
-	var wg sync.WaitGroup
-	for w := range h.workers() {
+	h.runWorkers(func(w int) {
 		counters := cas.NewTyped(stores[w%len(stores)], cas.JSON[int]())
-		wg.Go(func() {
-			increments(t, ctx, counters, keys, w, h.opsPerWorker(), 100, &ok, &gaveUp)
-		})
-	}
-	wg.Wait()
+		increments(t, ctx, counters, keys, w, h.opsPerWorker(), 100, &ok, &gaveUp)
+	})
 	if t.Failed() {
 		return
 	}

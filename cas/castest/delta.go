@@ -184,24 +184,18 @@ func testDeltaConcurrent(t *testing.T, h *Harness, s cas.Store) {
 	total := h.workers() * h.opsPerWorker()
 	seen := make([]int64, 0, total)
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range h.workers() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range h.opsPerWorker() {
-				n, _, err := a.Add(context.Background(), "hits", 1, cas.Bounds{})
-				if err != nil {
-					t.Errorf("add: %v", err)
-					return
-				}
-				mu.Lock()
-				seen = append(seen, n)
-				mu.Unlock()
+	h.runWorkers(func(int) {
+		for range h.opsPerWorker() {
+			n, _, err := a.Add(context.Background(), "hits", 1, cas.Bounds{})
+			if err != nil {
+				t.Errorf("add: %v", err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Lock()
+			seen = append(seen, n)
+			mu.Unlock()
+		}
+	})
 	if t.Failed() {
 		return
 	}
@@ -236,29 +230,23 @@ func sellOut(t *testing.T, h *Harness, s cas.Store, stock int64, sell func() (le
 	total := h.workers() * h.opsPerWorker()
 	var mu sync.Mutex
 	var sold, refused int64
-	var wg sync.WaitGroup
-	for range h.workers() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range h.opsPerWorker() {
-				left, err := sell()
-				mu.Lock()
-				switch {
-				case err == nil && left >= 0:
-					sold++
-				case errors.Is(err, cas.ErrBound):
-					refused++
-				case err == nil:
-					t.Errorf("a bounded delta left %d", left)
-				default:
-					t.Errorf("add: %v", err)
-				}
-				mu.Unlock()
+	h.runWorkers(func(int) {
+		for range h.opsPerWorker() {
+			left, err := sell()
+			mu.Lock()
+			switch {
+			case err == nil && left >= 0:
+				sold++
+			case errors.Is(err, cas.ErrBound):
+				refused++
+			case err == nil:
+				t.Errorf("a bounded delta left %d", left)
+			default:
+				t.Errorf("add: %v", err)
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Unlock()
+		}
+	})
 	if sold != stock || sold+refused != int64(total) {
 		t.Fatalf("sold %d and refused %d of %d with %d in stock", sold, refused, total, stock)
 	}
@@ -271,46 +259,40 @@ func testDeltaMixed(t *testing.T, h *Harness, s cas.Store) {
 	a := capability[cas.Adder](t, s)
 	ctx := context.Background()
 	total := h.workers() * h.opsPerWorker()
-	var wg sync.WaitGroup
-	for w := range h.workers() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range h.opsPerWorker() {
-				if w%2 == 0 {
-					if _, _, err := a.Add(ctx, "mixed", 1, cas.Bounds{}); err != nil {
-						t.Errorf("add: %v", err)
-						return
-					}
-					continue
+	h.runWorkers(func(w int) {
+		for range h.opsPerWorker() {
+			if w%2 == 0 {
+				if _, _, err := a.Add(ctx, "mixed", 1, cas.Bounds{}); err != nil {
+					t.Errorf("add: %v", err)
+					return
 				}
-				for {
-					var n int64
-					it, err := s.Get(ctx, "mixed")
-					switch {
-					case errors.Is(err, cas.ErrNotFound):
-					case err != nil:
-						t.Errorf("get: %v", err)
-						return
-					default:
-						if n, err = cas.ParseInt("mixed", it.Value); err != nil {
-							t.Error(err)
-							return
-						}
-					}
-					_, err = s.CompareAndSwap(ctx, "mixed", it.Version, cas.FormatInt(n+1))
-					if err == nil {
-						break
-					}
-					if !errors.Is(err, cas.ErrConflict) {
-						t.Errorf("compare-and-swap: %v", err)
+				continue
+			}
+			for {
+				var n int64
+				it, err := s.Get(ctx, "mixed")
+				switch {
+				case errors.Is(err, cas.ErrNotFound):
+				case err != nil:
+					t.Errorf("get: %v", err)
+					return
+				default:
+					if n, err = cas.ParseInt("mixed", it.Value); err != nil {
+						t.Error(err)
 						return
 					}
+				}
+				_, err = s.CompareAndSwap(ctx, "mixed", it.Version, cas.FormatInt(n+1))
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, cas.ErrConflict) {
+					t.Errorf("compare-and-swap: %v", err)
+					return
 				}
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	wantValue(t, h, s, "mixed", int64(total))
 }
 

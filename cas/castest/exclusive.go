@@ -153,21 +153,17 @@ var exclusiveTests = []test{
 		stores := processes(t, h, s, 4)
 		ctx := context.Background()
 		var failed atomic.Int64
-		var wg sync.WaitGroup
 		per := h.opsPerWorker() / 2
-		for i := range h.workers() {
+		h.runWorkers(func(i int) {
 			typed := cas.NewTyped(stores[i%len(stores)], cas.JSON[int]())
-			wg.Go(func() {
-				for range per {
-					if _, _, err := occ.Update(ctx, typed, "n", func(n int, _ bool) (int, error) { return n + 1, nil }); err != nil {
-						if failed.Add(1) == 1 {
-							t.Errorf("Update: %v", err)
-						}
+			for range per {
+				if _, _, err := occ.Update(ctx, typed, "n", func(n int, _ bool) (int, error) { return n + 1, nil }); err != nil {
+					if failed.Add(1) == 1 {
+						t.Errorf("Update: %v", err)
 					}
 				}
-			})
-		}
-		wg.Wait()
+			}
+		})
 		want := h.workers() * per
 		wantLatest(t, h, s, "n", strconv.Itoa(want-int(failed.Load())))
 		if failed.Load() > 0 {

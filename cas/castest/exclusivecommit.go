@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -176,41 +175,37 @@ var exclusiveCommitTests = []test{
 		mustCreate(t, s, "x", "1000")
 		mustCreate(t, s, "y", "1000")
 		var failed atomic.Int64
-		var wg sync.WaitGroup
 		per := h.opsPerWorker() / 2
-		for i := range h.workers() {
+		h.runWorkers(func(i int) {
 			st := stores[i%len(stores)]
-			wg.Go(func() {
-				for j := range per {
-					from, to := "x", "y"
-					if (i+j)%2 == 1 {
-						from, to = to, from
-					}
-					err := occ.Txn(ctx, st, func(tx *occ.Tx) error {
-						if err := tx.Prefetch(from, to); err != nil {
-							return err
-						}
-						fv, _, err := tx.Get(from)
-						if err != nil {
-							return err
-						}
-						tv, _, err := tx.Get(to)
-						if err != nil {
-							return err
-						}
-						f, _ := strconv.Atoi(string(fv))
-						g, _ := strconv.Atoi(string(tv))
-						tx.Put(from, []byte(strconv.Itoa(f-1)))
-						tx.Put(to, []byte(strconv.Itoa(g+1)))
-						return nil
-					})
-					if err != nil && failed.Add(1) == 1 {
-						t.Errorf("transfer: %v", err)
-					}
+			for j := range per {
+				from, to := "x", "y"
+				if (i+j)%2 == 1 {
+					from, to = to, from
 				}
-			})
-		}
-		wg.Wait()
+				err := occ.Txn(ctx, st, func(tx *occ.Tx) error {
+					if err := tx.Prefetch(from, to); err != nil {
+						return err
+					}
+					fv, _, err := tx.Get(from)
+					if err != nil {
+						return err
+					}
+					tv, _, err := tx.Get(to)
+					if err != nil {
+						return err
+					}
+					f, _ := strconv.Atoi(string(fv))
+					g, _ := strconv.Atoi(string(tv))
+					tx.Put(from, []byte(strconv.Itoa(f-1)))
+					tx.Put(to, []byte(strconv.Itoa(g+1)))
+					return nil
+				})
+				if err != nil && failed.Add(1) == 1 {
+					t.Errorf("transfer: %v", err)
+				}
+			}
+		})
 		h.settle(t, func() error {
 			x, _ := s.Get(ctx, "x")
 			y, _ := s.Get(ctx, "y")

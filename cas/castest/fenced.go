@@ -8,15 +8,6 @@ import (
 	"github.com/occkit/occkit/cas"
 )
 
-func fenced(t *testing.T, s cas.Store) cas.FencedStore {
-	t.Helper()
-	f, err := cas.AsFenced(s)
-	if err != nil {
-		t.Skipf("skipped: %v", err)
-	}
-	return f
-}
-
 func fencedSwap(t *testing.T, f cas.FencedStore, k string, expected cas.Version, token uint64, v string) cas.Version {
 	t.Helper()
 	ver, err := f.CompareAndSwapFenced(context.Background(), k, expected, token, []byte(v))
@@ -45,7 +36,7 @@ func wantFenced(t *testing.T, err error, k string, token uint64) {
 
 var fencedTests = []test{
 	{"StaleTokenRejected", func(t *testing.T, h *Harness, s cas.Store) {
-		f := fenced(t, s)
+		f := capability[cas.FencedStore](t, s)
 		ctx := context.Background()
 		v1 := fencedSwap(t, f, "k", 0, 5, "by 5")
 		_, err := f.CompareAndSwapFenced(ctx, "k", v1, 3, []byte("by 3"))
@@ -58,7 +49,7 @@ var fencedTests = []test{
 		wantItem(t, h, s, "k", "by 7", v3)
 	}},
 	{"StaleTokenBeatsVersion", func(t *testing.T, h *Harness, s cas.Store) {
-		f := fenced(t, s)
+		f := capability[cas.FencedStore](t, s)
 		v1 := fencedSwap(t, f, "k", 0, 9, "by 9")
 		// Both the token and the version are wrong: the writer must learn it
 		// was fenced off, not that it should retry.
@@ -67,7 +58,7 @@ var fencedTests = []test{
 		wantItem(t, h, s, "k", "by 9", v1)
 	}},
 	{"VersionStillChecked", func(t *testing.T, h *Harness, s cas.Store) {
-		f := fenced(t, s)
+		f := capability[cas.FencedStore](t, s)
 		v1 := fencedSwap(t, f, "k", 0, 1, "one")
 		v2 := fencedSwap(t, f, "k", v1, 2, "two")
 		_, err := f.CompareAndSwapFenced(context.Background(), "k", v1, 3, []byte("three"))
@@ -75,7 +66,7 @@ var fencedTests = []test{
 		wantItem(t, h, s, "k", "two", v2)
 	}},
 	{"PlainWriteKeepsFence", func(t *testing.T, h *Harness, s cas.Store) {
-		f := fenced(t, s)
+		f := capability[cas.FencedStore](t, s)
 		v1 := fencedSwap(t, f, "k", 0, 8, "by 8")
 		v2 := mustSwap(t, s, "k", v1, "plain")
 		_, err := f.CompareAndSwapFenced(context.Background(), "k", v2, 4, []byte("by 4"))
@@ -83,7 +74,7 @@ var fencedTests = []test{
 		wantItem(t, h, s, "k", "plain", v2)
 	}},
 	{"FenceSurvivesDelete", func(t *testing.T, h *Harness, s cas.Store) {
-		f := fenced(t, s)
+		f := capability[cas.FencedStore](t, s)
 		ctx := context.Background()
 		v1 := fencedSwap(t, f, "k", 0, 8, "by 8")
 		if err := s.CompareAndDelete(ctx, "k", v1); err != nil {
@@ -98,7 +89,7 @@ var fencedTests = []test{
 		}
 	}},
 	{"TokensArePerKey", func(t *testing.T, h *Harness, s cas.Store) {
-		f := fenced(t, s)
+		f := capability[cas.FencedStore](t, s)
 		fencedSwap(t, f, "a", 0, 100, "a")
 		fencedSwap(t, f, "b", 0, 1, "b")
 	}},

@@ -2,11 +2,9 @@ package rowupdate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
-	"strings"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
@@ -172,118 +170,6 @@ func IsIntegerKind(k reflect.Kind) bool {
 	return false
 }
 
-// Column is a struct field mapped to a table column by its `db` tag.
-type Column struct {
-	Name   string // unquoted
-	Quoted string // as quote returned it
-	Index  []int  // reflect field path
-}
-
-// Columns collects the columns of struct type rt as pgx and sqlx map them:
-// each exported field is a column named by its `db` tag (required; options
-// after a comma are ignored), `db:"-"` skips a field, and embedded structs
-// are flattened. quote checks and quotes a column name.
-func Columns(rt reflect.Type, quote func(name string) (string, error)) ([]Column, error) {
-	var cols []Column
-	var walk func(rt reflect.Type, path []int) error
-	walk = func(rt reflect.Type, path []int) error {
-		for i := range rt.NumField() {
-			sf := rt.Field(i)
-			index := append(append([]int(nil), path...), i)
-			if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
-				if err := walk(sf.Type, index); err != nil {
-					return err
-				}
-				continue
-			}
-			if !sf.IsExported() {
-				continue
-			}
-			tag, ok := sf.Tag.Lookup("db")
-			tag, _, _ = strings.Cut(tag, ",")
-			if tag == "-" {
-				continue
-			}
-			if !ok || tag == "" {
-				return fmt.Errorf("field %s has no `db` tag naming its column", sf.Name)
-			}
-			q, err := quote(tag)
-			if err != nil {
-				return fmt.Errorf("field %s: %w", sf.Name, err)
-			}
-			for _, c := range cols {
-				if c.Name == tag {
-					return fmt.Errorf("two fields map to column %q", tag)
-				}
-			}
-			cols = append(cols, Column{Name: tag, Quoted: q, Index: index})
-		}
-		return nil
-	}
-	return cols, walk(rt, nil)
-}
-
-// Roles finds the key, version and fence columns among cols (the columns
-// of struct type rt): keyCol and versionCol default to "id" and
-// "version"; fenceCol empty means no fence column (fence -1). The version
-// and fence fields must be integers, and the three columns distinct.
-func Roles(rt reflect.Type, cols []Column, keyCol, versionCol, fenceCol string) (key, version, fence int, err error) {
-	find := func(col, def, what string) (int, error) {
-		if col == "" {
-			col = def
-		}
-		for i, c := range cols {
-			if c.Name == col {
-				return i, nil
-			}
-		}
-		return -1, fmt.Errorf("no field for the %s column %q", what, col)
-	}
-	integer := func(i int) bool { return IsIntegerKind(rt.FieldByIndex(cols[i].Index).Type.Kind()) }
-	fence = -1
-	if key, err = find(keyCol, "id", "key"); err != nil {
-		return -1, -1, -1, err
-	}
-	if version, err = find(versionCol, "version", "version"); err != nil {
-		return -1, -1, -1, err
-	}
-	if !integer(version) {
-		return -1, -1, -1, errors.New("the version field is not an integer")
-	}
-	if fenceCol != "" {
-		if fence, err = find(fenceCol, "", "fence"); err != nil {
-			return -1, -1, -1, err
-		}
-		if !integer(fence) {
-			return -1, -1, -1, errors.New("the fence field is not an integer")
-		}
-	}
-	if key == version || key == fence || (fence >= 0 && fence == version) {
-		return -1, -1, -1, errors.New("key, version and fence must be distinct columns")
-	}
-	return key, version, fence, nil
-}
-
-// DeltaColumn returns the index in cols of the column named name that a
-// delta (a Table's Add) may change: writable (not the key, version or
-// fence column) and of a signed integer field of T. pkg and table name
-// the errors ("pgcas: Add: ...").
-func DeltaColumn[T any](pkg, table string, cols []Column, writable func(i int) bool, name string) (int, error) {
-	for i, c := range cols {
-		if c.Name != name {
-			continue
-		}
-		if !writable(i) {
-			return 0, fmt.Errorf("%s: Add: column %q of %s is the key, version or fence column", pkg, name, table)
-		}
-		if err := DeltaField(reflect.TypeFor[T](), c.Index); err != nil {
-			return 0, fmt.Errorf("%s: Add: column %q of %s %w", pkg, name, table, err)
-		}
-		return i, nil
-	}
-	return 0, fmt.Errorf("%s: Add: %s has no column %q (columns are named by T's db tags)", pkg, table, name)
-}
-
 // DeltaField checks that the field at index of struct type rt can take a
 // column delta (Table.Add): a signed integer, or a pointer to one (NULL
 // in the database). The error names the field's type.
@@ -316,24 +202,6 @@ func DeltaRange(ctx context.Context, key string, n int64, b cas.Bounds) (lo, hi 
 	return lo, hi, nil
 }
 
-// DeltaRefused is the error of a column delta the database refused, from
-// the row as it is now: a *cas.BoundError with the column's current value
-// (without it when the value allows the delta: it changed since), or an
-// error matching cas.ErrNotInteger for a NULL column.
-func DeltaRefused[T any](cur *T, index []int, key string, column string, n int64, b cas.Bounds) error {
-	f := reflect.ValueOf(cur).Elem().FieldByIndex(index)
-	if f.Kind() == reflect.Pointer {
-		if f.IsNil() {
-			return &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf("%w: column %s is NULL", cas.ErrNotInteger, column)}
-		}
-		f = f.Elem()
-	}
-	if b.Allows(f.Int(), n) {
-		return &cas.BoundError{Key: key, Add: n, Bounds: b}
-	}
-	return &cas.BoundError{Key: key, Add: n, Bounds: b, Current: f.Int(), HasCurrent: true}
-}
-
 // CheckDelete refuses the expected version of a table's Delete that no
 // row can have, before anything is sent: 0 (ZeroVersion) and a version
 // past a bigint column (a *cas.ConflictError, as a stale version is).
@@ -356,57 +224,4 @@ func ZeroVersion(op string, key any) error {
 		why = "expected version 0 names a row that does not exist"
 	}
 	return &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: fmt.Errorf("%w: %s", cas.ErrInvalidVersion, why)}
-}
-
-// Layout checks that T is a struct, collects its columns (Columns) and
-// finds the key, version and fence among them (Roles): what NewTable of
-// every SQL adapter does first.
-func Layout[T any](quote func(name string) (string, error), keyCol, versionCol, fenceCol string) (cols []Column, key, version, fence int, err error) {
-	rt := reflect.TypeFor[T]()
-	if rt.Kind() != reflect.Struct {
-		return nil, -1, -1, -1, fmt.Errorf("%v is not a struct", rt)
-	}
-	if cols, err = Columns(rt, quote); err != nil {
-		return nil, -1, -1, -1, err
-	}
-	key, version, fence, err = Roles(rt, cols, keyCol, versionCol, fenceCol)
-	return cols, key, version, fence, err
-}
-
-// Targets returns pointers to the fields of *row, in the order of cols:
-// scan targets for a row read whole.
-func Targets[T any](row *T, cols []Column) []any {
-	rv := reflect.ValueOf(row).Elem()
-	out := make([]any, len(cols))
-	for i, c := range cols {
-		out[i] = rv.FieldByIndex(c.Index).Addr().Interface()
-	}
-	return out
-}
-
-// VersionAt returns the version in the field of column c of *row (an
-// integer field; a negative value reads as 0).
-func VersionAt[T any](row *T, c Column) cas.Version {
-	return ToVersion(reflect.ValueOf(row).Elem().FieldByIndex(c.Index))
-}
-
-// SetVersionAt sets the field of column c of *row (an integer field) to v.
-func SetVersionAt[T any](row *T, c Column, v cas.Version) {
-	f := reflect.ValueOf(row).Elem().FieldByIndex(c.Index)
-	if f.CanInt() {
-		f.SetInt(int64(v))
-	} else {
-		f.SetUint(uint64(v))
-	}
-}
-
-// ToVersion reads an integer field as a version (a negative value as 0).
-func ToVersion(v reflect.Value) cas.Version {
-	switch {
-	case v.CanInt():
-		return cas.Version(max(v.Int(), 0))
-	case v.CanUint():
-		return cas.Version(v.Uint())
-	}
-	return 0
 }

@@ -1,12 +1,17 @@
 // Package sqlrows reads what the SQL adapters read alike: pgcas (pgx) and
 // sqlcas (database/sql) both get their result rows as a set with Next,
-// Scan and Err, so the loops over the rows of a batch read (GetMany) and
-// of a commit's read-back (resolving a lost reply by write id) are
+// Scan and Err (a single row with Scan), so the reads of one key (Get),
+// the loops over the rows of a batch read (GetMany) and
+// of a commit's read-back (resolving a lost reply by write id) and of a
+// repository table's batch read (All) are
 // written once, here. Each adapter still sends its own statement and
 // wraps the errors in its own.
 package sqlrows
 
 import (
+	"database/sql"
+	"errors"
+
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/writeid"
 )
@@ -17,6 +22,33 @@ type Rows interface {
 	Next() bool
 	Scan(dest ...any) error
 	Err() error
+}
+
+// Row is a one-row result as pgx.Row and *sql.Row both are.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// Item reads row, the (value, version) of key, as a Store's Get returns
+// it: no row is an error matching cas.ErrNotFound (pgx.ErrNoRows wraps
+// sql.ErrNoRows), a NULL value reads as empty, and any other failure is
+// returned wrapped by readError.
+func Item(key string, row Row, readError func(err error) error) (cas.Item, error) {
+	var (
+		value   []byte
+		version int64
+	)
+	err := row.Scan(&value, &version)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return cas.Item{}, &cas.KeyError{Op: "get", Key: key, Err: cas.ErrNotFound}
+	case err != nil:
+		return cas.Item{}, readError(err)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	return cas.Item{Key: key, Value: value, Version: cas.Version(version)}, nil
 }
 
 // Items reads rows of (key, value, version), the rows of keys that exist,
@@ -48,6 +80,23 @@ func Items(keys []string, rows Rows) ([]cas.Item, error) {
 			value = []byte{}
 		}
 		out[i] = cas.Item{Key: k, Value: value, Version: cas.Version(version)}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// All reads every row of rows into a T, through the scan targets targets
+// returns for it: the rows of a repository table's batch read, whole.
+func All[T any](rows Rows, targets func(row *T) []any) ([]T, error) {
+	var out []T
+	for rows.Next() {
+		var row T
+		if err := rows.Scan(targets(&row)...); err != nil {
+			return nil, err
+		}
+		out = append(out, row)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

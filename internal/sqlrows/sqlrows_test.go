@@ -1,6 +1,7 @@
 package sqlrows
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -80,5 +81,52 @@ func TestWrittenKeys(t *testing.T) {
 	got := WrittenKeys([]cas.Op{cas.Check("c", 1), cas.Put("p", 0, nil), cas.Delete("d", 1)})
 	if !reflect.DeepEqual(got, []string{"p", "d"}) {
 		t.Fatalf("WrittenKeys = %v", got)
+	}
+}
+
+// row is one row of a table, or the error its read failed with.
+type row struct {
+	t   *table
+	err error
+}
+
+func (r row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	if !r.t.Next() {
+		return sql.ErrNoRows
+	}
+	return r.t.Scan(dest...)
+}
+
+func TestItem(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("wrapped: %w", err) }
+	got, err := Item("k", row{t: &table{rows: [][]any{{[]byte(nil), int64(5)}}}}, wrap)
+	if want := (cas.Item{Key: "k", Value: []byte{}, Version: 5}); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Item = %v, %v, want %v", got, err, want)
+	}
+	if _, err := Item("k", row{t: &table{}}, wrap); !errors.Is(err, cas.ErrNotFound) {
+		t.Fatalf("Item of no row: %v, want cas.ErrNotFound", err)
+	}
+	broken := errors.New("broken")
+	if _, err := Item("k", row{err: broken}, wrap); !errors.Is(err, broken) || err.Error() != "wrapped: broken" {
+		t.Fatalf("Item of a failed read: %v", err)
+	}
+}
+
+func TestAll(t *testing.T) {
+	type pair struct {
+		K string
+		V int64
+	}
+	targets := func(p *pair) []any { return []any{&p.K, &p.V} }
+	got, err := All(&table{rows: [][]any{{"a", int64(1)}, {"b", int64(2)}}}, targets)
+	if want := []pair{{"a", 1}, {"b", 2}}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("All = %v, %v, want %v", got, err, want)
+	}
+	broken := errors.New("broken")
+	if _, err := All(&table{err: broken}, targets); !errors.Is(err, broken) {
+		t.Fatalf("All of a failed read: %v", err)
 	}
 }

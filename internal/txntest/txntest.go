@@ -102,6 +102,15 @@ func mustRead[X any](t *testing.T, tb Tables[X], id int64) Account {
 	return a
 }
 
+// deposit adds amount to account id outside any Txn, as another process
+// changing a row between a transaction's read and its commit.
+func deposit[X any](ctx context.Context, t *testing.T, tb Tables[X], id, amount int64) error {
+	cur := mustRead(t, tb, id)
+	cur.Balance += amount
+	_, err := tb.UpdateAccount(ctx, cur)
+	return err
+}
+
 // move moves amount from one account to another in tx: both read (in one
 // round trip), both written.
 func move[X any](tb Tables[X], tx X, from, to, amount int64) error {
@@ -188,9 +197,7 @@ func retriesFromChangedRows[X any](t *testing.T, tb Tables[X]) {
 		}
 		if calls == 1 {
 			// Someone else deposits into 2 meanwhile.
-			cur := mustRead(t, tb, 2)
-			cur.Balance += 1000
-			if _, err := tb.UpdateAccount(ctx, cur); err != nil {
+			if err := deposit(ctx, t, tb, 2, 1000); err != nil {
 				return err
 			}
 		}
@@ -241,9 +248,7 @@ func readRowsAreChecked[X any](t *testing.T, tb Tables[X]) {
 		}
 		switch calls {
 		case 1:
-			cur := mustRead(t, tb, 2)
-			cur.Balance = 50
-			if _, err := tb.UpdateAccount(ctx, cur); err != nil {
+			if err := deposit(ctx, t, tb, 2, 45); err != nil { // the limit becomes 50
 				return err
 			}
 		case 2:
@@ -427,9 +432,7 @@ func prefetchedRowsAreChecked[X any](t *testing.T, tb Tables[X]) {
 			return err
 		}
 		if calls == 1 {
-			cur := mustRead(t, tb, 2)
-			cur.Balance++
-			if _, err := tb.UpdateAccount(ctx, cur); err != nil {
+			if err := deposit(ctx, t, tb, 2, 1); err != nil {
 				return err
 			}
 		}

@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/occkit/occkit/benchmarks/internal/lab"
 	"github.com/occkit/occkit/benchmarks/story"
+	"github.com/occkit/occkit/internal/etcdtest"
 	"github.com/occkit/occkit/internal/redistest"
 )
 
@@ -21,11 +20,7 @@ import (
 func TestMain(m *testing.M) {
 	story.ChildMain()
 	lab.ChildMain()
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-	)
+	etcdtest.VerifyTestMain(m)
 }
 
 // TestRun runs the command on memory with short cells and checks its

@@ -44,30 +44,50 @@ func readFinal(ctx context.Context, s cas.Store, key string) ([]byte, error) {
 	}
 }
 
-// finishCounter reads the counters back and counts what was lost or
-// doubled; the final reads join the histories.
-func finishCounter(ctx context.Context, tg *target, wl *workload, keyOf func(int, int64) string, client int, r *Run) error {
+// readFinals reads back keys of every generation the workload used, n
+// per generation (keyOf names them), adds each one's value to r.Final and
+// records the reads of the window's generations in the history. decode
+// makes a key's state and value of what was read (nil: the key does not
+// exist). It returns the recorded states by key.
+func readFinals(ctx context.Context, tg *target, wl *workload, client, n int, keyOf func(int, int64) string, decode func(key string, b []byte) (string, int64, error), r *Run) (map[string]string, error) {
+	final := map[string]string{}
 	for g := range wl.generations() {
-		for i := range numCounters {
+		for i := range n {
 			key := keyOf(i, g)
 			call := wl.now()
 			b, err := readFinal(ctx, tg.direct, key)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			state := ""
-			if b != nil {
-				var n int64
-				if err := json.Unmarshal(b, &n); err != nil {
-					return fmt.Errorf("%s: %q: %w", key, b, err)
-				}
-				r.Final += n
-				state = counterState(n, true)
+			state, v, err := decode(key, b)
+			if err != nil {
+				return nil, err
 			}
+			r.Final += v
 			if g < wl.windowGens {
+				final[key] = state
 				wl.events = append(wl.events, linearcheck.Op{Client: client, Key: key, Kind: linearcheck.Read, Call: call, Return: wl.now(), Read: state})
 			}
 		}
+	}
+	return final, nil
+}
+
+// finishCounter reads the counters back and counts what was lost or
+// doubled; the final reads join the histories.
+func finishCounter(ctx context.Context, tg *target, wl *workload, keyOf func(int, int64) string, client int, r *Run) error {
+	_, err := readFinals(ctx, tg, wl, client, numCounters, keyOf, func(key string, b []byte) (string, int64, error) {
+		if b == nil {
+			return "", 0, nil
+		}
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return "", 0, fmt.Errorf("%s: %q: %w", key, b, err)
+		}
+		return counterState(n, true), n, nil
+	}, r)
+	if err != nil {
+		return err
 	}
 	r.Lost = max(0, r.Succeeded-r.Final)
 	r.Duplicated = max(0, r.Final-r.Succeeded-r.Ambiguous)
@@ -78,31 +98,20 @@ func finishCounter(ctx context.Context, tg *target, wl *workload, keyOf func(int
 // finishTransfer reads the accounts back and checks them against the
 // transfers that applied; the final reads join the histories.
 func finishTransfer(ctx context.Context, tg *target, wl *workload, client int, r *Run) error {
-	final := map[string]string{}
-	gens := wl.generations()
-	for g := range gens {
-		for i := range numAccounts {
-			key := accountKey(i, g)
-			call := wl.now()
-			b, err := readFinal(ctx, tg.direct, key)
-			if err != nil {
-				return err
-			}
-			state, bal := "", int64(initialBalance)
-			if b != nil {
-				a, err := decodeAccount(b)
-				if err != nil {
-					return err
-				}
-				state, bal = accountState(a), a.Balance
-			}
-			r.Final += bal
-			if g < wl.windowGens {
-				final[key] = state
-				wl.events = append(wl.events, linearcheck.Op{Client: client, Key: key, Kind: linearcheck.Read, Call: call, Return: wl.now(), Read: state})
-			}
+	final, err := readFinals(ctx, tg, wl, client, numAccounts, accountKey, func(_ string, b []byte) (string, int64, error) {
+		if b == nil {
+			return "", initialBalance, nil
 		}
+		a, err := decodeAccount(b)
+		if err != nil {
+			return "", 0, err
+		}
+		return accountState(a), a.Balance, nil
+	}, r)
+	if err != nil {
+		return err
 	}
+	gens := wl.generations()
 	seen := make([]keyState, 0, len(wl.events))
 	for _, e := range wl.events {
 		// A write acknowledged on a replica read a state the failover

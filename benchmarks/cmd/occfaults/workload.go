@@ -133,8 +133,9 @@ func classify(err error) linearcheck.Outcome {
 	return linearcheck.Failed
 }
 
-// start runs workers goroutines calling call until stop is closed; the
-// returned function waits for them and merges what they recorded.
+// start runs workers goroutines calling call, each call under its own
+// callTimeout, until stop is closed; the returned function waits for them
+// and merges what they recorded.
 func (wl *workload) start(ctx context.Context, stop <-chan struct{}, workers, firstID int, call func(ctx context.Context, wk *worker)) func() {
 	var wg sync.WaitGroup
 	for i := range workers {
@@ -151,11 +152,18 @@ func (wl *workload) start(ctx context.Context, stop <-chan struct{}, workers, fi
 				}
 				// The end of the run stops new calls, not calls in flight:
 				// each has its own timeout.
-				call(ctx, wk)
+				callWithTimeout(ctx, wk, call)
 			}
 		}()
 	}
 	return wg.Wait
+}
+
+// callWithTimeout makes one call of wk's under callTimeout.
+func callWithTimeout(ctx context.Context, wk *worker, call func(ctx context.Context, wk *worker)) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	call(ctx, wk)
 }
 
 // genKey is key i of a generation: kind-i.gGEN.
@@ -197,8 +205,6 @@ func counterCall(wl *workload, counters *cas.Typed[int64], opts []occ.Option) fu
 	return func(ctx context.Context, wk *worker) {
 		gen, rec := wl.next()
 		key := counterKey(wk.rng.IntN(numCounters), gen)
-		ctx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
 		if wk.rng.IntN(readEvery) == 0 {
 			wk.read(ctx, wl, rec, counters.Store(), key, func(it cas.Item) (string, error) {
 				var n int64
@@ -244,8 +250,6 @@ func deltaCall(wl *workload, store cas.Store, opts []occ.Option) func(ctx contex
 	return func(ctx context.Context, wk *worker) {
 		gen, rec := wl.next()
 		key := deltaKey(wk.rng.IntN(numCounters), gen)
-		ctx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
 		if wk.rng.IntN(readEvery) == 0 {
 			wk.read(ctx, wl, rec, store, key, func(it cas.Item) (string, error) {
 				n, err := cas.ParseInt(key, it.Value)
@@ -300,8 +304,6 @@ func readAccount(tx *occ.Tx, key string) (account, string, error) {
 func transferCallFunc(wl *workload, store cas.Store, opts []occ.Option) func(ctx context.Context, wk *worker) {
 	return func(ctx context.Context, wk *worker) {
 		gen, rec := wl.next()
-		ctx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
 		if wk.rng.IntN(readEvery) == 0 {
 			wk.read(ctx, wl, rec, store, accountKey(wk.rng.IntN(numAccounts), gen), func(it cas.Item) (string, error) {
 				a, err := decodeAccount(it.Value)

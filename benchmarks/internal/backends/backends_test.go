@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/etcdtest"
 	"github.com/occkit/occkit/internal/servers"
 )
 
@@ -20,12 +19,7 @@ func TestMain(m *testing.M) {
 	// Embedded etcd's and minidyn's HTTP connections, and the peer
 	// connections of etcd3's members, outlive their shutdown briefly (as
 	// in package lab).
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
-	)
+	etcdtest.VerifyTestMain(m)
 }
 
 // TestSystems opens every system with a cas store on the test servers
@@ -39,20 +33,10 @@ func TestSystems(t *testing.T) {
 	for _, system := range []string{Memory, Postgres, Redis, Etcd, DynamoDB, MySQL, SQLite} {
 		t.Run(system, func(t *testing.T) {
 			ctx := t.Context()
-			srv, err := Env{}.Reach(ctx, system)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := srv.Close(context.Background()); err != nil {
-					t.Error(err)
-				}
-			})
+			srv := reach(t, system)
 			opts := ClientOptions{Conns: 4, DialTimeout: 5 * time.Second}
 			if system == Postgres || system == MySQL {
-				var r [4]byte
-				_, _ = rand.Read(r[:])
-				opts.Scope, opts.CreateScope = "backends_test_"+hex.EncodeToString(r[:]), true
+				opts.Scope, opts.CreateScope = newScope("backends_test_"), true
 			}
 			if system != Memory && system != SQLite {
 				p, err := srv.Proxy(time.Millisecond)
@@ -62,14 +46,7 @@ func TestSystems(t *testing.T) {
 				t.Cleanup(func() { _ = p.Close() })
 				opts.Via = p.Addr()
 			}
-			ops := connect(t, srv, opts)
-			if opts.Scope != "" {
-				t.Cleanup(func() {
-					if err := ops.DropScope(context.Background()); err != nil {
-						t.Errorf("DropScope: %v", err)
-					}
-				})
-			}
+			ops := connectOwner(t, srv, opts)
 			direct := connect(t, srv, ClientOptions{Scope: opts.Scope})
 			if _, durable, err := direct.Describe(ctx); err != nil || durable == "" {
 				t.Fatalf("Describe: %q, %v", durable, err)
@@ -97,20 +74,7 @@ func TestSystems(t *testing.T) {
 				t.Fatalf("another namespace reads %v, want cas.ErrNotFound", err)
 			}
 
-			l, closeLocker, err := direct.NewLocker(ctx, LockerConfig{Name: "ns_a", TTL: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := l.Acquire(ctx, "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := closeLocker(); err != nil {
-				t.Fatal(err)
-			}
+			lockOnce(t, direct, "ns_a", "k")
 
 			for _, ns := range []string{"ns_a", "ns_b"} {
 				if err := direct.Drop(ctx, ns); err != nil {
@@ -136,6 +100,30 @@ func TestSystems(t *testing.T) {
 	}
 }
 
+// reach reaches system's server as Env{} does (from the variables of the
+// test servers), and closes it when the test ends.
+func reach(t *testing.T, system string) *Server {
+	t.Helper()
+	srv, err := Env{}.Reach(t.Context(), system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv
+}
+
+// newScope returns a scope name of the test's own: prefix and a random
+// suffix.
+func newScope(prefix string) string {
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	return prefix + hex.EncodeToString(r[:])
+}
+
 func connect(t *testing.T, srv *Server, opts ClientOptions) *Client {
 	t.Helper()
 	c, err := srv.Connect(t.Context(), opts)
@@ -144,6 +132,42 @@ func connect(t *testing.T, srv *Server, opts ClientOptions) *Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// connectOwner is connect for the client that creates opts.Scope: the
+// scope, if any, is dropped when the test ends, before the client closes.
+func connectOwner(t *testing.T, srv *Server, opts ClientOptions) *Client {
+	t.Helper()
+	c := connect(t, srv, opts)
+	if opts.Scope != "" {
+		t.Cleanup(func() {
+			if err := c.DropScope(context.Background()); err != nil {
+				t.Errorf("DropScope: %v", err)
+			}
+		})
+	}
+	return c
+}
+
+// lockOnce takes and releases a lease on key from c's locker of
+// namespace ns, then closes the locker.
+func lockOnce(t *testing.T, c *Client, ns, key string) {
+	t.Helper()
+	ctx := t.Context()
+	l, closeLocker, err := c.NewLocker(ctx, LockerConfig{Name: ns, TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := closeLocker(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestStartAndRestart: with no variable set and StartServers, Reach

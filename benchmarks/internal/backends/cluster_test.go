@@ -2,14 +2,11 @@ package backends
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,32 +36,15 @@ func TestClusters(t *testing.T) {
 				pgtest.ReplicaURL(t)
 			}
 			ctx := t.Context()
-			srv, err := Env{}.Reach(ctx, system)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := srv.Close(context.Background()); err != nil {
-					t.Error(err)
-				}
-			})
+			srv := reach(t, system)
 			if _, err := srv.Addr(); err == nil {
 				t.Error("Addr: a cluster gave one address")
 			}
 			opts := ClientOptions{Conns: 4}
 			if system == PostgresReplica {
-				var r [4]byte
-				_, _ = rand.Read(r[:])
-				opts.Scope, opts.CreateScope = "backends_cluster_"+hex.EncodeToString(r[:]), true
+				opts.Scope, opts.CreateScope = newScope("backends_cluster_"), true
 			}
-			ops := connect(t, srv, opts)
-			if opts.Scope != "" {
-				t.Cleanup(func() {
-					if err := ops.DropScope(context.Background()); err != nil {
-						t.Errorf("DropScope: %v", err)
-					}
-				})
-			}
+			ops := connectOwner(t, srv, opts)
 			if version, durable, err := ops.Describe(ctx); err != nil || durable == "" {
 				t.Fatalf("Describe: %q %q, %v", version, durable, err)
 			}
@@ -132,20 +112,7 @@ func TestClusters(t *testing.T) {
 				}
 			}
 
-			l, closeLocker, err := direct.NewLocker(ctx, LockerConfig{Name: ns, TTL: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := l.Acquire(ctx, "{g1}k0") // a key with a hash tag of its own
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := closeLocker(); err != nil {
-				t.Fatal(err)
-			}
+			lockOnce(t, direct, ns, "{g1}k0") // a key with a hash tag of its own
 
 			if err := direct.Drop(ctx, ns); err != nil {
 				t.Fatalf("Drop: %v", err)

@@ -42,6 +42,17 @@ func runClusterCells(t *testing.T, l *Lab, backend string, ops int64, cells []cl
 	}
 }
 
+// followerStore returns the follower store of backend's client.
+func followerStore(t *testing.T, l *Lab, backend string) cas.Store {
+	t.Helper()
+	be, _ := l.backend(backend)
+	s, err := be.cli.FollowerStore("any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestRedisClusterSmoke runs small cells on the Redis Cluster named by
 // OCCKIT_REDIS_CLUSTER_URL (`make test` starts one with
 // scripts/servers/redis-cluster.sh): it fails, saying how to get one,
@@ -116,11 +127,7 @@ func TestEtcd3Smoke(t *testing.T) {
 		{"occ-txn", "transfer", 8, 1}, {"occ-follower-reads", "transfer", 8, 1}, {"lock-etcd-mutex", "transfer", 8, 1},
 		{"occ-follower-reads", "counter", 8, 2},
 	})
-	be, _ := l.backend("etcd3")
-	s, err := be.cli.FollowerStore("any")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := followerStore(t, l, "etcd3")
 	if _, ok := s.(*etcdcas.Store); !ok {
 		t.Fatalf("etcd3's follower store is %T", s)
 	}
@@ -145,11 +152,7 @@ func TestPostgresReplicaSmoke(t *testing.T) {
 		{"occ-txn", "transfer", 8, 1}, {"occ-follower-reads", "transfer", 8, 1}, {"lock-pg-for-update", "transfer", 8, 1},
 		{"occ-follower-reads", "counter", 8, 2},
 	})
-	be, _ := l.backend("postgres-replica")
-	s, err := be.cli.FollowerStore("any")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := followerStore(t, l, "postgres-replica")
 	if ps, ok := s.(*pgcas.Store); !ok || ps.ReadPool() == nil || ps.ReadPool() == ps.Pool() {
 		t.Fatalf("postgres-replica's follower store %T does not read from a pool of its own", s)
 	}

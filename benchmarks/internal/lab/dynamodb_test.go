@@ -73,11 +73,7 @@ func TestDynamoDBWithRedis(t *testing.T) {
 func TestDynamoDBOnDynalite(t *testing.T) {
 	url := os.Getenv(backends.EnvDynaliteURL)
 	if url == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			t.Fatal(err)
-		}
-		root, err := servers.RepoRoot(wd)
+		root, err := backends.Env{}.Root()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -114,6 +114,25 @@ func runCell(t *testing.T, l *Lab, c Cell) Result {
 	return r
 }
 
+// smokeCell is a cell of a backend's smoke test.
+type smokeCell struct{ backend, strategy, workload string }
+
+// runSmokeCells runs each cell as a subtest named backend/strategy/workload:
+// 4 workers on keys keys, 120 operations drawn from seed, at most 1000
+// attempts each. Every operation must commit or be declined, none fail,
+// and the invariant must hold.
+func runSmokeCells(t *testing.T, l *Lab, keys int, seed uint64, cells []smokeCell) {
+	t.Helper()
+	for _, c := range cells {
+		t.Run(c.backend+"/"+c.strategy+"/"+c.workload, func(t *testing.T) {
+			r := runCell(t, l, Cell{Backend: c.backend, Strategy: c.strategy, Workload: c.workload, Workers: 4, Keys: keys, Ops: 120, Seed: seed, MaxAttempts: 1000})
+			if !r.InvariantOK || r.FailedOps != 0 || r.Ops+r.DeclinedOps != 120 {
+				t.Errorf("invariant %v %s; %d committed, %d declined, %d failed (%s)", r.InvariantOK, r.Invariant, r.Ops, r.DeclinedOps, r.FailedOps, r.Error)
+			}
+		})
+	}
+}
+
 // TestInvariantCatchesBrokenStrategy: each workload's invariant check
 // fails a cell whose strategy loses updates, and passes the same cell run
 // by a correct strategy.

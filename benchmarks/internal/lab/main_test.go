@@ -3,7 +3,7 @@ package lab
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/occkit/occkit/internal/etcdtest"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: every
@@ -17,10 +17,5 @@ import (
 func TestMain(m *testing.M) {
 	ChildMain()
 	strategySpecs = append(strategySpecs, blindWrite)
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
-	)
+	etcdtest.VerifyTestMain(m)
 }

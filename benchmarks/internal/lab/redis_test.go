@@ -14,18 +14,11 @@ import (
 func TestRedisSmoke(t *testing.T) {
 	redistest.URL(t) // fails loudly without a server
 	l := openLab(t, "redis")
-	for _, c := range []struct{ strategy, workload string }{
-		{"occ", "counter"}, {"occ-cached", "inventory"}, {"hybrid", "counter"}, {"adaptive", "inventory"},
-		{"lock-local", "counter"}, {"occ-txn", "transfer"}, {"hybrid", "transfer"},
-		{"lock-redis", "counter"}, {"lock-redis", "transfer"},
-	} {
-		t.Run(c.strategy+"/"+c.workload, func(t *testing.T) {
-			r := runCell(t, l, Cell{Backend: "redis", Strategy: c.strategy, Workload: c.workload, Workers: 4, Keys: 8, Ops: 120, Seed: 7, MaxAttempts: 1000})
-			if !r.InvariantOK || r.FailedOps != 0 || r.Ops+r.DeclinedOps != 120 {
-				t.Errorf("invariant %v %s; %d committed, %d declined, %d failed (%s)", r.InvariantOK, r.Invariant, r.Ops, r.DeclinedOps, r.FailedOps, r.Error)
-			}
-		})
-	}
+	runSmokeCells(t, l, 8, 7, []smokeCell{
+		{"redis", "occ", "counter"}, {"redis", "occ-cached", "inventory"}, {"redis", "hybrid", "counter"}, {"redis", "adaptive", "inventory"},
+		{"redis", "lock-local", "counter"}, {"redis", "occ-txn", "transfer"}, {"redis", "hybrid", "transfer"},
+		{"redis", "lock-redis", "counter"}, {"redis", "lock-redis", "transfer"},
+	})
 }
 
 // TestRedisLockOverOtherData: lock-redis over data that is not in Redis,

@@ -11,17 +11,10 @@ import (
 // closing the lab removes its directory.
 func TestSQLiteSmoke(t *testing.T) {
 	l := openLab(t, "sqlite")
-	for _, c := range []struct{ strategy, workload string }{
-		{"occ", "counter"}, {"occ-cached", "inventory"}, {"occ-combine", "counter"}, {"hybrid", "counter"},
-		{"adaptive", "counter"}, {"lock-local", "counter"}, {"occ-txn", "transfer"}, {"hybrid", "transfer"},
-	} {
-		t.Run(c.strategy+"/"+c.workload, func(t *testing.T) {
-			r := runCell(t, l, Cell{Backend: "sqlite", Strategy: c.strategy, Workload: c.workload, Workers: 4, Keys: 2, Ops: 120, Seed: 9, MaxAttempts: 1000})
-			if !r.InvariantOK || r.FailedOps != 0 || r.Ops+r.DeclinedOps != 120 {
-				t.Errorf("invariant %v %s; %d committed, %d declined, %d failed (%s)", r.InvariantOK, r.Invariant, r.Ops, r.DeclinedOps, r.FailedOps, r.Error)
-			}
-		})
-	}
+	runSmokeCells(t, l, 2, 9, []smokeCell{
+		{"sqlite", "occ", "counter"}, {"sqlite", "occ-cached", "inventory"}, {"sqlite", "occ-combine", "counter"}, {"sqlite", "hybrid", "counter"},
+		{"sqlite", "adaptive", "counter"}, {"sqlite", "lock-local", "counter"}, {"sqlite", "occ-txn", "transfer"}, {"sqlite", "hybrid", "transfer"},
+	})
 	// The local locker is a lock of one process: hybrid does not apply
 	// across processes (its tokens would fence off the other process's
 	// writes).

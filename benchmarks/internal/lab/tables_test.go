@@ -177,6 +177,29 @@ func (c *countingTable) Value(context.Context, string) (int64, error) {
 	return c.initial + c.n, nil
 }
 
+// wantGoal is a goal check a test expects, by its key in the test's map
+// of checks.
+type wantGoal struct {
+	key, status string
+	ratio       float64
+}
+
+// wantGoals checks that got holds each wanted check, with its status and
+// ratio.
+func wantGoals(t *testing.T, got map[string]goalCheck, want []wantGoal) {
+	t.Helper()
+	for _, tc := range want {
+		c, ok := got[tc.key]
+		if !ok {
+			t.Errorf("no check %q", tc.key)
+			continue
+		}
+		if c.Status != tc.status || c.Ratio < tc.ratio-1e-9 || c.Ratio > tc.ratio+1e-9 {
+			t.Errorf("%s: %s %.3f×, want %s %.3f× (%s)", tc.key, c.Status, c.Ratio, tc.status, tc.ratio, c.Detail)
+		}
+	}
+}
+
 // TestRepositoryGoalChecks: the repository paths' goals judge occ-table
 // against occ on the same backend and occ-table-combine against the best
 // cross-process lock (lock-local, however fast, is no rival), each at
@@ -221,10 +244,7 @@ func TestRepositoryGoalChecks(t *testing.T) {
 		}
 		got[c.Goal+"|"+c.Point.String()+"|"+c.Setup+"|"+who] = c
 	}
-	for _, tc := range []struct {
-		key, status string
-		ratio       float64
-	}{
+	wantGoals(t, got, []wantGoal{
 		{goalTableHot + "|16w 1k||", goalMet, 0.92},
 		{goalTableCombineHot + "|16w 1k||", goalMet, 3.5},
 		{goalTableCool + "|16w 1000k θ=0||", goalNotMet, 0.9},
@@ -235,16 +255,7 @@ func TestRepositoryGoalChecks(t *testing.T) {
 		{goalHTTP + "|8w 1k||", goalMet, 2},
 		{goalCombineHot + "|8w 1k||", goalMet, 3},
 		{goalRepoNoFail + "|8w 1k||occ-http", goalMet, 0},
-	} {
-		c, ok := got[tc.key]
-		if !ok {
-			t.Errorf("no check %q", tc.key)
-			continue
-		}
-		if c.Status != tc.status || c.Ratio < tc.ratio-1e-9 || c.Ratio > tc.ratio+1e-9 {
-			t.Errorf("%s: %s %.3f×, want %s %.3f× (%s)", tc.key, c.Status, c.Ratio, tc.status, tc.ratio, c.Detail)
-		}
-	}
+	})
 	for k := range got {
 		if strings.HasPrefix(k, goalTableHot+"|16w 1k|4 processes") || strings.HasPrefix(k, goalTableCombineHot+"|16w 1k|4 processes") {
 			t.Errorf("a one-process goal was checked across processes: %s", k)
@@ -276,10 +287,7 @@ func TestTxnGoalChecks(t *testing.T) {
 	for _, c := range checkGoals(results) {
 		got[c.Backend+"|"+c.Goal+"|"+c.Point.String()] = c
 	}
-	for _, tc := range []struct {
-		key, status string
-		ratio       float64
-	}{
+	wantGoals(t, got, []wantGoal{
 		{"x|" + goalTxnCool + "|8w 1000k θ=0", goalMet, 3000.0 / 1800},
 		{"x|" + goalTxnCached + "|8w 1000k θ=0", goalNotMet, 3400.0 / 1800},
 		{"x|" + goalTxnHot + "|8w 2k", goalMet, 900.0 / 800},
@@ -287,14 +295,5 @@ func TestTxnGoalChecks(t *testing.T) {
 		{"x|" + goalNoFail + "|8w 2k", goalMet, 0},
 		{"x|" + goalNoFail + "|8w 1000k θ=0", goalMet, 0},
 		{"y|" + goalNoFail + "|8w 2k", goalNotMet, 0},
-	} {
-		c, ok := got[tc.key]
-		if !ok {
-			t.Errorf("no check %q", tc.key)
-			continue
-		}
-		if c.Status != tc.status || c.Ratio < tc.ratio-1e-9 || c.Ratio > tc.ratio+1e-9 {
-			t.Errorf("%s: %s %.3f×, want %s %.3f× (%s)", tc.key, c.Status, c.Ratio, tc.status, tc.ratio, c.Detail)
-		}
-	}
+	})
 }

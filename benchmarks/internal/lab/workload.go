@@ -67,6 +67,21 @@ func (t *opTally) add(o opTally) {
 	t.Negative += o.Negative
 }
 
+// negativeReads is the invariant check's error when operations read a
+// negative value (of what, "counter", "stock"...), nil when none did.
+func (t opTally) negativeReads(what string) error {
+	if t.Negative > 0 {
+		return fmt.Errorf("%d operations read a negative %s", t.Negative, what)
+	}
+	return nil
+}
+
+// explains reports whether n applied operations are what the tally
+// allows: every committed one, and at most every ambiguous one besides.
+func (t opTally) explains(n int64) bool {
+	return n >= t.Committed && n <= t.Committed+t.Ambiguous
+}
+
 // Op is one operation of a workload: its keys (distinct, in the order the
 // workload's Apply expects them) and its parameter. A strategy reads the
 // keys' current values, calls Apply, and writes the result under its
@@ -143,11 +158,11 @@ var builtinWorkloads = []*workloadSpec{
 			return nil
 		},
 		Check: func(final []int64, initial int64, t opTally) error {
-			if t.Negative > 0 {
-				return fmt.Errorf("%d operations read a negative counter", t.Negative)
+			if err := t.negativeReads("counter"); err != nil {
+				return err
 			}
 			got := sum(final) - initial*int64(len(final))
-			if got < t.Committed || got > t.Committed+t.Ambiguous {
+			if !t.explains(got) {
 				return fmt.Errorf("counters sum to %d increments, but %d increments succeeded (%d ambiguous): updates were lost or applied twice", got, t.Committed, t.Ambiguous)
 			}
 			return nil
@@ -169,11 +184,11 @@ var builtinWorkloads = []*workloadSpec{
 			if err := checkNonNegative(final); err != nil {
 				return fmt.Errorf("stock went negative: %w", err)
 			}
-			if t.Negative > 0 {
-				return fmt.Errorf("%d operations read a negative stock", t.Negative)
+			if err := t.negativeReads("stock"); err != nil {
+				return err
 			}
 			sold := initial*int64(len(final)) - sum(final)
-			if sold < t.Committed || sold > t.Committed+t.Ambiguous {
+			if !t.explains(sold) {
 				return fmt.Errorf("sold + remaining ≠ initial: stock fell by %d, but %d sales succeeded (%d ambiguous)", sold, t.Committed, t.Ambiguous)
 			}
 			return nil
@@ -197,8 +212,8 @@ var builtinWorkloads = []*workloadSpec{
 			if err := checkNonNegative(final); err != nil {
 				return fmt.Errorf("a balance went negative: %w", err)
 			}
-			if t.Negative > 0 {
-				return fmt.Errorf("%d operations read a negative balance", t.Negative)
+			if err := t.negativeReads("balance"); err != nil {
+				return err
 			}
 			want := initial * int64(len(final))
 			if got := sum(final); got != want {

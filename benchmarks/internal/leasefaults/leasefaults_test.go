@@ -12,23 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/occkit/occkit/adapters/memcas"
 	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
+	"github.com/occkit/occkit/internal/etcdtest"
 )
 
 func TestMain(m *testing.M) {
 	// Embedded etcd's peer HTTP connections outlive its shutdown briefly
 	// (as in adapters/etcdcas and hybrid).
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-	)
+	etcdtest.VerifyTestMain(m)
 }
 
 // open returns the Backend of system on the test servers, on a fresh

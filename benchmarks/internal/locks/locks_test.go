@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/goleak"
 
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/etcdtest"
@@ -24,11 +23,7 @@ import (
 // left running. The embedded etcd's HTTP handlers wind down after Close
 // returns.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-	)
+	etcdtest.VerifyTestMain(m)
 }
 
 // excludes checks a lock on real servers: a holder keeps a second client
