@@ -16,15 +16,10 @@
 //     the keys of one hash slot only, so multi-key workloads there name
 //     their keys with a hash tag per group of accounts and pick an
 //     operation's keys in one group (keyspace.go).
-//   - Strategies (strategies*.go, listed in strategySpecs): how one
-//     operation is performed: occ, occ-cached, occ-txn, hybrid, adaptive,
-//     occ-follower-reads (occ reading from a follower or replica, on
-//     etcd3 and postgres-replica),
-//     the repository paths (occ-table, occ-table-combine, occ-gorm: the
-//     cell's data in a table of the application's own, written with a
-//     Table[T]'s Modify or gormocc.Update), and the lock-* baselines (in
-//     process, PostgreSQL, etcd, Redis, Redlock, ZooKeeper, MySQL), each
-//     given a harness per cell.
+//   - Strategies (strategies*.go, listed in strategySpecs, each described
+//     in docs/benchmarks.md): how one operation is performed, by occkit
+//     (occ and its variants, transactions, tables, deltas, hybrid,
+//     adaptive) or by a lock-* baseline, each given a harness per cell.
 //   - Workloads (workload.go): counter, inventory and transfer, each with
 //     its invariant.
 //   - Grid, Lab.Run and Lab.RunGrid run cells; NewReport, checkGoals and

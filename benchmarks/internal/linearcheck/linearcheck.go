@@ -21,28 +21,13 @@
 //
 // # The model
 //
-// A key's state is its value and its fence: the largest token of a fenced
-// write that applied (0 at first; plain writes leave it alone, as
-// cas.FencedStore says). A read returns the current value. A write read
-// the value Read and replaced it with Wrote, atomically, if the value was
-// still Read (occkit writes compare the version read) and, for a fenced
-// write, its token is at least the fence (which it then becomes):
-//
-//   - a write that succeeded must have found both true;
-//   - an ambiguous write (cas.ErrAmbiguous) returns at the end of time
-//     ([EndOfTime]) and takes effect if both hold, else not: since it can
-//     always be placed after everything else, where it takes no effect
-//     that anyone sees, this loses no linearization;
-//   - a fenced write refused by the fence (cas.ErrFenced, outcome
-//     [Fenced]) must have found a fence larger than its token;
-//   - a write that failed otherwise applied nothing and is left out (if it
-//     had applied, the state it wrote would come from nowhere, and the
-//     check fails).
-//
-// A key's history longer than [Options].MaxPerKey calls is checked in
-// overlapping segments that start and end where no call was in flight,
-// each after the first from an unknown state: porcupine's memory grows
-// with the square of the history it checks.
+// A key is a compare-and-set register with a fence (the largest token of
+// a fenced write that applied): a successful write found the value it
+// read and a token at least the fence; an ambiguous write returns at
+// [EndOfTime] and may or may not take effect; a write refused by the
+// fence ([Fenced]) found a larger one; other failed writes are left out.
+// Histories longer than [Options].MaxPerKey are checked in overlapping
+// segments. docs/reliability.md ("linearizable") gives the reasons.
 //
 // [SelfTest] runs the checker on hand-made histories with known verdicts
 // (a lost write, a stale read, a write applied twice, a stale token
