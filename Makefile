@@ -28,6 +28,15 @@ unit:
 bench:
 	go test -run '^$$' -bench . -benchmem -count 6 ./occ/
 
+# fuzz runs every fuzz target of the root module for FUZZTIME each (10s
+# by default; FUZZ=regexp picks targets), one after another, looking for
+# new failing inputs; make test replays only the seed corpora. See
+# docs/testing.md.
+FUZZTIME ?= 10s
+.PHONY: fuzz
+fuzz:
+	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
 # faults runs counter increments (occ.Update) and transfers (occ.Txn) on
 # every backend it can start while a fault strikes (dropped connections,
 # latency, answers cut mid-response, PostgreSQL, MariaDB and Redis restarts, etcd
