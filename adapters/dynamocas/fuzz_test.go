@@ -65,6 +65,8 @@ func FuzzDecodeItem(f *testing.F) {
 	f.Add(uint8(0), "", uint8(0), "", uint8(0), "", []byte{}, []byte{}, true)
 	f.Add(uint8(1), "+7", uint8(1), "+7", uint8(3), "", []byte("x"), wid, false)
 	f.Add(uint8(1), "0", uint8(5), "", uint8(3), "", []byte("x"), wid, false)
+	f.Add(uint8(1), "4", uint8(0), "", uint8(1), "42", []byte{}, wid, false) // a value a delta wrote: a number
+	f.Add(uint8(1), "5", uint8(1), "2", uint8(1), "-7", []byte{}, wid, false)
 	s := fuzzStore()
 	f.Fuzz(func(t *testing.T, vk uint8, ver string, fk uint8, fence string, xk uint8, sval string, bval, wid []byte, empty bool) {
 		av := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}

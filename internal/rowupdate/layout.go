@@ -14,7 +14,9 @@ import (
 // sqlcas.Table) map to T: the columns of T's fields and which of them
 // are the key, the version and the fence. It reads and sets those fields
 // of a row, so that both adapters' Tables share one copy of the
-// reflection.
+// reflection. Make it with NewLayout (a zero Layout names column 0 as
+// its fence); it is not changed after that and is safe for concurrent
+// use.
 type Layout[T any] struct {
 	Columns []Column
 	Key     int // index into Columns

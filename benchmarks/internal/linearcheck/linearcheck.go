@@ -23,9 +23,10 @@
 //
 // A key is a compare-and-set register with a fence (the largest token of
 // a fenced write that applied): a successful write found the value it
-// read and a token at least the fence; an ambiguous write returns at
-// [EndOfTime] and may or may not take effect; a write refused by the
-// fence ([Fenced]) found a larger one; other failed writes are left out.
+// read still current and, if fenced, its token at least the fence; an
+// ambiguous write returns at [EndOfTime] and takes effect if both still
+// hold, else not; a write refused by the fence ([Fenced]) found a larger
+// one; other failed writes are left out.
 // Histories longer than [Options].MaxPerKey are checked in overlapping
 // segments. docs/reliability.md ("linearizable") gives the reasons.
 //
