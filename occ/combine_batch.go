@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
-	"time"
 
 	"github.com/occkit/occkit/cas"
 )
@@ -49,7 +48,7 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 	var batch []*combineWaiter
 	shared := false // the batch carried more than one caller at once
 	defer func() {
-		q.lastUse.Store(time.Now().UnixNano())
+		q.lastUse.Store(monoNow())
 		if shared {
 			q.resetLonely()
 		} else {

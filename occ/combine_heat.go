@@ -48,7 +48,7 @@ const idleCool = 10 * time.Millisecond
 // queued behind it (a lonely batch, which may cool the key), else by
 // handing the lead on.
 func (cb *Combiner) leaveSolo(sh *combineShard, h uint32, q *combineQueue) {
-	q.lastUse.Store(time.Now().UnixNano())
+	q.lastUse.Store(monoNow())
 	if q.state.CompareAndSwap(queueSolo, queueIdle) {
 		if q.noteLonely() >= coolAfter && q.lonelyLong() {
 			sh.mu.Lock()
@@ -87,7 +87,7 @@ func (cb *Combiner) handOff(sh *combineShard, h uint32, q *combineQueue) {
 // that heated once and is not updated again would otherwise keep its
 // bucket hot, and the cold keys of the bucket on the shard's mutex.
 func (cb *Combiner) sweepIdle(sh *combineShard) {
-	now := time.Now().UnixNano()
+	now := monoNow()
 	if now-sh.swept < int64(idleCool) {
 		return
 	}
@@ -135,7 +135,8 @@ func (cb *Combiner) cool(h uint32, q *combineQueue) {
 var coolSpan = 20 * time.Millisecond
 
 // monoEpoch and monoNow read the monotonic clock as an int64 an atomic
-// can hold: a wall clock stepped back must not keep a key hot.
+// can hold, for every time the combiner keeps (lastUse, swept,
+// lonelySince): a wall clock stepped back must not keep a key hot.
 var monoEpoch = time.Now()
 
 func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 } // never 0

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/occkit/occkit/cas"
 )
@@ -20,7 +19,7 @@ type combineShard struct {
 	// The combiner's counters, per shard so that callers of different
 	// keys do not write one cache line.
 	updates, batches, writes atomic.Int64
-	swept                    int64    // when sweepIdle last ran (UnixNano; under mu)
+	swept                    int64    // when sweepIdle last ran (monoNow; under mu)
 	_                        [16]byte // 64 bytes a shard
 }
 
@@ -46,7 +45,7 @@ type combineQueue struct {
 	// lonelySince is when the first lonely batch of the current run
 	// ended (monoNow), 0 when no run has begun since the last was broken.
 	lonelySince atomic.Int64
-	// lastUse is when a batch of the key last ended (UnixNano): a hot key
+	// lastUse is when a batch of the key last ended (monoNow): a hot key
 	// that nobody updates any more cools after idleCool (sweepIdle).
 	lastUse atomic.Int64
 }
@@ -179,7 +178,7 @@ func combineCold[T any](ctx context.Context, c *config, cb *Combiner, sh *combin
 	}
 	cb.heat(h, q)
 	q.resetLonely()
-	q.lastUse.Store(time.Now().UnixNano())
+	q.lastUse.Store(monoNow())
 	return combineHot(ctx, c, cb, sh, h, k, q, s, key, mutate)
 }
 
