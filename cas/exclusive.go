@@ -50,3 +50,18 @@ type ExclusiveCommitter interface {
 	// distinct (Limits.GetMany).
 	CommitExclusive(ctx context.Context, keys []string, fn func(cur []Item) ([]Op, error)) ([]Version, error)
 }
+
+// ExclusiveAfterHint is an Exclusive store that names its own default for
+// how many conditional writes in a row a call may lose before occ.Update
+// escalates it to UpdateExclusive (occ.DefaultExclusiveAfter otherwise).
+// A store whose exclusive attempt costs about what an optimistic attempt
+// costs (the same round trips, the key held for one of them) can afford
+// to escalate sooner and cut the tail of the calls that keep losing; one
+// whose exclusive attempt is dearer keeps the default. An explicit
+// occ.WithExclusiveAfter wins over the hint; a hint <= 0 is ignored.
+type ExclusiveAfterHint interface {
+	Exclusive
+
+	// ExclusiveAfter returns the store's default escalation count.
+	ExclusiveAfter() int
+}

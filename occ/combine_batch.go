@@ -93,7 +93,7 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 	ex, _ := store.(cas.Exclusive)
 	exclusiveAt, lost := 0, 0
 	if ex != nil {
-		exclusiveAt = c.exclusiveAt()
+		exclusiveAt = c.exclusiveAt(ex)
 	}
 
 	err := c.run(bctx, func(ctx context.Context) error {

@@ -21,7 +21,11 @@ type rowLocked struct {
 	mu    sync.Mutex
 	held  map[string]chan struct{}
 	holds atomic.Int64
+	hint  int // ExclusiveAfter's answer (cas.ExclusiveAfterHint)
 }
+
+// ExclusiveAfter implements cas.ExclusiveAfterHint (0: occ's default).
+func (s *rowLocked) ExclusiveAfter() int { return s.hint }
 
 func newRowLocked() *rowLocked {
 	return &rowLocked{Store: memcas.New(), held: map[string]chan struct{}{}}
@@ -109,22 +113,30 @@ func elsewhere(ctx context.Context, t *testing.T, wg *sync.WaitGroup, s *cas.Typ
 // TestUpdateEscalatesToExclusive: a writer elsewhere (another process,
 // as far as the call's turns know) gets in between every read and write
 // of the call. With escalation off the call loses every attempt and gives
-// up; at the defaults it loses DefaultExclusiveAfter writes, then holds
-// the key for one attempt and writes. The writer elsewhere loses nothing:
-// the counter ends at every success of both.
+// up; at the defaults it loses DefaultExclusiveAfter writes (or as many
+// as the store's cas.ExclusiveAfterHint says), then holds the key for one
+// attempt and writes. The writer elsewhere loses nothing: the counter ends
+// at every success of both.
 func TestUpdateEscalatesToExclusive(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
+		hint     int // the store's ExclusiveAfter
 		opts     []occ.Option
 		wantFail bool
+		want     int // the lost writes before the exclusive attempt
 	}{
-		{"off", []occ.Option{occ.WithExclusiveAfter(0)}, true},
-		{"default", nil, false},
-		{"after1", []occ.Option{occ.WithExclusiveAfter(1)}, false},
+		{"off", 0, []occ.Option{occ.WithExclusiveAfter(0)}, true, 0},
+		{"off-over-hint", 3, []occ.Option{occ.WithExclusiveAfter(0)}, true, 0},
+		{"default", 0, nil, false, occ.DefaultExclusiveAfter},
+		{"after1", 0, []occ.Option{occ.WithExclusiveAfter(1)}, false, 1},
+		{"hint3", 3, nil, false, 3},
+		{"hint-negative", -1, nil, false, occ.DefaultExclusiveAfter},
+		{"after1-over-hint3", 3, []occ.Option{occ.WithExclusiveAfter(1)}, false, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			s := newRowLocked()
+			s.hint = tc.hint
 			counters := cas.NewTyped(cas.Store(s), cas.JSON[int]())
 			var rivals atomic.Int64
 			var attempts, exclusiveAt int
@@ -156,10 +168,7 @@ func TestUpdateEscalatesToExclusive(t *testing.T) {
 					t.Fatalf("counter %d, want the writer elsewhere's %d", got, rivals.Load())
 				}
 			default:
-				want := occ.DefaultExclusiveAfter
-				if len(tc.opts) > 0 {
-					want = 1
-				}
+				want := tc.want
 				if err != nil || s.holds.Load() != 1 || attempts != want+1 {
 					t.Fatalf("Update: %v after %d attempts, %d exclusive; want success at attempt %d, the only exclusive one", err, attempts, s.holds.Load(), want+1)
 				}

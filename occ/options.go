@@ -217,7 +217,9 @@ func WithTurns(enabled bool) Option { return Option{kind: optTurns, off: !enable
 // late enough that a key shared by a few processes rarely escalates (an
 // exclusive attempt costs a round trip more and makes the key's other
 // writers wait), early enough to cut the tail of the calls that keep
-// losing. docs/benchmarks.md measures it against no escalation.
+// losing. A store whose exclusive attempt costs what an optimistic one
+// does may name a smaller count (cas.ExclusiveAfterHint: pgcas says 5).
+// docs/benchmarks.md measures it against no escalation.
 const DefaultExclusiveAfter = 8
 
 // DefaultTxnExclusiveAfter is DefaultExclusiveAfter for Txn: how many
@@ -239,16 +241,25 @@ const DefaultTxnExclusiveAfter = 3
 // making a call fail where a queueing lock would have served it; a call
 // that does not lose never takes it. The escalation comes no later than
 // the last attempt WithMaxAttempts allows (so it needs at least 2); n <= 0
-// turns it off. The default is DefaultExclusiveAfter. Stores without
+// turns it off. The default is the store's own count when it names one
+// (cas.ExclusiveAfterHint), else DefaultExclusiveAfter. Stores without
 // cas.Exclusive ignore it. A Txn call escalates the same way after as
 // many lost commits (by default DefaultTxnExclusiveAfter), on a store
 // that implements cas.ExclusiveCommitter: the store holds the keys of its
 // last attempt, in key order.
 func WithExclusiveAfter(n int) Option { return Option{kind: optExclusiveAfter, n: n} }
 
-// exclusiveAt returns after how many lost writes in a row a call escalates
-// to an exclusive attempt (0: never).
-func (c *config) exclusiveAt() int { return c.exclusiveAtOr(DefaultExclusiveAfter) }
+// exclusiveAt returns after how many lost writes in a row a call on ex
+// escalates to an exclusive attempt (0: never): WithExclusiveAfter's count,
+// else the store's own (cas.ExclusiveAfterHint), else
+// DefaultExclusiveAfter.
+func (c *config) exclusiveAt(ex cas.Exclusive) int {
+	def := DefaultExclusiveAfter
+	if h, ok := ex.(cas.ExclusiveAfterHint); ok && h.ExclusiveAfter() > 0 {
+		def = h.ExclusiveAfter()
+	}
+	return c.exclusiveAtOr(def)
+}
 
 // exclusiveAtOr is exclusiveAt with def as the default count.
 func (c *config) exclusiveAtOr(def int) int {

@@ -41,7 +41,8 @@ import (
 // holder retries at once from the state its first conflicts carry, then
 // waits about one attempt time between attempts, so that the holders of
 // several processes do not retry in step. A call that loses
-// DefaultExclusiveAfter writes in a row to them runs its next attempt
+// DefaultExclusiveAfter writes in a row to them (or the store's own count,
+// cas.ExclusiveAfterHint) runs its next attempt
 // exclusively on a store that implements cas.Exclusive (the store holds
 // the key from the read to the write: a row lock), so that it cannot
 // lose; see WithExclusiveAfter.
@@ -99,7 +100,7 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 	ex, _ := s.Store().(cas.Exclusive)
 	exclusiveAt, lost := 0, 0
 	if ex != nil {
-		exclusiveAt = c.exclusiveAt()
+		exclusiveAt = c.exclusiveAt(ex)
 	}
 	err := c.run(ctx, func(ctx context.Context) error {
 		var (

@@ -23,7 +23,21 @@ const DefaultExclusiveTimeout = 2 * time.Second
 // idle_in_transaction_session_timeout.
 const codeIdleInTxTimeout = "25P03"
 
-var _ cas.Exclusive = (*Store)(nil)
+var _ cas.ExclusiveAfterHint = (*Store)(nil)
+
+// exclusiveAfter is how many writes in a row a call may lose before
+// occ.Update escalates it to UpdateExclusive, on a Store or a Table: here
+// an exclusive attempt costs the round trips of an optimistic one (two)
+// and holds the row for one of them, so escalating sooner than
+// occ.DefaultExclusiveAfter cuts the tail of the calls that keep losing
+// to other processes for little throughput (docs/performance.md,
+// "Measurements behind occ's defaults").
+const exclusiveAfter = 5
+
+// ExclusiveAfter implements cas.ExclusiveAfterHint: 5, sooner than
+// occ.DefaultExclusiveAfter, since an exclusive attempt here costs what
+// an optimistic one does. occ.WithExclusiveAfter overrides it per call.
+func (s *Store) ExclusiveAfter() int { return exclusiveAfter }
 
 // UpdateExclusive implements cas.Exclusive: in one transaction it reads
 // the key's row FOR UPDATE (other writers of the key wait for the row

@@ -78,18 +78,19 @@ func (t *Table[T]) newRows() *rowupdate.TableRows[T] { return rowupdate.NewTable
 // rowTable is t as the bridge drives it.
 func (t *Table[T]) rowTable() rowupdate.Table[T] {
 	return rowupdate.Table[T]{
-		KeyIndex:   t.layout.KeyColumn().Index,
-		Get:        t.Get,
-		Insert:     t.Insert,
-		Update:     t.Update,
-		VersionOf:  t.layout.VersionOf,
-		SetVersion: t.layout.SetVersion,
-		Exclusive:  t.exclusive,
-		RunTx:      t.runTx,
-		GetMany:    t.getMany,
-		CommitMany: t.commitMany,
-		LockRow:    t.lockRow,
-		LockAbsent: t.lockAbsent,
+		KeyIndex:       t.layout.KeyColumn().Index,
+		Get:            t.Get,
+		Insert:         t.Insert,
+		Update:         t.Update,
+		VersionOf:      t.layout.VersionOf,
+		SetVersion:     t.layout.SetVersion,
+		Exclusive:      t.exclusive,
+		ExclusiveAfter: exclusiveAfter,
+		RunTx:          t.runTx,
+		GetMany:        t.getMany,
+		CommitMany:     t.commitMany,
+		LockRow:        t.lockRow,
+		LockAbsent:     t.lockAbsent,
 	}
 }
 

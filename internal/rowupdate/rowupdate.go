@@ -54,6 +54,10 @@ type Driver[T any] struct {
 	// version read what fn returned, returning the row as stored. fn's
 	// error ends it, writes nothing and is returned as is.
 	Exclusive func(ctx context.Context, key any, fn func(cur Row[T]) (next T, write bool, err error)) (stored Row[T], err error)
+	// ExclusiveAfter, if > 0, is the table's default for how many writes
+	// in a row a call may lose before it escalates to Exclusive
+	// (cas.ExclusiveAfterHint).
+	ExclusiveAfter int
 	// Commit, if set, writes several rows in one transaction of the
 	// table (ModifyMany): each is inserted (Expected 0) or updated at
 	// Expected, or none is. It returns the rows as stored, in writes'
@@ -287,6 +291,10 @@ func (x exclusiveRows[T]) UpdateExclusive(ctx context.Context, key string, fn fu
 	}
 	return stored.Version, nil
 }
+
+// ExclusiveAfter implements cas.ExclusiveAfterHint with the driver's
+// count (0: occ's default).
+func (x exclusiveRows[T]) ExclusiveAfter() int { return x.d.ExclusiveAfter }
 
 // CompareAndDelete implements cas.Store; occ.Update never deletes.
 func (r *Rows[T]) CompareAndDelete(context.Context, string, cas.Version) error {

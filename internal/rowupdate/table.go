@@ -26,6 +26,8 @@ type Table[T any] struct {
 	SetVersion func(row *T, v cas.Version)
 	// Exclusive, if set, is Driver.Exclusive.
 	Exclusive func(ctx context.Context, key any, fn func(cur Row[T]) (next T, write bool, err error)) (stored Row[T], err error)
+	// ExclusiveAfter is Driver.ExclusiveAfter.
+	ExclusiveAfter int
 	// RunTx, if set, runs fn with the table bound to one transaction of
 	// its own (its Get, Insert and Update run in it) and commits it when
 	// fn returns nil, or rolls it back: the bridge's Commit for
@@ -93,6 +95,7 @@ func NewTable[T any](t Table[T]) *TableRows[T] {
 		},
 		SetVersion:      func(r *T, v cas.Version) error { t.SetVersion(r, v); return nil },
 		Exclusive:       t.Exclusive,
+		ExclusiveAfter:  t.ExclusiveAfter,
 		Commit:          commitFor(t),
 		ReadMany:        readManyFor(t),
 		CommitExclusive: commitExclusiveFor(t),
