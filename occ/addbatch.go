@@ -3,6 +3,7 @@ package occ
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -58,7 +59,7 @@ func addBatched(ctx context.Context, c *config, a cas.Adder, key string, n int64
 	select {
 	case batch := <-me.wake:
 		if batch != nil {
-			line.lead(c, a, key, batch)
+			line.lead(c, a, key, line.gather(batch))
 		}
 	case <-ctx.Done():
 		line.mu.Lock()
@@ -70,37 +71,59 @@ func addBatched(ctx context.Context, c *config, a cas.Adder, key string, n int64
 			}
 		}
 		line.mu.Unlock()
-		// Already taken into a batch: its outcome is this call's.
+		// Already taken into a batch (its outcome is this call's), or
+		// handed the lead.
 		if batch := <-me.wake; batch != nil {
-			line.lead(c, a, key, batch)
+			line.lead(c, a, key, line.gather(batch))
 		}
 	}
 	return me.v, me.ver, me.err
 }
 
 // lead sends batch (whose first call is the leader's own), then hands the
-// line to the first waiting call with everything that queued meanwhile,
-// or closes it.
+// line to the first waiting call, which gathers the next batch itself
+// (gather), or closes it.
 func (line *deltaLine) lead(c *config, a cas.Adder, key string, batch []*deltaCall) {
 	runBatch(c, a, key, batch)
 	for _, m := range batch[1:] {
 		m.wake <- nil
 	}
+	if len(batch) > 1 {
+		// Let the callers just woken come back with their next deltas
+		// before the line closes for want of anyone waiting: they queue
+		// for the next batch instead of leading one alone each.
+		runtime.Gosched()
+	}
 	line.mu.Lock()
-	next := line.waiting
-	line.waiting = nil
-	if len(next) == 0 {
+	if len(line.waiting) == 0 {
 		line.leading = false
 		// An idle line leaves the map, so that keys do not pile up. A
 		// caller that loaded it just before leads on it alone, beside
 		// the line a later caller makes: two batches of one key in
 		// flight, each correct on its own.
 		deltaLines.CompareAndDelete(deltaLineKey{a, key}, line)
+		line.mu.Unlock()
+		return
 	}
+	next := line.waiting[0]
+	line.waiting = line.waiting[1:]
 	line.mu.Unlock()
-	if len(next) > 0 {
-		next[0].wake <- next
-	}
+	next.wake <- []*deltaCall{next}
+}
+
+// gather is the start of a new leader's turn: it lets the goroutines just
+// woken from the last batch run first (runtime.Gosched), so that a caller
+// that comes straight back with its next delta joins this batch rather
+// than the one after it, then takes every waiting call into batch, in
+// arrival order. Without it, callers that loop fall into two groups that
+// alternate, each batch carrying half of them.
+func (line *deltaLine) gather(batch []*deltaCall) []*deltaCall {
+	runtime.Gosched()
+	line.mu.Lock()
+	batch = append(batch, line.waiting...)
+	line.waiting = nil
+	line.mu.Unlock()
+	return batch
 }
 
 // runBatch applies the deltas of batch in order, as one write when it
