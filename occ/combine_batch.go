@@ -43,10 +43,10 @@ func applyBatch(members []*combineWaiter, st *runState) {
 // first) into a batch and runs the read, the mutates and the write under
 // the leader's retry loop, topping the batch up from later arrivals before
 // each attempt, until the batch is written or gives up. Every caller taken
-// into the batch gets its result.
-func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q *combineQueue, store cas.Store, key string) {
+// into the batch gets its result. shared reports whether the batch
+// carried more than one caller at once.
+func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q *combineQueue, store cas.Store, key string) (shared bool) {
 	var batch []*combineWaiter
-	shared := false // the batch carried more than one caller at once
 	defer func() {
 		q.lastUse.Store(monoNow())
 		if shared {
@@ -223,4 +223,5 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 		finish(w, 0, werr)
 	}
 	sh.mu.Unlock()
+	return shared
 }
