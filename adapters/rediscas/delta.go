@@ -26,8 +26,12 @@ const DefaultDeltaRetention = 10 * time.Minute
 //	KEYS[1] data hash, KEYS[2] version counter, KEYS[3] the delta's record
 //	ARGV[1] n, ARGV[2] lowest and ARGV[3] highest current value accepted,
 //	ARGV[4] the write id (16 bytes), ARGV[5] how many bytes of old history
-//	to keep, ARGV[6] the record's TTL (ms), ARGV[7] "1" when the delta is
-//	sent again (only then can its record exist)
+//	to keep, ARGV[6] the record's TTL (ms)
+//
+// The record is looked up on every send, the first included: a first send
+// whose connection broke can still reach the server after the send that
+// resolved it (held up in a proxy or a kernel buffer), and must then find
+// the record rather than apply the delta a second time.
 //
 // Replies: {"ok", version, value} | {"done", version, value} |
 // {"bound", value or ""} | {"notint", value} | {"held", version or "0", value}.
@@ -52,12 +56,10 @@ local function be8(n)
   end
   return s
 end
-if ARGV[7] == '1' then
-  local done = redis.call('GET', KEYS[3])
-  if done then
-    local sep = string.find(done, ':', 1, true)
-    return {'done', string.sub(done, 1, sep - 1), string.sub(done, sep + 1)}
-  end
+local done = redis.call('GET', KEYS[3])
+if done then
+  local sep = string.find(done, ':', 1, true)
+  return {'done', string.sub(done, 1, sep - 1), string.sub(done, sep + 1)}
 end
 local h = KEYS[1]
 local st = redis.call('HMGET', h, 'v', 'n', 'h', 'x', 'xe')
@@ -106,7 +108,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	id := s.ids.Next()
 	dk := s.dataKey(key)
 	keys := []string{dk, s.counterOf(dk), s.deltaKey(id, dk)}
-	args := []any{n, lo, hi, string(id[:]), s.keep, s.deltaTTL, "0"}
+	args := []any{n, lo, hi, string(id[:]), s.keep, s.deltaTTL}
 	type result struct {
 		v   int64
 		ver cas.Version
@@ -169,7 +171,6 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	}
 	// The answer was lost: send the delta again under the same id until
 	// one comes back; its record may exist now.
-	args[len(args)-1] = "1"
 	amb := &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: err}
 	if ctx.Err() != nil {
 		return 0, 0, amb

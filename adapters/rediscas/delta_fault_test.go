@@ -67,3 +67,31 @@ func TestDeltaFailedSend(t *testing.T) {
 	}
 	wantValue(t, s, "n", "4", 0)
 }
+
+// TestDeltaLateFirstSend: a delta's first send is held up on its way (a
+// proxy, a kernel buffer) while the client's connection fails, so Add
+// sends it again under its write id, and that send applies it. Then the
+// first send reaches the server: it finds the delta's record and applies
+// nothing. (When the script looked the record up only on sends it knew
+// were repeats, the late first send applied the delta a second time.)
+func TestDeltaLateFirstSend(t *testing.T) {
+	s, _, f, admin := faultyStore(t, rediscas.Config{})
+	ctx := redistest.Ctx(t, 20*time.Second)
+	if _, _, err := s.Add(ctx, "n", 10, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	records := func() int { k, _ := admin.Keys(ctx, s.DeltaRecords()).Result(); return len(k) }
+	before := records()
+	f.SendLate(s.DataKey("n"))
+	v, _, err := s.Add(ctx, "n", 5, cas.Bounds{})
+	if err != nil || v != 15 || f.Fired() != 1 {
+		t.Fatalf("delta whose first send was held up: %d, %v (fired %d); want 15, applied by the second send", v, err, f.Fired())
+	}
+	if err := f.Release(5 * time.Second); err != nil {
+		t.Fatalf("releasing the held-up first send: %v", err)
+	}
+	wantValue(t, s, "n", "15", 0)
+	if got := records() - before; got != 1 {
+		t.Fatalf("%d delta records for one delta", got)
+	}
+}

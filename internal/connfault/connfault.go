@@ -5,10 +5,12 @@ package connfault
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Marker arms one fault at a time: it fires on the next write, on any
@@ -21,6 +23,10 @@ type Marker struct {
 	mode   mode
 	then   func()
 	fired  atomic.Int64
+	// held and heldOn are the request SendLate held back and the
+	// connection it was written to, until Release.
+	held   []byte
+	heldOn net.Conn
 }
 
 type mode uint8
@@ -29,6 +35,7 @@ const (
 	none mode = iota
 	loseReply
 	failSend
+	sendLate
 )
 
 // LoseReply arms the fault "the request reached the server, its reply was
@@ -41,6 +48,40 @@ func (m *Marker) LoseReply(marker string, then func()) { m.arm(marker, loseReply
 // FailSend arms the fault "the connection broke as the request was being
 // sent": the next write containing marker is not sent and fails.
 func (m *Marker) FailSend(marker string) { m.arm(marker, failSend, nil) }
+
+// SendLate arms the fault "the request was held up on its way (in a proxy,
+// a kernel buffer) while the client gave up on its connection": the next
+// write containing marker is not sent yet, and the client's connection
+// fails as if the reply was lost (a read returns the error of Wrap). The
+// request reaches the server only when Release is called, on the
+// connection it was written to, which stays open until then.
+func (m *Marker) SendLate(marker string) { m.arm(marker, sendLate, nil) }
+
+// ErrNothingHeld is Release's error when no request is held back.
+var ErrNothingHeld = errors.New("connfault: no request held back (SendLate)")
+
+// Release sends the request SendLate held back, waits up to timeout for
+// the first bytes of the server's reply (so that the server has run it),
+// and closes its connection.
+func (m *Marker) Release(timeout time.Duration) error {
+	m.mu.Lock()
+	held, c := m.held, m.heldOn
+	m.held, m.heldOn = nil, nil
+	m.mu.Unlock()
+	if c == nil {
+		return ErrNothingHeld
+	}
+	defer c.Close()
+	// The deadlines the client set on the connection have passed.
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	if _, err := c.Write(held); err != nil {
+		return err
+	}
+	_, err := c.Read(make([]byte, 1))
+	return err
+}
 
 // Fired returns how many armed faults have fired.
 func (m *Marker) Fired() int { return int(m.fired.Load()) }
@@ -85,6 +126,9 @@ type conn struct {
 	// once the fault fired.
 	lose atomic.Pointer[func()]
 	lost atomic.Bool
+	// late is set once the connection's request was held back
+	// (SendLate): Close leaves the connection open for Release.
+	late atomic.Bool
 }
 
 func (c *conn) Write(p []byte) (int, error) {
@@ -97,11 +141,30 @@ func (c *conn) Write(p []byte) (int, error) {
 			then = func() {}
 		}
 		c.lose.Store(&then)
+	case sendLate:
+		c.m.mu.Lock()
+		c.m.held, c.m.heldOn = bytes.Clone(p), c.Conn
+		c.m.mu.Unlock()
+		c.late.Store(true)
+		c.lost.Store(true)
+		// A client already blocked in Read gets the error now.
+		_ = c.Conn.SetReadDeadline(time.Now())
+		return len(p), nil
 	}
 	return c.Conn.Write(p)
 }
 
+func (c *conn) Close() error {
+	if c.late.Load() {
+		return nil // Release sends the held request on it, then closes it
+	}
+	return c.Conn.Close()
+}
+
 func (c *conn) Read(p []byte) (int, error) {
+	if c.late.Load() {
+		return 0, c.err // no reply can come: the request was not sent
+	}
 	n, err := c.Conn.Read(p)
 	if then := c.lose.Swap(nil); then != nil {
 		// The server has answered (or the connection failed anyway): drop

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 )
 
 var errBroken = errors.New("broken")
@@ -82,4 +83,34 @@ func TestShortMarkerRefused(t *testing.T) {
 	}()
 	var m Marker
 	m.FailSend("k")
+}
+
+// TestSendLate: the request is held back and the client's read fails; the
+// connection stays open through the client's Close, and Release delivers
+// the request (the echo server answers it) and closes the connection.
+func TestSendLate(t *testing.T) {
+	var m Marker
+	if err := m.Release(time.Second); !errors.Is(err, ErrNothingHeld) {
+		t.Fatalf("release with nothing held: %v, want ErrNothingHeld", err)
+	}
+	c := echo(t, &m)
+	m.SendLate("the-key")
+	if n, err := c.Write([]byte("incr the-key")); err != nil || n != len("incr the-key") {
+		t.Fatalf("a held-back request looks sent: %d, %v", n, err)
+	}
+	if _, err := c.Read(make([]byte, 16)); !errors.Is(err, errBroken) {
+		t.Fatalf("read after a held-back request: %v, want the injected error", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(5 * time.Second); err != nil {
+		t.Fatalf("release: %v, want the request delivered and answered", err)
+	}
+	if m.Fired() != 1 {
+		t.Fatalf("%d faults fired, want 1", m.Fired())
+	}
+	if err := m.Release(time.Second); !errors.Is(err, ErrNothingHeld) {
+		t.Fatalf("second release: %v, want ErrNothingHeld", err)
+	}
 }

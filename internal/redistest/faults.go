@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/occkit/occkit/internal/connfault"
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,16 @@ func (f *Faults) LoseReply(marker string, then func()) { f.writes.LoseReply(mark
 // FailSend arms the fault "the connection broke as the request was being
 // sent": the next request containing marker is not sent and fails.
 func (f *Faults) FailSend(marker string) { f.writes.FailSend(marker) }
+
+// SendLate arms the fault "the request was held up on its way while the
+// client gave up on its connection": the next request containing marker
+// is not sent yet and the client's connection fails as if the answer was
+// lost; the request reaches the server when Release is called.
+func (f *Faults) SendLate(marker string) { f.writes.SendLate(marker) }
+
+// Release sends the request SendLate held back, waits up to timeout for
+// the server's answer to it, and closes its connection.
+func (f *Faults) Release(timeout time.Duration) error { return f.writes.Release(timeout) }
 
 // Fired returns how many armed faults have fired.
 func (f *Faults) Fired() int { return f.writes.Fired() }
