@@ -268,21 +268,9 @@ func TestAddUncomparableStore(t *testing.T) {
 func BenchmarkAddHotKeyLooping(b *testing.B) {
 	ctx := context.Background()
 	s := &slowAdder{Store: memcas.New()}
-	const callers = 4
-	var next atomic.Int64
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
-				if _, _, err := occ.Add(ctx, s, "k", 1, cas.Bounds{}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
+	occ.LoopCallers(b, 4, func() error {
+		_, _, err := occ.Add(ctx, s, "k", 1, cas.Bounds{})
+		return err
+	})
 	b.ReportMetric(float64(b.N)/float64(max(s.writes.Load(), 1)), "deltas/write")
 }

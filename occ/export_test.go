@@ -1,0 +1,6 @@
+package occ
+
+// Test hooks: exported to the package's external tests only.
+
+// LoopCallers exposes loopCallers to the external tests' benchmarks.
+var LoopCallers = loopCallers
