@@ -33,3 +33,7 @@ func (s *Store) RunsBlocks() bool { return s.blocks.Load() == blocksRun }
 // RunsBlocks reports whether the table's Txn commits have run as one
 // compound statement.
 func (t *Table[T]) RunsBlocks() bool { return t.blocks.Load() == blocksRun }
+
+// ExclusiveBlocks is how many exclusive updates have committed in one
+// compound statement with their write (MariaDB).
+func ExclusiveBlocks() int64 { return exclusiveBlocks.Load() }

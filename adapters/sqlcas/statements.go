@@ -102,7 +102,11 @@ type statements struct {
 	swap      stmt // expected > 0
 	swapF     stmt
 	del       stmt
-	oneResult bool // PostgreSQL: each write returns one row with the current state
+	// swapCommit (MariaDB) is swap and, when it wrote the row, COMMIT of
+	// the transaction it runs in, as one compound statement answering 1;
+	// it answers 0 and leaves the transaction open when it wrote nothing.
+	swapCommit stmt
+	oneResult  bool // PostgreSQL: each write returns one row with the current state
 }
 
 func newStatements(d Dialect, table string) *statements {
@@ -194,5 +198,19 @@ WHERE k = @k AND version = @exp AND value IS NOT NULL`)
 WHERE k = @k AND version = @exp AND value IS NOT NULL AND fence_token <= @tok`)
 	s.del = c(`UPDATE {T} SET value = NULL, write_id = @id
 WHERE k = @k AND version = @exp AND value IS NOT NULL`)
+	if d == MySQL {
+		s.swapCommit = c(writeAndCommit(`UPDATE {T} SET value = @v, version = version + 1, write_id = @id
+WHERE k = @k AND version = @exp AND value IS NOT NULL`))
+	}
 	return s
+}
+
+// writeAndCommit wraps write, a statement of one row inside a transaction
+// that holds the row's lock, in a compound statement (MariaDB's BEGIN NOT
+// ATOMIC) that commits the transaction when write changed the row and
+// answers 1, or answers 0 and leaves the transaction open. A server error
+// inside rolls the transaction back and is raised as it was.
+func writeAndCommit(write string) string {
+	return "BEGIN NOT ATOMIC\nDECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;\n" +
+		write + ";\nIF ROW_COUNT() = 1 THEN COMMIT; SELECT 1; ELSE SELECT 0; END IF;\nEND"
 }
