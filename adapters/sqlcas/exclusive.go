@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/cas"
-	"github.com/occkit/occkit/internal/opsort"
 )
 
 // DefaultExclusiveTimeout is Config.ExclusiveTimeout's default.
@@ -188,6 +187,11 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 		return nil, fmt.Errorf("sqlcas: %s: %w: no keys", op, cas.ErrInvalidCommit)
 	}
 	sorted := slices.Sorted(slices.Values(keys))
+	if s.d == MySQL && !s.inTx && s.blocks.Load() != blocksRefused {
+		if vs, err, done := s.commitExclusiveLive(ctx, keys, sorted, fn); done {
+			return vs, err
+		}
+	}
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, s.readError(op, sorted[0], err)
@@ -265,24 +269,6 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 			return nil, err
 		}
 	}
-	order := opsort.Order(ops)
-	in := *s
-	in.inTx = true // the checks and writes of Commit, in this transaction
-	vs, stage, err := in.commitIn(ctx, tx.q, ops, order, id)
-	if err != nil {
-		if stage == "" {
-			return nil, err
-		}
-		return nil, s.exclusiveError(op, ops[0].Key, ops[0].Expected, err)
-	}
-	ended = true
-	if err := tx.commit(ctx); err != nil {
-		if !answered(err) && !notSent(err) && !s.inTx {
-			if vs, ok := s.resolveCommit(ctx, ops, id); ok {
-				return vs, nil
-			}
-		}
-		return nil, s.exclusiveError(op, ops[0].Key, ops[0].Expected, err)
-	}
-	return vs, nil
+	vs, err, _ := s.finishExclusive(ctx, tx, &ended, ops, id)
+	return vs, err
 }

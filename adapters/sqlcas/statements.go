@@ -1,6 +1,7 @@
 package sqlcas
 
 import (
+	"strconv"
 	"strings"
 )
 
@@ -200,17 +201,18 @@ WHERE k = @k AND version = @exp AND value IS NOT NULL AND fence_token <= @tok`)
 WHERE k = @k AND version = @exp AND value IS NOT NULL`)
 	if d == MySQL {
 		s.swapCommit = c(writeAndCommit(`UPDATE {T} SET value = @v, version = version + 1, write_id = @id
-WHERE k = @k AND version = @exp AND value IS NOT NULL`))
+WHERE k = @k AND version = @exp AND value IS NOT NULL`, 1))
 	}
 	return s
 }
 
-// writeAndCommit wraps write, a statement of one row inside a transaction
-// that holds the row's lock, in a compound statement (MariaDB's BEGIN NOT
-// ATOMIC) that commits the transaction when write changed the row and
-// answers 1, or answers 0 and leaves the transaction open. A server error
-// inside rolls the transaction back and is raised as it was.
-func writeAndCommit(write string) string {
+// writeAndCommit wraps write, a statement of rows rows inside a
+// transaction that holds their locks, in a compound statement (MariaDB's
+// BEGIN NOT ATOMIC) that commits the transaction when write changed that
+// many rows and answers 1, or answers 0 and leaves the transaction open.
+// A server error inside rolls the transaction back and is raised as it
+// was.
+func writeAndCommit(write string, rows int) string {
 	return "BEGIN NOT ATOMIC\nDECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;\n" +
-		write + ";\nIF ROW_COUNT() = 1 THEN COMMIT; SELECT 1; ELSE SELECT 0; END IF;\nEND"
+		write + ";\nIF ROW_COUNT() = " + strconv.Itoa(rows) + " THEN COMMIT; SELECT 1; ELSE SELECT 0; END IF;\nEND"
 }

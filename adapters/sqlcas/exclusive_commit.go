@@ -1,0 +1,172 @@
+package sqlcas
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/opsort"
+	"github.com/occkit/occkit/internal/writeid"
+)
+
+// commitExclusiveLive is CommitExclusive on MariaDB when every key has a
+// row (live or a tombstone) and fn's ops write only those keys, the hot
+// rows' case: BEGIN, one locking read, and the ops' write and COMMIT in
+// one compound statement (writeAndCommit). The general way inserts
+// placeholders first (a statement, and shared locks on the rows that
+// exist), reads the rows a second time after fn, and commits a round trip
+// after the write, with the rows locked all along. The held rows' versions
+// are those of the locking read, so fn's ops are checked against it.
+//
+// done is false, with nothing written and the transaction rolled back,
+// when a key has no row (its absence could not be locked without the
+// placeholders), or when the server refuses blocks (MySQL): the general
+// way then runs.
+func (s *Store) commitExclusiveLive(ctx context.Context, keys, sorted []string, fn func(cur []cas.Item) ([]cas.Op, error)) (vs []cas.Version, err error, done bool) {
+	const op = "exclusive commit"
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, s.readError(op, sorted[0], err), true
+	}
+	ended := false
+	defer func() {
+		if !ended {
+			tx.rollback()
+		}
+	}()
+	args := make([]any, len(sorted))
+	for i, k := range sorted {
+		args[i] = k
+	}
+	rows, err := tx.q.QueryContext(ctx, s.cm.lockRead(len(sorted)), args...)
+	if err != nil {
+		return nil, s.readError(op, sorted[0], err), true
+	}
+	type row struct {
+		version int64
+		value   []byte
+		dead    bool
+	}
+	found := make(map[string]row, len(sorted))
+	for rows.Next() {
+		var k string
+		var r row
+		if err := rows.Scan(&k, &r.version, &r.value, &r.dead); err != nil {
+			rows.Close()
+			return nil, s.readError(op, sorted[0], err), true
+		}
+		found[k] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readError(op, sorted[0], err), true
+	}
+	rows.Close()
+	if len(found) < len(sorted) {
+		return nil, nil, false // a key without a row: the general way
+	}
+	itemOf := func(k string) cas.Item {
+		r := found[k]
+		if r.dead {
+			return cas.Item{Key: k}
+		}
+		v := r.value
+		if v == nil {
+			v = []byte{}
+		}
+		return cas.Item{Key: k, Value: v, Version: cas.Version(r.version)}
+	}
+	cur := make([]cas.Item, len(keys))
+	for i, k := range keys {
+		cur[i] = itemOf(k)
+	}
+	ops, err := fn(cur)
+	if err != nil || len(ops) == 0 {
+		return nil, err, true
+	}
+	if err := s.limits.Commit(ctx, ops); err != nil {
+		return nil, err, true
+	}
+	out := make([]cas.Version, len(ops))
+	var writeArgs, putArgs, inArgs []any
+	for i, o := range ops {
+		if err := checkVersion("commit", o.Key, o.Expected); err != nil {
+			return nil, err, true
+		}
+		r, held := found[o.Key]
+		if !held {
+			// A key fn did not read: the general way, in this transaction.
+			return s.finishExclusive(ctx, tx, &ended, ops, s.ids.Next())
+		}
+		if it := itemOf(o.Key); it.Version != o.Expected {
+			return nil, &cas.ConflictError{Key: o.Key, Expected: o.Expected, Current: it, HasCurrent: true}, true
+		}
+		switch o.Kind {
+		case cas.OpCheck:
+			out[i] = o.Expected
+		case cas.OpPut:
+			v := o.Value
+			if v == nil {
+				v = []byte{}
+			}
+			writeArgs = append(writeArgs, o.Key, v)
+			putArgs = append(putArgs, o.Key)
+			inArgs = append(inArgs, o.Key)
+			out[i] = cas.Version(r.version + 1) // a tombstone's too: versions never repeat
+		case cas.OpDelete:
+			writeArgs = append(writeArgs, o.Key, nil)
+			inArgs = append(inArgs, o.Key)
+		}
+	}
+	if len(inArgs) == 0 {
+		return s.finishExclusive(ctx, tx, &ended, ops, s.ids.Next()) // checks only
+	}
+	id := s.ids.Next()
+	text := writeAndCommit(s.cm.apply(len(inArgs), len(putArgs)), len(inArgs))
+	var wrote int
+	err = tx.q.QueryRowContext(ctx, text, append(append(append(writeArgs, putArgs...), id[:]), inArgs...)...).Scan(&wrote)
+	switch {
+	case err == nil && wrote == 1:
+		s.blocks.Store(blocksRun)
+		ended = true
+		tx.rollback() // ends database/sql's transaction: the block committed it
+		exclusiveBlocks.Add(1)
+		return out, nil, true
+	case err == nil:
+		// The rows are held: a short write is not a conflict anyone won.
+		return nil, fmt.Errorf("sqlcas: %s: the held rows' write changed fewer rows than %d", op, len(inArgs)), true
+	case refusesBlocks(err, s.blocks):
+		return s.finishExclusive(ctx, tx, &ended, ops, s.ids.Next())
+	}
+	if !answered(err) && !notSent(err) {
+		if vs, ok := s.resolveCommit(ctx, ops, id); ok {
+			ended = true
+			return vs, nil, true
+		}
+	}
+	return nil, s.exclusiveError(op, ops[0].Key, ops[0].Expected, err), true
+}
+
+// finishExclusive applies ops as Commit does in tx, an exclusive commit's
+// transaction that holds their keys' rows, and commits it.
+func (s *Store) finishExclusive(ctx context.Context, tx *txn, ended *bool, ops []cas.Op, id writeid.ID) ([]cas.Version, error, bool) {
+	const op = "exclusive commit"
+	in := *s
+	in.inTx = true // the checks and writes of Commit, in this transaction
+	vs, stage, err := in.commitIn(ctx, tx.q, ops, opsort.Order(ops), id)
+	if err != nil {
+		if stage == "" {
+			return nil, err, true
+		}
+		return nil, s.exclusiveError(op, ops[0].Key, ops[0].Expected, err), true
+	}
+	*ended = true
+	if err := tx.commit(ctx); err != nil {
+		if !answered(err) && !notSent(err) && !s.inTx {
+			if vs, ok := s.resolveCommit(ctx, ops, id); ok {
+				return vs, nil, true
+			}
+		}
+		return nil, s.exclusiveError(op, ops[0].Key, ops[0].Expected, err), true
+	}
+	return vs, nil, true
+}
