@@ -1,6 +1,9 @@
 package cas
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Exclusive is a Store that can run one read-modify-write of a key that
 // no other write of the key can overtake: it holds the key (a row lock)
@@ -64,4 +67,25 @@ type ExclusiveAfterHint interface {
 
 	// ExclusiveAfter returns the store's default escalation count.
 	ExclusiveAfter() int
+}
+
+// HotCommitHint is an ExclusiveCommitter on which a transaction touching
+// a key that has just conflicted does better to commit holding its keys
+// at once than to try an optimistic commit first. On a store where a
+// write that meets a held row waits for the holder and then fails (the
+// row's version moved), optimistic commits at a key that escalated
+// transactions hold are lost work that also stands in the holders' queue;
+// when an exclusive commit costs about what an optimistic one does, a hot
+// key is best served by holding it. occ.Txn reads as usual, then, when
+// one of the keys its function touched conflicted in this process less
+// than HotCommitFor ago, commits with CommitExclusive (running the
+// function again under the hold) instead of Commit. Keys cool when no
+// commit conflicts at them for that long. occ.WithExclusiveAfter(0) turns
+// it off with the rest of escalation.
+type HotCommitHint interface {
+	ExclusiveCommitter
+
+	// HotCommitFor returns how long a key stays hot after a conflict at
+	// it; 0 or less: never hot, every commit tries optimistically first.
+	HotCommitFor() time.Duration
 }

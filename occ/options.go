@@ -246,7 +246,8 @@ const DefaultTxnExclusiveAfter = 3
 // cas.Exclusive ignore it. A Txn call escalates the same way after as
 // many lost commits (by default DefaultTxnExclusiveAfter), on a store
 // that implements cas.ExclusiveCommitter: the store holds the keys of its
-// last attempt, in key order.
+// last attempt, in key order; n <= 0 also turns off the hot commits of
+// cas.HotCommitHint.
 func WithExclusiveAfter(n int) Option { return Option{kind: optExclusiveAfter, n: n} }
 
 // exclusiveAt returns after how many lost writes in a row a call on ex

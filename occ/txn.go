@@ -191,6 +191,10 @@ func (tx *Tx) Delete(key string) {
 // holding its keys in the store (cas.ExclusiveCommitter: row locks in key
 // order), so that a transaction on hot keys shared with other processes
 // does not fail where a lock would have served it (WithExclusiveAfter).
+// On a store that names a hot-commit window (cas.HotCommitHint: MariaDB),
+// a transaction touching a key whose commit conflicted in this process
+// within the window commits that way at once, after its reads, without an
+// optimistic commit first.
 //
 // fn may run several times; like Update's mutate it must only depend on
 // what it reads through tx. The loop is Retry's: see there for giving up,
@@ -252,6 +256,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	if ec != nil {
 		exclusiveAt = c.exclusiveAtOr(DefaultTxnExclusiveAfter)
 	}
+	hotWindow := hotCommitWindow(s, exclusiveAt) // txn_hotcommit.go
 	return c.run(ctx, func(ctx context.Context) error {
 		if exclusiveAt > 0 && lost >= exclusiveAt && len(lastKeys) > 0 {
 			c.exclusive = true
@@ -319,6 +324,23 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 					}
 				}
 			}
+			if hotWindow > 0 && len(tx.writes) > 0 {
+				if keys := tx.keys(); anyHot(s, keys, hotWindow) {
+					// A key of this transaction conflicted lately: an
+					// optimistic commit would likely lose to the
+					// transactions holding it. Hold the keys at once.
+					c.exclusive = true
+					touched, err := txnExclusive(ctx, ec, s, cache, keys, fn, &turns)
+					if errors.Is(err, cas.ErrConflict) {
+						lost++
+						lastKeys = keys
+						if len(touched) > 0 {
+							lastKeys = touched
+						}
+					}
+					return err
+				}
+			}
 			err := tx.commit()
 			turns.attempted(time.Since(t0), tx.written)
 			var ce *cas.ConflictError
@@ -357,6 +379,9 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 				useRecent = false
 			}
 			if ce != nil {
+				if hotWindow > 0 {
+					markHot(s, ce.Key)
+				}
 				if !stale {
 					lost++
 				}

@@ -103,6 +103,10 @@ func TestCommitExclusiveBlock(t *testing.T) {
 	if n := sqlcas.ExclusiveBlocks() - before; (n == 1) != mariadb {
 		t.Fatalf("%d exclusive commits ran as a block; the server is MariaDB: %v", n, mariadb)
 	}
+	// MariaDB's transactions hold hot keys at once (cas.HotCommitHint).
+	if w := store.HotCommitFor(); (w > 0) != mariadb {
+		t.Fatalf("hot-commit window %v; the server is MariaDB: %v", w, mariadb)
+	}
 	// A stale expected version: a conflict carrying the held row, and
 	// nothing written.
 	_, err = store.CommitExclusive(ctx, []string{"a", "b"}, func(cur []cas.Item) ([]cas.Op, error) {

@@ -1,0 +1,61 @@
+package occ
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+
+	"github.com/occkit/occkit/cas"
+)
+
+// Hot keys of transactions (cas.HotCommitHint): on a store that names a
+// window, a commit of Txn that conflicts marks the key it conflicted at,
+// and a transaction of this process whose function touched a marked key
+// less than the window ago commits holding its keys (CommitExclusive) at
+// once, instead of sending an optimistic commit that the key's holders
+// would make it lose. The marks live in a table of turnSlots slots, as
+// the recent states do: a key whose slot another key took is simply not
+// hot (the store's ordinary path), so the table stays small whatever the
+// number of keys. A store without the hint pays one type assertion per
+// call.
+
+// hotMark is a key's latest conflict.
+type hotMark struct {
+	store cas.Store
+	key   string
+	at    time.Time
+}
+
+var hotTable [turnSlots]struct {
+	p atomic.Pointer[hotMark]
+	_ [56]byte // one cache line per slot
+}
+
+func hotSlot(key string) *atomic.Pointer[hotMark] {
+	return &hotTable[maphash.String(lineSeed, key)%turnSlots].p
+}
+
+// hotCommitWindow returns how long a conflict keeps a key of s hot for
+// transactions (0: s names no window, or escalation is off).
+func hotCommitWindow(s cas.Store, exclusiveAt int) time.Duration {
+	h, ok := s.(cas.HotCommitHint)
+	if !ok || exclusiveAt <= 0 {
+		return 0
+	}
+	return max(h.HotCommitFor(), 0)
+}
+
+// markHot notes a conflict at key of s.
+func markHot(s cas.Store, key string) {
+	hotSlot(key).Store(&hotMark{store: s, key: key, at: time.Now()})
+}
+
+// anyHot reports whether one of keys of s conflicted less than window ago.
+func anyHot(s cas.Store, keys []string, window time.Duration) bool {
+	for _, k := range keys {
+		if m := hotSlot(k).Load(); m != nil && m.key == k && m.store == s && time.Since(m.at) < window {
+			return true
+		}
+	}
+	return false
+}
