@@ -321,6 +321,11 @@ type txn struct {
 	q        Querier
 	commit   func(ctx context.Context) error
 	rollback func()
+	// ended releases the transaction after a statement of its own
+	// committed it (a compound statement's COMMIT): on a connection of its
+	// own nothing is sent; database/sql's transactions still take a
+	// ROLLBACK, which then does nothing.
+	ended func()
 }
 
 // begin starts the store's own transaction, or returns the caller's.
@@ -336,7 +341,7 @@ func (s *Store) begin(ctx context.Context) (*txn, error) { return beginOn(ctx, s
 // when it is the caller's transaction (inTx).
 func beginOn(ctx context.Context, d Dialect, q Querier, inTx bool) (*txn, error) {
 	if inTx {
-		return &txn{q: q, commit: func(context.Context) error { return nil }, rollback: func() {}}, nil
+		return &txn{q: q, commit: func(context.Context) error { return nil }, rollback: func() {}, ended: func() {}}, nil
 	}
 	if d == SQLite {
 		return beginImmediate(ctx, q)
@@ -365,12 +370,31 @@ func beginOn(ctx context.Context, d Dialect, q Querier, inTx bool) (*txn, error)
 			return tx.Commit()
 		},
 		rollback: func() { _ = tx.Rollback() },
+		ended:    func() { _ = tx.Rollback() },
 	}, nil
+}
+
+// beginHeld starts the transaction of an exclusive update or commit: on
+// MariaDB, where a compound statement commits it (writeAndCommit), on a
+// connection of its own, so that nothing more is sent once it committed;
+// elsewhere as begin does.
+func (s *Store) beginHeld(ctx context.Context) (*txn, error) {
+	if s.d == MySQL && !s.inTx && s.blocks.Load() == blocksRun {
+		return beginOnConn(ctx, s.q, "START TRANSACTION", true)
+	}
+	return s.begin(ctx)
 }
 
 // beginImmediate starts a BEGIN IMMEDIATE transaction on a connection of
 // the pool (or on the *sql.Conn given to With).
 func beginImmediate(ctx context.Context, q Querier) (*txn, error) {
+	return beginOnConn(ctx, q, "BEGIN IMMEDIATE", false)
+}
+
+// beginOnConn starts a transaction with the statement begin on a
+// connection of the pool (or on the *sql.Conn given to With); hook: its
+// COMMIT runs beforeCommit first, as a MySQL transaction's does.
+func beginOnConn(ctx context.Context, q Querier, begin string, hook bool) (*txn, error) {
 	var (
 		conn    connLike
 		release = func() {}
@@ -387,7 +411,7 @@ func beginImmediate(ctx context.Context, q Querier) (*txn, error) {
 	default:
 		return nil, fmt.Errorf("sqlcas: cannot begin a transaction on %T", q)
 	}
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := conn.ExecContext(ctx, begin); err != nil {
 		release()
 		return nil, err
 	}
@@ -402,6 +426,9 @@ func beginImmediate(ctx context.Context, q Querier) (*txn, error) {
 		q: conn,
 		commit: func(ctx context.Context) error {
 			defer release()
+			if f := beforeCommit.Load(); hook && f != nil {
+				(*f)()
+			}
 			if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 				// A COMMIT that failed (SQLITE_BUSY while readers finish)
 				// leaves the transaction open.
@@ -411,6 +438,7 @@ func beginImmediate(ctx context.Context, q Querier) (*txn, error) {
 			return nil
 		},
 		rollback: func() { rollback(); release() },
+		ended:    release,
 	}, nil
 }
 

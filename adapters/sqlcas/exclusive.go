@@ -54,7 +54,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	if err := s.limits.Get(ctx, key); err != nil {
 		return 0, err
 	}
-	tx, err := s.begin(ctx)
+	tx, err := s.beginHeld(ctx)
 	if err != nil {
 		return 0, s.readError(op, key, err)
 	}
@@ -91,7 +91,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 			return 0, s.exclusiveError(op, key, cur.Version, err)
 		}
 		ended = true
-		tx.rollback() // ends database/sql's transaction: the block committed it
+		tx.ended() // the block committed it
 		return v, nil
 	}
 	in := *s

@@ -25,7 +25,7 @@ import (
 // way then runs.
 func (s *Store) commitExclusiveLive(ctx context.Context, keys, sorted []string, fn func(cur []cas.Item) ([]cas.Op, error)) (vs []cas.Version, err error, done bool) {
 	const op = "exclusive commit"
-	tx, err := s.begin(ctx)
+	tx, err := s.beginHeld(ctx)
 	if err != nil {
 		return nil, s.readError(op, sorted[0], err), true
 	}
@@ -129,7 +129,7 @@ func (s *Store) commitExclusiveLive(ctx context.Context, keys, sorted []string, 
 	case err == nil && wrote == 1:
 		s.blocks.Store(blocksRun)
 		ended = true
-		tx.rollback() // ends database/sql's transaction: the block committed it
+		tx.ended() // the block committed it
 		exclusiveBlocks.Add(1)
 		return out, nil, true
 	case err == nil:
