@@ -77,15 +77,16 @@ type ExclusiveAfterHint interface {
 // transactions hold are lost work that also stands in the holders' queue;
 // when an exclusive commit costs about what an optimistic one does, a hot
 // key is best served by holding it. occ.Txn reads as usual, then, when
-// one of the keys its function touched conflicted in this process less
-// than HotCommitFor ago, commits with CommitExclusive (running the
-// function again under the hold) instead of Commit. Keys cool when no
-// commit conflicts at them for that long. occ.WithExclusiveAfter(0) turns
-// it off with the rest of escalation.
+// one of the keys its function touched conflicted twice in this process
+// within the last HotCommitFor, commits with CommitExclusive (running the
+// function again under the hold) instead of Commit. Keys cool when their
+// commits stop conflicting. occ.WithExclusiveAfter(0) turns it off with
+// the rest of escalation.
 type HotCommitHint interface {
 	ExclusiveCommitter
 
-	// HotCommitFor returns how long a key stays hot after a conflict at
-	// it; 0 or less: never hot, every commit tries optimistically first.
+	// HotCommitFor returns the window in which two conflicts at a key
+	// make it hot; 0 or less: never hot, every commit tries
+	// optimistically first.
 	HotCommitFor() time.Duration
 }

@@ -192,9 +192,9 @@ func (tx *Tx) Delete(key string) {
 // order), so that a transaction on hot keys shared with other processes
 // does not fail where a lock would have served it (WithExclusiveAfter).
 // On a store that names a hot-commit window (cas.HotCommitHint: MariaDB),
-// a transaction touching a key whose commit conflicted in this process
-// within the window commits that way at once, after its reads, without an
-// optimistic commit first.
+// a transaction touching a key whose commits conflicted twice in this
+// process within the window commits that way at once, after its reads,
+// without an optimistic commit first.
 //
 // fn may run several times; like Update's mutate it must only depend on
 // what it reads through tx. The loop is Retry's: see there for giving up,

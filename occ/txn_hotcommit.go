@@ -10,8 +10,8 @@ import (
 
 // Hot keys of transactions (cas.HotCommitHint): on a store that names a
 // window, a commit of Txn that conflicts marks the key it conflicted at,
-// and a transaction of this process whose function touched a marked key
-// less than the window ago commits holding its keys (CommitExclusive) at
+// and a transaction of this process whose function touched a key marked
+// twice within the window commits holding its keys (CommitExclusive) at
 // once, instead of sending an optimistic commit that the key's holders
 // would make it lose. The marks live in a table of turnSlots slots, as
 // the recent states do: a key whose slot another key took is simply not
@@ -19,11 +19,11 @@ import (
 // number of keys. A store without the hint pays one type assertion per
 // call.
 
-// hotMark is a key's latest conflict.
+// hotMark is a key's latest two conflicts.
 type hotMark struct {
-	store cas.Store
-	key   string
-	at    time.Time
+	store    cas.Store
+	key      string
+	at, prev time.Time // prev: zero when at is the first
 }
 
 var hotTable [turnSlots]struct {
@@ -47,13 +47,20 @@ func hotCommitWindow(s cas.Store, exclusiveAt int) time.Duration {
 
 // markHot notes a conflict at key of s.
 func markHot(s cas.Store, key string) {
-	hotSlot(key).Store(&hotMark{store: s, key: key, at: time.Now()})
+	slot := hotSlot(key)
+	m := &hotMark{store: s, key: key, at: time.Now()}
+	if old := slot.Load(); old != nil && old.key == key && old.store == s {
+		m.prev = old.at
+	}
+	slot.Store(m)
 }
 
-// anyHot reports whether one of keys of s conflicted less than window ago.
+// anyHot reports whether one of keys of s conflicted twice within the
+// last window: once is the chance meeting of two writers that any number
+// of keys sees now and then, and holding a key costs more than trying it.
 func anyHot(s cas.Store, keys []string, window time.Duration) bool {
 	for _, k := range keys {
-		if m := hotSlot(k).Load(); m != nil && m.key == k && m.store == s && time.Since(m.at) < window {
+		if m := hotSlot(k).Load(); m != nil && m.key == k && m.store == s && !m.prev.IsZero() && time.Since(m.prev) < window {
 			return true
 		}
 	}

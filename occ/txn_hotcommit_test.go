@@ -27,11 +27,11 @@ func (h *hotRivalled) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, 
 }
 
 // TestTxnHotCommit: on a store with a hot-commit window, a transaction
-// whose commit conflicted at a key commits holding its keys from its next
-// attempt on (not after DefaultTxnExclusiveAfter losses), and the next
-// transactions touching the key do so at their first attempt, without an
-// optimistic commit, until the window has passed since the last
-// conflict; a read-only transaction never holds; WithExclusiveAfter(0)
+// whose commits conflicted twice at a key within the window commits
+// holding its keys from its next attempt on (not after
+// DefaultTxnExclusiveAfter losses), and the next transactions touching
+// the key do so at their first attempt, without an optimistic commit,
+// until the window has passed; a read-only transaction never holds; WithExclusiveAfter(0)
 // turns it off.
 func TestTxnHotCommit(t *testing.T) {
 	ctx := context.Background()
@@ -72,8 +72,8 @@ func TestTxnHotCommit(t *testing.T) {
 		}
 		return exclusiveAt, h.plain.Load() - plain
 	}
-	if ex, plain := run(false); len(ex) != 1 || ex[0] != 2 || plain != 1 {
-		t.Fatalf("first transfer: exclusive attempts %v, %d plain commits; want [2] after 1 (the conflict made a hot)", ex, plain)
+	if ex, plain := run(false); len(ex) != 1 || ex[0] != 3 || plain != 2 {
+		t.Fatalf("first transfer: exclusive attempts %v, %d plain commits; want [3] after 2 (two conflicts made a hot)", ex, plain)
 	}
 	if ex, plain := run(false); len(ex) != 1 || ex[0] != 1 || plain != 0 {
 		t.Fatalf("transfer while a is hot: exclusive attempts %v, %d plain commits; want [1] and 0", ex, plain)
@@ -88,8 +88,8 @@ func TestTxnHotCommit(t *testing.T) {
 		t.Fatal("with escalation off, a write of hot a committed although every plain commit loses")
 	}
 	time.Sleep(2 * h.window)
-	if ex, plain := run(false); len(ex) != 1 || ex[0] != 2 || plain != 1 {
-		t.Fatalf("transfer after the window: exclusive attempts %v, %d plain commits; want [2] after 1", ex, plain)
+	if ex, plain := run(false); len(ex) != 1 || ex[0] != 3 || plain != 2 {
+		t.Fatalf("transfer after the window: exclusive attempts %v, %d plain commits; want [3] after 2", ex, plain)
 	}
 	items, _ := h.Store.GetMany(ctx, []string{"a", "b"})
 	if string(items[0].Value) != "7" || string(items[1].Value) != "13" {

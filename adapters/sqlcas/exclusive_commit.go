@@ -174,13 +174,13 @@ func (s *Store) finishExclusive(ctx context.Context, tx *txn, ended *bool, ops [
 
 var _ cas.HotCommitHint = (*Store)(nil)
 
-// hotCommitFor is how long a key that conflicted in a transaction's
-// commit stays hot on MariaDB (HotCommitFor).
+// hotCommitFor is the window in which two conflicts at a key make it hot
+// for transactions on MariaDB (HotCommitFor).
 const hotCommitFor = 100 * time.Millisecond
 
 // HotCommitFor implements cas.HotCommitHint: on MariaDB, once the store
 // has run a compound statement (commitExclusiveLive's one-block commit),
-// a key stays hot for 100 ms after a commit conflicted at it, and occ.Txn
+// a key whose commits conflicted twice within 100 ms is hot, and occ.Txn
 // commits holding the keys of a transaction that touches it. There an
 // optimistic commit that meets a held row waits for it and then fails,
 // and an exclusive commit costs what an optimistic one does. Elsewhere
