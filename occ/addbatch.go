@@ -3,6 +3,7 @@ package occ
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -37,8 +38,31 @@ type deltaCall struct {
 	err  error
 }
 
-// addBatched runs a delta through its key's line.
+// deltaSlots is how many slots deltasInFlight spreads keys over: two
+// keys that share one only make a delta take the line when it need not.
+const deltaSlots = 256
+
+// deltasInFlight counts the deltas in flight per slot of keys (any
+// store's): a delta that finds none of its slot's in flight goes alone,
+// without a line (see addBatched).
+var deltasInFlight [deltaSlots]struct {
+	n atomic.Int32
+	_ [60]byte // one cache line per slot
+}
+
+// addBatched runs a delta through its key's line, or alone when no other
+// delta of its slot is in flight: a key that nobody else is adding to
+// has nobody to batch with, and a line costs it a map entry made and
+// removed (most keys of a large key set, where that cost showed).
+// Deltas of a key that find another in flight queue in its line; one
+// that went alone may be in flight beside the line's batch, as two
+// batches of a key may (each is correct on its own).
 func addBatched(ctx context.Context, c *config, a cas.Adder, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
+	slot := &deltasInFlight[maphash.String(lineSeed, key)%deltaSlots].n
+	defer slot.Add(-1)
+	if slot.Add(1) == 1 {
+		return addOnce(ctx, c, a, key, n, b)
+	}
 	lk := deltaLineKey{a, key}
 	li, ok := deltaLines.Load(lk)
 	if !ok {
