@@ -2,7 +2,6 @@ package occ
 
 import (
 	"context"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,19 +53,14 @@ func TestTxnHotCommit(t *testing.T) {
 			}
 		}})
 		plain := h.plain.Load()
-		err := Txn(ctx, h, func(tx *Tx) error {
-			if readOnly {
+		fn := moveOneAB
+		if readOnly {
+			fn = func(tx *Tx) error {
 				_, _, err := tx.Get("a")
 				return err
 			}
-			av, _, _ := tx.Get("a")
-			bv, _, _ := tx.Get("b")
-			a, _ := strconv.Atoi(string(av))
-			b, _ := strconv.Atoi(string(bv))
-			tx.Put("a", []byte(strconv.Itoa(a-1)))
-			tx.Put("b", []byte(strconv.Itoa(b+1)))
-			return nil
-		}, append(opts, obs, noSleep)...)
+		}
+		err := Txn(ctx, h, fn, append(opts, obs, noSleep)...)
 		if err != nil {
 			t.Fatalf("transaction: %v", err)
 		}

@@ -245,6 +245,20 @@ func (r *rivalled) CommitExclusive(ctx context.Context, keys []string, fn func(c
 	return r.Store.Commit(ctx, ops)
 }
 
+// moveOneAB is a transaction's function that moves 1 from key a to key b.
+func moveOneAB(tx *Tx) error {
+	if err := tx.Prefetch("a", "b"); err != nil {
+		return err
+	}
+	av, _, _ := tx.Get("a")
+	bv, _, _ := tx.Get("b")
+	a, _ := strconv.Atoi(string(av))
+	b, _ := strconv.Atoi(string(bv))
+	tx.Put("a", []byte(strconv.Itoa(a-1)))
+	tx.Put("b", []byte(strconv.Itoa(b+1)))
+	return nil
+}
+
 // TestTxnEscalates: a transaction whose commits keep losing to writers
 // elsewhere runs its next attempt through cas.ExclusiveCommitter after
 // DefaultTxnExclusiveAfter losses, and succeeds within the default attempt
@@ -252,18 +266,7 @@ func (r *rivalled) CommitExclusive(ctx context.Context, keys []string, fn func(c
 func TestTxnEscalates(t *testing.T) {
 	ctx := context.Background()
 	transfer := func(s cas.Store, opts ...Option) error {
-		return Txn(ctx, s, func(tx *Tx) error {
-			if err := tx.Prefetch("a", "b"); err != nil {
-				return err
-			}
-			av, _, _ := tx.Get("a")
-			bv, _, _ := tx.Get("b")
-			a, _ := strconv.Atoi(string(av))
-			b, _ := strconv.Atoi(string(bv))
-			tx.Put("a", []byte(strconv.Itoa(a-1)))
-			tx.Put("b", []byte(strconv.Itoa(b+1)))
-			return nil
-		}, opts...)
+		return Txn(ctx, s, moveOneAB, opts...)
 	}
 	setup := func() *rivalled {
 		r := &rivalled{Store: memcas.New()}

@@ -189,72 +189,20 @@ func (s *Store) commitIn(ctx context.Context, q Querier, ops []cas.Op, order []i
 			return nil, "lock", err
 		}
 	}
-	type row struct {
-		version int64
-		value   []byte
-		dead    bool
-	}
-	rows, err := q.QueryContext(ctx, s.cm.lockRead(len(keys)), keys...)
+	found, err := s.readLocked(ctx, q, keys)
 	if err != nil {
 		return nil, "lock", err
 	}
-	found := make(map[string]row, len(keys))
-	for rows.Next() {
-		var k string
-		var r row
-		if err := rows.Scan(&k, &r.version, &r.value, &r.dead); err != nil {
-			rows.Close()
-			return nil, "lock", err
-		}
-		found[k] = r
+	plan, err := planApply(ops, found)
+	if err != nil {
+		return nil, "", err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, "lock", err
-	}
-	rows.Close()
-
-	out := make([]cas.Version, len(ops))
-	var (
-		writeArgs, putArgs, inArgs []any
-		writes                     int
-	)
-	for i, op := range ops {
-		r, ok := found[op.Key]
-		cur := cas.Item{Key: op.Key}
-		if ok && !r.dead {
-			cur.Version = cas.Version(r.version)
-			cur.Value = r.value
-			if cur.Value == nil {
-				cur.Value = []byte{}
-			}
-		}
-		if cur.Version != op.Expected {
-			return nil, "", &cas.ConflictError{Key: op.Key, Expected: op.Expected, Current: cur, HasCurrent: true}
-		}
-		switch op.Kind {
-		case cas.OpCheck:
-			out[i] = op.Expected
-		case cas.OpPut:
-			v := op.Value
-			if v == nil {
-				v = []byte{}
-			}
-			writeArgs = append(writeArgs, op.Key, v)
-			putArgs = append(putArgs, op.Key)
-			inArgs = append(inArgs, op.Key)
-			writes++
-			out[i] = cas.Version(r.version + 1) // r.version: the tombstone's for a create (0 if none)
-		case cas.OpDelete:
-			writeArgs = append(writeArgs, op.Key, nil)
-			inArgs = append(inArgs, op.Key)
-			writes++
-		}
-	}
+	writes := plan.writes()
 	if writes == 0 {
-		return out, "", nil
+		return plan.out, "", nil
 	}
-	args := append(append(append(writeArgs, putArgs...), id[:]), inArgs...)
-	res, err := q.ExecContext(ctx, s.cm.apply(writes, len(putArgs)), args...)
+	args := plan.args(id)
+	res, err := q.ExecContext(ctx, s.cm.apply(writes, len(plan.putArgs)), args...)
 	if err != nil {
 		return nil, "write", err
 	}
@@ -263,7 +211,7 @@ func (s *Store) commitIn(ctx context.Context, q Querier, ops []cas.Op, order []i
 	} else if n != int64(writes) {
 		return nil, "write", fmt.Errorf("sqlcas: commit: %d rows written, want %d", n, writes)
 	}
-	return out, "", nil
+	return plan.out, "", nil
 }
 
 // commitError maps the failure of a commit's stage.

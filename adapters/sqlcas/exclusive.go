@@ -222,40 +222,14 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	if _, err := tx.q.ExecContext(ctx, s.cm.placeholders(len(sorted)), ph...); err != nil {
 		return nil, s.readError(op, sorted[0], err)
 	}
-	rows, err := tx.q.QueryContext(ctx, s.cm.lockRead(len(sorted)), args...)
+	found, err := s.readLocked(ctx, tx.q, args)
 	if err != nil {
 		return nil, s.readError(op, sorted[0], err)
 	}
-	found := make(map[string]cas.Item, len(keys))
-	for rows.Next() {
-		var (
-			k       string
-			version int64
-			value   []byte
-			dead    bool
-		)
-		if err := rows.Scan(&k, &version, &value, &dead); err != nil {
-			rows.Close()
-			return nil, s.readError(op, sorted[0], err)
-		}
-		if !dead {
-			if value == nil {
-				value = []byte{}
-			}
-			found[k] = cas.Item{Key: k, Value: value, Version: cas.Version(version)}
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.readError(op, sorted[0], err)
-	}
-	rows.Close()
 	cur := make([]cas.Item, len(keys))
 	for i, k := range keys {
-		it, ok := found[k]
-		if !ok {
-			it = cas.Item{Key: k}
-		}
-		cur[i] = it
+		r, ok := found[k]
+		cur[i] = r.item(k, ok)
 	}
 	ops, err := fn(cur)
 	if err != nil || len(ops) == 0 {

@@ -39,46 +39,16 @@ func (s *Store) commitExclusiveLive(ctx context.Context, keys, sorted []string, 
 	for i, k := range sorted {
 		args[i] = k
 	}
-	rows, err := tx.q.QueryContext(ctx, s.cm.lockRead(len(sorted)), args...)
+	found, err := s.readLocked(ctx, tx.q, args)
 	if err != nil {
 		return nil, s.readError(op, sorted[0], err), true
 	}
-	type row struct {
-		version int64
-		value   []byte
-		dead    bool
-	}
-	found := make(map[string]row, len(sorted))
-	for rows.Next() {
-		var k string
-		var r row
-		if err := rows.Scan(&k, &r.version, &r.value, &r.dead); err != nil {
-			rows.Close()
-			return nil, s.readError(op, sorted[0], err), true
-		}
-		found[k] = r
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.readError(op, sorted[0], err), true
-	}
-	rows.Close()
 	if len(found) < len(sorted) {
 		return nil, nil, false // a key without a row: the general way
 	}
-	itemOf := func(k string) cas.Item {
-		r := found[k]
-		if r.dead {
-			return cas.Item{Key: k}
-		}
-		v := r.value
-		if v == nil {
-			v = []byte{}
-		}
-		return cas.Item{Key: k, Value: v, Version: cas.Version(r.version)}
-	}
 	cur := make([]cas.Item, len(keys))
 	for i, k := range keys {
-		cur[i] = itemOf(k)
+		cur[i] = found[k].item(k, true)
 	}
 	ops, err := fn(cur)
 	if err != nil || len(ops) == 0 {
@@ -87,54 +57,36 @@ func (s *Store) commitExclusiveLive(ctx context.Context, keys, sorted []string, 
 	if err := s.limits.Commit(ctx, ops); err != nil {
 		return nil, err, true
 	}
-	out := make([]cas.Version, len(ops))
-	var writeArgs, putArgs, inArgs []any
-	for i, o := range ops {
+	for _, o := range ops {
 		if err := checkVersion("commit", o.Key, o.Expected); err != nil {
 			return nil, err, true
 		}
-		r, held := found[o.Key]
-		if !held {
+		if _, held := found[o.Key]; !held {
 			// A key fn did not read: the general way, in this transaction.
 			return s.finishExclusive(ctx, tx, &ended, ops, s.ids.Next())
 		}
-		if it := itemOf(o.Key); it.Version != o.Expected {
-			return nil, &cas.ConflictError{Key: o.Key, Expected: o.Expected, Current: it, HasCurrent: true}, true
-		}
-		switch o.Kind {
-		case cas.OpCheck:
-			out[i] = o.Expected
-		case cas.OpPut:
-			v := o.Value
-			if v == nil {
-				v = []byte{}
-			}
-			writeArgs = append(writeArgs, o.Key, v)
-			putArgs = append(putArgs, o.Key)
-			inArgs = append(inArgs, o.Key)
-			out[i] = cas.Version(r.version + 1) // a tombstone's too: versions never repeat
-		case cas.OpDelete:
-			writeArgs = append(writeArgs, o.Key, nil)
-			inArgs = append(inArgs, o.Key)
-		}
 	}
-	if len(inArgs) == 0 {
+	plan, err := planApply(ops, found)
+	if err != nil {
+		return nil, err, true
+	}
+	if plan.writes() == 0 {
 		return s.finishExclusive(ctx, tx, &ended, ops, s.ids.Next()) // checks only
 	}
 	id := s.ids.Next()
-	text := writeAndCommit(s.cm.apply(len(inArgs), len(putArgs)), len(inArgs))
+	text := writeAndCommit(s.cm.apply(plan.writes(), len(plan.putArgs)), plan.writes())
 	var wrote int
-	err = tx.q.QueryRowContext(ctx, text, append(append(append(writeArgs, putArgs...), id[:]), inArgs...)...).Scan(&wrote)
+	err = tx.q.QueryRowContext(ctx, text, plan.args(id)...).Scan(&wrote)
 	switch {
 	case err == nil && wrote == 1:
 		s.blocks.Store(blocksRun)
 		ended = true
 		tx.ended() // the block committed it
 		exclusiveBlocks.Add(1)
-		return out, nil, true
+		return plan.out, nil, true
 	case err == nil:
 		// The rows are held: a short write is not a conflict anyone won.
-		return nil, fmt.Errorf("sqlcas: %s: the held rows' write changed fewer rows than %d", op, len(inArgs)), true
+		return nil, fmt.Errorf("sqlcas: %s: the held rows' write changed fewer rows than %d", op, plan.writes()), true
 	case refusesBlocks(err, s.blocks):
 		return s.finishExclusive(ctx, tx, &ended, ops, s.ids.Next())
 	}
