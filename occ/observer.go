@@ -60,8 +60,9 @@ type Attempt struct {
 	Latency time.Duration
 	// Exclusive reports an attempt that ran exclusively after the call (or
 	// a combined batch, or a transaction) had lost too many writes in a
-	// row (WithExclusiveAfter): the store held the key, or the
-	// transaction's keys, from the read to the write.
+	// row (WithExclusiveAfter), or a transaction's commit at hot keys
+	// (cas.HotCommitHint): the store held the key, or the transaction's
+	// keys, from the read to the write.
 	Exclusive bool
 }
 

@@ -192,9 +192,10 @@ func (tx *Tx) Delete(key string) {
 // order), so that a transaction on hot keys shared with other processes
 // does not fail where a lock would have served it (WithExclusiveAfter).
 // On a store that names a hot-commit window (cas.HotCommitHint: MariaDB),
-// a transaction touching a key whose commits conflicted twice in this
-// process within the window commits that way at once, after its reads,
-// without an optimistic commit first.
+// a transaction that writes and touches a key whose commits conflicted
+// twice in this process within the window commits that way at once,
+// after its reads, without an optimistic commit first (a read-only
+// transaction never does).
 //
 // fn may run several times; like Update's mutate it must only depend on
 // what it reads through tx. The loop is Retry's: see there for giving up,
@@ -379,7 +380,10 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 				useRecent = false
 			}
 			if ce != nil {
-				if hotWindow > 0 {
+				if hotWindow > 0 && !stale && !tx.cached[ce.Key] {
+					// A conflict from a fresh read: another writer got
+					// in between (a stale cache entry or remembered
+					// state says nothing of the key's heat).
 					markHot(s, ce.Key)
 				}
 				if !stale {

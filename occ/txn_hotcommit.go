@@ -39,7 +39,8 @@ func hotSlot(key string) *atomic.Pointer[hotMark] {
 // transactions (0: s names no window, or escalation is off).
 func hotCommitWindow(s cas.Store, exclusiveAt int) time.Duration {
 	h, ok := s.(cas.HotCommitHint)
-	if !ok || exclusiveAt <= 0 {
+	if !ok || exclusiveAt <= 0 || !combinable(s) {
+		// (A store whose type cannot be compared cannot key the marks.)
 		return 0
 	}
 	return max(h.HotCommitFor(), 0)

@@ -35,7 +35,7 @@ func (h *hotRivalled) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, 
 func TestTxnHotCommit(t *testing.T) {
 	ctx := context.Background()
 	noSleep := withSleep(func(context.Context, time.Duration) error { return nil })
-	h := &hotRivalled{rivalled: &rivalled{Store: memcas.New()}, window: 50 * time.Millisecond}
+	h := &hotRivalled{rivalled: &rivalled{Store: memcas.New()}, window: 500 * time.Millisecond} // far above the calls' time, even under -race
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := h.Store.CompareAndSwap(ctx, k, 0, []byte("10")); err != nil {
 			t.Fatal(err)

@@ -48,7 +48,11 @@ func holdTimeout(ctx context.Context, d Dialect, tx *txn, callersTx bool, timeou
 // row stays locked until the holder's connection drops, and the others'
 // writes give up after innodb_lock_wait_timeout (a transient error:
 // pass occ.WithRetryable(sqlcas.Retryable)). Inside the caller's
-// transaction (With) the row stays locked until the caller ends it.
+// transaction (With) the row stays locked until the caller ends it. On
+// MariaDB the transaction runs on a connection of its own and the write
+// of a live row commits in the same compound statement (docs/sql.md,
+// round trips); there a holder whose context ends while fn runs keeps the
+// row until fn returns (or its connection drops), as on SQLite.
 func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas.Item) ([]byte, bool, error)) (cas.Version, error) {
 	const op = "exclusive update"
 	if err := s.limits.Get(ctx, key); err != nil {
@@ -125,6 +129,9 @@ func (s *Store) swapAndCommit(ctx context.Context, tx *txn, key string, expected
 	}
 	id := s.ids.Next()
 	vals := [numSlots]any{key, value, id[:], int64(expected), int64(0)}
+	if f := beforeCommit.Load(); f != nil {
+		(*f)() // the block holds the COMMIT
+	}
 	var wrote int
 	err = tx.q.QueryRowContext(ctx, st.text, st.args(&vals)...).Scan(&wrote)
 	switch {
@@ -177,7 +184,10 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // SQLite: BEGIN IMMEDIATE holds the database's write lock), calls fn, and
 // applies its ops as Commit does, in the same transaction. A key without
 // a row cannot be locked: a concurrent create of it makes the commit
-// conflict. The bounds of a silent holder are UpdateExclusive's.
+// conflict. The bounds of a silent holder are UpdateExclusive's. On
+// MariaDB, when every key has a row, the locking read is the only read and
+// the ops' write commits in the same compound statement
+// (commitExclusiveLive).
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
 	const op = "exclusive commit"
 	if err := s.limits.GetMany(ctx, keys); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/mysqltest"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -31,7 +32,8 @@ func TestExclusiveBlock(t *testing.T) {
 		t.Fatalf("%d exclusive updates committed as a block; the server is MariaDB: %v", got, mariadb)
 	}
 	// Nothing holds the row: a write from elsewhere goes through before a
-	// lock wait could end.
+	// lock wait could end (a connection given back to the pool inside its
+	// transaction would still hold it).
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, err := store.CompareAndSwap(wctx, "a", v, []byte("2")); err != nil {
@@ -192,5 +194,65 @@ func TestCommitExclusiveBlock(t *testing.T) {
 	}
 	if s := total(); s != 2 {
 		t.Fatalf("total %d after the transfers, want 2", s)
+	}
+}
+
+// TestExclusiveBlockLostReply cuts the reply to the compound statement
+// that writes and commits an exclusive commit on MariaDB: the store reads
+// the rows back by the write id and reports the commit applied, with its
+// versions. The reply to an exclusive update's block, lost the same way,
+// is a *cas.AmbiguousError (the write did apply), as a lost reply to its
+// COMMIT always was.
+func TestExclusiveBlockLostReply(t *testing.T) {
+	ctx := context.Background()
+	direct, viaProxy, p := proxied(t)
+	directDB := mysqltest.Open(t, direct)
+	if !isMariaDB(t, directDB) {
+		t.Skip("MySQL runs no blocks")
+	}
+	store, v1 := storeWithK(t, directDB)
+	v2, err := store.CompareAndSwap(ctx, "other", 0, []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A first block, so that the store knows the server runs them.
+	vs, err := store.Commit(ctx, []cas.Op{cas.Put("k", v1, []byte("2")), cas.Put("other", v2, []byte("2"))})
+	if err != nil || !store.RunsBlocks() {
+		t.Fatalf("first commit: %v, as a block: %v", err, store.RunsBlocks())
+	}
+	// Statements through the proxy; the read-back (resolveCommit) on the
+	// store's own pool, which the proxy does not cut.
+	mine := store.With(openConn(t, mysqltest.Open(t, viaProxy)))
+	restore := sqlcas.SetBeforeCommitHook(func() { p.CutAfter(1) })
+	cuts := p.Cuts()
+	got, err := mine.CommitExclusive(ctx, []string{"k", "other"}, func(cur []cas.Item) ([]cas.Op, error) {
+		return []cas.Op{cas.Put("k", cur[0].Version, []byte("3")), cas.Put("other", cur[1].Version, []byte("1"))}, nil
+	})
+	p.CutAfter(0)
+	restore()
+	if p.Cuts() == cuts {
+		t.Fatal("the proxy cut nothing: no reply was lost")
+	}
+	if err != nil || len(got) != 2 || got[0] != vs[0]+1 || got[1] != vs[1]+1 {
+		t.Fatalf("exclusive commit whose reply was lost = %v, %v; want it resolved as applied at v%d and v%d", got, err, vs[0]+1, vs[1]+1)
+	}
+	for i, k := range []string{"k", "other"} {
+		if it, err := store.Get(ctx, k); err != nil || it.Version != got[i] || string(it.Value) != []string{"3", "1"}[i] {
+			t.Fatalf("%s = %+v, %v; want the commit's value at v%d", k, it, err, got[i])
+		}
+	}
+
+	mine = store.With(openConn(t, mysqltest.Open(t, viaProxy)))
+	restore = sqlcas.SetBeforeCommitHook(func() { p.CutAfter(1) })
+	cuts = p.Cuts()
+	_, err = mine.UpdateExclusive(ctx, "k", func(cur cas.Item) ([]byte, bool, error) { return []byte("4"), true, nil })
+	p.CutAfter(0)
+	restore()
+	var amb *cas.AmbiguousError
+	if p.Cuts() == cuts || !errors.As(err, &amb) {
+		t.Fatalf("exclusive update whose reply was lost (%d cuts): %v, want a *cas.AmbiguousError", p.Cuts()-cuts, err)
+	}
+	if it, err := store.Get(ctx, "k"); err != nil || string(it.Value) != "4" || it.Version != got[0]+1 {
+		t.Fatalf("k = %+v, %v; want the update applied (4 at v%d)", it, err, got[0]+1)
 	}
 }

@@ -21,8 +21,9 @@ import (
 //
 // done is false, with nothing written and the transaction rolled back,
 // when a key has no row (its absence could not be locked without the
-// placeholders), or when the server refuses blocks (MySQL): the general
-// way then runs.
+// placeholders): CommitExclusive's general way then runs. The ops of
+// keys fn did not read, and a server that refuses blocks (MySQL), take
+// the general way's statements inside this transaction (finishExclusive).
 func (s *Store) commitExclusiveLive(ctx context.Context, keys, sorted []string, fn func(cur []cas.Item) ([]cas.Op, error)) (vs []cas.Version, err error, done bool) {
 	const op = "exclusive commit"
 	tx, err := s.beginHeld(ctx)
@@ -61,6 +62,8 @@ func (s *Store) commitExclusiveLive(ctx context.Context, keys, sorted []string, 
 		if err := checkVersion("commit", o.Key, o.Expected); err != nil {
 			return nil, err, true
 		}
+	}
+	for _, o := range ops {
 		if _, held := found[o.Key]; !held {
 			// A key fn did not read: the general way, in this transaction.
 			return s.finishExclusive(ctx, tx, &ended, ops, s.ids.Next())
@@ -75,6 +78,9 @@ func (s *Store) commitExclusiveLive(ctx context.Context, keys, sorted []string, 
 	}
 	id := s.ids.Next()
 	text := writeAndCommit(s.cm.apply(plan.writes(), len(plan.putArgs)), plan.writes())
+	if f := beforeCommit.Load(); f != nil {
+		(*f)() // the block holds the COMMIT
+	}
 	var wrote int
 	err = tx.q.QueryRowContext(ctx, text, plan.args(id)...).Scan(&wrote)
 	switch {
@@ -90,9 +96,11 @@ func (s *Store) commitExclusiveLive(ctx context.Context, keys, sorted []string, 
 	case refusesBlocks(err, s.blocks):
 		return s.finishExclusive(ctx, tx, &ended, ops, s.ids.Next())
 	}
+	// The deferred rollback ends the transaction (a ROLLBACK that does
+	// nothing after the block's COMMIT; a broken connection is discarded)
+	// and gives the connection back, whatever the outcome below.
 	if !answered(err) && !notSent(err) {
 		if vs, ok := s.resolveCommit(ctx, ops, id); ok {
-			ended = true
 			return vs, nil, true
 		}
 	}
@@ -131,7 +139,9 @@ var _ cas.HotCommitHint = (*Store)(nil)
 const hotCommitFor = 100 * time.Millisecond
 
 // HotCommitFor implements cas.HotCommitHint: on MariaDB, once the store
-// has run a compound statement (commitExclusiveLive's one-block commit),
+// has run a compound statement (a commit or an exclusive write in one
+// block, which MySQL 8 refuses; commitExclusiveLive is what makes holding
+// keys cheap),
 // a key whose commits conflicted twice within 100 ms is hot, and occ.Txn
 // commits holding the keys of a transaction that touches it. There an
 // optimistic commit that meets a held row waits for it and then fails,
