@@ -254,7 +254,11 @@ func refusesBlocks(err error, blocks *atomic.Int32) bool {
 // blockHandler starts a block's transaction, after an exit handler that
 // rolls it back on any server error and raises the error as it was (so
 // that no transaction stays open on the connection).
-const blockHandler = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;\nSTART TRANSACTION;\n"
+const blockHandler = heldHandler + "START TRANSACTION;\n"
+
+// heldHandler is blockHandler for a block that runs in a transaction
+// already open on its connection.
+const heldHandler = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;\n"
 
 // sendBlock runs blockOf(stmts) on a connection of q, unless blocks says
 // the server refuses blocks: ran is false then, or when this one was
@@ -289,10 +293,19 @@ type blockStmt struct {
 // wrote fewer rows than it must: it then rolls back and answers that
 // statement's index; when every one wrote its rows it commits and answers
 // -1. A server error inside rolls back and is raised as it was.
-func blockOf(stmts []blockStmt) (string, []any) {
+func blockOf(stmts []blockStmt) (string, []any) { return blockIn(stmts, true) }
+
+// blockIn is blockOf; with start false the block runs in the transaction
+// already open on its connection (one that holds the rows' locks) instead
+// of starting its own, and commits or rolls back that one.
+func blockIn(stmts []blockStmt, start bool) (string, []any) {
 	var b strings.Builder
 	var args []any
-	b.WriteString("BEGIN NOT ATOMIC\nDECLARE r INT DEFAULT -1;\n" + blockHandler)
+	head := blockHandler
+	if !start {
+		head = heldHandler
+	}
+	b.WriteString("BEGIN NOT ATOMIC\nDECLARE r INT DEFAULT -1;\n" + head)
 	for i, st := range stmts {
 		if i > 0 {
 			b.WriteString("IF r < 0 THEN ")

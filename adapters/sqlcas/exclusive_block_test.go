@@ -11,6 +11,7 @@ import (
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/mysqltest"
+	"github.com/occkit/occkit/internal/txntest"
 	"github.com/occkit/occkit/occ"
 )
 
@@ -254,5 +255,84 @@ func TestExclusiveBlockLostReply(t *testing.T) {
 	}
 	if it, err := store.Get(ctx, "k"); err != nil || string(it.Value) != "4" || it.Version != got[0]+1 {
 		t.Fatalf("k = %+v, %v; want the update applied (4 at v%d)", it, err, got[0]+1)
+	}
+}
+
+// TestModifyManyExclusiveBlock: on MariaDB, ModifyMany's exclusive
+// commit (a transaction that keeps losing, or one on hot rows) reads the
+// rows in one locking statement and writes and commits them in one
+// compound statement. Two tables on the same rows (two processes' worth:
+// each its own turns) transfer between them concurrently; the total
+// stays, and some commits ran that way.
+func TestModifyManyExclusiveBlock(t *testing.T) {
+	ctx := context.Background()
+	db := mysqltest.DB(t)
+	if !isMariaDB(t, db) {
+		t.Skip("MySQL runs no blocks")
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE accounts (id BIGINT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL, version BIGINT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	open := func() *sqlcas.Table[txntest.Account] {
+		tbl, err := sqlcas.NewTable[txntest.Account](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "accounts"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tbl
+	}
+	a, b := open(), open()
+	if err := a.CreateCounter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 2; id++ {
+		if _, err := a.Insert(ctx, txntest.Account{ID: id, Balance: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	move := func(cur []txntest.Account, _ []bool) ([]txntest.Account, error) {
+		cur[0].Balance--
+		cur[1].Balance++
+		return cur, nil
+	}
+	before := sqlcas.ExclusiveBlocks()
+	const workers, each = 4, 40
+	errs := make(chan error, 2*workers*each)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		for i, tbl := range []*sqlcas.Table[txntest.Account]{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				keys := []any{int64(1), int64(2)}
+				if (w+i)%2 == 1 {
+					keys = []any{int64(2), int64(1)}
+				}
+				for range each {
+					_, err := tbl.ModifyMany(ctx, keys, move, occ.WithMaxAttempts(1000))
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total int64
+	for id := int64(1); id <= 2; id++ {
+		acc, err := a.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += acc.Balance
+	}
+	if total != 200 {
+		t.Fatalf("total %d after the transfers, want 200", total)
+	}
+	if sqlcas.ExclusiveBlocks() == before {
+		t.Fatal("no exclusive commit of the tables ran as one block")
 	}
 }

@@ -213,6 +213,6 @@ WHERE k = @k AND version = @exp AND value IS NOT NULL`, 1))
 // A server error inside rolls the transaction back and is raised as it
 // was.
 func writeAndCommit(write string, rows int) string {
-	return "BEGIN NOT ATOMIC\nDECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;\n" +
+	return "BEGIN NOT ATOMIC\n" + heldHandler +
 		write + ";\nIF ROW_COUNT() = " + strconv.Itoa(rows) + " THEN COMMIT; SELECT 1; ELSE SELECT 0; END IF;\nEND"
 }

@@ -71,6 +71,9 @@ func (t *Table[T]) rowTable() rowupdate.Table[T] {
 		CommitMany: t.commitMany,
 		LockRow:    t.lockRow,
 		LockAbsent: t.lockAbsentFunc(),
+
+		CommitManyExclusive: t.commitManyExclusive,
+		HotCommitFor:        t.hotCommitFor,
 	}
 }
 

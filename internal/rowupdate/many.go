@@ -333,10 +333,10 @@ func writeInOrder[T any](ctx context.Context, in Table[T], writes []Write[T]) ([
 	return stored, -1, Row[T]{}, nil
 }
 
-// commitExclusiveFor is the Driver.CommitExclusive of t, nil when t has
+// CommitExclusiveFor is the Driver.CommitExclusive of t, nil when t has
 // no RunTx or no LockRow: in one transaction, the rows of keys read with
 // LockRow in key order, fn, and fn's writes in key order.
-func commitExclusiveFor[T any](t Table[T]) func(ctx context.Context, keys []any, fn func(cur []Row[T]) ([]Write[T], error)) ([]Row[T], int, Row[T], error) {
+func CommitExclusiveFor[T any](t Table[T]) func(ctx context.Context, keys []any, fn func(cur []Row[T]) ([]Write[T], error)) ([]Row[T], int, Row[T], error) {
 	if t.RunTx == nil || t.LockRow == nil {
 		return nil
 	}

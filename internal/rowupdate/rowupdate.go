@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"time"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
@@ -75,6 +76,10 @@ type Driver[T any] struct {
 	// does, before the locks are released. fn's error ends it, writes
 	// nothing and is returned as is.
 	CommitExclusive func(ctx context.Context, keys []any, fn func(cur []Row[T]) ([]Write[T], error)) (stored []Row[T], conflictAt int, current Row[T], err error)
+	// HotCommitFor, if set (with CommitExclusive), is the table's
+	// cas.HotCommitHint: the window in which two conflicts at a row make
+	// ModifyMany commit holding its rows at once.
+	HotCommitFor func() time.Duration
 }
 
 // Key names one row for Modify.
@@ -295,6 +300,15 @@ func (x exclusiveRows[T]) UpdateExclusive(ctx context.Context, key string, fn fu
 // ExclusiveAfter implements cas.ExclusiveAfterHint with the driver's
 // count (0: occ's default).
 func (x exclusiveRows[T]) ExclusiveAfter() int { return x.d.ExclusiveAfter }
+
+// HotCommitFor implements cas.HotCommitHint with the driver's window (0:
+// none).
+func (x exclusiveCommitRows[T]) HotCommitFor() time.Duration {
+	if x.d.HotCommitFor == nil {
+		return 0
+	}
+	return x.d.HotCommitFor()
+}
 
 // CompareAndDelete implements cas.Store; occ.Update never deletes.
 func (r *Rows[T]) CompareAndDelete(context.Context, string, cas.Version) error {

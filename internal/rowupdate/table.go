@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"time"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
@@ -54,6 +55,13 @@ type Table[T any] struct {
 	// row already locks its place (MySQL's gap locks) or whose
 	// transactions are serial (SQLite) leave it nil.
 	LockAbsent func(ctx context.Context, key any) error
+	// CommitManyExclusive, if set, replaces the exclusive commit built on
+	// RunTx and LockRow (CommitExclusiveFor) with the table's own, for
+	// example one that reads the rows in one statement and writes and
+	// commits in another; it may fall back to CommitExclusiveFor.
+	CommitManyExclusive func(ctx context.Context, keys []any, fn func(cur []Row[T]) ([]Write[T], error)) ([]Row[T], int, Row[T], error)
+	// HotCommitFor, if set, is Driver.HotCommitFor.
+	HotCommitFor func() time.Duration
 }
 
 // WriteAt writes next as the row at version expected: an Insert when
@@ -98,8 +106,18 @@ func NewTable[T any](t Table[T]) *TableRows[T] {
 		ExclusiveAfter:  t.ExclusiveAfter,
 		Commit:          commitFor(t),
 		ReadMany:        readManyFor(t),
-		CommitExclusive: commitExclusiveFor(t),
+		CommitExclusive: commitExclusiveOf(t),
+		HotCommitFor:    t.HotCommitFor,
 	})}
+}
+
+// commitExclusiveOf is the Driver.CommitExclusive of t: its own when it
+// has one, else CommitExclusiveFor's.
+func commitExclusiveOf[T any](t Table[T]) func(ctx context.Context, keys []any, fn func(cur []Row[T]) ([]Write[T], error)) ([]Row[T], int, Row[T], error) {
+	if t.CommitManyExclusive != nil {
+		return t.CommitManyExclusive
+	}
+	return CommitExclusiveFor(t)
 }
 
 // readManyFor is the Driver.ReadMany of t, nil when t has no GetMany: the
