@@ -42,8 +42,11 @@ func (t *Table[T]) Modify(ctx context.Context, key any, mutate func(cur T, exist
 // occ's). The rows are written in key order, so concurrent ModifyMany
 // calls lock them in one order. It returns the rows as stored, with their
 // new versions. The keys must be distinct. On a table bound to the
-// caller's transaction (With) the writes run inside a savepoint. The
-// example transfers between two accounts rows.
+// caller's transaction (With) the writes run inside a savepoint. On
+// MariaDB a transaction on rows that keep conflicting commits holding
+// them (one locking read, and the write and COMMIT in one compound
+// statement: docs/sql.md). The example transfers between two accounts
+// rows.
 func (t *Table[T]) ModifyMany(ctx context.Context, keys []any, mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
 	return t.rows.ModifyMany(ctx, keys, mutate, opts...)
 }
