@@ -149,6 +149,37 @@ func TestCommitBlockLostReply(t *testing.T) {
 	}
 }
 
+// twoAccounts creates on db the table accounts (id, balance, version)
+// with its version counter and rows 1 and 2 holding 100, and returns it.
+func twoAccounts(t *testing.T, db *sql.DB) *sqlcas.Table[txntest.Account] {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE accounts (id BIGINT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL, version BIGINT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := sqlcas.NewTable[txntest.Account](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "accounts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.CreateCounter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 2; id++ {
+		if _, err := tbl.Insert(ctx, txntest.Account{ID: id, Balance: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tbl
+}
+
+// moveOneAccount is a ModifyMany mutate that moves 1 from the first row
+// to the second.
+func moveOneAccount(a []txntest.Account, _ []bool) ([]txntest.Account, error) {
+	a[0].Balance--
+	a[1].Balance++
+	return a, nil
+}
+
 // TestTableBlockErrorRollsBack: a Txn of table rows whose one-statement
 // commit meets a server error (a lock wait timeout) rolls back: the
 // connection keeps no transaction, and no row changed.
@@ -162,26 +193,8 @@ func TestTableBlockErrorRollsBack(t *testing.T) {
 	if !isMariaDB(t, one) {
 		t.Skip("MySQL runs no blocks")
 	}
-	if _, err := one.ExecContext(ctx, `CREATE TABLE accounts (id BIGINT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL, version BIGINT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	mine, err := sqlcas.NewTable[txntest.Account](one, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "accounts"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mine.CreateCounter(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for id := int64(1); id <= 2; id++ {
-		if _, err := mine.Insert(ctx, txntest.Account{ID: id, Balance: 100}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	move := func(a []txntest.Account, _ []bool) ([]txntest.Account, error) {
-		a[0].Balance--
-		a[1].Balance++
-		return a, nil
-	}
+	mine := twoAccounts(t, one)
+	move := moveOneAccount
 	db := mysqltest.Open(t, cfg.Clone())
 	if _, err := mine.ModifyMany(ctx, []any{int64(1), int64(2)}, move); err != nil || !mine.RunsBlocks() {
 		t.Fatalf("first transfer: %v, as a block: %v", err, mine.RunsBlocks())

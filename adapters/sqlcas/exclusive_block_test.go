@@ -73,12 +73,7 @@ func TestExclusiveBlock(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	noErrors(t, errs)
 	n, _, err := ctr.Get(ctx, "n")
 	if err != nil || n != 2*workers*each {
 		t.Fatalf("n = %d, %v; want %d", n, err, 2*workers*each)
@@ -187,12 +182,7 @@ func TestCommitExclusiveBlock(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	noErrors(t, errs)
 	if s := total(); s != 2 {
 		t.Fatalf("total %d after the transfers, want 2", s)
 	}
@@ -270,29 +260,10 @@ func TestModifyManyExclusiveBlock(t *testing.T) {
 	if !isMariaDB(t, db) {
 		t.Skip("MySQL runs no blocks")
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE accounts (id BIGINT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL, version BIGINT NOT NULL)`); err != nil {
+	a := twoAccounts(t, db)
+	b, err := sqlcas.NewTable[txntest.Account](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "accounts"})
+	if err != nil {
 		t.Fatal(err)
-	}
-	open := func() *sqlcas.Table[txntest.Account] {
-		tbl, err := sqlcas.NewTable[txntest.Account](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "accounts"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tbl
-	}
-	a, b := open(), open()
-	if err := a.CreateCounter(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for id := int64(1); id <= 2; id++ {
-		if _, err := a.Insert(ctx, txntest.Account{ID: id, Balance: 100}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	move := func(cur []txntest.Account, _ []bool) ([]txntest.Account, error) {
-		cur[0].Balance--
-		cur[1].Balance++
-		return cur, nil
 	}
 	before := sqlcas.ExclusiveBlocks()
 	const workers, each = 4, 40
@@ -308,19 +279,14 @@ func TestModifyManyExclusiveBlock(t *testing.T) {
 					keys = []any{int64(2), int64(1)}
 				}
 				for range each {
-					_, err := tbl.ModifyMany(ctx, keys, move, occ.WithMaxAttempts(1000))
+					_, err := tbl.ModifyMany(ctx, keys, moveOneAccount, occ.WithMaxAttempts(1000))
 					errs <- err
 				}
 			}()
 		}
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	noErrors(t, errs)
 	var total int64
 	for id := int64(1); id <= 2; id++ {
 		acc, err := a.Get(ctx, id)
@@ -334,5 +300,16 @@ func TestModifyManyExclusiveBlock(t *testing.T) {
 	}
 	if sqlcas.ExclusiveBlocks() == before {
 		t.Fatal("no exclusive commit of the tables ran as one block")
+	}
+}
+
+// noErrors closes errs and fails t at its first error.
+func noErrors(t *testing.T, errs chan error) {
+	t.Helper()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
