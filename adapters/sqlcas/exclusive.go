@@ -90,12 +90,16 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	if err := s.limits.Put(ctx, key, next); err != nil {
 		return 0, err
 	}
-	if v, done, err := s.swapAndCommit(ctx, tx, key, cur.Version, next); done {
+	if v, done, committed, err := s.swapAndCommit(ctx, tx, key, cur.Version, next); done {
 		if err != nil {
-			return 0, s.exclusiveError(op, key, cur.Version, err)
+			return 0, err
 		}
-		ended = true
-		tx.ended() // the block committed it
+		if committed {
+			ended = true
+			tx.ended() // the block committed it
+		}
+		// Otherwise its reply was lost and the write id says it applied:
+		// the deferred rollback discards the broken connection.
 		return v, nil
 	}
 	in := *s
@@ -118,11 +122,14 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 // transaction costs the server one statement less. done is false, and the
 // transaction is as it was, when the block did not run (MySQL, which
 // refuses it; a row that is absent or a tombstone; the caller's
-// transaction) or wrote nothing: the usual write then runs.
-func (s *Store) swapAndCommit(ctx context.Context, tx *txn, key string, expected cas.Version, value []byte) (v cas.Version, done bool, err error) {
+// transaction) or wrote nothing: the usual write then runs. committed
+// says the block answered that it committed; a block whose reply was
+// lost is resolved by its write id, as a lost reply to a swap is
+// (writeFailed): applied (committed false, err nil), or an error.
+func (s *Store) swapAndCommit(ctx context.Context, tx *txn, key string, expected cas.Version, value []byte) (v cas.Version, done, committed bool, err error) {
 	st := s.st.swapCommit
 	if st.text == "" || s.inTx || expected == 0 || s.blocks.Load() == blocksRefused {
-		return 0, false, nil
+		return 0, false, false, nil
 	}
 	if value == nil {
 		value = []byte{} // nil would be NULL, a tombstone
@@ -138,15 +145,16 @@ func (s *Store) swapAndCommit(ctx context.Context, tx *txn, key string, expected
 	case err == nil:
 		s.blocks.Store(blocksRun)
 	case refusesBlocks(err, s.blocks):
-		return 0, false, nil
+		return 0, false, false, nil
 	default:
-		return 0, true, err
+		v, err := s.writeFailed(ctx, "exclusive update", key, expected, id, err)
+		return v, true, false, err
 	}
 	if wrote != 1 {
-		return 0, false, nil
+		return 0, false, false, nil
 	}
 	exclusiveBlocks.Add(1)
-	return expected + 1, true, nil
+	return expected + 1, true, true, nil
 }
 
 // exclusiveBlocks counts the exclusive updates committed by
