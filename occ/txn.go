@@ -305,7 +305,17 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 				tx.readCache = (cache != nil && !cacheStale) || useRecent
 			}
 			if err := fn(tx); err != nil {
-				return err
+				if len(tx.recent) == 0 && len(tx.cached) == 0 {
+					return err
+				}
+				// fn refused states this process kept (remembered
+				// writes, cache entries), which another process may have
+				// changed since: an error must come from states that were
+				// current during the call. Read them, and ask again.
+				tx = &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, cache: cache}
+				if err := fn(tx); err != nil {
+					return err
+				}
 			}
 			if useTurns && len(turns.held) == 0 && linesOpen.Load() != 0 {
 				// Keys this process's calls queue for: queue too, rather

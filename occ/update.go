@@ -49,7 +49,10 @@ import (
 //
 // mutate may run several times and must depend only on its arguments; an
 // error from it ends the loop and is returned as is (unless WithRetryable
-// says to retry it). The loop is Retry's: see there for giving up, contexts
+// says to retry it), once it came from a state current during the call: an
+// error from a state this process kept (a cache entry, the state the
+// key's last turn wrote) is checked by reading the key and calling mutate
+// again. The loop is Retry's: see there for giving up, contexts
 // and panics.
 //
 // Replacing a mutex around a counter:
@@ -95,6 +98,10 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 		recent = haveHint
 	}
 	fromRecent := recent // the current attempt started from the remembered state
+	// fromMemory: the first attempt starts from a state this process
+	// kept (a cache entry, a remembered write), which may be older than
+	// the call; mutate's error from it is checked on a read (below).
+	fromMemory := haveHint
 	// lost counts the call's conditional writes lost in a row; at
 	// exclusiveAt the next attempt holds the key (cas.Exclusive).
 	ex, _ := s.Store().(cas.Exclusive)
@@ -149,7 +156,8 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 			c.handed = nil
 		}
 		attemptRecent := fromRecent && haveHint
-		fromRecent = false
+		attemptMemory := fromMemory && haveHint
+		fromRecent, fromMemory = false, false
 		switch {
 		case haveHint:
 			haveHint = false
@@ -167,6 +175,26 @@ func updateDirect[T any](ctx context.Context, c *config, s *cas.Typed[T], key st
 		}
 		seen = max(seen, ver)
 		next, err := mutate(cur, ver != 0)
+		if err != nil && attemptMemory {
+			// mutate refused a state this process kept, which another
+			// process may have changed since: an error must come from a
+			// state that was current during the call. Read, and ask
+			// again.
+			if cache != nil {
+				cur, ver, err = readThrough(ctx, s, cache, key)
+			} else {
+				cur, ver, err = s.Get(ctx, key)
+				if errors.Is(err, cas.ErrNotFound) {
+					err = nil
+				}
+			}
+			if err != nil {
+				return err
+			}
+			attemptRecent = false
+			seen = max(seen, ver)
+			next, err = mutate(cur, ver != 0)
+		}
 		if err != nil {
 			return err
 		}
