@@ -27,6 +27,16 @@ func callMutate[T any](w *combineWaiter, mutate func(T, bool) (T, error), cur T,
 	return mutate(cur, exists)
 }
 
+// anyRefused reports whether a member's mutate refused the batch's state.
+func anyRefused(members []*combineWaiter) bool {
+	for _, w := range members {
+		if w.mutErr != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // applyBatch runs the mutate of every member whose context is live, in
 // order, on st.
 func applyBatch(members []*combineWaiter, st *runState) {
@@ -88,6 +98,7 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 	if cache != nil {
 		hint, haveHint = cache.get(key)
 	}
+	keptHint := haveHint // hint is a cache entry, which may be older than the calls
 	// lost counts the batch's writes lost in a row; at exclusiveAt its
 	// next attempt holds the key (cas.Exclusive), as Update's does.
 	ex, _ := store.(cas.Exclusive)
@@ -154,9 +165,11 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 			return err
 		}
 		var it cas.Item
+		fromKept := false
 		switch {
 		case haveHint:
 			it, haveHint = hint, false
+			fromKept, keptHint = keptHint, false
 		default:
 			it, err = store.Get(ctx, key)
 			switch {
@@ -173,6 +186,27 @@ func (cb *Combiner) runBatch(ctx context.Context, c *config, sh *combineShard, q
 		members := cb.startFlight(sh, q, batch)
 		st := runState{key: key, exists: it.Version != 0, raw: it.Value}
 		applyBatch(members, &st)
+		if fromKept && !st.changed && anyRefused(members) {
+			// Every live caller refused the cache's state, and no write
+			// will validate it: it may be older than the calls. Read;
+			// when the key moved, ask them again.
+			fresh, err := store.Get(ctx, key)
+			if errors.Is(err, cas.ErrNotFound) {
+				fresh, err = cas.Item{Key: key}, nil
+			}
+			if err != nil {
+				cb.endFlight(sh, q, members, 0, err)
+				return err
+			}
+			if cache != nil {
+				cache.put(fresh)
+			}
+			if fresh.Version != it.Version {
+				it = fresh
+				st = runState{key: key, exists: it.Version != 0, raw: it.Value}
+				applyBatch(members, &st)
+			}
+		}
 
 		if st.changed {
 			sh.writes.Add(1)
