@@ -327,7 +327,7 @@ func beginOn(ctx context.Context, d Dialect, q Querier, inTx bool) (*txn, error)
 // connection of its own, so that nothing more is sent once it committed;
 // elsewhere as begin does.
 func (s *Store) beginHeld(ctx context.Context) (*txn, error) {
-	if s.d == MySQL && !s.inTx && s.blocks.Load() == blocksRun {
+	if holdsInBlocks(s.d, s.inTx, s.blocks) {
 		return beginOnConn(ctx, s.q, "START TRANSACTION", true)
 	}
 	return s.begin(ctx)

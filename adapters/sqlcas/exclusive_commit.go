@@ -3,6 +3,7 @@ package sqlcas
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/occkit/occkit/cas"
@@ -132,6 +133,15 @@ func (s *Store) finishExclusive(ctx context.Context, tx *txn, ended *bool, ops [
 	return vs, nil, true
 }
 
+// holdsInBlocks reports whether a store or table of dialect d (in the
+// caller's transaction: inTx) runs its exclusive transactions on a
+// connection of their own and commits them in a block: MariaDB, once a
+// block has run there (MySQL 8 refuses them), outside a caller's
+// transaction.
+func holdsInBlocks(d Dialect, inTx bool, blocks *atomic.Int32) bool {
+	return d == MySQL && !inTx && blocks.Load() == blocksRun
+}
+
 var _ cas.HotCommitHint = (*Store)(nil)
 
 // hotCommitFor is the window in which two conflicts at a key make it hot
@@ -148,7 +158,7 @@ const hotCommitFor = 100 * time.Millisecond
 // and an exclusive commit costs what an optimistic one does. Elsewhere
 // (MySQL 8, PostgreSQL, SQLite, inside the caller's transaction) 0.
 func (s *Store) HotCommitFor() time.Duration {
-	if s.d == MySQL && !s.inTx && s.blocks.Load() == blocksRun {
+	if holdsInBlocks(s.d, s.inTx, s.blocks) {
 		return hotCommitFor
 	}
 	return 0

@@ -19,7 +19,7 @@ import (
 // one by one, in a transaction that commits a round trip later.
 func (t *Table[T]) commitManyExclusive(ctx context.Context, keys []any, fn func(cur []rowupdate.Row[T]) ([]rowupdate.Write[T], error)) ([]rowupdate.Row[T], int, rowupdate.Row[T], error) {
 	general := rowupdate.CommitExclusiveFor(t.rowTable())
-	if t.d != MySQL || t.inTx || t.blocks.Load() != blocksRun || !t.oneUpdate() {
+	if !holdsInBlocks(t.d, t.inTx, t.blocks) || !t.oneUpdate() {
 		return general(ctx, keys, fn)
 	}
 	var none rowupdate.Row[T]
@@ -118,7 +118,7 @@ func (t *Table[T]) commitManyExclusive(ctx context.Context, keys []any, fn func(
 // hotCommitFor is rowupdate.Table.HotCommitFor: on MariaDB, once the
 // table has run a compound statement, Store.HotCommitFor's window.
 func (t *Table[T]) hotCommitFor() time.Duration {
-	if t.d == MySQL && !t.inTx && t.blocks.Load() == blocksRun {
+	if holdsInBlocks(t.d, t.inTx, t.blocks) {
 		return hotCommitFor
 	}
 	return 0
