@@ -258,19 +258,24 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 		exclusiveAt = c.exclusiveAtOr(DefaultTxnExclusiveAfter)
 	}
 	hotWindow := hotCommitWindow(s, exclusiveAt) // txn_hotcommit.go
+	// hold runs an attempt holding keys (cas.ExclusiveCommitter).
+	hold := func(ctx context.Context, keys []string) error {
+		c.exclusive = true
+		touched, err := txnExclusive(ctx, ec, s, cache, keys, fn, &turns)
+		if errors.Is(err, cas.ErrConflict) {
+			lost++
+			lastKeys = keys
+			if len(touched) > 0 {
+				// fn may have touched other keys this time: hold
+				// those next.
+				lastKeys = touched
+			}
+		}
+		return err
+	}
 	return c.run(ctx, func(ctx context.Context) error {
 		if exclusiveAt > 0 && lost >= exclusiveAt && len(lastKeys) > 0 {
-			c.exclusive = true
-			keys, err := txnExclusive(ctx, ec, s, cache, lastKeys, fn, &turns)
-			if errors.Is(err, cas.ErrConflict) {
-				lost++
-				if len(keys) > 0 {
-					// fn may have touched other keys this time: hold
-					// those next.
-					lastKeys = keys
-				}
-			}
-			return err
+			return hold(ctx, lastKeys)
 		}
 		var handed map[string]cas.Item
 		if want != nil {
@@ -340,16 +345,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 					// A key of this transaction conflicted lately: an
 					// optimistic commit would likely lose to the
 					// transactions holding it. Hold the keys at once.
-					c.exclusive = true
-					touched, err := txnExclusive(ctx, ec, s, cache, keys, fn, &turns)
-					if errors.Is(err, cas.ErrConflict) {
-						lost++
-						lastKeys = keys
-						if len(touched) > 0 {
-							lastKeys = touched
-						}
-					}
-					return err
+					return hold(ctx, keys)
 				}
 			}
 			err := tx.commit()
