@@ -132,7 +132,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	order := opsort.Order(ops)
 	id := s.ids.Next()
 	if s.d == MySQL && !s.inTx && checkedApplies(ops) && s.blocks.Load() != blocksRefused {
-		if vs, err, done := s.commitBlock(ctx, ops, id); done {
+		if vs, err, done := s.commitStrict(ctx, ops, id); done {
 			return vs, err
 		}
 	}

@@ -1,17 +1,15 @@
 package sqlcas
 
 // Checked commits (MySQL/MariaDB): the commit of ops that all write keys
-// expected live as one UPDATE that checks every version (commitChecked),
-// and on MariaDB that UPDATE with its transaction in one block
-// (commitBlock, blockOf for the tables' commits).
+// expected live as one UPDATE that checks every version (commitChecked;
+// on MariaDB commitStrict, with no transaction), and the compound
+// statements that MariaDB runs (blockOf for the tables' commits).
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -104,116 +102,13 @@ func (s *Store) checkedConflict(ctx context.Context, ops []cas.Op) error {
 	return &cas.ConflictError{Key: ops[0].Key, Expected: ops[0].Expected, Err: errCheckedShort}
 }
 
-// Store.blocks: whether the server runs commitBlock's compound statement.
+// Store.blocks: whether the server runs MariaDB's statements (compound
+// statements, SET STATEMENT ... FOR).
 const (
 	blocksUnknown int32 = iota
 	blocksRun           // MariaDB
 	blocksRefused       // MySQL: a syntax error, nothing ran
 )
-
-// block is applyChecked in a transaction of its own, in one compound
-// statement (MariaDB's BEGIN NOT ATOMIC): it starts the transaction, runs
-// the UPDATE, and commits when it wrote every row (at its expected
-// version), answering one row (1, NULL, NULL, NULL); otherwise it rolls
-// back and answers the live rows of the keys as (0, k, value, version),
-// the conflict's current items. A server error inside rolls back and is
-// raised as it was (the handler). Args: applyChecked's, then the keys.
-func (c *commitStatements) block(writes, puts int) string {
-	var b strings.Builder
-	b.WriteString("BEGIN NOT ATOMIC\n" + blockHandler)
-	b.WriteString(c.applyChecked(writes, puts))
-	b.WriteString(";\nIF ROW_COUNT() = ")
-	b.WriteString(strconv.Itoa(writes))
-	b.WriteString(" THEN COMMIT; SELECT 1, NULL, NULL, NULL;\nELSE ROLLBACK; SELECT 0, k, value, version FROM ")
-	b.WriteString(c.table)
-	b.WriteString(" WHERE k IN (")
-	b.WriteString(c.d.phs(2*writes+puts+1+writes+2*writes+1, writes, c.d.keyCast()))
-	b.WriteString(") AND value IS NOT NULL; END IF;\nEND")
-	return b.String()
-}
-
-// commitBlock is Commit of ops that all write keys expected live
-// (checkedApplies), outside a caller's transaction, on MariaDB: one round
-// trip (block) instead of BEGIN, the UPDATE and COMMIT, and no row lock
-// held while a reply travels; a refused commit answers its current items
-// in the same round trip. done is false when the
-// server does not know the statement (MySQL: nothing ran; Commit then
-// takes its usual way, as it will from now on).
-//
-// A reply lost after the statement was sent leaves the outcome unknown,
-// as a lost reply to COMMIT does: the write ids tell (resolveCommit), or
-// the error is a *cas.AmbiguousError.
-func (s *Store) commitBlock(ctx context.Context, ops []cas.Op, id writeid.ID) (vs []cas.Version, err error, done bool) {
-	vs, args, puts := checkedArgs(ops, id)
-	for _, op := range ops {
-		args = append(args, op.Key)
-	}
-	var cur map[string]cas.Item
-	var wrote bool
-	err = onConn(ctx, s.q, func(q Querier) error {
-		var err error
-		cur, wrote, err = s.runBlock(ctx, q, s.cm.block(len(ops), puts), args)
-		return err
-	})
-	if err != nil {
-		if refusesBlocks(err, s.blocks) {
-			return nil, nil, false
-		}
-		if !answered(err) && !notSent(err) {
-			if vs, ok := s.resolveCommit(ctx, ops, id); ok {
-				return vs, nil, true
-			}
-		}
-		return nil, s.commitError(ctx, ops, id, "commit", err), true
-	}
-	s.blocks.Store(blocksRun)
-	if wrote {
-		return vs, nil, true
-	}
-	for _, op := range ops {
-		it := cas.Item{Key: op.Key}
-		if c, ok := cur[op.Key]; ok {
-			it = c
-		}
-		if it.Version != op.Expected {
-			return nil, &cas.ConflictError{Key: op.Key, Expected: op.Expected, Current: it, HasCurrent: true}, true
-		}
-	}
-	// Every key is back at its expected version: read stale (see
-	// checkedConflict).
-	return nil, &cas.ConflictError{Key: ops[0].Key, Expected: ops[0].Expected, Err: errCheckedShort}, true
-}
-
-// runBlock runs a block and returns whether it wrote, or the live rows it
-// answered when it did not.
-func (s *Store) runBlock(ctx context.Context, q Querier, text string, args []any) (cur map[string]cas.Item, wrote bool, err error) {
-	rows, err := q.QueryContext(ctx, text, args...)
-	if err != nil {
-		return nil, false, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var ok int
-		var k sql.NullString
-		var value []byte
-		var version sql.NullInt64
-		if err := rows.Scan(&ok, &k, &value, &version); err != nil {
-			return nil, false, err
-		}
-		if ok == 1 {
-			wrote = true
-			continue
-		}
-		if cur == nil {
-			cur = map[string]cas.Item{}
-		}
-		if value == nil {
-			value = []byte{}
-		}
-		cur[k.String] = cas.Item{Key: k.String, Value: value, Version: cas.Version(version.Int64)}
-	}
-	return cur, wrote, rows.Err()
-}
 
 // noConnError is the failure to take a connection from the pool before a
 // block: the block was not sent (notSent).

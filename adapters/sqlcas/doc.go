@@ -97,7 +97,9 @@
 // [Store.Commit] runs one transaction: the absence tombstones (one
 // INSERT), one SELECT ... FOR UPDATE of every key in key order, the checks
 // in Go, one UPDATE writing every put and delete, COMMIT: five round trips
-// with BEGIN, whatever the number of keys.
+// with BEGIN, whatever the number of keys. On MariaDB a commit whose ops
+// all write keys expected live is one UPDATE in autocommit that checks
+// every version and fails whole when one is stale (docs/sql.md).
 //
 // # Errors and lost replies
 //

@@ -109,9 +109,9 @@ type Store struct {
 	prep   *prepared // SQLite: statements prepared on db
 	ids    *writeid.Source
 	deltas *deltaStatements
-	// blocks is whether the server runs Commit's compound statement
-	// (commitBlock): MariaDB does, MySQL refuses it (shared by With's
-	// copies).
+	// blocks is whether the server runs MariaDB's statements (compound
+	// statements, commitStrict's SET STATEMENT): MariaDB does, MySQL
+	// refuses them (shared by With's copies).
 	blocks *atomic.Int32
 
 	exclusiveTimeout time.Duration
