@@ -31,6 +31,12 @@ type Tx struct {
 	recent, cached map[string]bool
 	// written is what a successful commit wrote, key by key.
 	written map[string]cas.Item
+	// hotWindow, when not 0, makes a read of a key that is hot for
+	// transactions (txn_hotcommit.go) end the attempt: hot is set, every
+	// read after it fails with it, and Txn runs the call holding its keys
+	// instead.
+	hotWindow time.Duration
+	hot       *hotReadError
 }
 
 type txWrite struct {
@@ -67,6 +73,9 @@ func (tx *Tx) read(key string) (cas.Item, error) {
 	if ok {
 		delete(tx.hints, key)
 	} else if it, ok = tx.cachedRead(key); !ok {
+		if err := tx.checkHot([]string{key}); err != nil {
+			return cas.Item{}, err
+		}
 		var err error
 		it, err = tx.store.Get(tx.ctx, key)
 		switch {
@@ -132,6 +141,9 @@ func (tx *Tx) readMany(keys []string) error {
 		return nil
 	case 1:
 		_, err := tx.read(keys[0])
+		return err
+	}
+	if err := tx.checkHot(keys); err != nil {
 		return err
 	}
 	items, err := cas.GetMany(tx.ctx, tx.store, keys)
@@ -259,9 +271,10 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	}
 	hotWindow := hotCommitWindow(s, exclusiveAt) // txn_hotcommit.go
 	// hold runs an attempt holding keys (cas.ExclusiveCommitter).
-	hold := func(ctx context.Context, keys []string) error {
+	// whole: keys are a guess, and fn must touch no other key.
+	hold := func(ctx context.Context, keys []string, whole bool) error {
 		c.exclusive = true
-		touched, err := txnExclusive(ctx, ec, s, cache, keys, fn, &turns)
+		touched, err := txnExclusive(ctx, ec, s, cache, keys, fn, &turns, whole)
 		if errors.Is(err, cas.ErrConflict) {
 			lost++
 			lastKeys = keys
@@ -275,7 +288,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 	}
 	return c.run(ctx, func(ctx context.Context) error {
 		if exclusiveAt > 0 && lost >= exclusiveAt && len(lastKeys) > 0 {
-			return hold(ctx, lastKeys)
+			return hold(ctx, lastKeys, false)
 		}
 		var handed map[string]cas.Item
 		if want != nil {
@@ -309,7 +322,13 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			} else {
 				tx.readCache = (cache != nil && !cacheStale) || useRecent
 			}
-			if err := fn(tx); err != nil {
+			tx.hotWindow = hotWindow
+			err := fn(tx)
+			if tx.hot != nil {
+				// fn read a hot key: its reads are not worth committing.
+				return hold(ctx, tx.hot.holdKeys(tx, lastKeys), true)
+			}
+			if err != nil {
 				if len(tx.recent) == 0 && len(tx.cached) == 0 {
 					return err
 				}
@@ -345,10 +364,10 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 					// A key of this transaction conflicted lately: an
 					// optimistic commit would likely lose to the
 					// transactions holding it. Hold the keys at once.
-					return hold(ctx, keys)
+					return hold(ctx, keys, false)
 				}
 			}
-			err := tx.commit()
+			err = tx.commit()
 			turns.attempted(time.Since(t0), tx.written)
 			var ce *cas.ConflictError
 			conflicted := errors.As(err, &ce)

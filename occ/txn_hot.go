@@ -15,8 +15,13 @@ import (
 // keys from what the store read under its hold (other keys as usual) and
 // its writes become the commit's ops.
 //
+// With whole (keys are a guess: those a hot read met, see
+// txn_hotcommit.go), an attempt whose fn touched a key it does not hold
+// writes nothing and fails with errUnheld, so that the next holds them
+// all; otherwise fn's other keys are read and checked without a hold.
+//
 // It returns the keys the attempt's fn touched (nil when fn did not run).
-func txnExclusive(ctx context.Context, ec cas.ExclusiveCommitter, s cas.Store, cache *Cache, keys []string, fn func(tx *Tx) error, turns *txTurns) ([]string, error) {
+func txnExclusive(ctx context.Context, ec cas.ExclusiveCommitter, s cas.Store, cache *Cache, keys []string, fn func(tx *Tx) error, turns *txTurns, whole bool) ([]string, error) {
 	var tx *Tx
 	var ops []cas.Op
 	vs, err := ec.CommitExclusive(ctx, keys, func(cur []cas.Item) ([]cas.Op, error) {
@@ -27,6 +32,16 @@ func txnExclusive(ctx context.Context, ec cas.ExclusiveCommitter, s cas.Store, c
 		tx = &Tx{ctx: ctx, store: s, reads: map[string]cas.Item{}, writes: map[string]txWrite{}, hints: hints}
 		if err := fn(tx); err != nil {
 			return nil, err
+		}
+		if whole {
+			for _, k := range tx.keys() {
+				if !slices.Contains(keys, k) {
+					// Committing now would lock k after the held
+					// keys, out of key order: two holders could
+					// deadlock. Hold it too, next time.
+					return nil, &cas.ConflictError{Key: k, Err: errUnheld}
+				}
+			}
 		}
 		var err error
 		ops, err = tx.ops()
@@ -47,6 +62,11 @@ func txnExclusive(ctx context.Context, ec cas.ExclusiveCommitter, s cas.Store, c
 	turns.attempted(lineMinUnit, tx.written)
 	return touched, nil
 }
+
+// errUnheld is the conflict of an exclusive attempt on a guessed set of
+// keys whose function touched a key it does not hold: nothing was
+// written, and the next attempt holds every key this one touched.
+var errUnheld = errors.New("occ: the transaction touched a key its exclusive attempt does not hold")
 
 // keys returns the keys the attempt read or wrote, sorted.
 func (tx *Tx) keys() []string {

@@ -2,6 +2,8 @@ package occ
 
 import (
 	"hash/maphash"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -66,4 +68,48 @@ func anyHot(s cas.Store, keys []string, window time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// hotReadError ends an attempt whose function read a hot key (Tx.hotWindow):
+// Txn holds the keys instead of reading them optimistically.
+type hotReadError struct {
+	keys []string // the keys being read when a hot one was met
+}
+
+func (e *hotReadError) Error() string {
+	return "occ: a transaction read a hot key: it runs again holding its keys"
+}
+
+// checkHot returns the attempt's hotReadError when one of keys, about to
+// be read from the store, or of the keys the attempt has read (from a
+// conflict, the cache or a remembered state) is hot, or one was met
+// before in this attempt: the attempt will hold its keys, and a read now
+// would be wasted.
+func (tx *Tx) checkHot(keys []string) error {
+	if tx.hot != nil {
+		return tx.hot
+	}
+	if tx.hotWindow <= 0 {
+		return nil
+	}
+	if !anyHot(tx.store, keys, tx.hotWindow) && !anyHot(tx.store, slices.Collect(maps.Keys(tx.reads)), tx.hotWindow) {
+		return nil
+	}
+	tx.hot = &hotReadError{keys: slices.Clone(keys)}
+	return tx.hot
+}
+
+// holdKeys returns the keys the escalated attempt holds, in key order:
+// those the attempt read, wrote or was reading, and those the call's
+// previous attempt touched (last), which a function that reads its keys
+// one by one touches again.
+func (e *hotReadError) holdKeys(tx *Tx, last []string) []string {
+	keys := tx.keys()
+	for _, k := range slices.Concat(e.keys, last) {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }

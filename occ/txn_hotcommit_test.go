@@ -2,6 +2,8 @@ package occ
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,11 +13,22 @@ import (
 )
 
 // hotRivalled is rivalled naming a hot-commit window (cas.HotCommitHint),
-// and counting its plain commits.
+// and counting its plain commits and the reads made outside
+// CommitExclusive.
 type hotRivalled struct {
 	*rivalled
-	window time.Duration
-	plain  atomic.Int64
+	window       time.Duration
+	plain, reads atomic.Int64
+}
+
+func (h *hotRivalled) Get(ctx context.Context, key string) (cas.Item, error) {
+	h.reads.Add(1)
+	return h.rivalled.Get(ctx, key)
+}
+
+func (h *hotRivalled) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) {
+	h.reads.Add(1)
+	return h.rivalled.GetMany(ctx, keys)
 }
 
 func (h *hotRivalled) HotCommitFor() time.Duration { return h.window }
@@ -29,9 +42,10 @@ func (h *hotRivalled) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, 
 // whose commits conflicted twice at a key within the window commits
 // holding its keys from its next attempt on (not after
 // DefaultTxnExclusiveAfter losses), and the next transactions touching
-// the key do so at their first attempt, without an optimistic commit,
-// until the window has passed; a read-only transaction never holds; WithExclusiveAfter(0)
-// turns it off.
+// the key do so at their first attempt, without an optimistic read or
+// commit (a read from the store while a key read is hot ends the attempt;
+// read-only transactions too), until the window has passed;
+// WithExclusiveAfter(0) turns it off.
 func TestTxnHotCommit(t *testing.T) {
 	ctx := context.Background()
 	noSleep := withSleep(func(context.Context, time.Duration) error { return nil })
@@ -41,10 +55,10 @@ func TestTxnHotCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// run runs a transfer from a to b (read-only: a read of c) and
-	// returns which attempts were exclusive and how many plain commits it
-	// sent.
-	run := func(readOnly bool, opts ...Option) ([]int, int64) {
+	// run runs a transfer from a to b (read-only: a read of a) and
+	// returns which attempts were exclusive, how many plain commits it
+	// sent and how many reads it made outside them.
+	run := func(readOnly bool, opts ...Option) ([]int, int64, int64) {
 		t.Helper()
 		var exclusiveAt []int
 		obs := WithObserver(ObserverFuncs{Attempt: func(_ context.Context, a Attempt) {
@@ -52,7 +66,7 @@ func TestTxnHotCommit(t *testing.T) {
 				exclusiveAt = append(exclusiveAt, a.Number)
 			}
 		}})
-		plain := h.plain.Load()
+		plain, reads := h.plain.Load(), h.reads.Load()
 		fn := moveOneAB
 		if readOnly {
 			fn = func(tx *Tx) error {
@@ -64,16 +78,20 @@ func TestTxnHotCommit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("transaction: %v", err)
 		}
-		return exclusiveAt, h.plain.Load() - plain
+		return exclusiveAt, h.plain.Load() - plain, h.reads.Load() - reads
 	}
-	if ex, plain := run(false); len(ex) != 1 || ex[0] != 3 || plain != 2 {
+	if ex, plain, _ := run(false); len(ex) != 1 || ex[0] != 3 || plain != 2 {
 		t.Fatalf("first transfer: exclusive attempts %v, %d plain commits; want [3] after 2 (two conflicts made a hot)", ex, plain)
 	}
-	if ex, plain := run(false); len(ex) != 1 || ex[0] != 1 || plain != 0 {
-		t.Fatalf("transfer while a is hot: exclusive attempts %v, %d plain commits; want [1] and 0", ex, plain)
+	if ex, plain, reads := run(false); len(ex) != 1 || ex[0] != 1 || plain != 0 || reads != 0 {
+		t.Fatalf("transfer while a is hot: exclusive attempts %v, %d plain commits, %d reads; want [1], 0 and 0", ex, plain, reads)
 	}
-	if ex, _ := run(true); len(ex) != 0 {
-		t.Fatalf("read-only transaction while a is hot: exclusive attempts %v, want none", ex)
+	// Reads from the store (no remembered states: no turns).
+	if ex, plain, reads := run(false, WithTurns(false)); len(ex) != 1 || ex[0] != 1 || plain != 0 || reads != 0 {
+		t.Fatalf("transfer while a is hot, no turns: exclusive attempts %v, %d plain commits, %d reads; want [1], 0 and 0", ex, plain, reads)
+	}
+	if ex, plain, reads := run(true, WithTurns(false)); len(ex) != 1 || ex[0] != 1 || plain != 0 || reads != 0 {
+		t.Fatalf("read-only transaction while a is hot: exclusive attempts %v, %d plain commits, %d reads; want [1], 0 and 0", ex, plain, reads)
 	}
 	if err := Txn(ctx, h, func(tx *Tx) error {
 		tx.Put("a", []byte("x"))
@@ -82,11 +100,79 @@ func TestTxnHotCommit(t *testing.T) {
 		t.Fatal("with escalation off, a write of hot a committed although every plain commit loses")
 	}
 	time.Sleep(2 * h.window)
-	if ex, plain := run(false); len(ex) != 1 || ex[0] != 3 || plain != 2 {
+	if ex, plain, _ := run(false); len(ex) != 1 || ex[0] != 3 || plain != 2 {
 		t.Fatalf("transfer after the window: exclusive attempts %v, %d plain commits; want [3] after 2", ex, plain)
 	}
 	items, _ := h.Store.GetMany(ctx, []string{"a", "b"})
-	if string(items[0].Value) != "7" || string(items[1].Value) != "13" {
-		t.Fatalf("a=%s b=%s after three transfers, want 7 and 13", items[0].Value, items[1].Value)
+	if string(items[0].Value) != "6" || string(items[1].Value) != "14" {
+		t.Fatalf("a=%s b=%s after four transfers, want 6 and 14", items[0].Value, items[1].Value)
+	}
+}
+
+// heldRecorder is hotRivalled recording the keys of each CommitExclusive
+// and whether the ops it applied touched a key it was not given.
+type heldRecorder struct {
+	*hotRivalled
+	held   [][]string
+	unheld bool
+}
+
+func (h *heldRecorder) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
+	h.held = append(h.held, slices.Clone(keys))
+	return h.hotRivalled.CommitExclusive(ctx, keys, func(cur []cas.Item) ([]cas.Op, error) {
+		ops, err := fn(cur)
+		for _, op := range ops {
+			if !slices.Contains(keys, op.Key) {
+				h.unheld = true
+			}
+		}
+		return ops, err
+	})
+}
+
+// TestTxnHotReadHoldsEveryKey: a transaction that reads its keys one by
+// one meets hot a first; the attempt that holds a alone finds that the
+// function also touches b, writes nothing, and the next holds both: no
+// exclusive commit ever applies an op on a key it does not hold (which,
+// on a SQL store, would lock b after a, out of key order).
+func TestTxnHotReadHoldsEveryKey(t *testing.T) {
+	ctx := context.Background()
+	noSleep := withSleep(func(context.Context, time.Duration) error { return nil })
+	h := &heldRecorder{hotRivalled: &hotRivalled{rivalled: &rivalled{Store: memcas.New()}, window: 500 * time.Millisecond}}
+	for _, k := range []string{"a", "b"} {
+		if _, err := h.Store.CompareAndSwap(ctx, k, 0, []byte("10")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two conflicts at a make it hot (the rival writes a before every
+	// plain commit).
+	if err := Txn(ctx, h, moveOneAB, noSleep); err != nil {
+		t.Fatal(err)
+	}
+	h.held = nil
+	oneByOne := func(tx *Tx) error {
+		av, _, err := tx.Get("a")
+		if err != nil {
+			return err
+		}
+		bv, _, err := tx.Get("b")
+		if err != nil {
+			return err
+		}
+		a, _ := strconv.Atoi(string(av))
+		b, _ := strconv.Atoi(string(bv))
+		tx.Put("a", []byte(strconv.Itoa(a-1)))
+		tx.Put("b", []byte(strconv.Itoa(b+1)))
+		return nil
+	}
+	if err := Txn(ctx, h, oneByOne, WithTurns(false), noSleep); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.held) != 2 || !slices.Equal(h.held[0], []string{"a"}) || !slices.Equal(h.held[1], []string{"a", "b"}) || h.unheld {
+		t.Fatalf("exclusive commits held %v (an op outside them: %v); want [a] then [a b], none outside", h.held, h.unheld)
+	}
+	items, _ := h.Store.GetMany(ctx, []string{"a", "b"})
+	if string(items[0].Value) != "8" || string(items[1].Value) != "12" {
+		t.Fatalf("a=%s b=%s after two transfers, want 8 and 12", items[0].Value, items[1].Value)
 	}
 }
