@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/occkit/occkit/cas"
@@ -36,14 +37,7 @@ func Txn(ctx context.Context, l Locker, s cas.Store, keys []string, fn func(tx *
 	opts = append(opts[:len(opts):len(opts)], occ.WithRetryable(retryWithNewLease), occ.WithOp(OpTxn, ""))
 	return occ.Retry(ctx, func(ctx context.Context) error {
 		leases := make([]Lease, 0, len(sorted))
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			for i := len(leases) - 1; i >= 0; i-- {
-				// A release that fails leaves the lease to expire.
-				_ = leases[i].Release(rctx)
-			}
-		}()
+		defer func() { releaseAll(ctx, leases) }()
 		for _, k := range sorted {
 			lease, err := l.Acquire(ctx, k)
 			if err != nil {
@@ -56,4 +50,22 @@ func Txn(ctx context.Context, l Locker, s cas.Store, keys []string, fn func(tx *
 		// and is retried with fresh leases.
 		return occ.Txn(ctx, s, fn, occ.WithMaxAttempts(1), occ.WithTurns(false))
 	}, opts...)
+}
+
+// releaseAll releases leases at once, each on a goroutine of its own but
+// the last, and returns when all are released: a waiter for the first key
+// does not wait for the release of the others too. A release that fails
+// leaves its lease to expire.
+func releaseAll(ctx context.Context, leases []Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, l := range leases {
+		if i == len(leases)-1 {
+			_ = l.Release(rctx)
+			break
+		}
+		wg.Go(func() { _ = l.Release(rctx) })
+	}
+	wg.Wait()
 }
