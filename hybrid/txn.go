@@ -55,17 +55,32 @@ func Txn(ctx context.Context, l Locker, s cas.Store, keys []string, fn func(tx *
 // releaseAll releases leases at once, each on a goroutine of its own but
 // the last, and returns when all are released: a waiter for the first key
 // does not wait for the release of the others too. A release that fails
-// leaves its lease to expire.
+// leaves its lease to expire; one that panics panics on the caller's
+// goroutine, once all have returned.
 func releaseAll(ctx context.Context, leases []Lease) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var panicked any
 	for i, l := range leases {
 		if i == len(leases)-1 {
 			_ = l.Release(rctx)
 			break
 		}
-		wg.Go(func() { _ = l.Release(rctx) })
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					mu.Lock()
+					panicked = p
+					mu.Unlock()
+				}
+			}()
+			_ = l.Release(rctx)
+		})
 	}
 	wg.Wait()
+	if panicked != nil {
+		panic(panicked)
+	}
 }

@@ -206,8 +206,11 @@ func (tx *Tx) Delete(key string) {
 // On a store that names a hot-commit window (cas.HotCommitHint: MariaDB),
 // a transaction that writes and touches a key whose commits conflicted
 // twice in this process within the window commits that way at once,
-// after its reads, without an optimistic commit first (a read-only
-// transaction never does).
+// without an optimistic commit first; and a transaction of at most
+// hotHoldMax (8) keys that reads from the store while a key it reads is
+// hot stops there and runs holding the keys it met, so that it reads them
+// once, under the hold (a read-only one too: it holds them for that
+// attempt).
 //
 // fn may run several times; like Update's mutate it must only depend on
 // what it reads through tx. The loop is Retry's: see there for giving up,
@@ -324,6 +327,7 @@ func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option
 			}
 			tx.hotWindow = hotWindow
 			err := fn(tx)
+			tx.hotWindow = 0 // the commit's own reads (of keys only written) never end it
 			if tx.hot != nil {
 				// fn read a hot key: its reads are not worth committing.
 				return hold(ctx, tx.hot.holdKeys(tx, lastKeys), true)

@@ -70,6 +70,12 @@ func anyHot(s cas.Store, keys []string, window time.Duration) bool {
 	return false
 }
 
+// hotHoldMax bounds the keys a transaction may have read, those it is
+// about to read included, for a hot read to end its attempt: a
+// transaction that reads more (a scan) goes on reading optimistically,
+// rather than lock that many rows.
+const hotHoldMax = 8
+
 // hotReadError ends an attempt whose function read a hot key (Tx.hotWindow):
 // Txn holds the keys instead of reading them optimistically.
 type hotReadError struct {
@@ -89,7 +95,7 @@ func (tx *Tx) checkHot(keys []string) error {
 	if tx.hot != nil {
 		return tx.hot
 	}
-	if tx.hotWindow <= 0 {
+	if tx.hotWindow <= 0 || len(tx.reads)+len(keys) > hotHoldMax {
 		return nil
 	}
 	if !anyHot(tx.store, keys, tx.hotWindow) && !anyHot(tx.store, slices.Collect(maps.Keys(tx.reads)), tx.hotWindow) {

@@ -176,3 +176,48 @@ func TestTxnHotReadHoldsEveryKey(t *testing.T) {
 		t.Fatalf("a=%s b=%s after two transfers, want 8 and 12", items[0].Value, items[1].Value)
 	}
 }
+
+// TestTxnHotMarkDuringCommit: a key that turns hot while a transaction
+// commits (here made hot and cold again and again by another goroutine)
+// never ends
+// the commit's own read of a key the function only wrote: the calls
+// succeed, none with the hot read's internal error.
+func TestTxnHotMarkDuringCommit(t *testing.T) {
+	ctx := context.Background()
+	h := &hotPlain{rivalled: &rivalled{Store: memcas.New()}}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				// Hot (a second mark), then cold again (a first one).
+				markHot(h, "b")
+				hotSlot("b").Store(&hotMark{store: h, key: "b", at: time.Now()})
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 2000 {
+		err := Txn(ctx, h, func(tx *Tx) error {
+			tx.Put("b", []byte(strconv.Itoa(i)))
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}
+
+// hotPlain names a hot-commit window and holds keys as rivalled does, with
+// no rival: its plain commits are memcas's.
+type hotPlain struct{ *rivalled }
+
+func (h *hotPlain) HotCommitFor() time.Duration { return time.Minute }
+
+func (h *hotPlain) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error) {
+	return h.Store.Commit(ctx, ops)
+}

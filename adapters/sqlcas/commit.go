@@ -131,8 +131,11 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	}
 	order := opsort.Order(ops)
 	id := s.ids.Next()
-	if s.d == MySQL && !s.inTx && checkedApplies(ops) && s.blocks.Load() != blocksRefused {
+	if checkedApplies(ops) && s.strictUsable(ops) {
 		if vs, err, done := s.commitStrict(ctx, ops, id); done {
+			if err == nil {
+				s.seen.note(sqlrows.WrittenKeys(ops)...)
+			}
 			return vs, err
 		}
 	}
@@ -160,6 +163,9 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 			}
 		}
 		return nil, s.commitError(ctx, ops, id, "commit", err)
+	}
+	if !s.inTx {
+		s.seen.note(sqlrows.WrittenKeys(ops)...)
 	}
 	return vs, nil
 }

@@ -43,8 +43,8 @@ func isMariaDB(t *testing.T, db *sql.DB) bool {
 	return strings.Contains(version, "MariaDB")
 }
 
-// TestCommitBlock: on MariaDB a commit of live keys runs as one compound
-// statement (on MySQL the store finds it refused and commits as before);
+// TestCommitBlock: on MariaDB a commit of live keys runs as one strict
+// UPDATE (on MySQL the store finds it refused and commits as before);
 // it applies whole, and a refused one writes nothing and carries the
 // moved key's current item.
 func TestCommitBlock(t *testing.T) {
@@ -54,8 +54,8 @@ func TestCommitBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if store.RunsBlocks() != mariadb {
-		t.Fatalf("commits run as blocks: %v; the server is MariaDB: %v", store.RunsBlocks(), mariadb)
+	if store.RunsStrict() != mariadb {
+		t.Fatalf("commits run as one strict UPDATE: %v; the server is MariaDB: %v", store.RunsStrict(), mariadb)
 	}
 	for i, k := range []string{"a", "b"} {
 		it, err := store.Get(ctx, k)
@@ -85,8 +85,8 @@ func TestCommitBlockErrorRollsBack(t *testing.T) {
 		t.Skip("MySQL runs no blocks")
 	}
 	got, err := store.Commit(ctx, []cas.Op{cas.Put("a", vs[0], []byte("2")), cas.Put("b", vs[1], []byte("3"))})
-	if err != nil || !store.RunsBlocks() {
-		t.Fatalf("first commit: %v, as a block: %v", err, store.RunsBlocks())
+	if err != nil || !store.RunsStrict() {
+		t.Fatalf("first commit: %v, as one strict UPDATE: %v", err, store.RunsStrict())
 	}
 	db := store.DB()
 	holder, err := db.BeginTx(ctx, nil)

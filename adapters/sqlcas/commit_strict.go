@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/writeid"
@@ -17,6 +19,48 @@ import (
 // erBadNull is MySQL's error for NULL written to a NOT NULL column
 // (ER_BAD_NULL_ERROR), an error rather than a warning in strict mode.
 const erBadNull = 1048
+
+// rowsSeen are keys a store knows to have a row: found live by a read
+// outside a caller's transaction, or written by a write or commit that
+// committed. A store never removes a row, so a key once seen keeps its
+// row; the strict commit, which cannot refuse a key without a row (its
+// UPDATE would write the others), is taken only when every key was
+// seen. At most maxRowsSeen keys: past that the set starts again empty
+// (the keys then take the transaction's way until seen again). Shared by
+// With's copies; safe for concurrent use.
+type rowsSeen struct {
+	m sync.Map // key → struct{}
+	n atomic.Int64
+}
+
+const maxRowsSeen = 1 << 16
+
+// note records keys as having rows.
+func (r *rowsSeen) note(keys ...string) {
+	for _, k := range keys {
+		if _, loaded := r.m.LoadOrStore(k, struct{}{}); !loaded && r.n.Add(1) > maxRowsSeen {
+			r.m.Clear()
+			r.n.Store(0)
+		}
+	}
+}
+
+// all reports whether every op's key was seen.
+func (r *rowsSeen) all(ops []cas.Op) bool {
+	for _, op := range ops {
+		if _, ok := r.m.Load(op.Key); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// strictUsable reports whether Commit may take commitStrict for ops (all
+// writes of keys expected live): on a server not known to refuse SET
+// STATEMENT, outside a caller's transaction, every key seen with a row.
+func (s *Store) strictUsable(ops []cas.Op) bool {
+	return s.d == MySQL && !s.inTx && s.strict.Load() != blocksRefused && s.seen.all(ops)
+}
 
 // strictApply writes every op of a commit of keys expected live in one
 // UPDATE that fails unless every row is live at its expected version: a
@@ -72,7 +116,8 @@ func (s *Store) strictArgs(ops []cas.Op, id writeid.ID) (text string, args []any
 }
 
 // commitStrict is Commit of ops that all write keys expected live
-// (checkedApplies), outside a caller's transaction, on MariaDB: one
+// (checkedApplies) and were all seen with a row (strictUsable), outside a
+// caller's transaction, on MariaDB: one
 // statement in autocommit (strictApply), where MySQL needs BEGIN, the
 // UPDATE and COMMIT, and a compound statement costs the server as much
 // again as the UPDATE. A refused commit reads its conflict's current
@@ -94,11 +139,11 @@ func (s *Store) commitStrict(ctx context.Context, ops []cas.Op, id writeid.ID) (
 		return err
 	})
 	if me, ok := asMySQL(err); ok && me.Number == erBadNull {
-		s.blocks.Store(blocksRun)
+		s.strict.Store(blocksRun)
 		return nil, s.checkedConflict(ctx, ops), true
 	}
 	if err != nil {
-		if refusesBlocks(err, s.blocks) {
+		if refusesBlocks(err, s.strict) {
 			return nil, nil, false
 		}
 		if !answered(err) && !notSent(err) {
@@ -108,11 +153,12 @@ func (s *Store) commitStrict(ctx context.Context, ops []cas.Op, id writeid.ID) (
 		}
 		return nil, s.commitError(ctx, ops, id, "commit", err), true
 	}
-	s.blocks.Store(blocksRun)
+	s.strict.Store(blocksRun)
 	if n != int64(len(ops)) {
-		// Only a key whose row is gone can be short: its other keys are
-		// written, and no statement of this store removes a row.
-		return nil, fmt.Errorf("sqlcas: commit: %d of %d rows written: a key expected at a version has no row in %s (rows of a Store's table must never be deleted: see docs/sql.md)", n, len(ops), s.name), true
+		// Only a key whose row is gone can be short (every key was seen
+		// with a row): its other keys are written, and no statement of a
+		// store removes a row.
+		return nil, fmt.Errorf("sqlcas: commit: %d of %d rows written: a key seen with a row has none in %s (rows of a Store's table must never be deleted: see docs/sql.md)", n, len(ops), s.name), true
 	}
 	return vs, nil, true
 }

@@ -63,9 +63,32 @@ func TestCommitStrictInALaxSession(t *testing.T) {
 	}
 }
 
-// TestCommitStrictRowRemoved: a commit of keys expected live, one of
-// whose rows was deleted by hand (which docs/sql.md forbids), is an error
-// naming what happened, not a success.
+// TestCommitStrictUnseenKey: a commit that expects a version of a key
+// that never had a row (a version made up, or from another table) is a
+// conflict on that key and writes nothing, also beside a key that is at
+// its version: the one-statement commit, which would write the other key,
+// runs only for keys the store has seen with a row.
+func TestCommitStrictUnseenKey(t *testing.T) {
+	ctx := context.Background()
+	store, _, vs := blockStore(t)
+	for _, ops := range [][]cas.Op{
+		{cas.Put("a", vs[0], []byte("2")), cas.Delete("gone", 5)},
+		{cas.Put("a", vs[0], []byte("2")), cas.Put("gone", 5, []byte("2"))},
+	} {
+		_, err := store.Commit(ctx, ops)
+		var ce *cas.ConflictError
+		if !errors.As(err, &ce) || ce.Key != "gone" {
+			t.Fatalf("commit %v: %v, want a conflict on \"gone\"", ops, err)
+		}
+		if it, err := store.Get(ctx, "a"); err != nil || it.Version != vs[0] || string(it.Value) != "1" {
+			t.Fatalf("a = %q v%d, %v after a refused commit; want \"1\" v%d", it.Value, it.Version, err, vs[0])
+		}
+	}
+}
+
+// TestCommitStrictRowRemoved: a commit of keys seen with a row, one of
+// whose rows was then deleted by hand (which docs/sql.md forbids), is an
+// error naming what happened, not a success.
 func TestCommitStrictRowRemoved(t *testing.T) {
 	ctx := context.Background()
 	store, mariadb, vs := blockStore(t)
@@ -76,7 +99,7 @@ func TestCommitStrictRowRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := store.Commit(ctx, []cas.Op{cas.Put("a", vs[0], []byte("2")), cas.Put("b", vs[1], []byte("3"))})
-	if err == nil || !strings.Contains(err.Error(), "has no row") {
+	if err == nil || !strings.Contains(err.Error(), "must never be deleted") {
 		t.Fatalf("commit over a removed row: %v, want an error saying a row is missing", err)
 	}
 }

@@ -206,9 +206,11 @@ func TestExclusiveBlockLostReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A first block, so that the store knows the server runs them.
-	vs, err := store.Commit(ctx, []cas.Op{cas.Put("k", v1, []byte("2")), cas.Put("other", v2, []byte("2"))})
+	vs, err := store.CommitExclusive(ctx, []string{"k", "other"}, func(cur []cas.Item) ([]cas.Op, error) {
+		return []cas.Op{cas.Put("k", v1, []byte("2")), cas.Put("other", v2, []byte("2"))}, nil
+	})
 	if err != nil || !store.RunsBlocks() {
-		t.Fatalf("first commit: %v, as a block: %v", err, store.RunsBlocks())
+		t.Fatalf("first exclusive commit: %v, as a block: %v", err, store.RunsBlocks())
 	}
 	// Statements through the proxy; the read-back (resolveCommit) on the
 	// store's own pool, which the proxy does not cut.

@@ -149,7 +149,7 @@ var _ cas.HotCommitHint = (*Store)(nil)
 const hotCommitFor = 100 * time.Millisecond
 
 // HotCommitFor implements cas.HotCommitHint: on MariaDB, once the store
-// has run a compound statement (a commit or an exclusive write in one
+// has run a compound statement (an exclusive write and its COMMIT in one
 // block, which MySQL 8 refuses; commitExclusiveLive is what makes holding
 // keys cheap),
 // a key whose commits conflicted twice within 100 ms is hot, and occ.Txn

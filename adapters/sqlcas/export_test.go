@@ -26,9 +26,13 @@ func (s *Store) SwapStatement() (string, func(key string, value, id []byte, expe
 // prepared and not closed yet, and how many they ever prepared.
 func OpenPrepared() (open, total int64) { return openPrepared.Load(), preparedTotal.Load() }
 
-// RunsBlocks reports whether the store's commits have run as one compound
-// statement (MariaDB's BEGIN NOT ATOMIC).
+// RunsBlocks reports whether the store has run a compound statement
+// (MariaDB's BEGIN NOT ATOMIC: an exclusive commit's write and COMMIT).
 func (s *Store) RunsBlocks() bool { return s.blocks.Load() == blocksRun }
+
+// RunsStrict reports whether the store's commits have run as one strict
+// UPDATE (MariaDB's SET STATEMENT).
+func (s *Store) RunsStrict() bool { return s.strict.Load() == blocksRun }
 
 // RunsBlocks reports whether the table's Txn commits have run as one
 // compound statement.

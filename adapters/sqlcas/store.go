@@ -109,10 +109,14 @@ type Store struct {
 	prep   *prepared // SQLite: statements prepared on db
 	ids    *writeid.Source
 	deltas *deltaStatements
-	// blocks is whether the server runs MariaDB's statements (compound
-	// statements, commitStrict's SET STATEMENT): MariaDB does, MySQL
-	// refuses them (shared by With's copies).
+	// blocks is whether the server runs MariaDB's compound statements:
+	// MariaDB does, MySQL refuses them (shared by With's copies).
 	blocks *atomic.Int32
+	// strict is the same for commitStrict's SET STATEMENT (which
+	// Percona Server runs without compound statements), and seen the
+	// keys known to have a row.
+	strict *atomic.Int32
+	seen   *rowsSeen
 
 	exclusiveTimeout time.Duration
 }
@@ -153,6 +157,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		d: cfg.Dialect, db: db, q: db, rdb: cfg.ReadDB, limits: cfg.Limits.WithDefaults(),
 		table: table, name: name, ids: writeid.NewSource(),
 		exclusiveTimeout: cfg.ExclusiveTimeout, blocks: new(atomic.Int32),
+		strict: new(atomic.Int32), seen: new(rowsSeen),
 	}
 	if s.exclusiveTimeout <= 0 {
 		s.exclusiveTimeout = DefaultExclusiveTimeout
@@ -259,7 +264,11 @@ func (s *Store) Get(ctx context.Context, key string) (cas.Item, error) {
 	if err := s.limits.Get(ctx, key); err != nil {
 		return cas.Item{}, err
 	}
-	return sqlrows.Item(key, s.prep.queryRow(ctx, s.reader(), s.st.get.text, key), func(err error) error { return s.readError("get", key, err) })
+	it, err := sqlrows.Item(key, s.prep.queryRow(ctx, s.reader(), s.st.get.text, key), func(err error) error { return s.readError("get", key, err) })
+	if err == nil && !s.inTx {
+		s.seen.note(key)
+	}
+	return it, err
 }
 
 // GetMany implements cas.BatchGetter with one SELECT ... WHERE k IN (...):
@@ -283,6 +292,13 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]cas.Item, error) 
 	out, err := sqlrows.Items(keys, rows)
 	if err != nil {
 		return nil, s.readError("get-many", keys[0], err)
+	}
+	if !s.inTx {
+		for _, it := range out {
+			if it.Version != 0 {
+				s.seen.note(it.Key)
+			}
+		}
 	}
 	return out, nil
 }

@@ -77,6 +77,9 @@ func (s *Store) write(ctx context.Context, op, key string, expected cas.Version,
 			return s.writeFailed(ctx, op, key, expected, id, err)
 		}
 		if applied {
+			if !s.inTx {
+				s.seen.note(key)
+			}
 			return v, nil
 		}
 		if cur == nil {
