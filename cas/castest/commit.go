@@ -147,6 +147,12 @@ var commitTests = []test{
 		wantConflict(t, h, err, "a", a, 0, "")
 		wantItem(t, h, s, "b", "B3", b2)
 		wantAbsent(t, h, s, "a")
+		// A key that never existed, at a version made up, beside a live
+		// key's write.
+		_, err = c.Commit(ctx, []cas.Op{cas.Put("b", b2, []byte("B5")), cas.Put("never", 7, []byte("N"))})
+		wantConflict(t, h, err, "never", 7, 0, "")
+		wantItem(t, h, s, "b", "B3", b2)
+		wantAbsent(t, h, s, "never")
 	}},
 	{"FailedDeleteAppliesNothing", func(t *testing.T, h *Harness, s cas.Store) {
 		c := capability[cas.Committer](t, s)
