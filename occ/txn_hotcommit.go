@@ -2,7 +2,6 @@ package occ
 
 import (
 	"hash/maphash"
-	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -62,12 +61,13 @@ func markHot(s cas.Store, key string) {
 // last window: once is the chance meeting of two writers that any number
 // of keys sees now and then, and holding a key costs more than trying it.
 func anyHot(s cas.Store, keys []string, window time.Duration) bool {
-	for _, k := range keys {
-		if m := hotSlot(k).Load(); m != nil && m.key == k && m.store == s && !m.prev.IsZero() && time.Since(m.prev) < window {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(keys, func(k string) bool { return isHot(s, k, window) })
+}
+
+// isHot is anyHot for one key.
+func isHot(s cas.Store, key string, window time.Duration) bool {
+	m := hotSlot(key).Load()
+	return m != nil && m.key == key && m.store == s && !m.prev.IsZero() && time.Since(m.prev) < window
 }
 
 // hotHoldMax bounds the keys a transaction may have read, those it is
@@ -98,7 +98,11 @@ func (tx *Tx) checkHot(keys []string) error {
 	if tx.hotWindow <= 0 || len(tx.reads)+len(keys) > hotHoldMax {
 		return nil
 	}
-	if !anyHot(tx.store, keys, tx.hotWindow) && !anyHot(tx.store, slices.Collect(maps.Keys(tx.reads)), tx.hotWindow) {
+	hot := anyHot(tx.store, keys, tx.hotWindow)
+	for k := range tx.reads {
+		hot = hot || isHot(tx.store, k, tx.hotWindow)
+	}
+	if !hot {
 		return nil
 	}
 	tx.hot = &hotReadError{keys: slices.Clone(keys)}

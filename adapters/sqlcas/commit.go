@@ -133,10 +133,7 @@ func (s *Store) Commit(ctx context.Context, ops []cas.Op) ([]cas.Version, error)
 	id := s.ids.Next()
 	if checkedApplies(ops) && s.strictUsable(ops) {
 		if vs, err, done := s.commitStrict(ctx, ops, id); done {
-			if err == nil {
-				s.seen.note(sqlrows.WrittenKeys(ops)...)
-			}
-			return vs, err
+			return vs, err // (its keys were all seen already)
 		}
 	}
 

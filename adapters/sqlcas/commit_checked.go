@@ -102,8 +102,8 @@ func (s *Store) checkedConflict(ctx context.Context, ops []cas.Op) error {
 	return &cas.ConflictError{Key: ops[0].Key, Expected: ops[0].Expected, Err: errCheckedShort}
 }
 
-// Store.blocks: whether the server runs MariaDB's statements (compound
-// statements, SET STATEMENT ... FOR).
+// Store.blocks and Store.strict (likewise Table.blocks): whether the
+// server runs MariaDB's compound statements, and its SET STATEMENT ... FOR.
 const (
 	blocksUnknown int32 = iota
 	blocksRun           // MariaDB
