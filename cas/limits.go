@@ -147,22 +147,41 @@ func (l Limits) Get(ctx context.Context, key string) error {
 // every key is valid and appears once (ErrInvalidKey), and there are at
 // most MaxCommitOps keys (ErrTooLarge).
 func (l Limits) GetMany(ctx context.Context, keys []string) error {
+	return l.keyList(ctx, "get-many", keys)
+}
+
+// Exclusive validates an ExclusiveCommitter.CommitExclusive: GetMany's
+// checks, and at least one key (ErrInvalidCommit), since a commit that
+// holds nothing has nothing to commit.
+func (l Limits) Exclusive(ctx context.Context, keys []string) error {
+	const op = "exclusive commit"
+	if err := l.keyList(ctx, op, keys); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("cas: %s: %w: no keys", op, ErrInvalidCommit)
+	}
+	return nil
+}
+
+// keyList is GetMany's checks, its errors naming op.
+func (l Limits) keyList(ctx context.Context, op string, keys []string) error {
 	if ctx == nil {
-		return fmt.Errorf("cas: get-many: %w", ErrNilContext)
+		return fmt.Errorf("cas: %s: %w", op, ErrNilContext)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if len(keys) > l.maxOps() {
-		return fmt.Errorf("cas: get-many: %w: %d keys, limit %d", ErrTooLarge, len(keys), l.maxOps())
+		return fmt.Errorf("cas: %s: %w: %d keys, limit %d", op, ErrTooLarge, len(keys), l.maxOps())
 	}
 	seen := make(map[string]struct{}, len(keys))
 	for _, k := range keys {
-		if err := l.CheckKey("get-many", k); err != nil {
+		if err := l.CheckKey(op, k); err != nil {
 			return err
 		}
 		if _, dup := seen[k]; dup {
-			return &KeyError{Op: "get-many", Key: k, Err: fmt.Errorf("%w: the key appears twice", ErrInvalidKey)}
+			return &KeyError{Op: op, Key: k, Err: fmt.Errorf("%w: the key appears twice", ErrInvalidKey)}
 		}
 		seen[k] = struct{}{}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -170,11 +169,8 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // not write end right after. It needs a server with
 // TransactWriteItems (DynamoDB, minidyn; not dynalite).
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
-	if err := s.limits.GetMany(ctx, keys); err != nil {
+	if err := s.limits.Exclusive(ctx, keys); err != nil {
 		return nil, err
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("dynamocas: exclusive commit: %w: no keys", cas.ErrInvalidCommit)
 	}
 	token := make([]byte, holdTokenLen)
 	_, _ = rand.Read(token)

@@ -150,14 +150,11 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // of Limits.MaxCommitOps keys, and ops plus keys at most MaxCommitOps.
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
 	const op = "exclusive commit"
-	if err := s.limits.GetMany(ctx, keys); err != nil {
+	if err := s.limits.Exclusive(ctx, keys); err != nil {
 		return nil, err
 	}
 	maxOps := s.limits.WithDefaults().MaxCommitOps
-	switch {
-	case len(keys) == 0:
-		return nil, fmt.Errorf("etcdcas: %s: %w: no keys", op, cas.ErrInvalidCommit)
-	case 2*len(keys) > maxOps:
+	if 2*len(keys) > maxOps {
 		return nil, fmt.Errorf("etcdcas: %s: %w: %d keys, at most %d (two transaction operations each)", op, cas.ErrTooLarge, len(keys), maxOps/2)
 	}
 	token := holds.Token()

@@ -163,11 +163,8 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // frees the rows; its late commit is refused with a *cas.ConflictError.
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
 	const op = "exclusive commit"
-	if err := s.limits.GetMany(ctx, keys); err != nil {
+	if err := s.limits.Exclusive(ctx, keys); err != nil {
 		return nil, err
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("pgcas: %s: %w: no keys", op, cas.ErrInvalidCommit)
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {

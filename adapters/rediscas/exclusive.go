@@ -133,11 +133,8 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // Config.ExclusiveTTL by the server's clock.
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
 	const op = "exclusive commit"
-	if err := s.limits.GetMany(ctx, keys); err != nil {
+	if err := s.limits.Exclusive(ctx, keys); err != nil {
 		return nil, err
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("rediscas: %s: %w: no keys", op, cas.ErrInvalidCommit)
 	}
 	if err := s.checkSlots(op, keys); err != nil {
 		return nil, err

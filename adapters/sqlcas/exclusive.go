@@ -198,11 +198,8 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // (commitExclusiveLive).
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
 	const op = "exclusive commit"
-	if err := s.limits.GetMany(ctx, keys); err != nil {
+	if err := s.limits.Exclusive(ctx, keys); err != nil {
 		return nil, err
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("sqlcas: %s: %w: no keys", op, cas.ErrInvalidCommit)
 	}
 	sorted := slices.Sorted(slices.Values(keys))
 	if s.d == MySQL && !s.inTx && s.blocks.Load() != blocksRefused {

@@ -46,9 +46,12 @@ var exclusiveCommitTests = []test{
 		wantConflict(t, h, err, "a", va, vs[1], "A2")
 		wantItem(t, h, s, "b", "B", vs[0])
 		// Bad keys.
-		for _, keys := range [][]string{nil, {"a", "a"}, {""}} {
-			if _, err := ec.CommitExclusive(ctx, keys, func([]cas.Item) ([]cas.Op, error) { return nil, nil }); err == nil {
-				t.Errorf("CommitExclusive(%q) succeeded", keys)
+		for _, c := range []struct {
+			keys []string
+			want error
+		}{{nil, cas.ErrInvalidCommit}, {[]string{"a", "a"}, cas.ErrInvalidKey}, {[]string{""}, cas.ErrInvalidKey}} {
+			if _, err := ec.CommitExclusive(ctx, c.keys, func([]cas.Item) ([]cas.Op, error) { return nil, nil }); !errors.Is(err, c.want) {
+				t.Errorf("CommitExclusive(%q) = %v, want %v", c.keys, err, c.want)
 			}
 		}
 	}},
