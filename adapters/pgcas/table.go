@@ -353,12 +353,7 @@ func (t *Table[T]) updateSQL(row T, token uint64, fenced bool) (sql string, args
 	if expected = rowupdate.ToVersion(ev); expected == 0 {
 		return "", nil, key, 0, rowupdate.ZeroVersion("update", key)
 	}
-	args = []any{key, ev.Interface()}
-	for i, c := range t.layout.Columns {
-		if t.layout.Writable(i) {
-			args = append(args, rv.FieldByIndex(c.Index).Interface())
-		}
-	}
+	args = append([]any{key, ev.Interface()}, t.layout.WritableValues(&row)...)
 	sql = t.sqlUpd
 	if fenced {
 		sql = t.sqlUpdF

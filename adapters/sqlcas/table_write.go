@@ -14,7 +14,6 @@ import (
 
 func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool) (T, error) {
 	var zero T
-	rv := reflect.ValueOf(&row).Elem()
 	key := t.layout.KeyOf(&row)
 	expected := t.layout.VersionOf(&row)
 	if expected == 0 {
@@ -23,12 +22,7 @@ func (t *Table[T]) update(ctx context.Context, row T, token uint64, fenced bool)
 	if expected > math.MaxInt64 {
 		return zero, &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected}
 	}
-	var vals []any
-	for i, c := range t.layout.Columns {
-		if t.layout.Writable(i) {
-			vals = append(vals, rv.FieldByIndex(c.Index).Interface())
-		}
-	}
+	vals := t.layout.WritableValues(&row)
 	var args []any
 	query := t.sqlUpd
 	if fenced {

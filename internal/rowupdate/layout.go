@@ -55,6 +55,19 @@ func (l Layout[T]) VersionColumn() Column { return l.Columns[l.Version] }
 // to its token).
 func (l Layout[T]) Writable(i int) bool { return i != l.Key && i != l.Version && i != l.Fence }
 
+// WritableValues returns the fields of *row that Update writes (Writable),
+// in column order: the SET list's arguments.
+func (l Layout[T]) WritableValues(row *T) []any {
+	rv := reflect.ValueOf(row).Elem()
+	var out []any
+	for i, c := range l.Columns {
+		if l.Writable(i) {
+			out = append(out, rv.FieldByIndex(c.Index).Interface())
+		}
+	}
+	return out
+}
+
 // SelectList is the quoted columns, comma separated, in column order: what
 // a SELECT or RETURNING of a row read whole names.
 func (l Layout[T]) SelectList() string {
