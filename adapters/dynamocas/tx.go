@@ -2,8 +2,6 @@ package dynamocas
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -14,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // Tx is a transaction of versioned writes on one or more Tables, committed
@@ -79,16 +78,7 @@ func (op txOp) transactItem() types.TransactWriteItem {
 
 // NewTx returns an empty transaction sent through cli.
 func NewTx(cli *dynamodb.Client) *Tx {
-	return &Tx{cli: cli, token: newToken()}
-}
-
-// newToken returns a fresh ClientRequestToken.
-func newToken() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("dynamocas: reading random bytes: %v", err))
-	}
-	return hex.EncodeToString(b[:])
+	return &Tx{cli: cli, token: writeid.Random()}
 }
 
 // Token returns the transaction's ClientRequestToken.
@@ -203,7 +193,7 @@ func (tx *Tx) Commit(ctx context.Context) ([]cas.Version, error) {
 			if werr := poll.Wait(ctx); werr != nil {
 				return nil, fmt.Errorf("dynamocas: commit (first key %q) waiting for an exclusive hold: %w", truncate(tx.ops[0].w.ks, 64), werr)
 			}
-			tx.token = newToken()
+			tx.token = writeid.Random()
 			round--
 			continue
 		}
@@ -212,7 +202,7 @@ func (tx *Tx) Commit(ctx context.Context) ([]cas.Version, error) {
 			// A create refused by a tombstone: create over it, in a new
 			// request (with a new token: the first was refused outright).
 			tx.ops[tomb.op].w.onTombstone(tomb.deleted)
-			tx.token = newToken()
+			tx.token = writeid.Random()
 			continue
 		}
 		if err != nil {

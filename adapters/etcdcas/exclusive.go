@@ -13,6 +13,7 @@ import (
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
 	"github.com/occkit/occkit/internal/holds"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // DefaultExclusiveTTL is Config.ExclusiveTTL's default.
@@ -45,7 +46,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 		return 0, err
 	}
 	dk, hk := s.dataKey(key), s.holdKey(key)
-	token := holds.Token()
+	token := writeid.Random()
 	held := false
 	// release ends the hold, best effort (it expires with its lease).
 	release := func() {
@@ -157,7 +158,7 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	if 2*len(keys) > maxOps {
 		return nil, fmt.Errorf("etcdcas: %s: %w: %d keys, at most %d (two transaction operations each)", op, cas.ErrTooLarge, len(keys), maxOps/2)
 	}
-	token := holds.Token()
+	token := writeid.Random()
 	hks := make([]string, len(keys))
 	for i, k := range keys {
 		hks[i] = s.holdKey(k)

@@ -10,6 +10,7 @@ import (
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
 	"github.com/occkit/occkit/internal/holds"
+	"github.com/occkit/occkit/internal/writeid"
 )
 
 // DefaultExclusiveTTL is Config.ExclusiveTTL's default.
@@ -57,7 +58,7 @@ func (s *Store) UpdateExclusive(ctx context.Context, key string, fn func(cur cas
 	if err := s.limits.Get(ctx, key); err != nil {
 		return 0, err
 	}
-	token := holds.Token()
+	token := writeid.Random()
 	cur, err := s.takeHold(ctx, key, token)
 	if err != nil {
 		return 0, err
@@ -139,7 +140,7 @@ func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur 
 	if err := s.checkSlots(op, keys); err != nil {
 		return nil, err
 	}
-	token := holds.Token()
+	token := writeid.Random()
 	return holds.Commit(keys,
 		func(k string) (cas.Item, error) { return s.takeHold(ctx, k, token) },
 		fn,

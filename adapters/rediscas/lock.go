@@ -13,6 +13,7 @@ import (
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/internal/ctxwait"
 	"github.com/occkit/occkit/internal/leases"
+	"github.com/occkit/occkit/internal/writeid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -218,7 +219,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) 
 	stop := context.AfterFunc(closing, func() { cancel(errLockerClosed) })
 	defer stop()
 	keys := []string{l.lockKey(key), l.tokenKey(key)}
-	holder := randomID()
+	holder := writeid.Random()
 	wait := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {

@@ -1,9 +1,7 @@
 package rediscas
 
 import (
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/occkit/occkit/internal/writeid"
@@ -44,15 +42,6 @@ func raw8(v uint64) string {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], v)
 	return string(b[:])
-}
-
-// randomID returns 16 random bytes in hex: a lock holder's id.
-func randomID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("rediscas: reading random bytes: %v", err))
-	}
-	return hex.EncodeToString(b[:])
 }
 
 // encodeToken writes a fencing token as 20 decimal digits, zero-padded, so

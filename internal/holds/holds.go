@@ -8,20 +8,11 @@ package holds
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"slices"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/ctxwait"
 )
-
-// Token returns a new random hold token: 32 hex digits.
-func Token() string {
-	var raw [16]byte
-	_, _ = rand.Read(raw[:])
-	return hex.EncodeToString(raw[:])
-}
 
 // Next runs fn, the function of an UpdateExclusive, on cur, the item of
 // key while the caller holds it, and checks a value to write against

@@ -27,6 +27,15 @@ func (id ID) UUID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:16])
 }
 
+// Random returns Len random bytes in hex: a token that names one holder
+// or one request (a lock holder, a key's hold, a DynamoDB transaction's
+// ClientRequestToken) rather than one write.
+func Random() string {
+	var b [Len]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail: it crashes the program
+	return hex.EncodeToString(b[:])
+}
+
 // Source makes ids: 8 random bytes fixed per source, then a counter. They
 // are unique without a system call per write. A Source is safe for
 // concurrent use.
