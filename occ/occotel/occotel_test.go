@@ -191,6 +191,18 @@ func (m metrics) callDurations(attrs ...attribute.KeyValue) uint64 {
 	return dp.Count
 }
 
+// checkSucceeded checks the metrics of one call of name that succeeded
+// after conflicts conflicts: an attempt per conflict, then one success.
+func (m metrics) checkSucceeded(name string, conflicts int64) {
+	m.t.Helper()
+	check(m.t, "attempts{"+name+",conflict}", m.counter("occ.attempts", op(name), outcome("conflict")), conflicts)
+	check(m.t, "attempts{"+name+",success}", m.counter("occ.attempts", op(name), outcome("success")), 1)
+	check(m.t, "conflicts{"+name+"}", m.counter("occ.conflicts", op(name)), conflicts)
+	count, sum := m.callAttempts(op(name), outcome("success"))
+	check(m.t, "call.attempts{"+name+",success} count", count, 1)
+	check(m.t, "call.attempts{"+name+",success} sum", sum, conflicts+1)
+}
+
 func op(name string) attribute.KeyValue      { return attribute.String("op", name) }
 func outcome(name string) attribute.KeyValue { return attribute.String("outcome", name) }
 func reason(name string) attribute.KeyValue  { return attribute.String("reason", name) }
@@ -254,14 +266,9 @@ func TestRetryConflictsThenSucceeds(t *testing.T) {
 	}
 
 	m := h.collect()
-	check(t, "attempts{retry,conflict}", m.counter("occ.attempts", op("retry"), outcome("conflict")), 2)
-	check(t, "attempts{retry,success}", m.counter("occ.attempts", op("retry"), outcome("success")), 1)
+	m.checkSucceeded("retry", 2)
 	check(t, "attempts points", m.points("occ.attempts"), 2)
-	check(t, "conflicts{retry}", m.counter("occ.conflicts", op("retry")), 2)
 	check(t, "conflicts points", m.points("occ.conflicts"), 1)
-	count, sum := m.callAttempts(op("retry"), outcome("success"))
-	check(t, "call.attempts{retry,success} count", count, 1)
-	check(t, "call.attempts{retry,success} sum", sum, 3)
 	check(t, "call.duration{retry,success} count", m.callDurations(op("retry"), outcome("success")), 1)
 	check(t, "giveups", m.total("occ.giveups"), 0)
 	check(t, "budget.rejections", m.total("occ.budget.rejections"), 0)
@@ -282,12 +289,7 @@ func TestUpdate(t *testing.T) {
 	check(t, "counter", n, 3)
 
 	m := h.collect()
-	check(t, "attempts{update,conflict}", m.counter("occ.attempts", op("update"), outcome("conflict")), 2)
-	check(t, "attempts{update,success}", m.counter("occ.attempts", op("update"), outcome("success")), 1)
-	check(t, "conflicts{update}", m.counter("occ.conflicts", op("update")), 2)
-	count, sum := m.callAttempts(op("update"), outcome("success"))
-	check(t, "call.attempts{update,success} count", count, 1)
-	check(t, "call.attempts{update,success} sum", sum, 3)
+	m.checkSucceeded("update", 2)
 	check(t, "call.duration{update,success} count", m.callDurations(op("update"), outcome("success")), 1)
 	check(t, "giveups", m.total("occ.giveups"), 0)
 }
@@ -316,13 +318,7 @@ func TestTxn(t *testing.T) {
 		t.Fatalf("Txn: %v", err)
 	}
 
-	m := h.collect()
-	check(t, "attempts{txn,conflict}", m.counter("occ.attempts", op("txn"), outcome("conflict")), 1)
-	check(t, "attempts{txn,success}", m.counter("occ.attempts", op("txn"), outcome("success")), 1)
-	check(t, "conflicts{txn}", m.counter("occ.conflicts", op("txn")), 1)
-	count, sum := m.callAttempts(op("txn"), outcome("success"))
-	check(t, "call.attempts{txn,success} count", count, 1)
-	check(t, "call.attempts{txn,success} sum", sum, 2)
+	h.collect().checkSucceeded("txn", 1)
 }
 
 func TestGiveUps(t *testing.T) {

@@ -114,6 +114,17 @@ func runCell(t *testing.T, l *Lab, c Cell) Result {
 	return r
 }
 
+// wantNotApplicable runs c and wants it refused as not applicable
+// (errNotApplicable); it returns the refusal, whose text says why.
+func wantNotApplicable(t *testing.T, l *Lab, c Cell) error {
+	t.Helper()
+	_, err := l.Run(t.Context(), c)
+	if !errors.Is(err, errNotApplicable) {
+		t.Errorf("%s, procs %d: %v, want not applicable", CellName(c), max(c.Procs, 1), err)
+	}
+	return err
+}
+
 // smokeCell is a cell of a backend's smoke test.
 type smokeCell struct{ backend, strategy, workload string }
 
