@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # House rules that keep the tree readable (run by scripts/lint.sh):
-#   - no issue numbers in the comments of non-test Go files: history goes
-#     in commit messages, reasons in comments;
+#   - no issue numbers in the comments of non-test Go files ("issue 12",
+#     "#12"): history goes in commit messages, reasons in comments;
 #   - no non-test Go file over 500 lines: a file that grows past it holds
 #     several ideas, one file each.
 set -euo pipefail
@@ -16,6 +16,18 @@ files=$(git ls-files '*.go' 2>/dev/null | grep -v '_test\.go$' || true)
 hits=$(grep -nE '//.*\b[Ii]ssues? [0-9]+' $files 2>/dev/null || true)
 if [ -n "$hits" ]; then
   echo "house: issue numbers in non-test comments (say why, not which issue):" >&2
+  echo "$hits" >&2
+  status=1
+fi
+
+# "#12" or "Issue #7" alone is this project's tracker too: a "#" number
+# in a comment must follow another project's name ("etcd issue #22082",
+# "pgx PR #1234").
+hits=$(grep -nE '//.*#[0-9]+' $files 2>/dev/null |
+  sed -E 's/[A-Za-z0-9_.-]+ (issue|PR|pull request) #[0-9]+//g' |
+  grep -E '//.*#[0-9]+' || true)
+if [ -n "$hits" ]; then
+  echo "house: '#N' tracker references in non-test comments (name the project: \"etcd issue #N\"):" >&2
   echo "$hits" >&2
   status=1
 fi
