@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/sqlrows"
 	"github.com/occkit/occkit/internal/writeid"
 )
 
@@ -193,32 +194,19 @@ func (s *Store) writeFailed(ctx context.Context, op, key string, expected cas.Ve
 	if !sent(err) {
 		return 0, &transientError{op: op, key: key, why: "not sent", err: err}
 	}
-	if v, ok := s.resolve(ctx, key, id); ok {
+	if v, ok := s.resolve(ctx, key, id, op == "compare-and-delete"); ok {
 		return v, nil
 	}
 	return 0, &cas.AmbiguousError{Op: op, Key: key, WriteID: id.UUID(), Err: err}
 }
 
 // resolve reads key back on another connection and reports whether the
-// write tagged id applied, with the version it made. It gives up (false)
-// when ctx has ended or the row cannot be read: the outcome stays unknown.
-func (s *Store) resolve(ctx context.Context, key string, id writeid.ID) (cas.Version, bool) {
+// write tagged id applied (a delete when del), with the version it made
+// (sqlrows.ResolveOne). It gives up (false) when ctx has ended or the row
+// cannot be read: the outcome stays unknown.
+func (s *Store) resolve(ctx context.Context, key string, id writeid.ID, del bool) (cas.Version, bool) {
 	if ctx.Err() != nil {
 		return 0, false
 	}
-	var (
-		version int64
-		deleted bool
-		got     writeid.ID
-	)
-	if err := s.pool.QueryRow(ctx, s.sqlResolve, key).Scan(&version, &deleted, &got); err != nil {
-		return 0, false
-	}
-	if got != id {
-		return 0, false
-	}
-	if deleted {
-		return 0, true
-	}
-	return cas.Version(version), true
+	return sqlrows.ResolveOne(s.pool.QueryRow(ctx, s.sqlResolve, key), id, del)
 }

@@ -1,7 +1,6 @@
 package sqlcas
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/sqlrows"
 	"github.com/occkit/occkit/internal/writeid"
 )
 
@@ -303,19 +303,5 @@ func (s *Store) resolve(ctx context.Context, key string, id writeid.ID, del bool
 	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
-	var (
-		version int64
-		dead    bool
-		got     []byte
-	)
-	if err := s.db.QueryRowContext(ctx, s.st.resolve.text, key).Scan(&version, &dead, &got); err != nil {
-		return 0, false
-	}
-	if !bytes.Equal(got, id[:]) || dead != del {
-		return 0, false
-	}
-	if del {
-		return 0, true
-	}
-	return cas.Version(version), true
+	return sqlrows.ResolveOne(s.db.QueryRowContext(ctx, s.st.resolve.text, key), id, del)
 }

@@ -140,14 +140,7 @@ func Resolve(ops []cas.Op, id writeid.ID, rows Rows) ([]cas.Version, bool) {
 		if err := rows.Scan(&k, &r.version, &r.deleted, &raw); err != nil {
 			return nil, false
 		}
-		switch raw := raw.(type) {
-		case [writeid.Len]byte:
-			r.id = raw
-		case []byte:
-			if len(raw) == writeid.Len {
-				r.id = writeid.ID(raw)
-			}
-		}
+		r.id = idOf(raw)
 		found[k] = r
 	}
 	if rows.Err() != nil {
@@ -169,4 +162,42 @@ func Resolve(ops []cas.Op, id writeid.ID, rows Rows) ([]cas.Version, bool) {
 		}
 	}
 	return out, true
+}
+
+// ResolveOne reads row, the (version, deleted, write id) of the key a
+// single write tagged id read back, and reports whether that write
+// applied, with the version it made: id on the row, a tombstone exactly
+// where the write was a delete (del; its version is then 0). A scan that
+// fails resolves nothing. The write id column is as Resolve's.
+func ResolveOne(row Row, id writeid.ID, del bool) (cas.Version, bool) {
+	var (
+		version int64
+		deleted bool
+		raw     any
+	)
+	if err := row.Scan(&version, &deleted, &raw); err != nil {
+		return 0, false
+	}
+	if idOf(raw) != id || deleted != del {
+		return 0, false
+	}
+	if del {
+		return 0, true
+	}
+	return cas.Version(version), true
+}
+
+// idOf is a write id column's value as scanned into an any: a PostgreSQL
+// uuid ([16]byte from pgx) or bytes of the id's length; anything else (a
+// NULL) is the zero id, which no write has.
+func idOf(raw any) writeid.ID {
+	switch raw := raw.(type) {
+	case [writeid.Len]byte:
+		return raw
+	case []byte:
+		if len(raw) == writeid.Len {
+			return writeid.ID(raw)
+		}
+	}
+	return writeid.ID{}
 }

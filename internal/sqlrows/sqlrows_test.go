@@ -77,6 +77,39 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+func TestResolveOne(t *testing.T) {
+	id := writeid.NewSource().Next()
+	other := writeid.NewSource().Next()
+	one := func(version int64, deleted bool, raw any) row {
+		return row{t: &table{rows: [][]any{{version, deleted, raw}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		row  row
+		del  bool
+		want cas.Version
+		ok   bool
+	}{
+		{"uuid id", one(5, false, any([writeid.Len]byte(id))), false, 5, true},
+		{"byte id", one(5, false, any(id[:])), false, 5, true},
+		{"delete", one(5, true, any(id[:])), true, 0, true},
+		{"written since", one(6, false, any(other[:])), false, 0, false},
+		{"a put found a tombstone", one(5, true, any(id[:])), false, 0, false},
+		{"a delete found a live row", one(5, false, any(id[:])), true, 0, false},
+		{"short id", one(5, false, any(id[:8])), false, 0, false},
+		{"no id", one(5, false, any([]byte(nil))), false, 0, false},
+		{"no row", row{t: &table{}}, false, 0, false},
+		{"read failed", row{err: errors.New("broken")}, false, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ResolveOne(tc.row, id, tc.del)
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("ResolveOne = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
 func TestWrittenKeys(t *testing.T) {
 	got := WrittenKeys([]cas.Op{cas.Check("c", 1), cas.Put("p", 0, nil), cas.Delete("d", 1)})
 	if !reflect.DeepEqual(got, []string{"p", "d"}) {
