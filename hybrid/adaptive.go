@@ -48,53 +48,14 @@ type AdaptiveConfig struct {
 // observe. It never spends updates exploring a path it expects to be
 // slower.
 //
-// # The model
-//
-// Within one process, contention costs the optimistic path almost
-// nothing: a Combiner queues its concurrent updates of a key behind one
-// write. What remains is contention with writers elsewhere (other
-// processes, other Adaptives), and there the two paths carry a key's
-// updates differently:
-//
-//   - Optimistic: the writers' attempts overlap; of those that read the
-//     same version, one wins and the others conflict and go again at
-//     once from the state the conflict returned. Each attempt time d
-//     (read, mutates, write) lets at least one batch through, and a batch
-//     carries b updates (b estimated as the updates begun between two
-//     successful writes of the key in this process).
-//   - Lease: one update at a time holds the key, for the lock's round
-//     trips h (acquire and release, estimated from the fastest recent
-//     grants) and its own attempt under the lease, dℓ (measured on the
-//     lease path); the others wait in the lock's queue.
-//
-// With K writers sharing the key both paths give each about 1/K of what
-// they carry, so the lease path wins only if b/d < 1/(h/2+dℓ) (h/2 the
-// acquire; dℓ holds the release): only when
-// contention has made the optimistic attempts themselves slow (a server
-// that spends itself on conflicting writes), never merely because they
-// conflict. A key takes the lease path when the lease path's rate over
-// the optimistic path's, d/(b·(h/2+dℓ)), exceeds LockAbove while at least
-// half of its optimistic attempts conflict (p, a moving average, so that
-// a server slow for everyone is not taken for contention); it goes back
-// when the ratio falls below 1/LockAbove or p below a quarter. The lease
-// path is measured where it is needed: an optimistic update that runs
-// out of attempts on conflicts (writers elsewhere keep winning) is
-// finished on the lease path, which gives dℓ; until then a key does not
-// lock, and a key that goes back is measured there again before it locks
-// again. On the lease path, one update in ProbeEvery first tries one
-// optimistic attempt (a probe) so that d and p stay current, and takes
-// the lease path if it conflicts. Under a lasting storm a key can cycle
-// between the paths: the probes of a locked key see a server the lease
-// has calmed.
-//
-// A key nobody else writes never conflicts, so it never takes the lease
-// path: nothing beats one read and one conditional write (or one write,
-// with a version cache). Such keys cost the model nothing: a key has
-// statistics only from its first conflict on, until its conflicts die
-// down (p under 1%) while it is optimistic; until then its updates are
-// combined occ.Updates plus one lookup that writes nothing. Where all writers share one process, combining
-// makes conflicts vanish and the key stays optimistic, which is the
-// faster path there.
+// A key takes the lease path only when contention with writers elsewhere
+// has made its optimistic attempts so slow that one update per lease
+// carries more than one batch per attempt (by AdaptiveConfig.LockAbove,
+// and while at least half of its attempts conflict), never merely because
+// they conflict; it goes back when that no longer holds, and under a
+// lasting storm it can cycle between the paths. A key whose updates do
+// not conflict never locks and has no statistics: it costs the model one
+// lookup that writes nothing. See docs/hybrid.md#adaptive for the model.
 //
 // An Adaptive is safe for concurrent use; share one per process and
 // locker.
@@ -153,7 +114,9 @@ func NewAdaptive(l Locker, cfg AdaptiveConfig) *Adaptive {
 	// keeps them queued while they come (a key cools only after lonely
 	// batches over occ's cooling span), so the model sees one conflict
 	// between them per heating. Queueing every update from the key's
-	// first cost a fifth of the updates at 1000 keys (SQLite, memory).
+	// first (occ.WithQueueFromStart) cost updates where keys are many and
+	// calls cheap (docs/performance.md, "Measured on 2026-12-05 and not
+	// kept").
 	var copts []occ.CombinerOption
 	if cfg.MaxBatch > 0 {
 		copts = append(copts, occ.WithMaxBatch(cfg.MaxBatch))

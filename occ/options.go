@@ -359,9 +359,9 @@ const seniorUnits = 4
 // the store's versions, as the holder of a turn does; waits that grew to
 // 4 and 8 attempt times left a caller that had lost a few times behind
 // callers that arrived after it, and set the tail. A batch's leader keeps
-// the default waits: capping them too cost a fifth of the throughput
-// with 4 callers per process (docs/performance.md, "Measurements behind
-// occ's defaults").
+// the default waits: capping them too cost throughput where several
+// callers of a process share a key, for no better tail
+// (docs/performance.md, "Measurements behind occ's defaults").
 const combinedMaxUnits = 2
 
 // next returns the wait after the call's next conflict; unit is the

@@ -12,53 +12,30 @@ import (
 
 // Retry calls fn until it succeeds, fails with an error that is not
 // retryable, or the loop gives up. Conflicts (errors matching
-// cas.ErrConflict) are retryable; WithRetryable adds more.
+// cas.ErrConflict) are retryable; WithRetryable adds more. An error
+// matching cas.ErrAmbiguous (the write may have applied) is not: retry it
+// only for idempotent work.
 //
 // fn runs on the caller's goroutine (a panic propagates to the caller) with
-// ctx; between attempts Retry waits as the BackOff says, and a context that
-// ends, also during that wait, stops the loop at once. The result is:
-//   - nil when an attempt succeeds;
-//   - fn's error, unwrapped, when it is not retryable or is marked with
-//     Permanent (the mark removed), unless ctx has ended meanwhile: then
-//     the *GiveUpError below, matching both;
-//   - a *GiveUpError when the loop stops while fn still fails with a
-//     retryable error, or when ctx ends: errors.Is matches both why it stopped
-//     (ErrAttemptsExhausted, ErrBudgetExhausted, ErrBackOffStopped or
-//     ctx.Err()) and fn's last error.
+// ctx; between attempts Retry waits as the backoff says (by default a few
+// of the call's own attempt times), and a context that ends, also during
+// that wait, stops the loop at once. The result is nil when an attempt
+// succeeds; fn's error, unwrapped (Permanent's mark removed), when it is
+// not retryable; otherwise a *GiveUpError whose errors.Is matches both why
+// the loop stopped (ErrAttemptsExhausted, ErrBudgetExhausted,
+// ErrBackOffStopped or ctx.Err()) and fn's last error. Prefer Update for
+// a single key. See docs/overview.md#retries.
 //
 // Read inside fn and return the conflict unwrapped (or wrapped with %w):
 //
 //	err := occ.Retry(ctx, func(ctx context.Context) error {
-//		it, err := store.Get(ctx, "stock/sku-42")
+//		it, err := store.Get(ctx, key)
 //		if err != nil {
 //			return err
 //		}
-//		n, _ := strconv.Atoi(string(it.Value))
-//		if n == 0 {
-//			return ErrSoldOut // not retryable: returned as is
-//		}
-//		_, err = store.CompareAndSwap(ctx, "stock/sku-42", it.Version, []byte(strconv.Itoa(n-1)))
+//		_, err = store.CompareAndSwap(ctx, key, it.Version, next(it.Value))
 //		return err // a conflict: read again and retry
 //	})
-//
-// Waits: without WithBackOff, the n-th wait of a call is 2^(n-1) times
-// the duration of the call's latest attempts (1, 2, 4, 8), ±50% at random
-// (within 5µs and 100ms): contention clears in a few competitors' attempt
-// times, which are microseconds on an in-process store and milliseconds on
-// a database, so the waits follow the store instead of one fixed schedule.
-// After four waits the call is senior: its waits fall back to four attempt
-// times instead of growing to 16, so that it stops losing round after round
-// to callers that arrived after it (the tail of a hot key); Update also
-// makes the calls of a process take turns at a key that conflicts (see
-// there).
-// Until an attempt has been timed (the first one is not, so that an
-// uncontended call costs nothing extra), the wait is DefaultBackOff's.
-//
-// An error matching cas.ErrAmbiguous (the write may have been applied) is not
-// retried unless WithRetryable says so: retry it only for idempotent work.
-//
-// Prefer Update for a single key: it does the read, decodes the value and
-// reuses the current state a conflict carries instead of reading again.
 func Retry(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
 	var c config
 	c.apply(opts)

@@ -313,9 +313,9 @@ func (c *config) leaveLine() {
 // code (an attempt, a retryable check, an observer) for the holder of a
 // turn: if it panics, the turn passes on as the panic leaves the call; a
 // line left held would hold the key's other calls for ever. (A deferred
-// release in Update would do the same for every call, and costs an
-// uncontended Update 7%; so would closures here, by moving the loop's
-// variables to memory.)
+// release in Update would do the same for every call, and costs every
+// uncontended Update a measurable share of its time, docs/performance.md;
+// so would closures here, by moving the loop's variables to memory.)
 func (c *config) attemptHolding(ctx context.Context, fn func(ctx context.Context) error) error {
 	done := false
 	defer c.leaveUnless(&done)

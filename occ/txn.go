@@ -176,69 +176,20 @@ func (tx *Tx) Delete(key string) {
 //
 // Inside fn, tx.Get reads a key (and sees the transaction's own writes),
 // tx.Put and tx.Delete buffer writes. When fn returns nil, the commit checks
-// that every key read still has the version it was read at and applies every
-// write, atomically, through the store's cas.Committer; a key written
-// without being read is read at commit time so that the write is still
-// conditional. A conflict runs fn again: at once, from the key's current
-// state when the conflict carried it (once per call), otherwise after the
-// backoff's wait with fresh reads. An error from fn aborts without writing.
+// that every key read (or written) still has the version it was read at and
+// applies every write, atomically, through the store's cas.Committer. A
+// conflict runs fn again; an error from fn aborts without writing and is
+// returned as is. fn may run several times and must only depend on what it
+// reads through tx. The loop is Retry's: see there for giving up, contexts
+// and panics.
 //
 // On a store that is not a cas.Committer, a transaction may read any number
-// of keys and write none (the reads are validated by reading them again),
-// or read and write a single key; anything else fails with an error
-// matching errors.ErrUnsupported.
-//
-// Calls of one process take turns at hot keys, as Update's do: a call
-// whose commit conflicted takes the turns of the keys its attempt touched,
-// in key order, and keeps them until it ends; meanwhile this process's
-// other Txn and Update calls on those keys queue behind it (a Txn whose
-// keys have turns queues before it commits, and runs fn again holding
-// them), and each turn is handed on with what the holder wrote, so that
-// the next holder starts without reading; once the turns end, the
-// process's next calls read those keys from the states the turns last
-// wrote for a moment (100 ms), as Update's do. Two transactions cannot wait
-// for each other: turns are taken in key order. WithTurns(false),
-// WithBackOff and WithBackOffFunc opt out. Across processes, a call that
-// lost DefaultTxnExclusiveAfter commits in a row runs its next attempt
-// holding its keys in the store (cas.ExclusiveCommitter: row locks in key
-// order), so that a transaction on hot keys shared with other processes
-// does not fail where a lock would have served it (WithExclusiveAfter).
-// On a store that names a hot-commit window (cas.HotCommitHint: MariaDB),
-// a transaction that writes and touches a key whose commits conflicted
-// twice in this process within the window commits that way at once,
-// without an optimistic commit first; and a transaction of at most
-// hotHoldMax (8) keys that reads from the store while a key it reads is
-// hot stops there and runs holding the keys it met, so that it reads them
-// once, under the hold (a read-only one too: it holds them for that
-// attempt).
-//
-// fn may run several times; like Update's mutate it must only depend on
-// what it reads through tx. The loop is Retry's: see there for giving up,
-// contexts and panics.
-//
-// With WithCombiner(c), concurrent calls on the same store combine (group
-// commit): while a batch of them is in flight the next calls queue, and
-// the first caller waiting then runs the functions of those behind it (at
-// most WithMaxBatch), in queue order, on one Tx, and commits them all at
-// once, so that each sees what the calls before it wrote. Every call of
-// the batch succeeds with that commit, or gets the error the batch gave up
-// with. A call whose fn returns an error has its writes taken back and
-// gets the error when the batch commits (which validates what it read);
-// if the batch runs again, so does its fn. An error the loop would retry
-// (a conflict, WithRetryable's) ends the batch's attempt. A call whose fn
-// panics leaves at once and re-raises the panic. A call whose context
-// ends while it waits is not applied (ctx.Err()), or, when its batch is
-// in flight, returns as soon as its fn is not running, with an error
-// matching ctx.Err() and cas.ErrAmbiguous; the leader of a batch returns
-// when its batch ends. fn runs on the leader's goroutine, with
-// tx.Context() the leader's context, which the store's calls carry too
-// (do not combine calls whose store reads values of their own contexts);
-// the batch retries under the leader's options. A call whose writes would
-// take the commit over the store's limits (cas.Limits) waits for the next
-// batch. Combining pays where
-// transactions of a process meet on a few hot keys (one commit carries
-// many); on cold keys a batch of unrelated transactions conflicts when any
-// of them does.
+// of keys and write none, or read and write a single key; anything else
+// fails with an error matching errors.ErrUnsupported. Calls of one process
+// take turns at hot keys, as Update's do, and a call that keeps losing to
+// other processes holds its keys in the store (WithExclusiveAfter). With
+// WithCombiner, fn may run on another caller's goroutine, with that
+// caller's context as tx.Context(). See docs/overview.md#transactions.
 func Txn(ctx context.Context, s cas.Store, fn func(tx *Tx) error, opts ...Option) error {
 	var c config
 	c.apply(opts)

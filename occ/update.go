@@ -13,47 +13,13 @@ import (
 // version has not changed, and starts again on a conflict. It returns the
 // value written and its version.
 //
-// A conflict that carries the key's current state (PostgreSQL, etcd,
-// DynamoDB, Redis and memcas return it in the same round trip) is retried
-// at once from that state, without reading the key again: that retry costs
-// one round trip. A later conflict in the same call waits as the backoff
-// says and then reads the key afresh, since on a key hot enough to
-// conflict twice a state learned before a wait is stale by its end (and a
-// writer that kept retrying from stale states would starve).
-//
-// Calls of one process take turns at a hot key (with the default
-// backoff; WithTurns(false), WithBackOff and WithBackOffFunc opt out): a
-// call whose write conflicts opens its key's line (on a store whose
-// attempts take 20 µs or more: in memory a retry is cheaper than a
-// queue), and while the line exists every call of the process on that
-// key queues in it before its attempt. The calls in the line write one
-// at a time, in the order they came, each from the state its predecessor
-// wrote (one round trip, no read), as under sync.Mutex in its starvation
-// mode; the line ends when nobody waits in it, and for a moment after
-// (100 ms) the process's next call of the key starts from the state the
-// line's last holder wrote instead of reading, and passes on what it
-// writes in turn (a state written elsewhere since costs the conflict it
-// meets). In the process no attempt is then wasted on a
-// conflict with another, and no caller loses round after round to callers
-// that arrived after it (docs/performance.md measures it against calls
-// that take no turns). Writers in other processes are not held: the
-// holders of the processes' lines meet through the store's versions: a
-// holder retries at once from the state its first conflicts carry, then
-// waits about one attempt time between attempts, so that the holders of
-// several processes do not retry in step. A call that loses
-// DefaultExclusiveAfter writes in a row to them (or the store's own count,
-// cas.ExclusiveAfterHint) runs its next attempt
-// exclusively on a store that implements cas.Exclusive (the store holds
-// the key from the read to the write: a row lock), so that it cannot
-// lose; see WithExclusiveAfter.
-//
 // mutate may run several times and must depend only on its arguments; an
 // error from it ends the loop and is returned as is (unless WithRetryable
-// says to retry it), once it came from a state current during the call: an
-// error from a state this process kept (a cache entry, the state the
-// key's last turn wrote) is checked by reading the key and calling mutate
-// again. The loop is Retry's: see there for giving up, contexts
-// and panics.
+// says to retry it). The loop is Retry's: see there for giving up, contexts
+// and panics. Calls of one process take turns at a hot key (WithTurns), and
+// a call that keeps losing to writers elsewhere runs its next attempt
+// exclusively on a store that can (WithExclusiveAfter). See
+// docs/overview.md#retries.
 //
 // Replacing a mutex around a counter:
 //

@@ -33,60 +33,24 @@ type Rows[K, T any] interface {
 }
 
 // UpdateRow is Update over a repository table: it edits the row with key
-// under precondition p, read from the request with ReadPrecondition. edit
-// gets the current row (exists is false, cur the row with only its key
-// set, when there is none, which only CreateOnly and allowed
-// unconditional writes let through) and returns the row to write, with
-// the same key; its version field is ignored. As in the tables' Modify,
-// cur may share maps, slices and pointers with rows that other calls
-// hold: edit replaces them rather than writing into them. UpdateRow
+// under precondition p, read from the request with ReadPrecondition, and
 // returns the row as stored and its version, the new ETag. It runs in
-// rows.Modify, whose mutate checks the precondition on every row it is
-// given:
+// rows.Modify, whose mutate checks p on every row it is given. edit gets
+// the current row (exists is false, cur the row with only its key set,
+// when there is none, which only CreateOnly and allowed unconditional
+// writes let through) and returns the row to write, with the same key; its
+// version field is ignored. cur may share maps, slices and pointers with
+// rows that other calls hold: edit replaces them rather than writing into
+// them.
 //
-//   - MatchVersion: if the row is not at a version If-Match names (it was
-//     edited meanwhile, or before a conflict of the write), UpdateRow
-//     fails with a *PreconditionError carrying the current version (412)
-//     and nothing is written. edit runs again only if a write fails while
-//     the row stays at a version If-Match names.
-//   - CreateOnly: edit runs on the absent row and the row is inserted; an
-//     existing row fails with a *PreconditionError (412).
-//   - MatchAny: a missing row fails with a *PreconditionError (412);
-//     otherwise conflicts are retried on the server, edit running again
-//     on the row as it then is.
-//   - Unconditional: ErrPreconditionRequired (428), unless
-//     AllowUnconditional is given: then a plain Modify.
-//
-// The options of WithRetry reach Modify for MatchAny and unconditional
-// writes only, as for Update. MatchVersion and CreateOnly run Modify
-// without them and out of the process's turns (occ.WithTurns(false)), so
-// that their check sees the row as a read or a conflict returned it: in a
-// combined batch an edit sees the state the edits ahead of it left, and a
-// version cache or a turn's handover may hold a version older than the
-// client's ETag.
-//
-// An error from edit is returned as is; a changed key fails with an
-// error matching cas.ErrInvalidKey (400). A PATCH handler:
-//
-//	p, err := occhttp.ReadPrecondition(r)
-//	if err != nil {
-//		occhttp.WriteError(w, err)
-//		return
-//	}
-//	var id any = r.PathValue("id")
-//	item, v, err := occhttp.UpdateRow(r.Context(), items, id, p, func(cur Item, exists bool) (Item, error) {
-//		cur.Name = patch.Name
-//		return cur, nil
-//	})
-//	if err != nil {
-//		occhttp.WriteError(w, err) // 412 with the current ETag if someone edited first
-//		return
-//	}
-//	occhttp.SetETag(w, v)
-//	json.NewEncoder(w).Encode(item)
-//
-// A PUT is the same call with an edit that returns the new row (and
-// notes !exists to answer 201 Created); RowHandler serves both.
+// A row not at a version If-Match names (MatchVersion), an existing row
+// (CreateOnly) or a missing one (MatchAny) fails with a *PreconditionError
+// carrying the current version (412), and nothing is written; no
+// precondition is ErrPreconditionRequired (428) unless AllowUnconditional
+// is given. An error from edit is returned as is; a changed key fails with
+// an error matching cas.ErrInvalidKey (400). RowHandler serves PUT and
+// PATCH with it; docs/tables.md#serving-rows-over-http has each
+// precondition's retries and a PATCH handler.
 func UpdateRow[K, T any](ctx context.Context, rows Rows[K, T], key K, p Precondition, edit func(cur T, exists bool) (T, error), opts ...Option) (T, cas.Version, error) {
 	var c config
 	c.apply(opts)

@@ -31,48 +31,21 @@ type TxBeginner interface {
 // RunTx runs fn in a transaction begun with txOptions and commits it,
 // running the whole function again, through occ.Retry and opts, when
 // PostgreSQL refuses the transaction with SQLSTATE 40001
-// (serialization_failure) or 40P01 (deadlock_detected). Both roll the
-// transaction back, so running it again is safe; they are returned as a
-// *cas.ConflictError (errors.Is(err, cas.ErrConflict); its Key is
-// "(transaction)" and its Expected 0), with the *pgconn.PgError reachable
-// with errors.As.
+// (serialization_failure) or 40P01 (deadlock_detected), from any statement
+// or from the COMMIT. Both roll the transaction back; they are returned as
+// a *cas.ConflictError (errors.Is(err, cas.ErrConflict)), with the
+// *pgconn.PgError reachable with errors.As.
 //
-// fn must do all its reads and writes through tx, and return the error of
-// a failed statement (wrapped with %w, or as is): a serialization failure
-// can come from any statement, and also from the COMMIT. Only those two
-// SQLSTATEs (and errors that occ.WithRetryable in opts accepts) run fn
-// again: any other error from fn, or from begin, rolls
-// the transaction back and ends the loop, and is returned as is, even one
-// that matches cas.ErrConflict (say, from a Store call fn made outside
-// tx, which this transaction cannot retry): RunTx marks it with
-// occ.Permanent, so the loop ends at once and returns it without the mark.
-// fn may run several times: keep side effects outside it.
-//
-// If fn panics, the transaction is rolled back, its connection returned
-// to db, and the panic goes on up to the caller.
-//
-// A COMMIT whose reply is lost (the connection broke after it was sent)
-// leaves the outcome unknown: RunTx then returns a *cas.AmbiguousError
-// (errors.Is(err, cas.ErrAmbiguous)) and never runs fn again. A BEGIN or
-// COMMIT that certainly applied nothing for a reason that may pass — no
-// connection could be made, COMMIT was never sent, or the server ended
-// the session (SQLSTATE 57P01 and the other codes Retryable lists), which
-// rolls the transaction back — is an error Retryable accepts: pass
-// occ.WithRetryable(pgcas.Retryable) in opts to run fn again for it.
-//
-// Serializable transactions with retry, the classic write skew guard:
-//
-//	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
-//		var onCall int
-//		if err := tx.QueryRow(ctx, `SELECT count(*) FROM doctors WHERE on_call`).Scan(&onCall); err != nil {
-//			return err
-//		}
-//		if onCall < 2 {
-//			return ErrLastDoctor // not retried
-//		}
-//		_, err := tx.Exec(ctx, `UPDATE doctors SET on_call = false WHERE name = $1`, name)
-//		return err
-//	}, occ.WithMaxAttempts(5))
+// fn must do all its reads and writes through tx and return the error of
+// a failed statement (wrapped with %w, or as is); it may run several
+// times: keep side effects outside it. Any other error from fn, or from
+// begin, rolls the transaction back and is returned as is, not retried,
+// even one that matches cas.ErrConflict. A COMMIT whose reply is lost is a
+// *cas.AmbiguousError and never runs fn again; pass
+// occ.WithRetryable(pgcas.Retryable) to run fn again after a BEGIN or
+// COMMIT that certainly applied nothing. If fn panics, the transaction is
+// rolled back and the panic goes on up. See
+// docs/postgres.md#serializable-transactions.
 func RunTx(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn func(tx pgx.Tx) error, opts ...occ.Option) error {
 	return occ.Retry(ctx, func(ctx context.Context) error {
 		return runTxOnce(ctx, db, txOptions, fn)

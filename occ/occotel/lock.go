@@ -72,40 +72,13 @@ var causeNames = [numCauses]string{causeExpired: "expired", causeRevoked: "revok
 //
 //	locker, err := occotel.Locker(redisLocker, mp, occotel.WithAttributes(attribute.String("locker", "redis")))
 //
-// Instruments (constant attributes from WithAttributes on every one, and
-// key only with WithKeys):
-//
-//   - hybrid.lock.acquire.duration (s, histogram): how long Acquire took,
-//     the wait behind other holders included, with outcome "acquired",
-//     "canceled" (the caller's context ended first) or "error".
-//   - hybrid.lease.hold.duration (s, histogram): from the grant to the
-//     release, or to the loss, with end "released", "lost" or
-//     "release_failed" (Release failed: the lock stays until it expires).
-//   - hybrid.lease.lost ({lease}, counter): leases lost before their
-//     holder released them, seen when the locker cancels the lease's
-//     Context (at once, also if Release is never called) or when Release
-//     reports the loss, with cause "expired" (an expiring lease whose
-//     expiry had passed: its holder was paused or its renewals did not get
-//     through) or "revoked" (taken away before its expiry, or a lease with
-//     no expiry: its lock gone or held by another grant, its session or
-//     connection ended, the locker closed).
-//   - hybrid.lease.renewals ({renewal}, asynchronous counter): the
-//     renewals l reports, read at each collection, only if l is a
-//     hybrid.RenewalCounter (etcdcas.Locker and rediscas.Locker; pgcas and
-//     sqlcas leases are not renewed: they last as long as their
-//     connection, and NewLocalLocker's never are). Pass the locker that
-//     renews, not a wrapper of it; several Lockers whose attributes are
-//     equal add up.
-//
-// Writes refused at the store because their token was stale are counted
-// by an Observer given to hybrid.Update (hybrid.fenced.writes): the
-// locker does not see the writes.
-//
-// When the context given to Acquire carries a recording span (a Tracer's
-// hybrid.update span: hybrid.Update acquires with its call's context), the
-// grant ([EventLeaseAcquired], with the token and the wait), a failed
-// acquire ([EventLeaseRefused]), the release ([EventLeaseReleased]) and a
-// loss ([EventLeaseLost], with its cause) are added to it as events.
+// It records hybrid.lock.acquire.duration, hybrid.lease.hold.duration,
+// hybrid.lease.lost and, if l is a hybrid.RenewalCounter,
+// hybrid.lease.renewals (pass the locker that renews, not a wrapper of
+// it); key attributes only with WithKeys. A lease acquired with a context
+// that carries a recording span adds its events ([EventLeaseAcquired] and
+// the others) to that span. Stale writes are counted by an Observer given
+// to hybrid.Update, not here. See docs/operations.md#lease-instruments.
 //
 // Call Locker once per locker: each call creates its own instruments'
 // callbacks. The returned Locker is safe for concurrent use if l is.
