@@ -15,11 +15,12 @@ import (
 //
 // Handles come in chunks of chunkSize: the handles of one chunk are
 // slices of one buffer, whose cleanup drops the chunk's rows once none of
-// its handles is reachable. One cleanup per chunk instead of one per row:
-// runtime.AddCleanup was a third of the Go time Table.Modify spends on
-// top of occ.Update over a Store. The price is that one live handle keeps
-// its chunk's other rows too (at most chunkSize-1 more per entry a cache
-// keeps).
+// its handles is reachable. One cleanup per chunk instead of one per row,
+// because runtime.AddCleanup walks its span's list of specials, and one
+// per row was a large part of what Table.Modify costs on top of
+// occ.Update over a Store (docs/benchmarks.md, the occ-table row of the
+// goal checks). The price is that one live handle keeps its chunk's other
+// rows too (at most chunkSize-1 more per entry a cache keeps).
 type handles[T any] struct {
 	chunks *sync.Map // chunk number → *chunk[T]
 
