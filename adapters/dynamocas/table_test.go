@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/occkit/occkit/adapters/dynamocas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/cas/castest"
 	"github.com/occkit/occkit/internal/dynamotest"
 	"github.com/occkit/occkit/occ"
 )
@@ -538,43 +539,22 @@ func TestTableHolderPaused(t *testing.T) {
 		if _, err := others.Insert(ctx, stock{SKU: "n", Remaining: 100}); err != nil {
 			t.Fatal(err)
 		}
-		held := make(chan struct{})
-		paused := make(chan error, 1)
-		go func() {
+		holderErr, firstDone := castest.HolderPaused(t, bound, func(pause func()) error {
 			_, err := holder.ExclusiveModify(ctx, key, func(cur stock, _ bool) (stock, bool, error) {
-				close(held)
-				time.Sleep(5 * bound)
+				pause()
 				cur.Remaining = 1000
 				return cur, true, nil
 			})
-			paused <- err
-		}()
-		<-held
-		start := time.Now()
-		var mu sync.Mutex
-		var firstDone time.Duration
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				for range 5 {
-					if _, err := others.Modify(ctx, key, func(cur stock, _ bool) (stock, error) {
-						cur.Remaining++
-						return cur, nil
-					}); err != nil {
-						t.Errorf("an increment of the others: %v", err)
-						return
-					}
-					mu.Lock()
-					if firstDone == 0 {
-						firstDone = time.Since(start)
-					}
-					mu.Unlock()
-				}
+			return err
+		}, func() error {
+			_, err := others.Modify(ctx, key, func(cur stock, _ bool) (stock, error) {
+				cur.Remaining++
+				return cur, nil
 			})
-		}
-		wg.Wait()
-		if err := <-paused; !errors.Is(err, cas.ErrConflict) {
-			t.Fatalf("the paused holder's write: %v, want a conflict (its hold ended, nothing written)", err)
+			return err
+		})
+		if !errors.Is(holderErr, cas.ErrConflict) {
+			t.Fatalf("the paused holder's write: %v, want a conflict (its hold ended, nothing written)", holderErr)
 		}
 		if got, err := others.Get(ctx, key); err != nil || got.Remaining != 120 {
 			t.Fatalf("the item is %+v (%v), want 120 remaining", got, err)

@@ -24,6 +24,12 @@ var prefixes atomic.Int64
 func newStore(t testing.TB, cli *clientv3.Client, cfg etcdcas.Config) *etcdcas.Store {
 	t.Helper()
 	cfg.Prefix = fmt.Sprintf("test%d/", prefixes.Add(1))
+	return openStore(t, cli, cfg)
+}
+
+// openStore returns a store with cfg, its prefix as given.
+func openStore(t testing.TB, cli *clientv3.Client, cfg etcdcas.Config) *etcdcas.Store {
+	t.Helper()
 	s, err := etcdcas.New(cli, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -35,23 +41,12 @@ func TestConformance(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	cli := c.Client()
 	probe := newStore(t, cli, etcdcas.Config{})
-	names := map[cas.Store]string{}
-	open := func(t *testing.T, cfg etcdcas.Config) cas.Store {
-		s, err := etcdcas.New(cli, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		names[s] = cfg.Prefix
-		return s
-	}
 	// etcd's minimum lease TTL with default flags bounds the short hold.
 	reopen, shortHold := castest.SameKeys(2*time.Second, func(t *testing.T, s cas.Store, hold time.Duration) cas.Store {
-		return open(t, etcdcas.Config{Prefix: names[s], ExclusiveTTL: hold})
+		return openStore(t, cli, etcdcas.Config{Prefix: s.(*etcdcas.Store).Prefix(), ExclusiveTTL: hold})
 	})
 	castest.Run(t, castest.Harness{
-		NewStore: func(t *testing.T) cas.Store {
-			return open(t, etcdcas.Config{Prefix: fmt.Sprintf("test%d/", prefixes.Add(1))})
-		},
+		NewStore:       func(t *testing.T) cas.Store { return newStore(t, cli, etcdcas.Config{}) },
 		Reopen:         reopen,
 		ShortHold:      shortHold,
 		ReturnsCurrent: true,
@@ -81,11 +76,7 @@ func TestConformanceCluster(t *testing.T) {
 	stores := map[cas.Store]*placed{}
 	var made int
 	open := func(t *testing.T, p *placed, member int, ttl time.Duration) *etcdcas.Store {
-		s, err := etcdcas.New(clients[member%len(clients)], etcdcas.Config{Prefix: p.prefix, SerializableReads: true, ExclusiveTTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return openStore(t, clients[member%len(clients)], etcdcas.Config{Prefix: p.prefix, SerializableReads: true, ExclusiveTTL: ttl})
 	}
 	// elsewhere returns a member other than p's, a different one each time.
 	elsewhere := func(p *placed) int {

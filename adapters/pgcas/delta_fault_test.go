@@ -100,10 +100,7 @@ func TestDeltaLostReplyRefused(t *testing.T) {
 	if !errors.Is(err, cas.ErrBound) {
 		t.Fatalf("err = %v, want ErrBound", err)
 	}
-	it, _ := s.Get(ctx, "k-refused")
-	if it.Version != v1 || string(it.Value) != "3" {
-		t.Fatalf("get = %+v, want 3 at v%d", it, v1)
-	}
+	wantAt(t, s, "k-refused", "3", v1)
 }
 
 // Fault: the connection breaks before the delta is sent: nothing applied,
@@ -119,10 +116,7 @@ func TestDeltaFailedSendNotApplied(t *testing.T) {
 	if err == nil || errors.Is(err, cas.ErrAmbiguous) || !pgcas.Retryable(err) {
 		t.Fatalf("err = %v, want a retryable error", err)
 	}
-	it, _ := s.Get(ctx, "k-unsent")
-	if it.Version != v1 || string(it.Value) != "3" {
-		t.Fatalf("get = %+v, want 3 at v%d", it, v1)
-	}
+	wantAt(t, s, "k-unsent", "3", v1)
 }
 
 // Without its delta table a store says which table is missing and how to

@@ -1,7 +1,6 @@
 package pgcas_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -42,6 +41,15 @@ func fired(t *testing.T, f *pgtest.Faults, n int) {
 	}
 }
 
+// wantAt checks that key holds value at version v.
+func wantAt(t *testing.T, s *pgcas.Store, key, value string, v cas.Version) {
+	t.Helper()
+	it, err := s.Get(context.Background(), key)
+	if err != nil || it.Version != v || string(it.Value) != value {
+		t.Fatalf("get %s = %+v, %v; want %q at v%d", key, it, err, value, v)
+	}
+}
+
 // Fault: dropped connection after the write was sent and applied. The
 // store reads the row back, finds its write id and reports success.
 func TestLostReplyResolvedByWriteID(t *testing.T) {
@@ -58,10 +66,7 @@ func TestLostReplyResolvedByWriteID(t *testing.T) {
 	if err != nil {
 		t.Fatalf("swap with a lost reply: %v, want it resolved to success", err)
 	}
-	it, err := s.Get(ctx, "lost-key")
-	if err != nil || it.Version != v2 || string(it.Value) != "two" {
-		t.Fatalf("get = %+v, %v; want two at v%d (applied exactly once)", it, err, v2)
-	}
+	wantAt(t, s, "lost-key", "two", v2) // applied exactly once
 
 	f.LoseReply("lost-key")
 	if err := s.CompareAndDelete(ctx, "lost-key", v2); err != nil {
@@ -94,10 +99,7 @@ func TestLostReplyAmbiguous(t *testing.T) {
 	if !errors.Is(err, pgtest.ErrInjected) {
 		t.Fatalf("the transport error is not reachable: %v", err)
 	}
-	it, _ := s.Get(ctx, "k-amb")
-	if it.Version != v2 || string(it.Value) != "two" {
-		t.Fatalf("get = %+v, want two at v%d", it, v2)
-	}
+	wantAt(t, s, "k-amb", "two", v2)
 }
 
 // Fault: the connection breaks before the request is sent. Nothing can
@@ -113,10 +115,7 @@ func TestFailedSendIsNotAmbiguous(t *testing.T) {
 	if err == nil || errors.Is(err, cas.ErrAmbiguous) || errors.Is(err, cas.ErrConflict) {
 		t.Fatalf("err = %v, want a plain error", err)
 	}
-	it, _ := s.Get(ctx, "k-send")
-	if it.Version != v1 {
-		t.Fatalf("get = %+v, want v%d untouched", it, v1)
-	}
+	wantAt(t, s, "k-send", "one", v1) // untouched
 }
 
 // Fault: the reply to a commit is lost after it applied: resolved by the
@@ -132,12 +131,8 @@ func TestCommitLostReplyResolved(t *testing.T) {
 	if err != nil {
 		t.Fatalf("commit with a lost reply: %v, want it resolved", err)
 	}
-	for i, k := range []string{"a", "commit-b"} {
-		it, err := s.Get(ctx, k)
-		if err != nil || it.Version != vs[i] {
-			t.Fatalf("get %s = %+v, %v; want v%d", k, it, err, vs[i])
-		}
-	}
+	wantAt(t, s, "a", "A2", vs[0])
+	wantAt(t, s, "commit-b", "B", vs[1])
 }
 
 // Faults on a transfer's commit (writes of rows read: one statement): a
@@ -156,9 +151,7 @@ func TestTransferCommitFaults(t *testing.T) {
 	untouched := func(t *testing.T, s *pgcas.Store, ops []cas.Op) {
 		t.Helper()
 		for _, op := range ops {
-			if it, _ := s.Get(ctx, op.Key); it.Version != op.Expected || string(it.Value) != "10" {
-				t.Fatalf("get %s = %+v, want 10 at v%d untouched", op.Key, it, op.Expected)
-			}
+			wantAt(t, s, op.Key, "10", op.Expected)
 		}
 	}
 	t.Run("LostReply", func(t *testing.T) {
@@ -170,9 +163,7 @@ func TestTransferCommitFaults(t *testing.T) {
 			t.Fatalf("transfer with a lost reply: %v, want it resolved", err)
 		}
 		for i, op := range ops {
-			if it, err := s.Get(ctx, op.Key); err != nil || it.Version != vs[i] || !bytes.Equal(it.Value, op.Value) {
-				t.Fatalf("get %s = %+v, %v; want %s at v%d", op.Key, it, err, op.Value, vs[i])
-			}
+			wantAt(t, s, op.Key, string(op.Value), vs[i])
 		}
 	})
 	t.Run("NeverSent", func(t *testing.T) {

@@ -42,23 +42,20 @@ func replicaStore(t testing.TB, pool *pgxpool.Pool, cfg pgcas.Config) *pgcas.Sto
 // does not have yet for a wrong state, cannot finish inside the lag.
 func TestReplicaConformance(t *testing.T) {
 	limits := cas.Limits{MaxKeyBytes: 256, MaxValueBytes: 64 << 10, MaxCommitOps: 16}
-	reopen := func(t *testing.T, s cas.Store, cfg pgcas.Config) *pgcas.Store {
-		cfg.Limits, cfg.ReadPool = limits, s.(*pgcas.Store).ReadPool()
+	reopen, shortHold := castest.SameKeys(200*time.Millisecond, func(t *testing.T, s cas.Store, hold time.Duration) cas.Store {
+		cfg := pgcas.Config{Limits: limits, ReadPool: s.(*pgcas.Store).ReadPool(), ExclusiveTimeout: hold}
 		o, err := pgcas.New(s.(*pgcas.Store).Pool(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return o
-	}
+	})
 	castest.Run(t, castest.Harness{
 		NewStore: func(t *testing.T) cas.Store {
 			return replicaStore(t, pgtest.Pool(t, syncCommit), pgcas.Config{Limits: limits})
 		},
-		Reopen: func(t *testing.T, s cas.Store) cas.Store { return reopen(t, s, pgcas.Config{}) },
-		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
-			const bound = 200 * time.Millisecond
-			return reopen(t, s, pgcas.Config{ExclusiveTimeout: bound}), bound
-		},
+		Reopen:         reopen,
+		ShortHold:      shortHold,
 		ReturnsCurrent: true,
 		StaleReads:     true,
 		Limits:         limits,

@@ -2,11 +2,8 @@ package pgcas_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/internal/pgtest"
@@ -52,21 +49,8 @@ func TestTableMissingSequence(t *testing.T) {
 				cur.Stock--
 				return cur, nil
 			})
-			for op, err := range map[string]error{"insert": insErr, "update": updErr, "modify": modErr} {
-				if err == nil {
-					t.Fatalf("%s without the version sequence succeeded", op)
-				}
-				msg := err.Error()
-				for _, want := range []string{tc.seq, "TableConfig.VersionSequence", "<table>_<version column>_seq", "CREATE SEQUENCE " + tc.seq} {
-					if !strings.Contains(msg, want) {
-						t.Errorf("%s: the error does not say %q: %v", op, want, err)
-					}
-				}
-				var pgErr *pgconn.PgError
-				if !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
-					t.Errorf("%s: the *pgconn.PgError (42P01) is not reachable with errors.As: %v", op, err)
-				}
-			}
+			pgtest.WantMissingSequence(t, map[string]error{"insert": insErr, "update": updErr, "modify": modErr},
+				tc.seq, "TableConfig.VersionSequence", "<table>_<version column>_seq", "CREATE SEQUENCE "+tc.seq)
 			t.Logf("insert: %v", insErr)
 		})
 	}

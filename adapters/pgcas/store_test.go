@@ -39,23 +39,17 @@ func storeOn(t testing.TB, pool *pgxpool.Pool, cfg pgcas.Config) *pgcas.Store {
 
 func TestConformance(t *testing.T) {
 	limits := cas.Limits{MaxKeyBytes: 256, MaxValueBytes: 64 << 10, MaxCommitOps: 16}
+	reopen, shortHold := castest.SameKeys(200*time.Millisecond, func(t *testing.T, s cas.Store, hold time.Duration) cas.Store {
+		o, err := pgcas.New(s.(*pgcas.Store).Pool(), pgcas.Config{Limits: limits, ExclusiveTimeout: hold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	})
 	castest.Run(t, castest.Harness{
-		NewStore: func(t *testing.T) cas.Store { return newStore(t, pgcas.Config{Limits: limits}) },
-		Reopen: func(t *testing.T, s cas.Store) cas.Store {
-			o, err := pgcas.New(s.(*pgcas.Store).Pool(), pgcas.Config{Limits: limits})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return o
-		},
-		ShortHold: func(t *testing.T, s cas.Store) (cas.Store, time.Duration) {
-			const bound = 200 * time.Millisecond
-			o, err := pgcas.New(s.(*pgcas.Store).Pool(), pgcas.Config{Limits: limits, ExclusiveTimeout: bound})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return o, bound
-		},
+		NewStore:       func(t *testing.T) cas.Store { return newStore(t, pgcas.Config{Limits: limits}) },
+		Reopen:         reopen,
+		ShortHold:      shortHold,
 		ReturnsCurrent: true,
 		Limits:         limits,
 		Workers:        8,

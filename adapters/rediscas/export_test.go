@@ -2,6 +2,9 @@ package rediscas
 
 // Test hooks: exported to the package's own tests only.
 
+// Prefix returns the store's prefix (Config.Prefix).
+func (s *Store) Prefix() string { return s.data[:len(s.data)-2] }
+
 // DataKey returns the Redis key of the hash that holds key: Prefix + "d:" +
 // key.
 func (s *Store) DataKey(key string) string { return s.dataKey(key) }

@@ -20,6 +20,12 @@ import (
 func newStore(t testing.TB, cli redis.UniversalClient, cfg rediscas.Config) *rediscas.Store {
 	t.Helper()
 	cfg.Prefix = redistest.Prefix(t)
+	return openStore(t, cli, cfg)
+}
+
+// openStore returns a store with cfg, its prefix as given.
+func openStore(t testing.TB, cli redis.UniversalClient, cfg rediscas.Config) *rediscas.Store {
+	t.Helper()
 	s, err := rediscas.New(cli, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -30,20 +36,11 @@ func newStore(t testing.TB, cli redis.UniversalClient, cfg rediscas.Config) *red
 func TestConformance(t *testing.T) {
 	cli := redistest.Client(t)
 	probe := newStore(t, cli, rediscas.Config{})
-	prefixes := map[cas.Store]string{}
-	open := func(t *testing.T, cfg rediscas.Config) cas.Store {
-		s, err := rediscas.New(cli, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		prefixes[s] = cfg.Prefix
-		return s
-	}
 	reopen, shortHold := castest.SameKeys(200*time.Millisecond, func(t *testing.T, s cas.Store, hold time.Duration) cas.Store {
-		return open(t, rediscas.Config{Prefix: prefixes[s], ExclusiveTTL: hold})
+		return openStore(t, cli, rediscas.Config{Prefix: s.(*rediscas.Store).Prefix(), ExclusiveTTL: hold})
 	})
 	castest.Run(t, castest.Harness{
-		NewStore:       func(t *testing.T) cas.Store { return open(t, rediscas.Config{Prefix: redistest.Prefix(t)}) },
+		NewStore:       func(t *testing.T) cas.Store { return newStore(t, cli, rediscas.Config{}) },
 		Reopen:         reopen,
 		ShortHold:      shortHold,
 		ReturnsCurrent: true,

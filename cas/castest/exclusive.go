@@ -211,26 +211,55 @@ func testHolderPaused(t *testing.T, h *Harness, s cas.Store) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustCreate(t, s, "n", "100")
+	others := cas.NewTyped(s, cas.JSON[int]())
+	holderErr, firstDone := HolderPaused(t, bound, func(pause func()) error {
+		_, err := ex.UpdateExclusive(ctx, "n", func(cas.Item) ([]byte, bool, error) {
+			pause()
+			return []byte("1000"), true, nil
+		})
+		return err
+	}, func() error {
+		_, _, err := occ.Update(ctx, others, "n", func(n int, _ bool) (int, error) { return n + 1, nil })
+		return err
+	})
+	if !errors.Is(holderErr, cas.ErrConflict) {
+		t.Fatalf("the paused holder's write: %v, want a conflict (its hold ended, nothing written)", holderErr)
+	}
+	wantLatest(t, h, s, "n", "120")
+	if firstDone >= 5*bound {
+		t.Fatalf("the others waited %v, until the holder resumed: the hold's bound (%v) freed nothing", firstDone, bound)
+	}
+	t.Logf("the others' first increment after %v (bound %v, pause %v)", firstDone, bound, 5*bound)
+}
+
+// HolderPaused plays the pause of the holder of an exclusive update, for
+// the pause tests of adapters whose exclusive calls castest does not
+// reach (a Table's ExclusiveModify), as testHolderPaused does for
+// cas.Exclusive. hold runs the holder's update, and calls pause from
+// inside its function: pause returns after five times bound. Once the
+// holder is paused, four others (another store or table of the same
+// keys) run increment five times each, at once; a failed increment is
+// reported with t.Errorf and ends its worker. HolderPaused returns, once
+// all have returned, hold's error and how long after the pause began the
+// others' first increment ended (0: none did).
+func HolderPaused(t *testing.T, bound time.Duration, hold func(pause func()) error, increment func() error) (holderErr error, firstDone time.Duration) {
+	t.Helper()
 	held := make(chan struct{})
 	paused := make(chan error, 1)
 	go func() {
-		_, err := ex.UpdateExclusive(ctx, "n", func(cas.Item) ([]byte, bool, error) {
+		paused <- hold(func() {
 			close(held)
 			time.Sleep(5 * bound)
-			return []byte("1000"), true, nil
 		})
-		paused <- err
 	}()
 	<-held
-	others := cas.NewTyped(s, cas.JSON[int]())
 	start := time.Now()
 	var mu sync.Mutex
-	var firstDone time.Duration
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
 			for range 5 {
-				if _, _, err := occ.Update(ctx, others, "n", func(n int, _ bool) (int, error) { return n + 1, nil }); err != nil {
+				if err := increment(); err != nil {
 					t.Errorf("an increment of the others: %v", err)
 					return
 				}
@@ -243,12 +272,5 @@ func testHolderPaused(t *testing.T, h *Harness, s cas.Store) {
 		})
 	}
 	wg.Wait()
-	if err := <-paused; !errors.Is(err, cas.ErrConflict) {
-		t.Fatalf("the paused holder's write: %v, want a conflict (its hold ended, nothing written)", err)
-	}
-	wantLatest(t, h, s, "n", "120")
-	if firstDone >= 5*bound {
-		t.Fatalf("the others waited %v, until the holder resumed: the hold's bound (%v) freed nothing", firstDone, bound)
-	}
-	t.Logf("the others' first increment after %v (bound %v, pause %v)", firstDone, bound, 5*bound)
+	return <-paused, firstDone
 }

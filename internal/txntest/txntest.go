@@ -147,6 +147,25 @@ func transfer[X any](ctx context.Context, tb Tables[X], from, to, amount, entry 
 	}, opts...)
 }
 
+// transfers runs do(w, i) for each i below per on each of workers
+// goroutines w at once, and returns how many of the calls failed once all
+// have run; the first failure is reported with t.Errorf.
+func transfers(t *testing.T, workers, per int, do func(w, i int) error) int64 {
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range per {
+				if err := do(w, i); err != nil && failed.Add(1) == 1 {
+					t.Errorf("transfer: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return failed.Load()
+}
+
 func transferAndLedger[X any](t *testing.T, tb Tables[X]) {
 	ctx := testCtx(t)
 	a := mustInsert(t, tb, 1, 100)
@@ -326,23 +345,14 @@ func concurrentTransfers[X any](t *testing.T, tb Tables[X]) {
 	for id := int64(1); id <= accounts; id++ {
 		mustInsert(t, tb, id, start)
 	}
-	var failed atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := range per {
-				from := int64((w+i)%accounts) + 1
-				to := from%accounts + 1
-				entry := int64(1000 + 2*(w*per+i))
-				if err := transfer(ctx, tb, from, to, int64(1+i%5), entry); err != nil && failed.Add(1) == 1 {
-					t.Errorf("transfer: %v", err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d of %d transfers failed", n, workers*per)
+	failed := transfers(t, workers, per, func(w, i int) error {
+		from := int64((w+i)%accounts) + 1
+		to := from%accounts + 1
+		entry := int64(1000 + 2*(w*per+i))
+		return transfer(ctx, tb, from, to, int64(1+i%5), entry)
+	})
+	if failed > 0 {
+		t.Fatalf("%d of %d transfers failed", failed, workers*per)
 	}
 	sums := map[int64]int64{}
 	for w := range workers {
@@ -382,32 +392,23 @@ func escalatesWithoutTurns[X any](t *testing.T, tb Tables[X], feeRow bool) {
 	mustInsert(t, tb, 1, start)
 	mustInsert(t, tb, 2, start)
 	mustInsert(t, tb, 3, 0)
-	var failed, attempts atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := range per {
-				from, to := int64(1+(w+i)%2), int64(1+(w+i+1)%2)
-				n := 0
-				err := tb.Txn(ctx, func(tx X) error {
-					attempts.Add(1)
-					n++
-					if feeRow && n%2 == 0 {
-						if _, _, err := tb.GetAccount(tx, 3); err != nil {
-							return err
-						}
-					}
-					return move(tb, tx, from, to, 1)
-				}, occ.WithTurns(false))
-				if err != nil && failed.Add(1) == 1 {
-					t.Errorf("transfer: %v", err)
+	var attempts atomic.Int64
+	failed := transfers(t, workers, per, func(w, i int) error {
+		from, to := int64(1+(w+i)%2), int64(1+(w+i+1)%2)
+		n := 0
+		return tb.Txn(ctx, func(tx X) error {
+			attempts.Add(1)
+			n++
+			if feeRow && n%2 == 0 {
+				if _, _, err := tb.GetAccount(tx, 3); err != nil {
+					return err
 				}
 			}
-		})
-	}
-	wg.Wait()
-	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d of %d transfers failed (%d attempts)", n, workers*per, attempts.Load())
+			return move(tb, tx, from, to, 1)
+		}, occ.WithTurns(false))
+	})
+	if failed > 0 {
+		t.Fatalf("%d of %d transfers failed (%d attempts)", failed, workers*per, attempts.Load())
 	}
 	if a, b := mustRead(t, tb, 1), mustRead(t, tb, 2); a.Balance+b.Balance != 2*start {
 		t.Fatalf("balances %d + %d, want %d", a.Balance, b.Balance, 2*start)
