@@ -217,9 +217,9 @@ func run(args []string, stdout io.Writer) int {
 
 // cellOverhead is what a cell costs beyond its warm-up and measured time:
 // a fresh store, seeding its keys, the strategy's set-up, operations
-// finishing after the window, reading every key back. The default grid
-// measured about 100 ms on average (218 cells); the rest is margin for a
-// loaded machine.
+// finishing after the window, reading every key back; with a margin for a
+// loaded machine above what the default grid measured (docs/benchmarks.md,
+// "The default run").
 const cellOverhead = 250 * time.Millisecond
 
 // fitBudget shortens every cell's warm-up and measured time, in

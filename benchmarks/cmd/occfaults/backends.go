@@ -41,13 +41,13 @@ type target struct {
 	allowsLost bool
 }
 
-// backend is a system under the faults: its server, reached or started
-// for the whole command, and a client of it that never goes through a
-// fault.
-type backend struct {
+// subject is a backend under the faults: its system's faults, and a
+// client of its server (reached or started for the whole command,
+// direct.Server()) that never goes through a fault; nil for a cluster of
+// each run's own (ownServers).
+type subject struct {
 	name   string
 	faults []string
-	srv    *backends.Server
 	direct *backends.Client
 	env    *env
 }
@@ -117,11 +117,11 @@ func (e *env) atExit(f func()) { e.cleanups.add(f) }
 // close runs the cleanups.
 func (e *env) close() { e.cleanups.run() }
 
-// openBackends reaches (or starts) the servers of the backends want
+// openSubjects reaches (or starts) the servers of the backends want
 // selects, memory always. A backend that cannot be reached is returned as
 // skipped.
-func openBackends(ctx context.Context, e *env, want func(backend string) bool) ([]backend, []Skipped) {
-	var bs []backend
+func openSubjects(ctx context.Context, e *env, want func(backend string) bool) ([]subject, []Skipped) {
+	var bs []subject
 	var skipped []Skipped
 	names := append([]string{backends.Memory, backends.Postgres, backends.MySQL, backends.Redis, backends.Etcd, backends.DynamoDB}, clusterSystems...)
 	for _, name := range names {
@@ -130,7 +130,7 @@ func openBackends(ctx context.Context, e *env, want func(backend string) bool) (
 		}
 		if slices.Contains(ownServers, name) {
 			e.logf("%s: a cluster of each run's own", name)
-			bs = append(bs, backend{name: name, faults: systemFaults[name], env: e})
+			bs = append(bs, subject{name: name, faults: systemFaults[name], env: e})
 			continue
 		}
 		if name == backends.MySQL {
@@ -151,7 +151,7 @@ func openBackends(ctx context.Context, e *env, want func(backend string) bool) (
 		}
 		e.atExit(func() { _ = direct.Close() })
 		e.logf("%s: %s", name, srv.Where)
-		bs = append(bs, backend{name: name, faults: systemFaults[name], srv: srv, direct: direct, env: e})
+		bs = append(bs, subject{name: name, faults: systemFaults[name], direct: direct, env: e})
 	}
 	return bs, skipped
 }
@@ -171,7 +171,7 @@ func withLease(faults ...string) []string {
 // prefix ns, a client of its own for the workloads (through a fresh proxy
 // for the network faults), and for a restart a server of the run's own
 // (the one the environment names may be shared, and is never restarted).
-func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err error) {
+func (b subject) open(ctx context.Context, fault, ns string) (_ *target, err error) {
 	e := b.env
 	switch {
 	case b.name == backends.Etcd3 || fault == faultLeaderLoss:
@@ -182,13 +182,14 @@ func (b backend) open(ctx context.Context, fault, ns string) (_ *target, err err
 		return b.replicaTarget(ctx, ns)
 	}
 	var closers cleanups
-	tg := &target{retryable: b.direct.Retryable(), close: closers.run}
+	tg := &target{retryable: b.direct.Spec().Retryable, close: closers.run}
 	defer func() {
 		if err != nil {
 			tg.close()
 		}
 	}()
-	srv, direct := b.srv, b.direct
+	direct := b.direct
+	srv := direct.Server()
 	if fault == faultRestart {
 		if srv, err = e.servers.StartOwn(ctx, b.name); err != nil {
 			return nil, err
@@ -255,7 +256,7 @@ func awaitAnswer(ctx context.Context, s cas.Store, within time.Duration) error {
 // returns a function that removes them: clients of their own, without a
 // proxy (the lease faults need no network fault), one for the store and
 // one for the locks (lock waiters pin connections on PostgreSQL).
-func (b backend) lease(ctx context.Context, ns string, workers int) (_ leasefaults.Backend, cleanup func(), err error) {
+func (b subject) lease(ctx context.Context, ns string, workers int) (_ leasefaults.Target, cleanup func(), err error) {
 	var closers cleanups
 	cleanup = closers.run
 	defer func() {
@@ -266,8 +267,8 @@ func (b backend) lease(ctx context.Context, ns string, workers int) (_ leasefaul
 	closers.add(func() { _ = b.direct.Drop(context.Background(), ns) })
 	var clients [2]*backends.Client
 	for i := range clients {
-		if clients[i], err = b.srv.Connect(ctx, backends.ClientOptions{Conns: workers + 2}); err != nil {
-			return leasefaults.Backend{}, nil, err
+		if clients[i], err = b.direct.Server().Connect(ctx, backends.ClientOptions{Conns: workers + 2}); err != nil {
+			return leasefaults.Target{}, nil, err
 		}
 		closers.add(func() { _ = clients[i].Close() })
 	}

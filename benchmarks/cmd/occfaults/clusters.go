@@ -234,10 +234,10 @@ func redisPID(ctx context.Context, addr string) (int, error) {
 // disruption pauses the replica's replay (pg_wal_replay_pause) for the
 // time the fault holds (heldFor), so that its reads fall behind, and resumes it; it returns
 // once the replica has caught up.
-func (b backend) replicaTarget(ctx context.Context, ns string) (_ *target, err error) {
+func (b subject) replicaTarget(ctx context.Context, ns string) (_ *target, err error) {
 	e := b.env
 	var closers cleanups
-	tg := &target{retryable: b.direct.Retryable(), close: closers.run, staleReads: true}
+	tg := &target{retryable: b.direct.Spec().Retryable, close: closers.run, staleReads: true}
 	defer func() {
 		if err != nil {
 			tg.close()
@@ -247,7 +247,7 @@ func (b backend) replicaTarget(ctx context.Context, ns string) (_ *target, err e
 		return nil, err
 	}
 	closers.add(func() { _ = b.direct.Drop(context.Background(), ns) })
-	ops, err := b.srv.Connect(ctx, backends.ClientOptions{Conns: 2 * e.workers, DialTimeout: callTimeout})
+	ops, err := b.direct.Server().Connect(ctx, backends.ClientOptions{Conns: 2 * e.workers, DialTimeout: callTimeout})
 	if err != nil {
 		return nil, err
 	}

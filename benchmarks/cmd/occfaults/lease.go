@@ -33,7 +33,7 @@ func isLeaseFault(fault string) bool { return slices.Contains(leaseFaults, fault
 // runLease runs one lease fault on b and makes its row: leasefaults.Run's
 // result, with porcupine's verdict on its history, whose failed Check is a
 // problem of the row.
-func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, error) {
+func runLease(ctx context.Context, p params, b subject, fault string) ([]Run, error) {
 	if !slices.Contains(b.faults, fault) {
 		return nil, fmt.Errorf("%w: %s has no lease lock", errNoFault, b.name)
 	}
@@ -46,10 +46,10 @@ func runLease(ctx context.Context, p params, b backend, fault string) ([]Run, er
 }
 
 // leaseRow runs one lease fault on lb and makes its row.
-func leaseRow(ctx context.Context, p params, lb leasefaults.Backend, fault string) ([]Run, error) {
+func leaseRow(ctx context.Context, p params, lb leasefaults.Target, fault string) ([]Run, error) {
 	t0 := time.Now()
 	results, err := leasefaults.Run(ctx, leasefaults.Config{
-		Backends: []leasefaults.Backend{lb},
+		Targets:  []leasefaults.Target{lb},
 		Faults:   []string{fault},
 		Duration: p.duration,
 		Workers:  p.workers,

@@ -107,7 +107,7 @@ func run() int {
 	}
 	e := newEnv(3*p.workers, logf)
 	defer e.close()
-	targets, skipped := openBackends(ctx, e, func(name string) bool { return selectedBackend(*only, name) })
+	targets, skipped := openSubjects(ctx, e, func(name string) bool { return selectedBackend(*only, name) })
 	rep.Skipped = skipped
 	for _, s := range skipped {
 		logf("%s: skipped: %s", s.Backend, s.Reason)
@@ -188,7 +188,7 @@ func logf(format string, args ...any) {
 
 // runOne runs one fault against one backend, both workloads at once, and
 // checks them; a lease fault is runLease's.
-func runOne(ctx context.Context, p params, b backend, fault string) ([]Run, error) {
+func runOne(ctx context.Context, p params, b subject, fault string) ([]Run, error) {
 	if isLeaseFault(fault) {
 		return runLease(ctx, p, b, fault)
 	}

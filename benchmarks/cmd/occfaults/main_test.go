@@ -79,7 +79,7 @@ func TestFaultsShort(t *testing.T) {
 
 	e := newEnv(3*p.workers, t.Logf)
 	t.Cleanup(e.close)
-	backends, skipped := openBackends(ctx, e, func(name string) bool { return !isCluster(name) })
+	backends, skipped := openSubjects(ctx, e, func(name string) bool { return !isCluster(name) })
 	for _, s := range skipped {
 		t.Errorf("backend %s: %s", s.Backend, s.Reason)
 	}
@@ -182,7 +182,7 @@ func TestFaultsClusters(t *testing.T) {
 
 	e := newEnv(3*p.workers, t.Logf)
 	t.Cleanup(e.close)
-	bs, skipped := openBackends(ctx, e, func(name string) bool { return want[name] != nil })
+	bs, skipped := openSubjects(ctx, e, func(name string) bool { return want[name] != nil })
 	for _, s := range skipped {
 		t.Errorf("backend %s: %s", s.Backend, s.Reason)
 	}
@@ -220,7 +220,7 @@ func TestFaultsClusters(t *testing.T) {
 		}
 	}
 	for name := range want {
-		if !slices.ContainsFunc(bs, func(b backend) bool { return b.name == name }) {
+		if !slices.ContainsFunc(bs, func(b subject) bool { return b.name == name }) {
 			t.Errorf("backend %s did not run", name)
 		}
 	}

@@ -134,18 +134,19 @@ func connect(t *testing.T, srv *Server, opts ClientOptions) *Client {
 	return c
 }
 
-// connectOwner is connect for the client that creates opts.Scope: the
-// scope, if any, is dropped when the test ends, before the client closes.
+// connectOwner is connect for the client that creates opts.Scope, which
+// its Close drops when the test ends: the test fails if that does.
 func connectOwner(t *testing.T, srv *Server, opts ClientOptions) *Client {
 	t.Helper()
-	c := connect(t, srv, opts)
-	if opts.Scope != "" {
-		t.Cleanup(func() {
-			if err := c.DropScope(context.Background()); err != nil {
-				t.Errorf("DropScope: %v", err)
-			}
-		})
+	c, err := srv.Connect(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return c
 }
 

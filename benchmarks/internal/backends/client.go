@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -40,7 +41,8 @@ type ClientOptions struct {
 	// Scope is the PostgreSQL schema or MySQL database the client works
 	// in (empty: the server's default); other systems ignore it.
 	Scope string
-	// CreateScope creates Scope first (DropScope removes it).
+	// CreateScope creates Scope first; Close drops it, and everything in
+	// it.
 	CreateScope bool
 	// Pinned makes an etcd3 client talk to member Member (modulo the
 	// members) only, as a service configured with one endpoint would;
@@ -48,6 +50,10 @@ type ClientOptions struct {
 	// requests over them round robin. Other systems ignore it.
 	Pinned bool
 	Member int
+	// Locker, when set, makes the client's shared lease lock (NewLocker
+	// with this configuration) as Connect opens the client: Client.Locker
+	// returns it, Close closes it.
+	Locker *LockerConfig
 }
 
 // Client is a connection pool to one server. Its stores, lockers and
@@ -56,6 +62,14 @@ type Client struct {
 	// System is the server's system.
 	System string
 	d      driver
+	spec   Spec
+	server *Server
+	// scope is ClientOptions.Scope; ownScope: the client created it.
+	scope    string
+	ownScope bool
+	// locker is the shared lease lock of ClientOptions.Locker.
+	locker      hybrid.Locker
+	closeLocker func() error
 	// The native client, for checks (one of them is set; pgReplica
 	// beside pg on postgres-replica).
 	pg        *pgxpool.Pool
@@ -92,10 +106,11 @@ type driver interface {
 }
 
 // Connect opens a client of the server. It connects when first used
-// (except to create ClientOptions.Scope): Describe checks that the server
-// answers.
+// (except to create ClientOptions.Scope and ClientOptions.Locker):
+// Describe checks that the server answers.
 func (s *Server) Connect(ctx context.Context, opts ClientOptions) (_ *Client, err error) {
-	c := &Client{System: s.System}
+	spec, _ := SpecOf(s.System)
+	c := &Client{System: s.System, spec: spec, server: s, scope: opts.Scope, ownScope: opts.CreateScope && opts.Scope != ""}
 	defer func() {
 		if err != nil {
 			c.closeProxies()
@@ -144,8 +159,35 @@ func (s *Server) Connect(ctx context.Context, opts ClientOptions) (_ *Client, er
 	}
 	c.d = d
 	d.native(c)
+	if opts.Locker != nil {
+		if c.locker, c.closeLocker, err = c.NewLocker(ctx, *opts.Locker); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("%s: %w", s.System, err)
+		}
+	}
 	return c, nil
 }
+
+// Server returns the server the client connects to.
+func (c *Client) Server() *Server { return c.server }
+
+// Spec returns the spec of the client's system.
+func (c *Client) Spec() Spec { return c.spec }
+
+// Env returns the environment (NAME=value) that makes another process (a
+// --procs child) reach the same server and work in the same scope: the
+// server's Env, and the scope in Spec.ScopeEnv; nil for memory.
+func (c *Client) Env() []string {
+	env := c.server.Env()
+	if env != nil && c.spec.ScopeEnv != "" && c.scope != "" {
+		env = append(env, c.spec.ScopeEnv+"="+c.scope)
+	}
+	return env
+}
+
+// Locker returns the client's shared lease lock (ClientOptions.Locker),
+// or nil.
+func (c *Client) Locker() hybrid.Locker { return c.locker }
 
 // proxy returns the address of a new proxy in front of hostport, closed
 // with the client.
@@ -215,20 +257,6 @@ func (c *Client) NewLocker(ctx context.Context, cfg LockerConfig) (hybrid.Locker
 	return c.d.locker(cctx, cfg)
 }
 
-// HasLockService reports whether NewLocker's lock is a server's, which
-// other processes share; false: hybrid.NewLocalLocker, in this process.
-func (c *Client) HasLockService() bool {
-	switch c.System {
-	case Postgres, Redis, Etcd, MySQL, RedisCluster, Etcd3, PostgresReplica:
-		return true
-	}
-	return false
-}
-
-// Retryable reports the transient errors of the system's adapter that are
-// safe to retry (its own classifier), or is nil (memory).
-func (c *Client) Retryable() func(error) bool { return retryable[c.System] }
-
 // Describe asks the server its version and durability settings, for
 // reports.
 func (c *Client) Describe(ctx context.Context) (version, durability string, err error) {
@@ -237,18 +265,21 @@ func (c *Client) Describe(ctx context.Context) (version, durability string, err 
 	return c.d.describe(ctx)
 }
 
-// DropScope removes the client's ClientOptions.Scope and everything in
-// it.
-func (c *Client) DropScope(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return c.d.dropScope(ctx)
-}
-
-// Close closes the client's connections, and then its proxies.
+// Close closes the client's shared lease lock, drops the scope it created
+// (ClientOptions.CreateScope: 30 s at most), closes its connections, and
+// then its proxies.
 func (c *Client) Close() error {
 	defer c.closeProxies()
-	return c.d.close()
+	var errs []error
+	if c.closeLocker != nil {
+		errs = append(errs, c.closeLocker())
+	}
+	if c.ownScope {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		errs = append(errs, c.d.dropScope(ctx))
+	}
+	return errors.Join(append(errs, c.d.close())...)
 }
 
 // Postgres returns the client's pool (postgres-replica: on the primary),

@@ -5,29 +5,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/occkit/occkit/adapters/dynamocas"
-	"github.com/occkit/occkit/adapters/etcdcas"
 	"github.com/occkit/occkit/adapters/memcas"
-	"github.com/occkit/occkit/adapters/pgcas"
-	"github.com/occkit/occkit/adapters/rediscas"
-	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 )
-
-// retryable is each system's adapter classifier of transient errors.
-var retryable = map[string]func(error) bool{
-	Postgres: pgcas.Retryable,
-	Redis:    rediscas.Retryable,
-	Etcd:     etcdcas.Retryable,
-	DynamoDB: dynamocas.Retryable,
-	MySQL:    sqlcas.Retryable,
-	SQLite:   sqlcas.Retryable,
-
-	RedisCluster:    rediscas.Retryable,
-	Etcd3:           etcdcas.Retryable,
-	PostgresReplica: pgcas.Retryable,
-}
 
 // memoryDriver serves memcas stores, shared by the clients of one memory
 // Server.

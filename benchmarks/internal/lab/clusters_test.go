@@ -46,7 +46,7 @@ func runClusterCells(t *testing.T, l *Lab, backend string, ops int64, cells []cl
 func followerStore(t *testing.T, l *Lab, backend string) cas.Store {
 	t.Helper()
 	be, _ := l.backend(backend)
-	s, err := be.cli.FollowerStore("any")
+	s, err := be.FollowerStore("any")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,13 +72,13 @@ func TestRedisClusterSmoke(t *testing.T) {
 
 	ctx := t.Context()
 	be, _ := l.backend("redis-cluster")
-	rs := be.cli.RedisCluster()
+	rs := be.RedisCluster()
 	if rs == nil {
 		t.Fatal("the redis-cluster backend lends no Redis Cluster client")
 	}
 	// Two groups' tags in different slots: a transfer between them would
 	// cross slots.
-	ks := newKeySpace(be, builtinWorkloads[2], 40)
+	ks := newKeySpace(be.Spec().KeyGroup, builtinWorkloads[2], 40)
 	a, b := ks.names[0], ks.names[len(ks.names)-1]
 	slotA, errA := rs.ClusterKeySlot(ctx, a).Result()
 	slotB, errB := rs.ClusterKeySlot(ctx, b).Result()
@@ -89,11 +89,11 @@ func TestRedisClusterSmoke(t *testing.T) {
 		t.Fatalf("keys %s and %s share slot %d: pick keys of other groups", a, b, slotA)
 	}
 	ns := l.namespace()
-	store, err := be.cli.CreateStore(ctx, ns)
+	store, err := be.CreateStore(ctx, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = be.cli.Drop(context.Background(), ns) })
+	t.Cleanup(func() { _ = be.Drop(context.Background(), ns) })
 	_, err = store.(cas.Committer).Commit(ctx, []cas.Op{cas.Put(a, 0, []byte("1")), cas.Put(b, 0, []byte("1"))})
 	var cs *rediscas.CrossSlotError
 	if !errors.Is(err, rediscas.ErrCrossSlot) || !errors.As(err, &cs) {
@@ -105,7 +105,7 @@ func TestRedisClusterSmoke(t *testing.T) {
 		tx.Put(a, []byte("1"))
 		tx.Put(b, []byte("1"))
 		return nil
-	}, occ.WithRetryable(be.tuning().Retryable))
+	}, occ.WithRetryable(be.Spec().Retryable))
 	if !errors.Is(err, rediscas.ErrCrossSlot) || attempts != 1 {
 		t.Fatalf("occ.Txn across slots: %v after %d attempts, want rediscas.ErrCrossSlot after 1", err, attempts)
 	}
@@ -181,8 +181,7 @@ func TestFollowerReadsElsewhere(t *testing.T) {
 // them within one group (the last group takes the remainder); single-key
 // workloads and other backends keep plain names.
 func TestKeySpaceGroups(t *testing.T) {
-	grouped := &backend{sys: system{keyGroup: 10}}
-	plain := &backend{}
+	const grouped, plain = 10, 0
 	counter, transfer := builtinWorkloads[0], builtinWorkloads[2]
 	if ks := newKeySpace(grouped, counter, 25); ks.group != 0 || ks.names[24] != "k24" {
 		t.Errorf("counter on a grouped backend: group %d, names %v", ks.group, ks.names)

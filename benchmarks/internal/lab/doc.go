@@ -6,16 +6,18 @@
 //
 // # Pieces
 //
-//   - Backends (backend.go, listed in systems): a server of
-//     benchmarks/internal/backends the lab reached or started and the
-//     lab's client of it (OpenLab skips, with the reason, one that cannot
-//     run here). Most hold data (the client's stores, its lease lock, a
-//     retryTuning); ZooKeeper and Redlock's servers lend their locks to
-//     the others. The clusters (redis-cluster, etcd3, postgres-replica)
-//     run only when named (system.optIn); a Redis Cluster commits
-//     the keys of one hash slot only, so multi-key workloads there name
-//     their keys with a hash tag per group of accounts and pick an
-//     operation's keys in one group (keyspace.go).
+//   - Backends (open.go): a backend is a *backends.Client, the lab's
+//     client of a server of benchmarks/internal/backends that the lab
+//     reached or started (OpenLab skips, with the reason, one that cannot
+//     run here); what the lab knows of its system is the system's
+//     backends.Spec (backends.Systems lists them). Most hold data (the
+//     client's stores, its lease lock, the spec's backoff); ZooKeeper and
+//     Redlock's servers lend their locks to the others. The clusters
+//     (redis-cluster, etcd3, postgres-replica) run only when named
+//     (Spec.Cluster); a Redis Cluster commits the keys of one hash slot
+//     only, so multi-key workloads there name their keys with a hash tag
+//     per group of accounts and pick an operation's keys in one group
+//     (Spec.KeyGroup, keyspace.go).
 //   - Strategies (strategies*.go, listed in strategySpecs, each described
 //     in docs/benchmarks.md): how one operation is performed, by occkit
 //     (occ and its variants, transactions, tables, deltas, hybrid,

@@ -193,12 +193,12 @@ func (g Grid) Plan(l *Lab) ([]Cell, []skip, error) {
 		if !ok {
 			return nil, nil, fmt.Errorf("benchmarks: backend %q is not open", b)
 		}
-		if be.sys.lendsLock {
+		if be.Spec().LendsLock {
 			continue // lends locks only: lock-* strategies use it from other backends
 		}
 		for _, wn := range workloadNames {
 			wl, _ := lookupWorkload(wn)
-			if why := be.srv.MultiKeyUnsupported; wl.KeysPerOp > 1 && why != "" {
+			if why := be.Server().MultiKeyUnsupported; wl.KeysPerOp > 1 && why != "" {
 				skip(b+"/"+wn, why)
 				continue
 			}

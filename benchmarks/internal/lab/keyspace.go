@@ -6,12 +6,6 @@ import (
 	"strconv"
 )
 
-// clusterKeyGroup is how many accounts share a hash tag on redis-cluster,
-// whose multi-key commits must keep to one hash slot: a transfer moves
-// money between two accounts of one group (a customer's accounts), and
-// the groups spread over the cluster's slots.
-const clusterKeyGroup = 10
-
 // keySpace is a cell's keys and how an operation picks them.
 type keySpace struct {
 	// names are the keys, by Zipf rank (the hottest first).
@@ -22,14 +16,15 @@ type keySpace struct {
 	group int
 }
 
-// newKeySpace returns the n keys of a cell of workload wl on backend be:
-// "k0", "k1", ...; on a backend whose multi-key commits keep to a group
-// (system.keyGroup), a multi-key workload's keys carry their group's
-// hash tag and an operation picks its keys within one group.
-func newKeySpace(be *backend, wl *workloadSpec, n int) keySpace {
+// newKeySpace returns the n keys of a cell of workload wl: "k0", "k1",
+// ...; on a backend whose multi-key commits keep to groups of keyGroup
+// keys (backends.Spec.KeyGroup: a Redis Cluster's hash slot), a multi-key
+// workload's keys carry their group's hash tag and an operation picks its
+// keys within one group.
+func newKeySpace(keyGroup int, wl *workloadSpec, n int) keySpace {
 	ks := keySpace{names: make([]string, n)}
 	if wl.KeysPerOp > 1 {
-		ks.group = be.sys.keyGroup
+		ks.group = keyGroup
 	}
 	for i := range ks.names {
 		ks.names[i] = "k" + strconv.Itoa(i)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/cas"
 )
 
@@ -427,11 +428,11 @@ func TestSpecs(t *testing.T) {
 		}
 		seen["s/"+s.Name] = true
 	}
-	for _, b := range systems {
-		if b.name == "" || b.about == "" || b.locker == "" || seen["b/"+b.name] {
-			t.Errorf("backend %q incomplete or listed twice", b.name)
+	for _, b := range backends.Systems() {
+		if b.Name == "" || b.About == "" || b.Locker == "" || seen["b/"+b.Name] {
+			t.Errorf("backend %q incomplete or listed twice", b.Name)
 		}
-		seen["b/"+b.name] = true
+		seen["b/"+b.Name] = true
 	}
 	for _, w := range builtinWorkloads {
 		if w.Name == "" || w.Apply == nil || w.Check == nil || w.KeysPerOp < 1 || seen["w/"+w.Name] {

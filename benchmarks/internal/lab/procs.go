@@ -88,11 +88,11 @@ func (l *Lab) runProcs(ctx context.Context, c Cell, ns string, workers []*worker
 	var services []string
 	for _, name := range l.Open() {
 		b, _ := l.backend(name)
-		if ce := b.childEnv(); ce != nil {
+		if ce := b.Env(); ce != nil {
 			env = append(env, ce...)
 			// Backends opened on demand (Redlock's servers) are opened
 			// on demand in the child too, from the same environment.
-			if !b.sys.onDemand {
+			if !b.Spec().OnDemand {
 				services = append(services, name)
 			}
 		}
@@ -225,7 +225,7 @@ func runChild(stdin io.Reader, stdout io.Writer) error {
 	if c.Ops > 0 {
 		c.Ops = spec.Ops
 	}
-	store, err := be.cli.Store(spec.NS)
+	store, err := be.Store(spec.NS)
 	if err != nil {
 		return err
 	}

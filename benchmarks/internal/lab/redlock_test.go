@@ -39,7 +39,7 @@ func TestRedlockSmoke(t *testing.T) {
 		t.Fatalf("no redlock backend among %v", l.Open())
 	}
 	var addrs []string
-	for _, c := range rl.cli.Redlock() {
+	for _, c := range rl.Redlock() {
 		addrs = append(addrs, c.Options().Addr)
 	}
 	if len(slices.Compact(slices.Sorted(slices.Values(addrs)))) != backends.RedlockServers {

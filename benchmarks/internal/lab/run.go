@@ -10,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/occ"
 )
@@ -144,11 +145,11 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 		return Result{}, err
 	}
 	ns := l.namespace()
-	store, err := be.cli.CreateStore(ctx, ns)
+	store, err := be.CreateStore(ctx, ns)
 	if err != nil {
 		return Result{}, fmt.Errorf("benchmarks: %s: new store: %w", c.Backend, err)
 	}
-	defer func() { _ = be.cli.Drop(context.WithoutCancel(ctx), ns) }()
+	defer func() { _ = be.Drop(context.WithoutCancel(ctx), ns) }()
 	h, ks := newHarness(l, c, wl, be, store, ns)
 	seed := h.Keys
 	if spec.OwnTable {
@@ -159,6 +160,9 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 	}
 	workers := h.newWorkers()
 	defer func() { _ = h.close(context.WithoutCancel(ctx)) }()
+	// spec is the entry of strategySpecs named c.Strategy (in
+	// strategies*.go): its New makes the cellStrategy whose Do the
+	// workers call.
 	strat, err := spec.New(ctx, h)
 	if err != nil {
 		return Result{}, fmt.Errorf("%s on %s: %w", c.Strategy, c.Backend, err)
@@ -201,7 +205,7 @@ func (l *Lab) Run(ctx context.Context, c Cell) (Result, error) {
 
 // check returns cell c with its defaults filled in, its workload,
 // strategy and backend, or why it cannot run.
-func (l *Lab) check(c Cell) (Cell, *workloadSpec, strategySpec, *backend, error) {
+func (l *Lab) check(c Cell) (Cell, *workloadSpec, strategySpec, *backends.Client, error) {
 	wl, ok := lookupWorkload(c.Workload)
 	if !ok {
 		return c, nil, strategySpec{}, nil, fmt.Errorf("benchmarks: unknown workload %q", c.Workload)
@@ -213,7 +217,7 @@ func (l *Lab) check(c Cell) (Cell, *workloadSpec, strategySpec, *backend, error)
 	be, ok := l.backend(c.Backend)
 	var err error
 	switch {
-	case !ok || be.sys.lendsLock:
+	case !ok || be.Spec().LendsLock:
 		err = fmt.Errorf("benchmarks: backend %q is not open", c.Backend)
 	case c.Workers < 1:
 		err = fmt.Errorf("benchmarks: %d workers", c.Workers)
@@ -223,8 +227,8 @@ func (l *Lab) check(c Cell) (Cell, *workloadSpec, strategySpec, *backend, error)
 		err = errors.New("benchmarks: a cell needs a duration or an operation count")
 	case wl.KeysPerOp == 1 && !spec.SingleKey, wl.KeysPerOp > 1 && !spec.MultiKey:
 		err = fmt.Errorf("%s on %s: %w", c.Strategy, c.Workload, errNotApplicable)
-	case wl.KeysPerOp > 1 && be.srv.MultiKeyUnsupported != "":
-		err = fmt.Errorf("%s on %s: %s: %w", c.Workload, c.Backend, be.srv.MultiKeyUnsupported, errNotApplicable)
+	case wl.KeysPerOp > 1 && be.Server().MultiKeyUnsupported != "":
+		err = fmt.Errorf("%s on %s: %s: %w", c.Workload, c.Backend, be.Server().MultiKeyUnsupported, errNotApplicable)
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = DefaultMaxAttempts
@@ -237,8 +241,8 @@ func (l *Lab) check(c Cell) (Cell, *workloadSpec, strategySpec, *backend, error)
 
 // newHarness returns the harness of cell c on store, in namespace ns, and
 // the cell's keys.
-func newHarness(l *Lab, c Cell, wl *workloadSpec, be *backend, store cas.Store, ns string) (*harness, keySpace) {
-	ks := newKeySpace(be, wl, c.Keys)
+func newHarness(l *Lab, c Cell, wl *workloadSpec, be *backends.Client, store cas.Store, ns string) (*harness, keySpace) {
+	ks := newKeySpace(be.Spec().KeyGroup, wl, c.Keys)
 	return &harness{
 		Cell: c, Workload: wl, Backend: be, Store: store,
 		Values: cas.NewTyped(store, cas.JSON[int64]()),
@@ -268,7 +272,7 @@ func (h *harness) seed(ctx context.Context, keys []string, initial int64) error 
 	}); err != nil {
 		return fmt.Errorf("benchmarks: seeding %d keys: %w", len(keys), err)
 	}
-	if err := h.Backend.cli.CatchUp(ctx); err != nil {
+	if err := h.Backend.CatchUp(ctx); err != nil {
 		return fmt.Errorf("benchmarks: %s: after seeding: %w", h.Cell.Backend, err)
 	}
 	return nil
@@ -279,10 +283,10 @@ func (h *harness) seed(ctx context.Context, keys []string, initial int64) error 
 func (h *harness) newWorkers() []*worker {
 	workers := make([]*worker, h.Cell.Workers)
 	h.opts = make([][]occ.Option, h.Cell.Workers)
-	tuning := h.Backend.tuning()
+	spec := h.Backend.Spec()
 	for i := range workers {
 		workers[i] = &worker{}
-		h.opts[i] = retryOptions(h.Cell, tuning, workers[i])
+		h.opts[i] = retryOptions(h.Cell, spec, workers[i])
 	}
 	return workers
 }
@@ -358,8 +362,11 @@ func checkInvariant(ctx context.Context, c Cell, wl *workloadSpec, keys []string
 	return ""
 }
 
-// retryOptions are a worker's occ options for a cell.
-func retryOptions(c Cell, t retryTuning, obs occ.Observer) []occ.Option {
+// retryOptions are a worker's occ options for a cell on a backend of
+// system t: its backoff (at least the cell's work time first: a conflict
+// means somebody was in the critical section, which lasts about that
+// long) and its adapter's retryable errors.
+func retryOptions(c Cell, t backends.Spec, obs occ.Observer) []occ.Option {
 	opts := []occ.Option{occ.WithMaxAttempts(c.MaxAttempts), occ.WithObserver(obs)}
 	if initial, maxWait, ok := backOffBounds(c, t); ok {
 		opts = append(opts, occ.WithBackOffFunc(func() backoff.BackOff {
@@ -383,7 +390,7 @@ func retryOptions(c Cell, t retryTuning, obs occ.Observer) []occ.Option {
 
 // backOffBounds returns the backoff of a cell, or ok false for occ's
 // default.
-func backOffBounds(c Cell, t retryTuning) (initial, maxWait time.Duration, ok bool) {
+func backOffBounds(c Cell, t backends.Spec) (initial, maxWait time.Duration, ok bool) {
 	if t.BackOffInitial == 0 && t.BackOffMax == 0 && c.Work <= time.Millisecond {
 		return 0, 0, false
 	}
@@ -400,7 +407,7 @@ func backOffBounds(c Cell, t retryTuning) (initial, maxWait time.Duration, ok bo
 
 // describeBackOff says in words what backoff a backend's optimistic
 // strategies use.
-func describeBackOff(t retryTuning) string {
+func describeBackOff(t backends.Spec) string {
 	if t.BackOffInitial == 0 && t.BackOffMax == 0 {
 		return "occ default: waits counted in the call's own attempt times (1, 2, 4, 8 of them, ±50% jitter; then 4 once senior)"
 	}

@@ -24,7 +24,7 @@ func TestSQLiteSmoke(t *testing.T) {
 		t.Errorf("info %+v: want WAL and the local locker", info)
 	}
 	b, _ := l.backend("sqlite")
-	dir := b.srv.URL
+	dir := b.Server().URL
 	if err := l.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}

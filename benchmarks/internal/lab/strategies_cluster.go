@@ -34,7 +34,7 @@ var clusterStrategies = []strategySpec{
 }
 
 func newFollowerReads(_ context.Context, h *harness) (cellStrategy, error) {
-	store, err := h.Backend.cli.FollowerStore(h.NS)
+	store, err := h.Backend.FollowerStore(h.NS)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return nil, fmt.Errorf("%v: %w", err, errNotApplicable)
 	}

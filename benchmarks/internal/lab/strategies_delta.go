@@ -62,7 +62,7 @@ func deltaOf(op operation) (int64, cas.Bounds, error) {
 
 func newDelta(_ context.Context, h *harness) (cellStrategy, error) {
 	if _, ok := h.Store.(cas.Adder); !ok {
-		return nil, fmt.Errorf("%s has no server-side arithmetic (occ.Add would be occ.Update): %w", h.Backend.Info().Name, errNotApplicable)
+		return nil, fmt.Errorf("%s has no server-side arithmetic (occ.Add would be occ.Update): %w", h.Backend.System, errNotApplicable)
 	}
 	if _, _, err := deltaOf(operation{w: h.Workload}); err != nil {
 		return nil, err
@@ -91,18 +91,18 @@ func newBlindWrite(_ context.Context, h *harness) (cellStrategy, error) {
 	var incr func(ctx context.Context, key string, n int64) error
 	switch s := h.Store.(type) {
 	case *pgcas.Store:
-		incr = pgBlind(h.Backend.cli.Postgres(), h.Backend.cli.Table(h.NS))
+		incr = pgBlind(h.Backend.Postgres(), h.Backend.Table(h.NS))
 	case *sqlcas.Store:
 		incr = sqlBlind(s.DB(), s.Dialect(), h.NS)
 	case *rediscas.Store:
 		// rediscas keeps a key's value in field "v" of the hash
 		// prefix + "d:" + key (its prefix here: the namespace and ":").
-		cli, prefix := h.Backend.cli.RedisUniversal(), h.NS+":d:"
+		cli, prefix := h.Backend.RedisUniversal(), h.NS+":d:"
 		incr = func(ctx context.Context, key string, n int64) error {
 			return cli.HIncrBy(ctx, prefix+key, "v", n).Err()
 		}
 	default:
-		return nil, fmt.Errorf("blind-write runs on PostgreSQL, MySQL, SQLite and Redis, not %s: %w", h.Backend.Info().Name, errNotApplicable)
+		return nil, fmt.Errorf("blind-write runs on PostgreSQL, MySQL, SQLite and Redis, not %s: %w", h.Backend.System, errNotApplicable)
 	}
 	return strategyFunc(func(ctx context.Context, w int, op operation) error {
 		n, _, _ := deltaOf(op)

@@ -27,13 +27,13 @@ var etcdStrategies = []strategySpec{
 
 func newEtcdMutex(ctx context.Context, h *harness) (cellStrategy, error) {
 	// The data's own etcd (etcd, etcd3), else the etcd backend's.
-	cli := h.Backend.cli.Etcd()
+	cli := h.Backend.Etcd()
 	if cli == nil {
 		b, ok := h.lab.backend("etcd")
 		if !ok {
 			return nil, fmt.Errorf("the etcd backend is not open: %w", errNotApplicable)
 		}
-		cli = b.cli.Etcd()
+		cli = b.Etcd()
 	}
 	// A session per worker (see locks.EtcdMutex).
 	return lockedPerWorker(h, "lab-mutex/"+h.NS+"/", func() (locks.Locker, func(), error) {

@@ -67,10 +67,10 @@ type gormRow struct {
 // connections whose tables are named in the cell's namespace, with the
 // model's table made and seeded (in a --procs child, the parent's).
 func newGormStrategy(ctx context.Context, h *harness) (cellStrategy, error) {
-	if !gormBackends[h.Backend.Info().Name] {
-		return nil, fmt.Errorf("occ-gorm runs on PostgreSQL and SQLite, not on %s: %w", h.Backend.Info().Name, errNotApplicable)
+	if !gormBackends[h.Backend.System] {
+		return nil, fmt.Errorf("occ-gorm runs on PostgreSQL and SQLite, not on %s: %w", h.Backend.System, errNotApplicable)
 	}
-	cli := h.Backend.cli
+	cli := h.Backend
 	var dialector gorm.Dialector
 	if cli.System == backends.Postgres {
 		// database/sql over the lab's pool (its schema, its proxy);

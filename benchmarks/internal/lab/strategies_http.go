@@ -69,9 +69,9 @@ var httpStrategies = []strategySpec{
 		HTTP:      true,
 		DefaultOn: httpDefault,
 		New: func(ctx context.Context, h *harness) (cellStrategy, error) {
-			newLock, ok := forUpdateOf[h.Backend.Info().Name]
+			newLock, ok := forUpdateOf[h.Backend.System]
 			if !ok {
-				return nil, fmt.Errorf("lock-http's handler locks with SELECT ... FOR UPDATE, which %s has not: %w", h.Backend.Info().Name, errNotApplicable)
+				return nil, fmt.Errorf("lock-http's handler locks with SELECT ... FOR UPDATE, which %s has not: %w", h.Backend.System, errNotApplicable)
 			}
 			inner, err := newLock(ctx, h)
 			if err != nil {

@@ -41,11 +41,11 @@ const mysqlErDupEntry = 1062
 func newMySQLForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 	st, ok := h.Store.(*sqlcas.Store)
 	if !ok || st.Dialect() != sqlcas.MySQL {
-		return nil, fmt.Errorf("SELECT ... FOR UPDATE locks rows of the MySQL table holding the data, which is on %s: %w", h.Backend.Info().Name, errNotApplicable)
+		return nil, fmt.Errorf("SELECT ... FOR UPDATE locks rows of the MySQL table holding the data, which is on %s: %w", h.Backend.System, errNotApplicable)
 	}
 	db := st.DB()
 	codec := h.Values.Codec()
-	table := h.Backend.cli.Table(h.NS)
+	table := h.Backend.Table(h.NS)
 	// The pessimistic read-modify-write as a repository writes it, on
 	// sqlcas's table layout (see sqlcas.Store.DDL): lock every row in key
 	// order with one statement, work, write, commit. A tombstone (value
@@ -106,5 +106,5 @@ func newMySQLGetLock(_ context.Context, h *harness) (cellStrategy, error) {
 	if !ok {
 		return nil, fmt.Errorf("the mysql backend is not open: %w", errNotApplicable)
 	}
-	return lockedDo(h, "occbench:"+h.NS+"/", &locks.MySQL{DB: b.cli.SQL()}), nil
+	return lockedDo(h, "occbench:"+h.NS+"/", &locks.MySQL{DB: b.SQL()}), nil
 }

@@ -37,12 +37,12 @@ func onPostgres(b string, _ bool) bool { return b == "postgres" || b == "postgre
 
 func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 	_, ok := h.Store.(*pgcas.Store)
-	pool := h.Backend.cli.Postgres()
+	pool := h.Backend.Postgres()
 	if !ok || pool == nil {
-		return nil, fmt.Errorf("SELECT ... FOR UPDATE locks rows of the table holding the data, which is on %s: %w", h.Backend.Info().Name, errNotApplicable)
+		return nil, fmt.Errorf("SELECT ... FOR UPDATE locks rows of the table holding the data, which is on %s: %w", h.Backend.System, errNotApplicable)
 	}
 	codec := h.Values.Codec()
-	table := h.Backend.cli.Table(h.NS)
+	table := h.Backend.Table(h.NS)
 	// The pessimistic read-modify-write as a repository writes it, on
 	// pgcas's table layout (see pgcas.Store.DDL): lock every row in key
 	// order with one statement, work, write, commit. An absent key (or a
@@ -77,14 +77,15 @@ func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 }
 
 func newPGAdvisory(_ context.Context, h *harness) (cellStrategy, error) {
-	// The data's own PostgreSQL (postgres, postgres-replica's primary),
-	// else the postgres backend's.
+	// The shared pgcas.Locker (Client.Locker) of the data's own
+	// PostgreSQL (postgres, postgres-replica's primary), else of the
+	// postgres backend.
 	b := h.Backend
-	if b.cli.Postgres() == nil {
+	if b.Postgres() == nil {
 		var ok bool
 		if b, ok = h.lab.backend("postgres"); !ok {
 			return nil, fmt.Errorf("the postgres backend is not open: %w", errNotApplicable)
 		}
 	}
-	return lockedDo(h, h.NS+"/", locks.Lease(b.locker.(*pgcas.Locker))), nil
+	return lockedDo(h, h.NS+"/", locks.Lease(b.Locker())), nil
 }

@@ -57,14 +57,14 @@ func defaultOnRedisLocks(b string, _ bool) bool {
 // lab reaches (OCCKIT_REDIS_URL) or starts now, kept for the rest of the
 // run.
 func redisForLocks(ctx context.Context, h *harness) (redis.UniversalClient, error) {
-	if cli := h.Backend.cli.RedisUniversal(); cli != nil {
+	if cli := h.Backend.RedisUniversal(); cli != nil {
 		return cli, nil
 	}
 	b, err := h.lab.openOnDemand(ctx, backends.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("no Redis for the lock (%v): %w", err, errNotApplicable)
 	}
-	return b.cli.RedisUniversal(), nil
+	return b.RedisUniversal(), nil
 }
 
 func newRedisLock(ctx context.Context, h *harness) (cellStrategy, error) {

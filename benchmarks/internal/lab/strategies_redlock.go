@@ -30,7 +30,7 @@ func newRedlock(ctx context.Context, h *harness) (cellStrategy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no Redis servers for Redlock (%v): %w", err, errNotApplicable)
 	}
-	clients := rl.cli.Redlock()
+	clients := rl.Redlock()
 	h.OnClose(func(ctx context.Context) error {
 		var errs []error
 		for _, c := range clients {

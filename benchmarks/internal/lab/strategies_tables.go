@@ -99,7 +99,7 @@ var tableTxnStrategy = strategySpec{
 	OwnTable:  true,
 	DefaultOn: func(b string, multiKey bool) bool { return multiKey && sqlTableBackends[b] },
 	New: func(ctx context.Context, h *harness) (cellStrategy, error) {
-		if !sqlTableBackends[h.Backend.Info().Name] {
+		if !sqlTableBackends[h.Backend.System] {
 			return nil, fmt.Errorf("ModifyMany runs on the SQL tables here (dynamocas's needs transactions, which dynalite has not): %w", errNotApplicable)
 		}
 		return newTableStrategy(ctx, h, false)
@@ -118,7 +118,7 @@ var tablesTxnStrategy = strategySpec{
 	OwnTable:  true,
 	DefaultOn: func(b string, multiKey bool) bool { return multiKey && sqlTableBackends[b] },
 	New: func(ctx context.Context, h *harness) (cellStrategy, error) {
-		if !sqlTableBackends[h.Backend.Info().Name] {
+		if !sqlTableBackends[h.Backend.System] {
 			return nil, fmt.Errorf("the transaction over several tables (pgcas.Txn, sqlcas.Txn) runs on the SQL tables: %w", errNotApplicable)
 		}
 		ts, err := newTableStrategy(ctx, h, false)
@@ -165,10 +165,10 @@ type appTable struct {
 // connections. It creates the table (dropped after the cell), unless
 // the harness is a --procs child's, which works in its parent's.
 func openAppTable(ctx context.Context, h *harness) (appTable, error) {
-	if !tableBackends[h.Backend.Info().Name] {
-		return appTable{}, fmt.Errorf("repository tables are pgcas's, sqlcas's and dynamocas's, not %s's: %w", h.Backend.Info().Name, errNotApplicable)
+	if !tableBackends[h.Backend.System] {
+		return appTable{}, fmt.Errorf("repository tables are pgcas's, sqlcas's and dynamocas's, not %s's: %w", h.Backend.System, errNotApplicable)
 	}
-	cli := h.Backend.cli
+	cli := h.Backend
 	name := h.NS + "_rows"
 	var (
 		t      appTable

@@ -28,7 +28,7 @@ func newZooKeeperLock(_ context.Context, h *harness) (cellStrategy, error) {
 	}
 	// A lock node is ephemeral, tied to the session that created it.
 	return lockedPerWorker(h, "/occbench/"+h.NS+"/", func() (locks.Locker, func(), error) {
-		z, err := locks.DialZooKeeper(zk.cli.ZooKeeperAddr(), 10*time.Second, false)
+		z, err := locks.DialZooKeeper(zk.ZooKeeperAddr(), 10*time.Second, false)
 		if err != nil {
 			return nil, nil, fmt.Errorf("zookeeper session: %w", err)
 		}

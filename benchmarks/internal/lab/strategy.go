@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/occkit/occkit/benchmarks/internal/backends"
 	"github.com/occkit/occkit/benchmarks/internal/locks"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
@@ -20,7 +21,7 @@ import (
 // not open, a single-key primitive asked to run a multi-key workload.
 var errNotApplicable = errors.New("not applicable")
 
-// Kind groups strategies for the goal checks.
+// strategyKind groups strategies for the goal checks.
 type strategyKind int
 
 const (
@@ -48,7 +49,7 @@ func (k strategyKind) String() string {
 	return "unknown"
 }
 
-// Strategy performs operations for one cell. Do is called concurrently by
+// cellStrategy performs operations for one cell. Do is called concurrently by
 // the cell's workers, each passing its own index w (0 ≤ w < Workers); it
 // must return the operation's error as is (errDeclined, errNegative,
 // cas.ErrAmbiguous stay matchable with errors.Is).
@@ -59,7 +60,7 @@ type cellStrategy interface {
 	Close(ctx context.Context) error
 }
 
-// strategyFunc is a Strategy with nothing to close.
+// strategyFunc is a cellStrategy with nothing to close.
 type strategyFunc func(ctx context.Context, w int, op operation) error
 
 // Do calls f.
@@ -167,8 +168,8 @@ type harness struct {
 	Cell Cell
 	// Workload is the cell's workload.
 	Workload *workloadSpec
-	// Backend holds the data.
-	Backend *backend
+	// Backend holds the data: the lab's client of its server.
+	Backend *backends.Client
 	// Store is the cell's fresh store, seeded with every key's initial
 	// value; Values is the same store with the workload's codec.
 	Store  cas.Store
@@ -221,7 +222,7 @@ func updating(h *harness, perWorker [][]occ.Option) cellStrategy {
 // process, as the option to add, on networked backends; on memory, where
 // a read costs what a cache lookup does, none.
 func (h *harness) cacheOption() []occ.Option {
-	if h.Backend.Info().Name == "memory" {
+	if h.Backend.System == backends.Memory {
 		return nil
 	}
 	h.mu.Lock()
@@ -235,9 +236,8 @@ func (h *harness) cacheOption() []occ.Option {
 // newCache returns a version cache for the cell's store that knows what
 // seeding wrote, as the cache of a service that has been running for a
 // while knows its keys: a cell measures the steady state, not the
-// cache's warm-up (in a short cell over 1000 keys a cold cache was still
-// filling for most of the window, and strategies with a cache read
-// 25% apart from round to round).
+// cache's warm-up (docs/benchmarks.md, "What a cell reports", says what a
+// cold cache did to short cells).
 func (h *harness) newCache() *occ.Cache {
 	c := occ.NewCache(h.Store, 2*len(h.Keys)+16)
 	c.Remember(h.seeded...)
@@ -260,11 +260,11 @@ func (h *harness) Locker(ctx context.Context) (hybrid.Locker, error) {
 	if h.locker != nil {
 		return h.locker, nil
 	}
-	if h.Backend.localLocks() && h.Cell.Procs > 1 {
+	if h.lab.localLocks(h.Backend) && h.Cell.Procs > 1 {
 		return nil, fmt.Errorf("%s's lease lock is a lock of one process: its leases and fencing tokens mean nothing in another (--procs %d): %w",
-			h.Backend.Info().Name, h.Cell.Procs, errNotApplicable)
+			h.Backend.System, h.Cell.Procs, errNotApplicable)
 	}
-	l, closeFn, err := h.Backend.newLocker(ctx, h.NS)
+	l, closeFn, err := h.lab.newLocker(ctx, h.Backend, h.NS)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@
 //	c, _ := srv.Connect(ctx, backends.ClientOptions{})
 //	b, _ := leasefaults.Open(ctx, c, c, "counters", 300*time.Millisecond)
 //	results, err := leasefaults.Run(ctx, leasefaults.Config{
-//		Backends: []leasefaults.Backend{b},
+//		Targets: []leasefaults.Target{b},
 //		Duration: 2 * time.Second,
 //	})
 //	for _, r := range results {
@@ -18,8 +18,8 @@
 // The run, the faults and the promise under each are described in
 // docs/reliability.md ("The lease faults"). In short: workers increment
 // counters through hybrid.Update while disturbed holders lose their grant
-// inside their critical section (Backend.RunsOut says whether a grant runs
-// out by itself; otherwise Backend.Expire ends it as the server would) and
+// inside their critical section (Target.RunsOut says whether a grant runs
+// out by itself; otherwise Target.Expire ends it as the server would) and
 // rogue holders among them send stale increments with their old token.
 // Every call that reaches the store is recorded on its key and checked
 // with benchmarks/internal/linearcheck against a compare-and-set register

@@ -29,7 +29,7 @@ import (
 //     than one that had written the key), or failed otherwise and is left
 //     out (a conflict: it applied nothing).
 //
-// The final reads of the counters (through Backend.Direct) join the
+// The final reads of the counters (through Target.Direct) join the
 // history as reads.
 
 // clientKey is the context key of the worker that makes a store call.

@@ -30,17 +30,18 @@ const (
 	DefaultWorkers      = 6
 	DefaultKeys         = 4
 	DefaultCheckTimeout = time.Minute
-	// DefaultHistoryPerKey bounds the calls porcupine checks at once (its
-	// memory grows with the square of the history it checks: 10 000
-	// calls take about 15 MB and 15 ms).
+	// DefaultHistoryPerKey bounds the calls porcupine checks at once: its
+	// memory grows with the square of the history it checks
+	// (docs/benchmarks.md, "The lease faults' history bound", has what
+	// 10 000 calls took).
 	DefaultHistoryPerKey = 10_000
 )
 
-// Config says what Run does. The zero value of each field but Backends
+// Config says what Run does. The zero value of each field but Targets
 // means its default. Run does not modify it.
 type Config struct {
-	// Backends are the systems to run on, each with every fault.
-	Backends []Backend
+	// Targets are the backends to run on, each with every fault.
+	Targets []Target
 	// Faults are the faults to run (default AllFaults()).
 	Faults []string
 	// Duration is how long each (backend, fault) run starts new
@@ -104,7 +105,7 @@ type Result struct {
 	// not have applied.
 	Ambiguous int64 `json:"ambiguous"`
 	Failed    int64 `json:"failed"`
-	// Final is the sum of the counters, read through Backend.Direct.
+	// Final is the sum of the counters, read through Target.Direct.
 	Final int64 `json:"final"`
 	// Lost is max(0, Succeeded - Final); Duplicated is
 	// max(0, Final - Succeeded - Ambiguous).
@@ -229,14 +230,14 @@ func (e *RunError) Unwrap() error { return e.Err }
 // Result.Check.
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	cfg = cfg.withDefaults()
-	if len(cfg.Backends) == 0 {
+	if len(cfg.Targets) == 0 {
 		return nil, errors.New("leasefaults: no backends")
 	}
 	var (
 		results []Result
 		errs    []error
 	)
-	for _, b := range cfg.Backends {
+	for _, b := range cfg.Targets {
 		for _, f := range cfg.Faults {
 			if err := ctx.Err(); err != nil {
 				return results, errors.Join(append(errs, err)...)
@@ -253,7 +254,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 }
 
 // check says why b cannot run fault, if it cannot.
-func (b Backend) check(fault string) error {
+func (b Target) check(fault string) error {
 	switch {
 	case b.Name == "":
 		return errors.New("leasefaults: backend without a name")

@@ -26,11 +26,11 @@ func TestMain(m *testing.M) {
 	etcdtest.VerifyTestMain(m)
 }
 
-// open returns the Backend of system on the test servers, on a fresh
+// open returns the Target of system on the test servers, on a fresh
 // namespace removed when the test ends. Redis and PostgreSQL come from
 // OCCKIT_REDIS_URL and OCCKIT_PG_URL (set by `make test`); a missing one
 // fails the test, naming the variable. etcd runs in process.
-func open(t *testing.T, system string, ttl time.Duration) Backend {
+func open(t *testing.T, system string, ttl time.Duration) Target {
 	t.Helper()
 	ctx := context.Background()
 	srv, err := backends.Env{}.Reach(ctx, system)
@@ -76,7 +76,7 @@ func TestFaults(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 
-			results, err := Run(ctx, Config{Backends: []Backend{b}, Duration: 1500 * time.Millisecond})
+			results, err := Run(ctx, Config{Targets: []Target{b}, Duration: 1500 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func TestFaults(t *testing.T) {
 				}
 			}
 
-			mutants, err := Run(ctx, Config{Backends: []Backend{b}, Duration: time.Second, unfenced: true})
+			mutants, err := Run(ctx, Config{Targets: []Target{b}, Duration: time.Second, unfenced: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -206,7 +206,7 @@ func TestHistoryCatchesBuggyStores(t *testing.T) {
 			inner := memcas.New()
 			b := open(t, backends.Memory, 100*time.Millisecond)
 			b.Name, b.Store, b.Direct = "buggy", &buggyStore{Store: inner, bug: bug, last: map[string]cas.Item{}}, inner
-			results, err := Run(context.Background(), Config{Backends: []Backend{b}, Faults: []string{ClockJump}, Duration: 500 * time.Millisecond})
+			results, err := Run(context.Background(), Config{Targets: []Target{b}, Faults: []string{ClockJump}, Duration: 500 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -232,13 +232,13 @@ func TestRunErrors(t *testing.T) {
 		t.Error("Run without backends: nil error")
 	}
 	m := open(t, backends.Memory, 100*time.Millisecond)
-	_, err := Run(ctx, Config{Backends: []Backend{m}, Faults: []string{"meteor"}})
+	_, err := Run(ctx, Config{Targets: []Target{m}, Faults: []string{"meteor"}})
 	var re *RunError
 	if !errors.As(err, &re) || re.Backend != "memory" || re.Fault != "meteor" {
 		t.Errorf("unknown fault: %v, want a *RunError naming it", err)
 	}
 	m.RunsOut = false
-	_, err = Run(ctx, Config{Backends: []Backend{m}, Faults: []string{PausedHolder}})
+	_, err = Run(ctx, Config{Targets: []Target{m}, Faults: []string{PausedHolder}})
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("a backend whose grants can neither run out nor be ended: %v, want ErrUnsupported", err)
 	}

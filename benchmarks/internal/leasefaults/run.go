@@ -38,7 +38,7 @@ const (
 // run is one (backend, fault) run.
 type run struct {
 	cfg   Config
-	b     Backend
+	b     Target
 	fault string
 	store *watchStore
 	typed *cas.Typed[int64]
@@ -67,7 +67,7 @@ type run struct {
 	errSeen map[string]int
 }
 
-func runOne(ctx context.Context, cfg Config, b Backend, fault string) (Result, error) {
+func runOne(ctx context.Context, cfg Config, b Target, fault string) (Result, error) {
 	if err := b.check(fault); err != nil {
 		return Result{}, err
 	}

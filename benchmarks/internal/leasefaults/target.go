@@ -14,11 +14,12 @@ import (
 	"github.com/occkit/occkit/hybrid"
 )
 
-// Backend is a lease lock and a fenced store on one system. Open builds
-// it for the systems of benchmarks/internal/backends; any other can be
-// described the same way. A Backend is a plain value; its functions and store must
-// be safe for concurrent use.
-type Backend struct {
+// Target is what the lease faults run against: a lease lock and a fenced
+// store on one backend. Open builds it for the systems of
+// benchmarks/internal/backends; any other can be described the same way.
+// A Target is a plain value; its functions and store must be safe for
+// concurrent use.
+type Target struct {
 	// Name names the backend in results ("memory", "redis", ...).
 	Name string
 	// Store holds the counters. Writes go straight to the server: the
@@ -49,7 +50,7 @@ type Backend struct {
 	Retryable func(error) bool
 }
 
-// Open returns the Backend of data's system: a store over namespace ns,
+// Open returns the Target of data's system: a store over namespace ns,
 // created here (data.Drop(ns) removes it and the lockers' state), and the
 // system's lease lock from locks, a client of the same server (data
 // itself, or connections of their own so that lock waiters cannot starve
@@ -66,16 +67,16 @@ type Backend struct {
 // PostgreSQL terminates the holder's backend, which frees its session
 // lock, as the server does to a client paused long enough for a TCP
 // keepalive or idle timeout to drop its connection.
-func Open(ctx context.Context, data, locks *backends.Client, ns string, ttl time.Duration) (Backend, error) {
+func Open(ctx context.Context, data, locks *backends.Client, ns string, ttl time.Duration) (Target, error) {
 	s, err := data.CreateStore(ctx, ns)
 	if err != nil {
-		return Backend{}, err
+		return Target{}, err
 	}
 	fs, ok := s.(cas.FencedStore)
 	if !ok {
-		return Backend{}, fmt.Errorf("leasefaults: the %s store (%T) checks no fencing token", data.System, s)
+		return Target{}, fmt.Errorf("leasefaults: the %s store (%T) checks no fencing token", data.System, s)
 	}
-	b := Backend{Name: data.System, Store: fs, TTL: ttl, RunsOut: true, Retryable: data.Retryable()}
+	b := Target{Name: data.System, Store: fs, TTL: ttl, RunsOut: true, Retryable: data.Spec().Retryable}
 	cfg := backends.LockerConfig{Name: ns, TTL: ttl}
 	perWorker := false // a Locker per worker, standing for a process of its own
 	switch data.System {
@@ -108,11 +109,11 @@ func Open(ctx context.Context, data, locks *backends.Client, ns string, ttl time
 	// need (a token sequence).
 	shared, closeShared, err := locks.NewLocker(ctx, cfg)
 	if err != nil {
-		return Backend{}, err
+		return Target{}, err
 	}
 	if perWorker {
 		if err := closeShared(); err != nil {
-			return Backend{}, err
+			return Target{}, err
 		}
 	}
 	b.NewLocker = func(ctx context.Context) (hybrid.Locker, error) {
