@@ -129,7 +129,7 @@ var deltaTests = []test{
 	}},
 	{"NotInteger", func(t *testing.T, h *Harness, s cas.Store) {
 		a := capability[cas.Adder](t, s)
-		for i, v := range []string{"abc", "1.5", "007", "-0", "", `"5"`, "1e3", "99999999999999999999", " 5", "+5", "5 "} {
+		for i, v := range []string{"abc", "1.5", "007", "-0", "", `"5"`, "1e3", "99999999999999999999", " 5", "+5", "5 ", "\xff5", "9223372036854775808"} {
 			k := "bad" + strconv.Itoa(i)
 			ver := mustCreate(t, s, k, v)
 			_, _, err := a.Add(context.Background(), k, 1, cas.Bounds{})
