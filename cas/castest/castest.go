@@ -177,6 +177,7 @@ func Run(t *testing.T, h Harness) {
 		{"GetMany", getManyTests},
 		{"ExclusiveCommit", exclusiveCommitTests},
 		{"Delta", deltaTests},
+		{"AddMany", addManyTests},
 		{"Lister", listerTests},
 	}
 	for _, g := range groups {
