@@ -539,7 +539,7 @@ func TestTableHolderPaused(t *testing.T) {
 		if _, err := others.Insert(ctx, stock{SKU: "n", Remaining: 100}); err != nil {
 			t.Fatal(err)
 		}
-		holderErr, firstDone := castest.HolderPaused(t, bound, func(pause func()) error {
+		firstDone, holderErr := castest.HolderPaused(t, bound, func(pause func()) error {
 			_, err := holder.ExclusiveModify(ctx, key, func(cur stock, _ bool) (stock, bool, error) {
 				pause()
 				cur.Remaining = 1000

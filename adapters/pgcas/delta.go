@@ -40,7 +40,7 @@ type deltaState struct {
 	sqlDone   string // the recorded outcome of a delta id
 	// sqlAddMany is AddMany's statement for 2 to maxListed deltas.
 	sqlAddMany [maxListed + 1]string
-	runs      atomic.Uint64
+	runs       atomic.Uint64
 }
 
 // deltaTableName returns the quoted delta table of a store on table.

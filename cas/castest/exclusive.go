@@ -212,7 +212,7 @@ func testHolderPaused(t *testing.T, h *Harness, s cas.Store) {
 	defer cancel()
 	mustCreate(t, s, "n", "100")
 	others := cas.NewTyped(s, cas.JSON[int]())
-	holderErr, firstDone := HolderPaused(t, bound, func(pause func()) error {
+	firstDone, holderErr := HolderPaused(t, bound, func(pause func()) error {
 		_, err := ex.UpdateExclusive(ctx, "n", func(cas.Item) ([]byte, bool, error) {
 			pause()
 			return []byte("1000"), true, nil
@@ -240,9 +240,9 @@ func testHolderPaused(t *testing.T, h *Harness, s cas.Store) {
 // holder is paused, four others (another store or table of the same
 // keys) run increment five times each, at once; a failed increment is
 // reported with t.Errorf and ends its worker. HolderPaused returns, once
-// all have returned, hold's error and how long after the pause began the
-// others' first increment ended (0: none did).
-func HolderPaused(t *testing.T, bound time.Duration, hold func(pause func()) error, increment func() error) (holderErr error, firstDone time.Duration) {
+// all have returned, how long after the pause began the others' first
+// increment ended (0: none did), and hold's error.
+func HolderPaused(t *testing.T, bound time.Duration, hold func(pause func()) error, increment func() error) (firstDone time.Duration, holderErr error) {
 	t.Helper()
 	held := make(chan struct{})
 	paused := make(chan error, 1)
@@ -272,5 +272,5 @@ func HolderPaused(t *testing.T, bound time.Duration, hold func(pause func()) err
 		})
 	}
 	wg.Wait()
-	return <-paused, firstDone
+	return firstDone, <-paused
 }
