@@ -67,25 +67,6 @@ func addOnce(ctx context.Context, c *config, a cas.Adder, key string, n int64, b
 	return v, ver, err
 }
 
-// addVia is addOnce through the store's queue of deltas when the store
-// applies deltas of several keys at once (cas.ManyAdder; see addgroup.go).
-func addVia(ctx context.Context, c *config, a cas.Adder, key string, n int64, b cas.Bounds) (int64, cas.Version, error) {
-	m, ok := a.(cas.ManyAdder)
-	if !ok {
-		return addOnce(ctx, c, a, key, n, b)
-	}
-	var (
-		v   int64
-		ver cas.Version
-	)
-	err := c.run(ctx, func(ctx context.Context) error {
-		var err error
-		v, ver, err = addGrouped(ctx, m, cas.Delta{Key: key, N: n, Bounds: b})
-		return err
-	})
-	return v, ver, err
-}
-
 // intCodec reads and writes the values a cas.Adder does: cas.JSON[int64]'s
 // encoding, read strictly (cas.ParseInt).
 type intCodec struct{}

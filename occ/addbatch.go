@@ -61,7 +61,7 @@ func addBatched(ctx context.Context, c *config, a cas.Adder, key string, n int64
 	slot := &deltasInFlight[maphash.String(lineSeed, key)%deltaSlots].n
 	defer slot.Add(-1)
 	if slot.Add(1) == 1 {
-		return addVia(ctx, c, a, key, n, b)
+		return addOnce(ctx, c, a, key, n, b)
 	}
 	lk := deltaLineKey{a, key}
 	li, ok := deltaLines.Load(lk)
@@ -155,7 +155,7 @@ func (line *deltaLine) gather(batch []*deltaCall) []*deltaCall {
 func runBatch(c *config, a cas.Adder, key string, batch []*deltaCall) {
 	if len(batch) == 1 {
 		m := batch[0]
-		m.v, m.ver, m.err = addVia(m.ctx, c, a, key, m.n, m.b)
+		m.v, m.ver, m.err = addOnce(m.ctx, c, a, key, m.n, m.b)
 		return
 	}
 	// The batch's context ends when every caller's has.
@@ -178,11 +178,11 @@ func runBatch(c *config, a cas.Adder, key string, batch []*deltaCall) {
 			// No value lets every delta through (or their sum overflows):
 			// one at a time, in order.
 			for _, m := range live {
-				m.v, m.ver, m.err = addVia(ctx, c, a, key, m.n, m.b)
+				m.v, m.ver, m.err = addOnce(ctx, c, a, key, m.n, m.b)
 			}
 			return
 		}
-		v, ver, err := addVia(ctx, c, a, key, sum, cas.Between(lo+sum, hi+sum))
+		v, ver, err := addOnce(ctx, c, a, key, sum, cas.Between(lo+sum, hi+sum))
 		if err == nil {
 			settle(live, v-sum, ver)
 			return
@@ -213,7 +213,7 @@ func runBatch(c *config, a cas.Adder, key string, batch []*deltaCall) {
 		}
 		if len(pass) < len(live) {
 			_, _, sum, _ = batchRange(pass)
-			_, ver, err := addVia(ctx, c, a, key, sum, cas.Between(cur+sum, cur+sum))
+			_, ver, err := addOnce(ctx, c, a, key, sum, cas.Between(cur+sum, cur+sum))
 			if err == nil {
 				settle(pass, cur, ver)
 				return
