@@ -165,42 +165,6 @@ type Adder interface {
 	Add(ctx context.Context, key string, n int64, b Bounds) (int64, Version, error)
 }
 
-// Delta is one delta of a [ManyAdder]'s AddMany: N added to the value of
-// Key, if the result lies within Bounds.
-type Delta struct {
-	Key    string
-	N      int64
-	Bounds Bounds
-}
-
-// DeltaResult is the outcome of one [Delta] of an AddMany: the new value
-// and the key's new version, or Err, as [Adder.Add] returns them.
-type DeltaResult struct {
-	Value   int64
-	Version Version
-	Err     error
-}
-
-// ManyAdder is an [Adder] that applies deltas of several keys in one
-// round trip. occ.Add sends the deltas that concurrent callers of one
-// process make to different keys of such a store together, so that a
-// server that spends more on a statement than on a row applies more of
-// them per second.
-type ManyAdder interface {
-	Adder
-
-	// AddMany applies each of deltas as Add would, and returns their
-	// outcomes in the same order. The deltas are independent: each is
-	// applied or refused on its own (a bound, a value that is not an
-	// integer, an invalid key concern its own result only), never
-	// together as a transaction. Their keys must be distinct: a key that
-	// appears twice fails every delta with ErrInvalidKey and writes
-	// nothing. Each delta is applied at most once, resolved by its write
-	// id when a reply is lost, as Add's are. A nil or ended context fails
-	// every delta.
-	AddMany(ctx context.Context, deltas []Delta) []DeltaResult
-}
-
 // FormatInt returns the encoding of v that JSON[int64] writes, as a delta
 // stores it.
 func FormatInt(v int64) []byte { return strconv.AppendInt(nil, v, 10) }

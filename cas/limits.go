@@ -209,31 +209,6 @@ func (l Limits) Add(ctx context.Context, key string, n int64, b Bounds) (lo, hi 
 	return lo, hi, nil
 }
 
-// AddMany validates a ManyAdder.AddMany: all is the error of every delta
-// (a nil or done context, a key that appears twice); otherwise each delta
-// is validated as Add validates it, its range of accepted current values
-// in lo[i] and hi[i], or its error in errs[i].
-func (l Limits) AddMany(ctx context.Context, deltas []Delta) (lo, hi []int64, errs []error, all error) {
-	if ctx == nil {
-		return nil, nil, nil, fmt.Errorf("cas: add-many: %w", ErrNilContext)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, nil, err
-	}
-	seen := make(map[string]struct{}, len(deltas))
-	for _, d := range deltas {
-		if _, dup := seen[d.Key]; dup {
-			return nil, nil, nil, &KeyError{Op: "add-many", Key: d.Key, Err: fmt.Errorf("%w: the key appears twice", ErrInvalidKey)}
-		}
-		seen[d.Key] = struct{}{}
-	}
-	lo, hi, errs = make([]int64, len(deltas)), make([]int64, len(deltas)), make([]error, len(deltas))
-	for i, d := range deltas {
-		lo[i], hi[i], errs[i] = l.Add(ctx, d.Key, d.N, d.Bounds)
-	}
-	return lo, hi, errs, nil
-}
-
 // Put validates a CompareAndSwap: the context is not nil or done, the key
 // is valid and the value fits.
 func (l Limits) Put(ctx context.Context, key string, value []byte) error {

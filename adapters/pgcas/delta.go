@@ -38,9 +38,7 @@ type deltaState struct {
 	sqlAddNew string // the delta that creates an absent key
 	sqlPrune  string // the records that aged out
 	sqlDone   string // the recorded outcome of a delta id
-	// sqlAddMany is AddMany's statement for 2 to maxListed deltas.
-	sqlAddMany [maxListed + 1]string
-	runs       atomic.Uint64
+	runs      atomic.Uint64
 }
 
 // deltaTableName returns the quoted delta table of a store on table.
@@ -70,13 +68,6 @@ func (s *Store) deltaDDL() string {
 )`, s.delta.table)
 }
 
-// deltaNumSQL is the integer value of the row r: 0 for a tombstone, NULL
-// (which no bound accepts) for a value that is not an int64's canonical
-// text.
-const deltaNumSQL = `(CASE WHEN r.value IS NULL THEN 0
-          WHEN octet_length(r.value) <= 20 AND encode(r.value, 'escape') ~ '^(0|-?[1-9][0-9]{0,18})$'
-          THEN encode(r.value, 'escape')::numeric END)`
-
 // prepareDelta builds the delta statements.
 //
 // $1 key, $2 n, $3 write id, $4 lowest and $5 highest current value the
@@ -97,7 +88,9 @@ func (s *Store) prepareDelta() {
 		return
 	}
 	t := s.table
-	num := deltaNumSQL
+	num := `(CASE WHEN r.value IS NULL THEN 0
+          WHEN octet_length(r.value) <= 20 AND encode(r.value, 'escape') ~ '^(0|-?[1-9][0-9]{0,18})$'
+          THEN encode(r.value, 'escape')::numeric END)`
 	// The update of an existing row, its record, and the current row when
 	// the bounds refused it.
 	d.sqlAdd = `WITH u AS (
@@ -121,9 +114,6 @@ rec AS (
     INSERT INTO ` + d.table + ` (write_id, key, version, value)
     SELECT $3::uuid, $1, version, $2::bigint FROM i)
 SELECT i.version, i.value, NULL::bigint, NULL::bytea FROM (SELECT) one LEFT JOIN i ON true`
-	for n := 2; n <= maxListed; n++ {
-		d.sqlAddMany[n] = s.addManySQL(n)
-	}
 	d.sqlPrune = `DELETE FROM ` + d.table + ` WHERE write_id < $1::uuid AND at < now() - make_interval(secs => $2::float8)`
 	d.sqlDone = `SELECT version, value FROM ` + d.table + ` WHERE write_id = $1`
 }
@@ -149,22 +139,10 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	if s.delta.err != nil {
 		return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: s.delta.err}
 	}
-	start := time.Now()
-	return s.addID(ctx, key, n, b, lo, hi, writeid.Timed(start), start, nil) // ids sort by time, for the prune
-}
-
-// addID is Add of the delta with id, made at start, whose bounds accept
-// the current values lo to hi. lost is the error that lost the reply of
-// an earlier send of this delta under id (AddMany's), nil for a first
-// send: with it, every send is a resend, and one that no answer comes to
-// within deltaResolveFor ends in a *cas.AmbiguousError.
-func (s *Store) addID(ctx context.Context, key string, n int64, b cas.Bounds, lo, hi int64, id writeid.ID, start time.Time, lost error) (int64, cas.Version, error) {
 	create := lo <= 0 && 0 <= hi
-	if lost != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), deltaResolveFor)
-		defer cancel()
-	}
+	start := time.Now()
+	id := writeid.Timed(start) // sorts by time, for the prune
+	var lost error             // the error that lost the first reply, while resolving
 	insert := false
 	for run := 1; ; run++ {
 		var (
@@ -183,7 +161,10 @@ func (s *Store) addID(ctx context.Context, key string, n int64, b cas.Bounds, lo
 			if perr != nil {
 				return 0, 0, fmt.Errorf("pgcas: add %q: the server wrote %q: %w", key, newVal, perr)
 			}
-			s.pruneDeltas(ctx, start, 1)
+			if s.delta.runs.Add(1)%deltaPruneEvery == 0 {
+				cut := writeid.Before(start.Add(-s.delta.retention))
+				_, _ = s.pool.Exec(ctx, s.delta.sqlPrune, cut, s.delta.retention.Seconds())
+			}
 			return v, cas.Version(*newVer), nil
 		case err == nil && (insert || curVer == nil && create) && run < 2*maxWriteRuns:
 			// No row: insert it. Or the insert found one (created
@@ -244,17 +225,6 @@ func (s *Store) addID(ctx context.Context, key string, n int64, b cas.Bounds, lo
 		case <-wait.C:
 		}
 	}
-}
-
-// pruneDeltas counts k deltas applied, made at start, and every
-// deltaPruneEvery deltas removes the records that aged out.
-func (s *Store) pruneDeltas(ctx context.Context, start time.Time, k uint64) {
-	after := s.delta.runs.Add(k)
-	if after/deltaPruneEvery == (after-k)/deltaPruneEvery {
-		return
-	}
-	cut := writeid.Before(start.Add(-s.delta.retention))
-	_, _ = s.pool.Exec(ctx, s.delta.sqlPrune, cut, s.delta.retention.Seconds())
 }
 
 // deltaRetention is the retention a Config asks for.

@@ -142,38 +142,3 @@ func TestDeltaTableMissing(t *testing.T) {
 		t.Fatalf("after CreateTable: %d, %v", v, err)
 	}
 }
-
-// Fault: the reply to a statement of several deltas is lost after it
-// applied. Each delta is sent again on its own under its write id: the
-// delta table refuses a second application, so every key counts its
-// delta once and each result is the first application's; a delta its
-// bound refused is refused again.
-func TestAddManyLostReplyAppliedOnce(t *testing.T) {
-	ctx := context.Background()
-	var f pgtest.Faults
-	s := faultyStore(t, &f)
-	for _, k := range []string{"many-a", "many-b", "many-c"} {
-		if _, _, err := s.Add(ctx, k, 100, cas.Bounds{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := 1; i <= 3; i++ {
-		f.LoseReply("many-b")
-		res := s.AddMany(ctx, []cas.Delta{
-			{Key: "many-a", N: -1},
-			{Key: "many-b", N: -2},
-			{Key: "many-c", N: -3},
-			{Key: "many-a-bounded", N: -1, Bounds: cas.AtLeast(0)}, // no row: refused, not created
-		})
-		fired(t, &f, i)
-		for j, r := range res[:3] {
-			if want := 100 - int64((j+1)*i); r.Err != nil || r.Value != want || r.Version == 0 {
-				t.Fatalf("round %d, delta %d: %+v, want %d: applied twice or not at all", i, j, r, want)
-			}
-			wantAt(t, s, []string{"many-a", "many-b", "many-c"}[j], strconv.FormatInt(r.Value, 10), r.Version)
-		}
-		if !errors.Is(res[3].Err, cas.ErrBound) {
-			t.Fatalf("round %d: the bounded delta of an absent key: %v, want ErrBound", i, res[3].Err)
-		}
-	}
-}

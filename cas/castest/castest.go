@@ -177,7 +177,6 @@ func Run(t *testing.T, h Harness) {
 		{"GetMany", getManyTests},
 		{"ExclusiveCommit", exclusiveCommitTests},
 		{"Delta", deltaTests},
-		{"AddMany", addManyTests},
 		{"Lister", listerTests},
 	}
 	for _, g := range groups {
