@@ -49,8 +49,9 @@ type ExclusiveCommitter interface {
 	// naming the first such op. It returns one version per op, as Commit
 	// does. fn's error ends the call, writes nothing and is returned as
 	// is; no ops write nothing. fn runs once, on the caller's goroutine,
-	// and must not write the keys itself. Keys must be valid and
-	// distinct (Limits.GetMany).
+	// and must not write the keys itself. Keys must be at least one,
+	// valid and distinct (Limits.CommitExclusive): no keys fail with
+	// ErrInvalidCommit, an invalid or repeated key with ErrInvalidKey.
 	CommitExclusive(ctx context.Context, keys []string, fn func(cur []Item) ([]Op, error)) ([]Version, error)
 }
 

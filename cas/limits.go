@@ -150,10 +150,10 @@ func (l Limits) GetMany(ctx context.Context, keys []string) error {
 	return l.keyList(ctx, "get-many", keys)
 }
 
-// Exclusive validates an ExclusiveCommitter.CommitExclusive: GetMany's
+// CommitExclusive validates an ExclusiveCommitter.CommitExclusive: GetMany's
 // checks, and at least one key (ErrInvalidCommit), since a commit that
 // holds nothing has nothing to commit.
-func (l Limits) Exclusive(ctx context.Context, keys []string) error {
+func (l Limits) CommitExclusive(ctx context.Context, keys []string) error {
 	const op = "exclusive commit"
 	if err := l.keyList(ctx, op, keys); err != nil {
 		return err

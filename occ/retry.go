@@ -21,19 +21,23 @@ import (
 // of the call's own attempt times), and a context that ends, also during
 // that wait, stops the loop at once. The result is nil when an attempt
 // succeeds; fn's error, unwrapped (Permanent's mark removed), when it is
-// not retryable; otherwise a *GiveUpError whose errors.Is matches both why
-// the loop stopped (ErrAttemptsExhausted, ErrBudgetExhausted,
-// ErrBackOffStopped or ctx.Err()) and fn's last error. Prefer Update for
-// a single key. See docs/overview.md#retries.
+// not retryable, unless ctx has ended meanwhile; otherwise a *GiveUpError
+// whose errors.Is matches both why the loop stopped (ErrAttemptsExhausted,
+// ErrBudgetExhausted, ErrBackOffStopped or ctx.Err()) and fn's last
+// error. Prefer Update for a single key. See docs/overview.md#retries.
 //
 // Read inside fn and return the conflict unwrapped (or wrapped with %w):
 //
 //	err := occ.Retry(ctx, func(ctx context.Context) error {
-//		it, err := store.Get(ctx, key)
+//		it, err := store.Get(ctx, "stock/sku-42")
 //		if err != nil {
 //			return err
 //		}
-//		_, err = store.CompareAndSwap(ctx, key, it.Version, next(it.Value))
+//		n, _ := strconv.Atoi(string(it.Value))
+//		if n == 0 {
+//			return ErrSoldOut // not retryable: returned as is
+//		}
+//		_, err = store.CompareAndSwap(ctx, "stock/sku-42", it.Version, []byte(strconv.Itoa(n-1)))
 //		return err // a conflict: read again and retry
 //	})
 func Retry(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {

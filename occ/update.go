@@ -15,7 +15,10 @@ import (
 //
 // mutate may run several times and must depend only on its arguments; an
 // error from it ends the loop and is returned as is (unless WithRetryable
-// says to retry it). The loop is Retry's: see there for giving up, contexts
+// says to retry it), once it came from a state current during the call:
+// an error from a state this process kept (a cache entry, the state the
+// key's last turn wrote) is checked by reading the key and calling mutate
+// again. The loop is Retry's: see there for giving up, contexts
 // and panics. Calls of one process take turns at a hot key (WithTurns), and
 // a call that keeps losing to writers elsewhere runs its next attempt
 // exclusively on a store that can (WithExclusiveAfter). See

@@ -43,9 +43,10 @@ type Rows[K, T any] interface {
 // rows that other calls hold: edit replaces them rather than writing into
 // them.
 //
-// A row not at a version If-Match names (MatchVersion), an existing row
-// (CreateOnly) or a missing one (MatchAny) fails with a *PreconditionError
-// carrying the current version (412), and nothing is written; no
+// A row not at a version If-Match names (MatchVersion) or an existing row
+// (CreateOnly) fails with a *PreconditionError carrying the current
+// version (412), a missing one (MatchAny) with a *PreconditionError
+// (412), and nothing is written; no
 // precondition is ErrPreconditionRequired (428) unless AllowUnconditional
 // is given. An error from edit is returned as is; a changed key fails with
 // an error matching cas.ErrInvalidKey (400). RowHandler serves PUT and

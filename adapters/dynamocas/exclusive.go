@@ -169,7 +169,7 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // not write end right after. It needs a server with
 // TransactWriteItems (DynamoDB, minidyn; not dynalite).
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
-	if err := s.limits.Exclusive(ctx, keys); err != nil {
+	if err := s.limits.CommitExclusive(ctx, keys); err != nil {
 		return nil, err
 	}
 	token := make([]byte, holdTokenLen)

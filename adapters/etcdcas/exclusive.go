@@ -151,7 +151,7 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // of Limits.MaxCommitOps keys, and ops plus keys at most MaxCommitOps.
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
 	const op = "exclusive commit"
-	if err := s.limits.Exclusive(ctx, keys); err != nil {
+	if err := s.limits.CommitExclusive(ctx, keys); err != nil {
 		return nil, err
 	}
 	maxOps := s.limits.WithDefaults().MaxCommitOps

@@ -163,7 +163,7 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // frees the rows; its late commit is refused with a *cas.ConflictError.
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
 	const op = "exclusive commit"
-	if err := s.limits.Exclusive(ctx, keys); err != nil {
+	if err := s.limits.CommitExclusive(ctx, keys); err != nil {
 		return nil, err
 	}
 	conn, err := s.pool.Acquire(ctx)

@@ -46,6 +46,18 @@ type TxBeginner interface {
 // COMMIT that certainly applied nothing. If fn panics, the transaction is
 // rolled back and the panic goes on up. See
 // docs/postgres.md#serializable-transactions.
+//
+//	err := pgcas.RunTx(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
+//		var on int
+//		if err := tx.QueryRow(ctx, `SELECT count(*) FROM doctors WHERE on_call`).Scan(&on); err != nil {
+//			return err
+//		}
+//		if on < 2 {
+//			return ErrLastOnCall // not retried: returned as is
+//		}
+//		_, err := tx.Exec(ctx, `UPDATE doctors SET on_call = false WHERE id = $1`, id)
+//		return err
+//	})
 func RunTx(ctx context.Context, db TxBeginner, txOptions pgx.TxOptions, fn func(tx pgx.Tx) error, opts ...occ.Option) error {
 	return occ.Retry(ctx, func(ctx context.Context) error {
 		return runTxOnce(ctx, db, txOptions, fn)

@@ -134,7 +134,7 @@ var _ cas.ExclusiveCommitter = (*Store)(nil)
 // Config.ExclusiveTTL by the server's clock.
 func (s *Store) CommitExclusive(ctx context.Context, keys []string, fn func(cur []cas.Item) ([]cas.Op, error)) ([]cas.Version, error) {
 	const op = "exclusive commit"
-	if err := s.limits.Exclusive(ctx, keys); err != nil {
+	if err := s.limits.CommitExclusive(ctx, keys); err != nil {
 		return nil, err
 	}
 	if err := s.checkSlots(op, keys); err != nil {

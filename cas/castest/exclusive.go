@@ -252,7 +252,13 @@ func HolderPaused(t *testing.T, bound time.Duration, hold func(pause func()) err
 			time.Sleep(5 * bound)
 		})
 	}()
-	<-held
+	select {
+	case <-held:
+	case err := <-paused:
+		// hold ended without pausing (its exclusive call failed first):
+		// nothing to run the others against.
+		t.Fatalf("the holder ended before it held the key: %v", err)
+	}
 	start := time.Now()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
