@@ -26,15 +26,20 @@ const DefaultDeltaRetention = 10 * time.Minute
 //	KEYS[1] data hash, KEYS[2] version counter, KEYS[3] the delta's record
 //	ARGV[1] n, ARGV[2] lowest and ARGV[3] highest current value accepted,
 //	ARGV[4] the write id (16 bytes), ARGV[5] how many bytes of old history
-//	to keep, ARGV[6] the record's TTL (ms)
+//	to keep, ARGV[6] the record's TTL (ms), ARGV[7] "1" on a send made
+//	again after a lost answer, else ""
 //
 // The record is looked up on every send, the first included: a first send
 // whose connection broke can still reach the server after the send that
 // resolved it (held up in a proxy or a kernel buffer), and must then find
-// the record rather than apply the delta a second time.
+// the record rather than apply the delta a second time. A send made again
+// that is refused records the refusal too ("!b" or "!n"), so that such a
+// first send, reaching the server after the value moved, finds it instead
+// of applying the delta its caller was told was refused.
 //
 // Replies: {"ok", version, value} | {"done", version, value} |
-// {"bound", value or ""} | {"notint", value} | {"held", version or "0", value}.
+// {"bound", value or ""} | {"notint", value} | {"held", version or "0", value} |
+// {"refused", "b" or "n"} (the record of a refusal).
 const addSrc = findSrc + `
 local function cmp(a, b)
   local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
@@ -58,6 +63,7 @@ local function be8(n)
 end
 local done = redis.call('GET', KEYS[3])
 if done then
+  if string.sub(done, 1, 1) == '!' then return {'refused', string.sub(done, 2)} end
   local sep = string.find(done, ':', 1, true)
   return {'done', string.sub(done, 1, sep - 1), string.sub(done, sep + 1)}
 end
@@ -66,9 +72,11 @@ local st = redis.call('HMGET', h, 'v', 'n', 'h', 'x', 'xe')
 if held(st[4], st[5], '') then return {'held', st[2] or '0', st[1] or ''} end
 local cur = st[1] or '0'
 if #cur > 20 or not (cur == '0' or string.match(cur, '^%-?[1-9]%d*$')) then
+  if ARGV[7] == '1' then redis.call('SET', KEYS[3], '!n', 'PX', ARGV[6]) end
   return {'notint', cur}
 end
 if cmp(cur, ARGV[2]) < 0 or cmp(cur, ARGV[3]) > 0 then
+  if ARGV[7] == '1' then redis.call('SET', KEYS[3], '!b', 'PX', ARGV[6]) end
   return {'bound', st[1] or ''}
 end
 local hist = ARGV[4] .. be8(tonumber(st[2] or '0')) .. string.sub(st[3] or '', 1, tonumber(ARGV[5]))
@@ -108,7 +116,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	id := s.ids.Next()
 	dk := s.dataKey(key)
 	keys := []string{dk, s.counterOf(dk), s.deltaKey(id, dk)}
-	args := []any{n, lo, hi, string(id[:]), s.keep, s.deltaTTL}
+	args := []any{n, lo, hi, string(id[:]), s.keep, s.deltaTTL, ""}
 	type result struct {
 		v   int64
 		ver cas.Version
@@ -156,6 +164,13 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			return result{}, err
 		case "held":
 			return result{}, errHeld
+		case "refused":
+			// A send of this delta made again after a lost answer was
+			// refused before this one came (its answer lost too).
+			if r.field(0) == "n" {
+				return result{}, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf("%w (the value was not an integer when the delta was sent again)", cas.ErrNotInteger)}
+			}
+			return result{}, &cas.BoundError{Key: key, Add: n, Bounds: b}
 		}
 		return result{}, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
 	}
@@ -177,6 +192,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resolve)
 	defer cancel()
+	args[len(args)-1] = "1" // a refusal from now on is recorded
 	wait := 10 * time.Millisecond
 	for {
 		out, rerr := ctxwait.WhileHeld(rctx, errHeld, func() (result, error) { return send(rctx) })

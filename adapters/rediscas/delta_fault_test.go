@@ -95,3 +95,27 @@ func TestDeltaLateFirstSend(t *testing.T) {
 		t.Fatalf("%d delta records for one delta", got)
 	}
 }
+
+// Fault: a delta's first send is held up on its way, the send made again
+// is refused by the bound, and the value moves before the first send
+// arrives. The refusal was recorded under the delta's id, so the first
+// send, arriving where the bound would now let it through, applies
+// nothing: the caller was told "refused", and nothing was written.
+func TestDeltaLateFirstSendAfterARefusal(t *testing.T) {
+	s, _, f, _ := faultyStore(t, rediscas.Config{})
+	ctx := redistest.Ctx(t, 20*time.Second)
+	if _, _, err := s.Add(ctx, "m", 5, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	f.SendLate(s.DataKey("m"))
+	if _, _, err := s.Add(ctx, "m", -10, cas.AtLeast(0)); !errors.Is(err, cas.ErrBound) || f.Fired() != 1 {
+		t.Fatalf("delta whose first send was held up: %v (fired %d); want ErrBound from the send made again", err, f.Fired())
+	}
+	if _, _, err := s.Add(ctx, "m", 100, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(5 * time.Second); err != nil {
+		t.Fatalf("releasing the held-up first send: %v", err)
+	}
+	wantValue(t, s, "m", "105", 0)
+}
