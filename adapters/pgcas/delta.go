@@ -92,7 +92,11 @@ func (s *Store) prepareDelta() {
           WHEN octet_length(r.value) <= 20 AND encode(r.value, 'escape') ~ '^(0|-?[1-9][0-9]{0,18})$'
           THEN encode(r.value, 'escape')::numeric END)`
 	// The update of an existing row, its record, and the current row when
-	// the bounds refused it.
+	// the bounds refused it; on a send made again after a lost reply ($6),
+	// a refusal is recorded too (version 0; value 1 when the value was
+	// not an integer), so that the first send, held up on its way and
+	// arriving after the value moved, fails on the record instead of
+	// applying a delta its caller was told was refused.
 	d.sqlAdd = `WITH u AS (
     UPDATE ` + t + ` AS r SET value = convert_to((` + num + ` + $2::bigint)::text, 'UTF8'), version = DEFAULT, write_id = $3::uuid
     WHERE r.key = $1 AND ` + num + ` BETWEEN $4::bigint AND $5::bigint
@@ -101,7 +105,10 @@ rec AS (
     INSERT INTO ` + d.table + ` (write_id, key, version, value)
     SELECT $3::uuid, $1, version, encode(value, 'escape')::bigint FROM u),
 cur AS (
-    SELECT version, value FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT FROM u) FOR SHARE)
+    SELECT version, value FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT FROM u) FOR SHARE),
+ref AS (
+    INSERT INTO ` + d.table + ` (write_id, key, version, value)
+    SELECT $3::uuid, $1, 0, CASE WHEN ` + num + ` IS NULL THEN 1 ELSE 0 END FROM cur AS r WHERE $6::boolean)
 SELECT u.version, u.value, c.version, c.value
 FROM (SELECT) one LEFT JOIN u ON true LEFT JOIN cur c ON true`
 	// The insert of an absent key (sent when sqlAdd found no row), its
@@ -153,7 +160,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		if insert {
 			err = s.pool.QueryRow(ctx, s.delta.sqlAddNew, key, n, id).Scan(&newVer, &newVal, &curVer, &curVal)
 		} else {
-			err = s.pool.QueryRow(ctx, s.delta.sqlAdd, key, n, id, lo, hi).Scan(&newVer, &newVal, &curVer, &curVal)
+			err = s.pool.QueryRow(ctx, s.delta.sqlAdd, key, n, id, lo, hi, lost != nil).Scan(&newVer, &newVal, &curVer, &curVal)
 		}
 		switch {
 		case err == nil && newVer != nil:
@@ -185,9 +192,16 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.TableName == s.delta.rawName:
-			// An earlier run of this delta was applied: its record says how.
+			// An earlier run of this delta was applied, or refused when
+			// sent again: its record says how.
 			var ver, v int64
 			if err = s.pool.QueryRow(ctx, s.delta.sqlDone, id).Scan(&ver, &v); err == nil {
+				switch {
+				case ver == 0 && v == 1:
+					return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf("%w (the value was not an integer when the delta was sent again)", cas.ErrNotInteger)}
+				case ver == 0:
+					return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b}
+				}
 				return v, cas.Version(ver), nil
 			}
 		case errors.As(err, &pgErr) && pgErr.Code == codeUndefinedTable && lost == nil:

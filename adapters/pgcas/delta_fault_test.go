@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/cas"
@@ -140,5 +141,35 @@ func TestDeltaTableMissing(t *testing.T) {
 	}
 	if v, _, err := s.Add(ctx, "k", 1, cas.Bounds{}); err != nil || v != 1 {
 		t.Fatalf("after CreateTable: %d, %v", v, err)
+	}
+}
+
+// Fault: a delta's first send is held up on its way, the send made again
+// is refused by the bound, and the value moves before the first send
+// reaches the server. The refusal was recorded under the delta's id, so
+// the first send fails on the record and applies nothing: the caller was
+// told "refused", and nothing was written.
+func TestDeltaLateFirstSendAfterARefusal(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	s := faultyStore(t, &f)
+	if _, _, err := s.Add(ctx, "late-m", 5, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	f.SendLate("late-m")
+	if _, _, err := s.Add(ctx, "late-m", -10, cas.AtLeast(0)); !errors.Is(err, cas.ErrBound) {
+		t.Fatalf("delta whose first send was held up: %v; want ErrBound from the send made again", err)
+	}
+	fired(t, &f, 1)
+	v, _, err := s.Add(ctx, "late-m", 100, cas.Bounds{})
+	if err != nil || v != 105 {
+		t.Fatalf("add 100: %d, %v", v, err)
+	}
+	if err := f.Release(5 * time.Second); err != nil {
+		t.Fatalf("releasing the held-up first send: %v", err)
+	}
+	it, err := s.Get(ctx, "late-m")
+	if err != nil || string(it.Value) != "105" {
+		t.Fatalf("late-m = %q, %v; want 105: the refused delta was applied by its late first send", it.Value, err)
 	}
 }

@@ -45,6 +45,7 @@ type deltaStatements struct {
 	// value the update left in LAST_INSERT_ID and a session variable.
 	recordLast stmt
 	done       stmt // version, value recorded for a delta id
+	seal       stmt // the record of a refusal (version 0) under a delta id
 	prune      stmt // records older than the retention
 	runs       atomic.Uint64
 	keepFor    time.Duration
@@ -145,6 +146,7 @@ ON CONFLICT (k) DO NOTHING RETURNING version, value`)
 	ds.read = onData(`SELECT version, value FROM {T} WHERE k = @k`)
 	ds.record = onDeltas(`INSERT INTO {T} (write_id, k, version, value) VALUES (@id, @k, @ver, @val)`)
 	ds.done = onDeltas(`SELECT version, value FROM {T} WHERE write_id = @id`)
+	ds.seal = onDeltas(`INSERT INTO {T} (write_id, k, version, value) VALUES (@id, @k, @ver, @val)`)
 	ds.prune = onDeltas(`DELETE FROM {T} WHERE write_id < @id`)
 	return ds
 }
@@ -204,8 +206,13 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		case errors.Is(err, errDeltaDone):
 			// Applied by an earlier run: its record says how.
 			v, ver, rerr := s.deltaDone(ctx, ds, id)
-			if rerr == nil {
+			switch {
+			case rerr == nil:
 				return v, ver, nil
+			case errors.Is(rerr, errDeltaSealed) && v == 1:
+				return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf("%w (the value was not an integer when the delta was sent again)", cas.ErrNotInteger)}
+			case errors.Is(rerr, errDeltaSealed):
+				return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b}
 			}
 			if lost == nil {
 				lost = err
@@ -213,6 +220,9 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		case errors.Is(err, cas.ErrBound), errors.Is(err, cas.ErrNotInteger), errors.Is(err, errDeltaRace):
 			if errors.Is(err, errDeltaRace) {
 				continue // a create raced with another: nothing applied
+			}
+			if lost != nil && s.d != SQLite && !s.inTx {
+				return s.sealRefusal(ctx, ds, key, id, err, lost)
 			}
 			return 0, 0, err
 		case lost == nil && answered(err):
@@ -398,5 +408,46 @@ func (s *Store) deltaDone(ctx context.Context, ds *deltaStatements, id writeid.I
 	if err := s.q.QueryRowContext(ctx, ds.done.text, ds.done.args(&vals)...).Scan(&ver, &v); err != nil {
 		return 0, 0, err
 	}
+	if ver == 0 {
+		return v, 0, errDeltaSealed // a refusal's record (sealRefusal), v its flag
+	}
 	return v, cas.Version(ver), nil
+}
+
+// errDeltaSealed: the record under a delta's id is a refusal's.
+var errDeltaSealed = errors.New("sqlcas: the delta was refused when sent again")
+
+// sealRefusal records refusal, the answer to a delta sent again after
+// its reply was lost, under the delta's id (version 0; value 1 for a value
+// that was not an integer), and returns it: the first send, held up on
+// its way and reaching the server after the value moved, then fails on
+// the record instead of applying a delta its caller was told was
+// refused. A record already there is that first send's, applied
+// meanwhile, and says how. Without an answer to the record's insert, the
+// delta's outcome is unknown: a *cas.AmbiguousError.
+func (s *Store) sealRefusal(ctx context.Context, ds *deltaStatements, key string, id writeid.ID, refusal, lost error) (int64, cas.Version, error) {
+	flag := int64(0)
+	if errors.Is(refusal, cas.ErrNotInteger) {
+		flag = 1
+	}
+	vals := [numSlots]any{slotKey: key, slotID: id[:], slotVer: int64(0), slotVal: flag}
+	var p ctxwait.Poll
+	for {
+		_, err := s.q.ExecContext(ctx, ds.seal.text, ds.seal.args(&vals)...)
+		if err == nil {
+			return 0, 0, refusal
+		}
+		if isDuplicate(err) {
+			v, ver, derr := s.deltaDone(ctx, ds, id)
+			switch {
+			case derr == nil:
+				return v, ver, nil
+			case errors.Is(derr, errDeltaSealed):
+				return 0, 0, refusal
+			}
+		}
+		if p.Wait(ctx) != nil {
+			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.String(), Err: lost}
+		}
+	}
 }

@@ -2,6 +2,8 @@ package sqlcas_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/connfault"
 	"github.com/occkit/occkit/internal/mysqltest"
 )
 
@@ -97,5 +100,48 @@ func TestDeltaLostReply(t *testing.T) {
 				t.Fatalf("stock = %s after 5 deltas of -10 whose replies were lost and %d of -1, want %d: a delta applied twice or not at all", it.Value, others.Load(), want)
 			}
 		})
+	}
+}
+
+// TestDeltaLateFirstSendAfterARefusal holds a delta's CALL up on its way
+// while the client's read fails, so Add sends it again under its write
+// id, and the bound refuses that send. The value then moves, and the
+// first CALL reaches the server where the bound would let it through.
+// The refusal was recorded under the delta's id, so that CALL fails on
+// the record and applies nothing: the caller was told "refused", and
+// nothing was written.
+func TestDeltaLateFirstSendAfterARefusal(t *testing.T) {
+	ctx := context.Background()
+	direct := mysqltest.Database(t)
+	other := storeOn(t, mysqltest.Open(t, direct), sqlcas.Config{Dialect: sqlcas.MySQL})
+	var m connfault.Marker
+	held := direct.Clone()
+	held.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return m.Wrap(c, errors.New("connfault: injected")), nil
+	}
+	store, err := sqlcas.New(mysqltest.Open(t, held), sqlcas.Config{Dialect: sqlcas.MySQL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := other.Add(ctx, "late-m", 5, cas.Bounds{}); err != nil {
+		t.Fatal(err)
+	}
+	m.SendLate("late-m")
+	if _, _, err := store.Add(ctx, "late-m", -10, cas.AtLeast(0)); !errors.Is(err, cas.ErrBound) || m.Fired() != 1 {
+		t.Fatalf("delta whose first CALL was held up: %v (fired %d); want ErrBound from the CALL made again", err, m.Fired())
+	}
+	if v, _, err := other.Add(ctx, "late-m", 100, cas.Bounds{}); err != nil || v != 105 {
+		t.Fatalf("add 100: %d, %v", v, err)
+	}
+	if err := m.Release(5 * time.Second); err != nil {
+		t.Fatalf("releasing the held-up CALL: %v", err)
+	}
+	it, err := other.Get(ctx, "late-m")
+	if err != nil || string(it.Value) != "105" {
+		t.Fatalf("late-m = %q, %v; want 105: the refused delta was applied by its late first CALL", it.Value, err)
 	}
 }

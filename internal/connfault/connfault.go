@@ -132,6 +132,16 @@ type conn struct {
 }
 
 func (c *conn) Write(p []byte) (int, error) {
+	if c.late.Load() {
+		// Bytes written after a request held up on its way (a driver's
+		// goodbye, say) travel behind it, as TCP keeps them in order.
+		c.m.mu.Lock()
+		if c.m.heldOn == c.Conn {
+			c.m.held = append(c.m.held, p...)
+		}
+		c.m.mu.Unlock()
+		return len(p), nil
+	}
 	switch md, then := c.m.take(p); md {
 	case failSend:
 		c.Conn.Close()

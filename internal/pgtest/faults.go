@@ -64,6 +64,15 @@ func (f *Faults) LoseReply(marker string) { f.writes.LoseReply(marker, nil) }
 // sent": the next write containing marker is not sent and fails.
 func (f *Faults) FailSend(marker string) { f.writes.FailSend(marker) }
 
+// SendLate arms the fault "the request was held up on its way": the next
+// write containing marker is held back and the client's read fails as if
+// the reply was lost; the request reaches the server only at Release.
+func (f *Faults) SendLate(marker string) { f.writes.SendLate(marker) }
+
+// Release sends the request SendLate held back, waits up to timeout for
+// the server's answer to it, and closes its connection.
+func (f *Faults) Release(timeout time.Duration) error { return f.writes.Release(timeout) }
+
 // RefuseConnections arms the fault "the server is down": the next n new
 // connections fail to connect, refused, as against a stopped server. Each
 // counts as one fault fired.
