@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/occkit/occkit/cas"
@@ -35,6 +38,7 @@ type deltaState struct {
 	err       error  // why the store has no delta table name
 	retention time.Duration
 	sqlAdd    string // the delta of an existing row
+	sqlApply  string // the delta of a row it applies to, and nothing else
 	sqlAddNew string // the delta that creates an absent key
 	sqlPrune  string // the records that aged out
 	sqlDone   string // the recorded outcome of a delta id
@@ -111,6 +115,22 @@ ref AS (
     SELECT $3::uuid, $1, 0, CASE WHEN ` + num + ` IS NULL THEN 1 ELSE 0 END FROM cur AS r WHERE $6::boolean)
 SELECT u.version, u.value, c.version, c.value
 FROM (SELECT) one LEFT JOIN u ON true LEFT JOIN cur c ON true`
+	// The first send of a delta: the update and its record, with no work
+	// for the other cases. The value is read as an int64 only when its
+	// text is one's canonical form; when nothing comes back (a refusal,
+	// an absent key or tombstone, a value that is not a canonical
+	// integer) or the server cannot read the value as one (a data
+	// exception), Add sends sqlAdd, which says why. A refusal is not
+	// recorded here: only a send made again after a lost reply records
+	// one, and this is never one.
+	v := `convert_from(r.value, 'UTF8')`
+	d.sqlApply = `WITH u AS (
+    UPDATE ` + t + ` AS r SET value = convert_to((` + v + `::bigint + $2::bigint)::text, 'UTF8'), version = DEFAULT, write_id = $3::uuid
+    WHERE r.key = $1 AND ` + v + `::bigint BETWEEN $4::bigint AND $5::bigint AND ` + v + `::bigint::text = ` + v + `
+    RETURNING r.version, r.value)
+INSERT INTO ` + d.table + ` (write_id, key, version, value)
+SELECT $3::uuid, $1, version, convert_from(value, 'UTF8')::bigint FROM u
+RETURNING version, value`
 	// The insert of an absent key (sent when sqlAdd found no row), its
 	// record, and the current row when a create won the race.
 	d.sqlAddNew = `WITH i AS (
@@ -125,11 +145,13 @@ SELECT i.version, i.value, NULL::bigint, NULL::bytea FROM (SELECT) one LEFT JOIN
 	d.sqlDone = `SELECT version, value FROM ` + d.table + ` WHERE write_id = $1`
 }
 
-// Add implements cas.Adder with one statement: the row is updated in
-// place by the server (an absent key is inserted), the delta's id is
-// recorded in the delta table, and when the bounds refuse the delta the
-// key's current row comes back in the same round trip. Concurrent deltas
-// of one key wait for each other on the row and never conflict.
+// Add implements cas.Adder with one statement when the delta applies:
+// the row is updated in place by the server and the delta's id is
+// recorded in the delta table. When it does not (the bounds refuse it,
+// the key is absent, the value is not an integer), a second statement
+// says which, returns the key's current row with a refusal, or inserts
+// an absent key. Concurrent deltas of one key wait for each other on the
+// row and never conflict.
 //
 // When the reply is lost, Add sends the same delta again, with the same
 // id, until it gets an answer (for up to 10 seconds, past ctx's deadline
@@ -157,9 +179,19 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			newVal, curVal []byte
 			err            error
 		)
-		if insert {
+		switch {
+		case run == 1:
+			// The common case first: the delta applies (sqlApply).
+			var v int64
+			err = s.pool.QueryRow(ctx, s.delta.sqlApply, key, n, id, lo, hi).Scan(&newVer, &v)
+			if err == nil {
+				newVal = strconv.AppendInt(nil, v, 10)
+			} else if errors.Is(err, pgx.ErrNoRows) || dataException(err) {
+				continue // sqlAdd says why
+			}
+		case insert:
 			err = s.pool.QueryRow(ctx, s.delta.sqlAddNew, key, n, id).Scan(&newVer, &newVal, &curVer, &curVal)
-		} else {
+		default:
 			err = s.pool.QueryRow(ctx, s.delta.sqlAdd, key, n, id, lo, hi, lost != nil).Scan(&newVer, &newVal, &curVer, &curVal)
 		}
 		switch {
@@ -173,7 +205,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 				_, _ = s.pool.Exec(ctx, s.delta.sqlPrune, cut, s.delta.retention.Seconds())
 			}
 			return v, cas.Version(*newVer), nil
-		case err == nil && (insert || curVer == nil && create) && run < 2*maxWriteRuns:
+		case err == nil && (insert || curVer == nil && create) && run <= 2*maxWriteRuns:
 			// No row: insert it. Or the insert found one (created
 			// meanwhile, or by this delta's first run, whose record
 			// then refuses the update): update it.
@@ -239,6 +271,14 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		case <-wait.C:
 		}
 	}
+}
+
+// dataException reports a statement refused for a value it could not
+// convert (SQLSTATE class 22: not a number, out of range, not UTF-8):
+// nothing was written.
+func dataException(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
 // deltaRetention is the retention a Config asks for.
