@@ -45,6 +45,12 @@ func newMySQLProcedure(name, table, deltas string, maxKey int) *mysqlProcedure {
 	}
 	num := deltaNum(MySQL)
 	p := &mysqlProcedure{name: quoted}
+	// The update leaves the new version in LAST_INSERT_ID and the new
+	// value in a session variable, as the statement-by-statement
+	// transaction's does, instead of a read of the row after it (a
+	// procedure created with that read, before 2026-12-06, answers
+	// alike: drop it and run CreateTable again to have this one).
+	//
 	// Replies, one row: ('ok', version, value) applied; ('done', version,
 	// value) applied before, by a run under the same write id;
 	// ('refused', version, value) the key's row (NULLs: none), when the
@@ -52,8 +58,6 @@ func newMySQLProcedure(name, table, deltas string, maxKey int) *mysqlProcedure {
 	p.ddl = fmt.Sprintf(`CREATE PROCEDURE %[1]s(IN p_k VARBINARY(%[2]d), IN p_n BIGINT, IN p_id BINARY(16), IN p_lo BIGINT, IN p_hi BIGINT)
     MODIFIES SQL DATA
 BEGIN
-    DECLARE v_ver BIGINT;
-    DECLARE v_val BIGINT;
     DECLARE EXIT HANDLER FOR 1062
     BEGIN
         ROLLBACK;
@@ -65,16 +69,15 @@ BEGIN
         RESIGNAL;
     END;
     START TRANSACTION;
-    UPDATE %[3]s SET value = CAST(%[5]s + p_n AS CHAR), version = version + 1, write_id = p_id
+    UPDATE %[3]s SET value = CAST(@occkit_delta := (%[5]s + p_n) AS CHAR), version = LAST_INSERT_ID(version + 1), write_id = p_id
         WHERE k = p_k AND %[5]s BETWEEN p_lo AND p_hi;
     IF ROW_COUNT() = 0 THEN
         ROLLBACK;
         SELECT 'refused', version, value FROM %[3]s WHERE k = p_k;
     ELSE
-        SELECT version, CAST(value AS SIGNED) INTO v_ver, v_val FROM %[3]s WHERE k = p_k;
-        INSERT INTO %[4]s (write_id, k, version, value) VALUES (p_id, p_k, v_ver, v_val);
+        INSERT INTO %[4]s (write_id, k, version, value) VALUES (p_id, p_k, LAST_INSERT_ID(), @occkit_delta);
         COMMIT;
-        SELECT 'ok', v_ver, v_val;
+        SELECT 'ok', LAST_INSERT_ID(), @occkit_delta;
     END IF;
 END`, quoted, maxKey, table, deltas, num)
 	p.call = `CALL ` + quoted + `(?, ?, ?, ?, ?)`
