@@ -90,12 +90,20 @@ func run(args []string, stdout io.Writer) int {
 		rttF        = fs.String("rtt", "", "add this one-way delay (e.g. 0.25ms, 1ms, 5ms) in each direction to every connection to every server, through a TCP proxy per server (internal/faultproxy); 0 measures the proxy's own hop; not on the clusters")
 		repeatF     = fs.Int("repeat", 1, "run the strategies of each point this many rounds in turn (order rotated each round) and report each cell's median round by throughput, to read ratios on a noisy machine (more rounds narrow a ratio more cheaply than longer cells: e.g. --duration 300ms --warmup 100ms --repeat 15)")
 		budgetF     = fs.Duration("budget", 3*time.Minute, "without --duration or --ops: shorten the cells (not below 300ms) so that the whole run fits this time; 0: no limit")
+		cpuProfF    = fs.String("cpuprofile", "", "write a CPU profile of this process (the workers' client side, servers and --procs children apart) to this file, for go tool pprof")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *cpuProfF != "" {
+		stop, err := startCPUProfile(*cpuProfF)
+		if err != nil {
+			return usage(fs, "--cpuprofile", err)
+		}
+		defer stop()
 	}
 	g := lab.Grid{
 		Backends: list(*backendsF), Strategies: list(*strategiesF), Workloads: list(*workloadsF),

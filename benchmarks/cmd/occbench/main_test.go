@@ -155,6 +155,27 @@ func TestStorySkipsMissingServers(t *testing.T) {
 	}
 }
 
+// TestCPUProfile checks that --cpuprofile writes a profile pprof reads
+// (gzipped protobuf: its magic bytes) and refuses a path it cannot create.
+func TestCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.out")
+	code := run([]string{"--backends", "memory", "--workloads", "counter", "--strategies", "occ",
+		"--keys", "1", "--duration", "50ms", "--warmup", "10ms", "--cpuprofile", path}, &strings.Builder{})
+	if code != 0 {
+		t.Fatalf("exit status %d", code)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("the profile is %d bytes and not gzipped: % x", len(b), b[:min(len(b), 8)])
+	}
+	if code := run([]string{"--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "cpu.out")}, &strings.Builder{}); code != 2 {
+		t.Errorf("--cpuprofile into a missing directory: exit status %d, want 2", code)
+	}
+}
+
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{{"--theta", "3"}, {"--workers", "0"}, {"--work", "soon"}, {"--nope"}, {"--backends", "memory", "--strategies", "nope", "--ops", "1"},
 		{"story", "--modes", "nope"}, {"story", "--stories", "gc-pause,nope"}, {"story", "extra"}, {"story", "--nope"}} {
