@@ -41,6 +41,9 @@ type deltaStatements struct {
 	// updateReturning and insertReturning are SQLite's delta, without a
 	// record.
 	updateReturning, insertReturning stmt
+	// apply is PostgreSQL's first send of a delta: its update and its
+	// record in one statement, for a row the delta applies to.
+	apply stmt
 	// recordLast is MySQL's record after its update: the version and
 	// value the update left in LAST_INSERT_ID and a session variable.
 	recordLast stmt
@@ -134,6 +137,22 @@ WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
 		ds.update.text = strings.ReplaceAll(ds.update.text, "{VAR}", "@occkit_delta")
 		ds.recordLast.text = strings.ReplaceAll(ds.recordLast.text, "{VAR}", "@occkit_delta")
 	}
+	if d == Postgres {
+		// The value is read as an int64 only when its text is one's
+		// canonical form; when the statement updates nothing (a refusal,
+		// an absent key or tombstone, a value that is not a canonical
+		// integer) or the server cannot read the value (a data
+		// exception: nothing written), the transaction below says why.
+		v := `convert_from(r.value, 'UTF8')`
+		ds.apply = onData(`WITH u AS (
+    UPDATE {T} AS r SET value = convert_to((` + v + `::bigint + @n::bigint)::text, 'UTF8'), version = r.version + 1, write_id = @id
+    WHERE r.k = @k AND ` + v + `::bigint BETWEEN @lo::bigint AND @hi::bigint AND ` + v + `::bigint::text = ` + v + `
+    RETURNING r.version, r.value)
+INSERT INTO {D} (write_id, k, version, value)
+SELECT @id, @k, version, convert_from(value, 'UTF8')::bigint FROM u
+RETURNING version, value`)
+		ds.apply.text = strings.ReplaceAll(ds.apply.text, "{D}", table)
+	}
 	ds.insert = onData(`INSERT INTO {T} (k, value, version, write_id, fence_token) VALUES (@k, @v, 1, @id, 0)`)
 	if d == SQLite {
 		// In process: no reply can be lost, so no record is kept, and a
@@ -158,7 +177,10 @@ ON CONFLICT (k) DO NOTHING RETURNING version, value`)
 // LAST_INSERT_ID and a session variable; PostgreSQL: read back), and the
 // delta's record in the delta table (Config.DeltaTable), keyed by its
 // write id: four round trips on MySQL, five on PostgreSQL, with BEGIN and
-// COMMIT. On SQLite, in process, where no reply can be lost, it is one
+// COMMIT. MySQL runs it as one CALL of the store's procedure where it
+// exists; PostgreSQL first sends the update and the record as one
+// statement, which is all a delta that applies needs, and runs the
+// transaction only when that statement updated nothing. On SQLite, in process, where no reply can be lost, it is one
 // UPDATE ... RETURNING (an INSERT ... RETURNING for an absent key) and
 // keeps no record. Concurrent deltas of one key wait for each other on the
 // row and never conflict.//
@@ -189,6 +211,8 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		switch {
 		case s.d == SQLite:
 			addOnce = s.addInProcess
+		case s.d == Postgres && lost == nil && !s.inTx:
+			addOnce = s.addApplied
 		case s.d == MySQL && ds.proc != nil && !s.inTx:
 			// Not inside the caller's transaction: the procedure's
 			// START TRANSACTION would commit it.
@@ -260,6 +284,25 @@ var (
 	// errDeltaRace: the key's create lost to another; nothing applied.
 	errDeltaRace = errors.New("sqlcas: delta's create raced")
 )
+
+// addApplied is a delta's first send on PostgreSQL: one statement (apply)
+// that updates the row and records the delta when the delta applies;
+// when it does not, or the server could not read the value, the
+// transaction of addOnce runs and says why.
+func (s *Store) addApplied(ctx context.Context, ds *deltaStatements, key string, n int64, b cas.Bounds, vals *[numSlots]any) (int64, cas.Version, error) {
+	var ver, v int64
+	err := s.q.QueryRowContext(ctx, ds.apply.text, ds.apply.args(vals)...).Scan(&ver, &v)
+	pe, isPg := asPg(err)
+	switch {
+	case err == nil:
+		return v, cas.Version(ver), nil
+	case errors.Is(err, sql.ErrNoRows), isPg && strings.HasPrefix(pe.Code, "22"):
+		return s.addOnce(ctx, ds, key, n, b, vals)
+	case isDuplicate(err):
+		return 0, 0, fmt.Errorf("%w: %w", errDeltaDone, err)
+	}
+	return 0, 0, err
+}
 
 // addOnce runs one transaction of a delta.
 func (s *Store) addOnce(ctx context.Context, ds *deltaStatements, key string, n int64, b cas.Bounds, vals *[numSlots]any) (int64, cas.Version, error) {
