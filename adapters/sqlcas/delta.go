@@ -180,10 +180,11 @@ ON CONFLICT (k) DO NOTHING RETURNING version, value`)
 // COMMIT. MySQL runs it as one CALL of the store's procedure where it
 // exists; PostgreSQL first sends the update and the record as one
 // statement, which is all a delta that applies needs, and runs the
-// transaction only when that statement updated nothing. On SQLite, in process, where no reply can be lost, it is one
-// UPDATE ... RETURNING (an INSERT ... RETURNING for an absent key) and
-// keeps no record. Concurrent deltas of one key wait for each other on the
-// row and never conflict.//
+// transaction only when that statement updated nothing. On SQLite, in
+// process, where no reply can be lost, it is one UPDATE ... RETURNING (an
+// INSERT ... RETURNING for an absent key) and keeps no record. Concurrent
+// deltas of one key wait for each other on the row and never conflict.
+//
 // When the reply is lost, Add runs the delta again, under the same write
 // id, until an answer comes (for up to 10 seconds, past ctx's deadline
 // if need be; at once ambiguous if ctx had ended): the record refuses a
