@@ -21,8 +21,11 @@ import (
 //
 // so concurrent deltas of one row wait for each other on the row and never
 // conflict. PostgreSQL and SQLite: one statement (RETURNING the row).
-// MySQL: a transaction of its own (BEGIN, the UPDATE, a SELECT of the row
-// as stored, COMMIT), or the caller's (With). The row gets a new version,
+// MariaDB: one compound statement (BEGIN NOT ATOMIC: the UPDATE, a
+// SELECT of the row as stored, COMMIT, on the server, so that the row's
+// lock is held for no round trip). MySQL, which has no such statements,
+// and inside the caller's transaction (With): a transaction (BEGIN, the
+// UPDATE, the SELECT, COMMIT; the caller's own under With). The row gets a new version,
 // so a concurrent Modify or Update of it conflicts as usual. A result
 // outside b (or the column's type) fails with a *cas.BoundError carrying
 // the current value, a NULL column with cas.ErrNotInteger; nothing is
@@ -76,15 +79,35 @@ WHERE ` + k + ` = $2 AND ` + c + ` BETWEEN $3::bigint AND $4::bigint RETURNING `
 	return cur, t.layout.DeltaRefused(&cur, col, key, n, b)
 }
 
-// addMySQL is Add's transaction on MySQL, which has no RETURNING.
+// addMySQL is Add on MySQL, which has no RETURNING: MariaDB's block,
+// else a transaction.
 func (t *Table[T]) addMySQL(ctx context.Context, key any, c, k, v string, n, lo, hi int64) (T, bool, error) {
 	var out T
+	update := `UPDATE ` + t.name + ` SET ` + c + ` = ` + c + ` + ?, ` + v + ` = ` + v + ` + 1
+WHERE ` + k + ` = ? AND ` + c + ` BETWEEN ? AND ?`
+	if !t.inTx && t.blocks.Load() != blocksRefused {
+		// One round trip; a refusal answers no row.
+		block := "BEGIN NOT ATOMIC\n" + blockHandler + update + ";\nIF ROW_COUNT() = 1 THEN " +
+			t.sqlGet + "; COMMIT; ELSE ROLLBACK; END IF;\nEND"
+		err := onConn(ctx, t.q, func(q Querier) error {
+			return q.QueryRowContext(ctx, block, n, key, lo, hi, key).Scan(t.layout.Targets(&out)...)
+		})
+		switch {
+		case err == nil:
+			t.blocks.Store(blocksRun)
+			return out, true, nil
+		case errors.Is(err, sql.ErrNoRows):
+			t.blocks.Store(blocksRun)
+			return out, false, nil
+		case !refusesBlocks(err, t.blocks):
+			return out, false, err
+		}
+	}
 	tx, err := t.begin(ctx)
 	if err != nil {
 		return out, false, err
 	}
-	res, err := tx.q.ExecContext(ctx, `UPDATE `+t.name+` SET `+c+` = `+c+` + ?, `+v+` = `+v+` + 1
-WHERE `+k+` = ? AND `+c+` BETWEEN ? AND ?`, n, key, lo, hi)
+	res, err := tx.q.ExecContext(ctx, update, n, key, lo, hi)
 	if err != nil {
 		tx.rollback()
 		return out, false, err
