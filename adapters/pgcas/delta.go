@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -75,7 +74,8 @@ func (s *Store) deltaDDL() string {
 // prepareDelta builds the delta statements.
 //
 // $1 key, $2 n, $3 write id, $4 lowest and $5 highest current value the
-// delta accepts (sqlAdd; sqlAddNew takes the first three).
+// delta accepts (sqlApply takes these five; sqlAdd $6 and $7 too, below;
+// sqlAddNew the first three).
 //
 // The update's condition is evaluated on the latest committed row after
 // waiting for its lock (READ COMMITTED re-checks it), so concurrent deltas
@@ -100,7 +100,11 @@ func (s *Store) prepareDelta() {
 	// a refusal is recorded too (version 0; value 1 when the value was
 	// not an integer), so that the first send, held up on its way and
 	// arriving after the value moved, fails on the record instead of
-	// applying a delta its caller was told was refused.
+	// applying a delta its caller was told was refused. $7 records the
+	// refusal of an absent key that the delta may not create (a resend
+	// whose bounds exclude 0), so that a first send arriving after the
+	// key was created fails alike; a delta that may create one goes on to
+	// sqlAddNew under the same id instead, whose record does that.
 	d.sqlAdd = `WITH u AS (
     UPDATE ` + t + ` AS r SET value = convert_to((` + num + ` + $2::bigint)::text, 'UTF8'), version = DEFAULT, write_id = $3::uuid
     WHERE r.key = $1 AND ` + num + ` BETWEEN $4::bigint AND $5::bigint
@@ -112,7 +116,9 @@ cur AS (
     SELECT version, value FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT FROM u) FOR SHARE),
 ref AS (
     INSERT INTO ` + d.table + ` (write_id, key, version, value)
-    SELECT $3::uuid, $1, 0, CASE WHEN ` + num + ` IS NULL THEN 1 ELSE 0 END FROM cur AS r WHERE $6::boolean)
+    SELECT $3::uuid, $1, 0, CASE WHEN r.version IS NOT NULL AND ` + num + ` IS NULL THEN 1 ELSE 0 END
+    FROM (SELECT) one LEFT JOIN cur AS r ON true
+    WHERE NOT EXISTS (SELECT FROM u) AND (($6::boolean AND r.version IS NOT NULL) OR ($7::boolean AND r.version IS NULL)))
 SELECT u.version, u.value, c.version, c.value
 FROM (SELECT) one LEFT JOIN u ON true LEFT JOIN cur c ON true`
 	// The first send of a delta: the update and its record, with no work
@@ -149,9 +155,9 @@ SELECT i.version, i.value, NULL::bigint, NULL::bytea FROM (SELECT) one LEFT JOIN
 // the row is updated in place by the server and the delta's id is
 // recorded in the delta table. When it does not (the bounds refuse it,
 // the key is absent, the value is not an integer), a second statement
-// says which, returns the key's current row with a refusal, or inserts
-// an absent key. Concurrent deltas of one key wait for each other on the
-// row and never conflict.
+// says which and returns the key's current row with a refusal; a third
+// inserts an absent key the bounds let the delta create. Concurrent
+// deltas of one key wait for each other on the row and never conflict.
 //
 // When the reply is lost, Add sends the same delta again, with the same
 // id, until it gets an answer (for up to 10 seconds, past ctx's deadline
@@ -182,17 +188,19 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		switch {
 		case run == 1:
 			// The common case first: the delta applies (sqlApply).
-			var v int64
-			err = s.pool.QueryRow(ctx, s.delta.sqlApply, key, n, id, lo, hi).Scan(&newVer, &v)
-			if err == nil {
-				newVal = strconv.AppendInt(nil, v, 10)
-			} else if errors.Is(err, pgx.ErrNoRows) || dataException(err) {
+			var ver, v int64
+			err = s.pool.QueryRow(ctx, s.delta.sqlApply, key, n, id, lo, hi).Scan(&ver, &v)
+			switch {
+			case err == nil:
+				s.pruneDeltas(ctx, start)
+				return v, cas.Version(ver), nil
+			case errors.Is(err, pgx.ErrNoRows) || dataException(err):
 				continue // sqlAdd says why
 			}
 		case insert:
 			err = s.pool.QueryRow(ctx, s.delta.sqlAddNew, key, n, id).Scan(&newVer, &newVal, &curVer, &curVal)
 		default:
-			err = s.pool.QueryRow(ctx, s.delta.sqlAdd, key, n, id, lo, hi, lost != nil).Scan(&newVer, &newVal, &curVer, &curVal)
+			err = s.pool.QueryRow(ctx, s.delta.sqlAdd, key, n, id, lo, hi, lost != nil, lost != nil && !create).Scan(&newVer, &newVal, &curVer, &curVal)
 		}
 		switch {
 		case err == nil && newVer != nil:
@@ -200,10 +208,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			if perr != nil {
 				return 0, 0, fmt.Errorf("pgcas: add %q: the server wrote %q: %w", key, newVal, perr)
 			}
-			if s.delta.runs.Add(1)%deltaPruneEvery == 0 {
-				cut := writeid.Before(start.Add(-s.delta.retention))
-				_, _ = s.pool.Exec(ctx, s.delta.sqlPrune, cut, s.delta.retention.Seconds())
-			}
+			s.pruneDeltas(ctx, start)
 			return v, cas.Version(*newVer), nil
 		case err == nil && (insert || curVer == nil && create) && run <= 2*maxWriteRuns:
 			// No row: insert it. Or the insert found one (created
@@ -270,6 +275,16 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			return 0, 0, &cas.AmbiguousError{Op: "add", Key: key, WriteID: id.UUID(), Err: lost}
 		case <-wait.C:
 		}
+	}
+}
+
+// pruneDeltas removes, every deltaPruneEvery deltas of s, the records
+// older than the retention (counted back from start, the delta's own
+// start, to which its id's time belongs).
+func (s *Store) pruneDeltas(ctx context.Context, start time.Time) {
+	if s.delta.runs.Add(1)%deltaPruneEvery == 0 {
+		cut := writeid.Before(start.Add(-s.delta.retention))
+		_, _ = s.pool.Exec(ctx, s.delta.sqlPrune, cut, s.delta.retention.Seconds())
 	}
 }
 

@@ -173,3 +173,30 @@ func TestDeltaLateFirstSendAfterARefusal(t *testing.T) {
 		t.Fatalf("late-m = %q, %v; want 105: the refused delta was applied by its late first send", it.Value, err)
 	}
 }
+
+// Fault: as above, on a key that does not exist yet. The held-up first
+// send's delta may not create the key (its bound excludes 0), so the send
+// made again is refused; the key is then created, and the first send
+// reaches the server where the delta would apply. The refusal of the
+// absent key was recorded under the delta's id, so that send fails on the
+// record and applies nothing.
+func TestDeltaLateFirstSendAfterAnAbsentRefusal(t *testing.T) {
+	ctx := context.Background()
+	var f pgtest.Faults
+	s := faultyStore(t, &f)
+	f.SendLate("late-absent")
+	if _, _, err := s.Add(ctx, "late-absent", -10, cas.AtLeast(0)); !errors.Is(err, cas.ErrBound) {
+		t.Fatalf("delta on an absent key whose first send was held up: %v; want ErrBound from the send made again", err)
+	}
+	fired(t, &f, 1)
+	if v, _, err := s.Add(ctx, "late-absent", 50, cas.Bounds{}); err != nil || v != 50 {
+		t.Fatalf("add 50 to the absent key: %d, %v", v, err)
+	}
+	if err := f.Release(5 * time.Second); err != nil {
+		t.Fatalf("releasing the held-up first send: %v", err)
+	}
+	it, err := s.Get(ctx, "late-absent")
+	if err != nil || string(it.Value) != "50" {
+		t.Fatalf("late-absent = %q, %v; want 50: the refused delta was applied by its late first send", it.Value, err)
+	}
+}
