@@ -239,6 +239,7 @@ func BenchmarkAdd(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			b.ResetTimer()
 			cachebench.Workers(b, 8, func(w, i int) error {
 				_, _, err := s.Add(ctx, keys[(w*131+i*7)%len(keys)], 1, cas.Bounds{})
 				return err

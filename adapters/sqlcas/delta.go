@@ -144,14 +144,16 @@ WHERE k = @k AND ` + num + ` BETWEEN ` + lo + ` AND ` + hi)
 		// integer) or the server cannot read the value (a data
 		// exception: nothing written), the transaction below says why.
 		v := `convert_from(r.value, 'UTF8')`
-		ds.apply = onData(`WITH u AS (
-    UPDATE {T} AS r SET value = convert_to((` + v + `::bigint + @n::bigint)::text, 'UTF8'), version = r.version + 1, write_id = @id
-    WHERE r.k = @k AND ` + v + `::bigint BETWEEN @lo::bigint AND @hi::bigint AND ` + v + `::bigint::text = ` + v + `
+		ds.apply = compile(d, `WITH u AS (
+    UPDATE {T} AS r SET value = convert_to((`+v+`::bigint + @n::bigint)::text, 'UTF8'), version = r.version + 1, write_id = @id
+    WHERE r.k = @k AND `+v+`::bigint BETWEEN @lo::bigint AND @hi::bigint AND `+v+`::bigint::text = `+v+`
     RETURNING r.version, r.value)
 INSERT INTO {D} (write_id, k, version, value)
 SELECT @id, @k, version, convert_from(value, 'UTF8')::bigint FROM u
-RETURNING version, value`)
-		ds.apply.text = strings.ReplaceAll(ds.apply.text, "{D}", table)
+RETURNING version, value`, "{T}")
+		// Both tables' names in one pass, so that neither can be read
+		// as the other's placeholder.
+		ds.apply.text = strings.NewReplacer("{T}", data, "{D}", table).Replace(ds.apply.text)
 	}
 	ds.insert = onData(`INSERT INTO {T} (k, value, version, write_id, fence_token) VALUES (@k, @v, 1, @id, 0)`)
 	if d == SQLite {
@@ -170,20 +172,22 @@ ON CONFLICT (k) DO NOTHING RETURNING version, value`)
 	return ds
 }
 
-// Add implements cas.Adder. On MySQL and PostgreSQL the delta runs in one
-// transaction of the store's own: an UPDATE that adds n on the server
-// where the current value lies within the bounds (an INSERT when the key
-// is absent), the new row (MySQL: reported by the UPDATE itself through
-// LAST_INSERT_ID and a session variable; PostgreSQL: read back), and the
-// delta's record in the delta table (Config.DeltaTable), keyed by its
-// write id: four round trips on MySQL, five on PostgreSQL, with BEGIN and
-// COMMIT. MySQL runs it as one CALL of the store's procedure where it
-// exists; PostgreSQL first sends the update and the record as one
-// statement, which is all a delta that applies needs, and runs the
-// transaction only when that statement updated nothing. On SQLite, in
-// process, where no reply can be lost, it is one UPDATE ... RETURNING (an
-// INSERT ... RETURNING for an absent key) and keeps no record. Concurrent
-// deltas of one key wait for each other on the row and never conflict.
+// Add implements cas.Adder. On MySQL and PostgreSQL a delta is an UPDATE
+// that adds n on the server where the current value lies within the
+// bounds (an INSERT when the key is absent), the new row (MySQL: reported
+// by the UPDATE itself through LAST_INSERT_ID and a session variable;
+// PostgreSQL: read back), and the delta's record in the delta table
+// (Config.DeltaTable), keyed by its write id, in one transaction of the
+// store's own: four round trips on MySQL, five on PostgreSQL, with BEGIN
+// and COMMIT. MySQL runs that transaction as one CALL of the store's
+// procedure where it exists. PostgreSQL first sends the update and the
+// record as one statement, which is all a delta that applies needs, and
+// runs the transaction after it only when it updated nothing or could
+// not read the value (and for a send made again after a lost reply). On
+// SQLite, in process, where no reply can be lost, a delta is one UPDATE
+// ... RETURNING (an INSERT ... RETURNING for an absent key) and keeps no
+// record. Concurrent deltas of one key wait for each other on the row and
+// never conflict.
 //
 // When the reply is lost, Add runs the delta again, under the same write
 // id, until an answer comes (for up to 10 seconds, past ctx's deadline
@@ -285,25 +289,6 @@ var (
 	// errDeltaRace: the key's create lost to another; nothing applied.
 	errDeltaRace = errors.New("sqlcas: delta's create raced")
 )
-
-// addApplied is a delta's first send on PostgreSQL: one statement (apply)
-// that updates the row and records the delta when the delta applies;
-// when it does not, or the server could not read the value, the
-// transaction of addOnce runs and says why.
-func (s *Store) addApplied(ctx context.Context, ds *deltaStatements, key string, n int64, b cas.Bounds, vals *[numSlots]any) (int64, cas.Version, error) {
-	var ver, v int64
-	err := s.q.QueryRowContext(ctx, ds.apply.text, ds.apply.args(vals)...).Scan(&ver, &v)
-	pe, isPg := asPg(err)
-	switch {
-	case err == nil:
-		return v, cas.Version(ver), nil
-	case errors.Is(err, sql.ErrNoRows), isPg && strings.HasPrefix(pe.Code, "22"):
-		return s.addOnce(ctx, ds, key, n, b, vals)
-	case isDuplicate(err):
-		return 0, 0, fmt.Errorf("%w: %w", errDeltaDone, err)
-	}
-	return 0, 0, err
-}
 
 // addOnce runs one transaction of a delta.
 func (s *Store) addOnce(ctx context.Context, ds *deltaStatements, key string, n int64, b cas.Bounds, vals *[numSlots]any) (int64, cas.Version, error) {

@@ -83,8 +83,8 @@ type Table[T any] struct {
 	rows *rowupdate.TableRows[T] // Modify's bridge onto occ (turns, combiner, cache)
 	txm  *rowupdate.Member[T]    // t in Txn's transactions
 	prep *prepared               // SQLite: statements prepared on db
-	// blocks is whether the server runs a Txn's commit as one compound
-	// statement (pipeBlock), as Store.blocks.
+	// blocks is whether the server runs a Txn's commit (pipeBlock) and
+	// Add as one compound statement, as Store.blocks.
 	blocks *atomic.Int32
 }
 

@@ -25,15 +25,15 @@ import (
 // SELECT of the row as stored, COMMIT, on the server, so that the row's
 // lock is held for no round trip). MySQL, which has no such statements,
 // and inside the caller's transaction (With): a transaction (BEGIN, the
-// UPDATE, the SELECT, COMMIT; the caller's own under With). The row gets a new version,
-// so a concurrent Modify or Update of it conflicts as usual. A result
-// outside b (or the column's type) fails with a *cas.BoundError carrying
-// the current value, a NULL column with cas.ErrNotInteger; nothing is
-// written. A missing row fails with an error matching cas.ErrNotFound:
-// Add does not insert. The column is named as in T's db tags; it may not
-// be the key, version or fence column, and its field must be a signed
-// integer. A lost reply is a *cas.AmbiguousError (an application's row
-// has no write id).
+// UPDATE, the SELECT, COMMIT; the caller's own under With). The row gets
+// a new version, so a concurrent Modify or Update of it conflicts as
+// usual. A result outside b (or the column's type) fails with a
+// *cas.BoundError carrying the current value, a NULL column with
+// cas.ErrNotInteger; nothing is written. A missing row fails with an
+// error matching cas.ErrNotFound: Add does not insert. The column is
+// named as in T's db tags; it may not be the key, version or fence
+// column, and its field must be a signed integer. A lost reply is a
+// *cas.AmbiguousError (an application's row has no write id).
 func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b cas.Bounds) (T, error) {
 	var zero T
 	col, lo, hi, err := t.layout.Delta(ctx, "sqlcas", t.name, key, column, n, b)
@@ -93,12 +93,11 @@ WHERE ` + k + ` = ? AND ` + c + ` BETWEEN ? AND ?`
 			return q.QueryRowContext(ctx, block, n, key, lo, hi, key).Scan(t.layout.Targets(&out)...)
 		})
 		switch {
-		case err == nil:
-			t.blocks.Store(blocksRun)
-			return out, true, nil
-		case errors.Is(err, sql.ErrNoRows):
-			t.blocks.Store(blocksRun)
-			return out, false, nil
+		case err == nil, errors.Is(err, sql.ErrNoRows):
+			if t.blocks.Load() != blocksRun {
+				t.blocks.Store(blocksRun)
+			}
+			return out, err == nil, nil
 		case !refusesBlocks(err, t.blocks):
 			return out, false, err
 		}

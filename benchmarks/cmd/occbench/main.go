@@ -98,13 +98,6 @@ func run(args []string, stdout io.Writer) int {
 		}
 		return 2
 	}
-	if *cpuProfF != "" {
-		stop, err := startCPUProfile(*cpuProfF)
-		if err != nil {
-			return usage(fs, "--cpuprofile", err)
-		}
-		defer stop()
-	}
 	g := lab.Grid{
 		Backends: list(*backendsF), Strategies: list(*strategiesF), Workloads: list(*workloadsF),
 		Duration: *durationF, Warmup: *warmupF, Ops: *opsF, Seed: *seedF, MaxAttempts: *maxAttF,
@@ -153,6 +146,14 @@ func run(args []string, stdout io.Writer) int {
 		}
 		env.Proxy, env.Delay = true, d[0]
 		fmt.Fprintf(os.Stderr, "occbench: every connection to a server goes through a proxy adding %v each way (memory has no connection)\n", d[0])
+	}
+	if *cpuProfF != "" {
+		// After every flag was checked: a usage error leaves no file.
+		stopProfile, err := startCPUProfile(*cpuProfF)
+		if err != nil {
+			return usage(fs, "--cpuprofile", err)
+		}
+		defer stopProfile()
 	}
 	l, err := lab.OpenLab(ctx, g.Backends, env)
 	if err != nil {

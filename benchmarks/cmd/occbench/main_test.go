@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,6 +159,9 @@ func TestStorySkipsMissingServers(t *testing.T) {
 // TestCPUProfile checks that --cpuprofile writes a profile pprof reads
 // (gzipped protobuf: its magic bytes) and refuses a path it cannot create.
 func TestCPUProfile(t *testing.T) {
+	if f := flag.Lookup("test.cpuprofile"); f != nil && f.Value.String() != "" {
+		t.Skip("skipped: go test -cpuprofile holds the process's one CPU profile")
+	}
 	path := filepath.Join(t.TempDir(), "cpu.out")
 	code := run([]string{"--backends", "memory", "--workloads", "counter", "--strategies", "occ",
 		"--keys", "1", "--duration", "50ms", "--warmup", "10ms", "--cpuprofile", path}, &strings.Builder{})

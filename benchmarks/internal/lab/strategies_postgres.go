@@ -54,12 +54,20 @@ func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 	// one array (key = ANY($1)): PostgreSQL plans the array form again on
 	// every call, 32 µs of its 67 on two keys (pg_stat_statements,
 	// docs/performance.md), a cost no careful repository pays.
-	sqlLock := func(n int) string {
+	// The texts for one and two keys (every workload's) are made once.
+	lockText := func(n int) string {
 		in := "$1"
 		for i := 2; i <= n; i++ {
 			in += ", $" + strconv.Itoa(i)
 		}
 		return `SELECT key, value FROM ` + table + ` WHERE key IN (` + in + `) AND value IS NOT NULL ORDER BY key FOR UPDATE`
+	}
+	lockTexts := [3]string{"", lockText(1), lockText(2)}
+	sqlLock := func(n int) string {
+		if n < len(lockTexts) {
+			return lockTexts[n]
+		}
+		return lockText(n)
 	}
 	sqlWrite := `UPDATE ` + table + ` SET value = $2, version = DEFAULT, write_id = gen_random_uuid() WHERE key = $1`
 	sqlCreate := `INSERT INTO ` + table + ` AS r (key, value, write_id) VALUES ($1, $2, gen_random_uuid())
