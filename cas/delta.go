@@ -195,3 +195,15 @@ func ParseInt(key string, value []byte) (int64, error) {
 	}
 	return v, nil
 }
+
+// RefusedOnResend is the error of a delta whose record says that a send
+// of it, made again after a lost reply, was refused: by b, or (notInteger)
+// because the key's value was not an integer then. An Adder returns it
+// when a later send of the same delta finds that record: the delta was
+// never applied, and the caller hears the refusal it would have heard.
+func RefusedOnResend(key string, n int64, b Bounds, notInteger bool) error {
+	if notInteger {
+		return &KeyError{Op: "add", Key: key, Err: fmt.Errorf("%w (the value was not an integer when the delta was sent again)", ErrNotInteger)}
+	}
+	return &BoundError{Key: key, Add: n, Bounds: b}
+}

@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"errors"
 	"math"
 	"testing"
 )
@@ -40,5 +41,19 @@ func TestParseInt(t *testing.T) {
 		if _, err := ParseInt("k", []byte(bad)); err == nil {
 			t.Errorf("ParseInt(%q) accepted", bad)
 		}
+	}
+}
+
+// TestRefusedOnResend checks the two refusals a delta's record can hold.
+func TestRefusedOnResend(t *testing.T) {
+	err := RefusedOnResend("k", -3, AtLeast(0), false)
+	var be *BoundError
+	if !errors.As(err, &be) || be.Key != "k" || be.Add != -3 || be.HasCurrent || errors.Is(err, ErrNotInteger) {
+		t.Fatalf("bounds: %#v, want a *BoundError for k, -3, without a current value", err)
+	}
+	err = RefusedOnResend("k", -3, AtLeast(0), true)
+	var ke *KeyError
+	if !errors.Is(err, ErrNotInteger) || errors.Is(err, ErrBound) || !errors.As(err, &ke) || ke.Key != "k" || ke.Op != "add" {
+		t.Fatalf("not an integer: %v, want a *KeyError for k matching ErrNotInteger", err)
 	}
 }

@@ -233,11 +233,8 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			// sent again: its record says how.
 			var ver, v int64
 			if err = s.pool.QueryRow(ctx, s.delta.sqlDone, id).Scan(&ver, &v); err == nil {
-				switch {
-				case ver == 0 && v == 1:
-					return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf("%w (the value was not an integer when the delta was sent again)", cas.ErrNotInteger)}
-				case ver == 0:
-					return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b}
+				if ver == 0 {
+					return 0, 0, cas.RefusedOnResend(key, n, b, v == 1)
 				}
 				return v, cas.Version(ver), nil
 			}

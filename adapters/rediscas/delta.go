@@ -167,10 +167,7 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 		case "refused":
 			// A send of this delta made again after a lost answer was
 			// refused before this one came (its answer lost too).
-			if r.field(0) == "n" {
-				return result{}, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf("%w (the value was not an integer when the delta was sent again)", cas.ErrNotInteger)}
-			}
-			return result{}, &cas.BoundError{Key: key, Add: n, Bounds: b}
+			return result{}, cas.RefusedOnResend(key, n, b, r.field(0) == "n")
 		}
 		return result{}, fmt.Errorf("rediscas: unexpected script reply %q", r.status)
 	}

@@ -238,10 +238,8 @@ func (s *Store) Add(ctx context.Context, key string, n int64, b cas.Bounds) (int
 			switch {
 			case rerr == nil:
 				return v, ver, nil
-			case errors.Is(rerr, errDeltaSealed) && v == 1:
-				return 0, 0, &cas.KeyError{Op: "add", Key: key, Err: fmt.Errorf("%w (the value was not an integer when the delta was sent again)", cas.ErrNotInteger)}
 			case errors.Is(rerr, errDeltaSealed):
-				return 0, 0, &cas.BoundError{Key: key, Add: n, Bounds: b}
+				return 0, 0, cas.RefusedOnResend(key, n, b, v == 1)
 			}
 			if lost == nil {
 				lost = err
