@@ -134,13 +134,20 @@ func (l Limits) CheckValue(op, key string, value []byte) error {
 
 // Get validates a Get: the context is not nil or done and the key is valid.
 func (l Limits) Get(ctx context.Context, key string) error {
+	return l.checkCall(ctx, "get", key)
+}
+
+// checkCall is the opening every single-key call shares: a nil context is
+// a *KeyError naming op, a done context is its own error, unwrapped, so
+// that errors.Is matches context.Canceled, and then the key is checked.
+func (l Limits) checkCall(ctx context.Context, op, key string) error {
 	if ctx == nil {
-		return &KeyError{Op: "get", Key: key, Err: ErrNilContext}
+		return &KeyError{Op: op, Key: key, Err: ErrNilContext}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return l.CheckKey("get", key)
+	return l.CheckKey(op, key)
 }
 
 // GetMany validates a BatchGetter.GetMany: the context is not nil or done,
@@ -194,13 +201,7 @@ func (l Limits) keyList(ctx context.Context, op string, keys []string) error {
 // none, so that a delta no value allows is refused before anything is
 // sent.
 func (l Limits) Add(ctx context.Context, key string, n int64, b Bounds) (lo, hi int64, err error) {
-	if ctx == nil {
-		return 0, 0, &KeyError{Op: "add", Key: key, Err: ErrNilContext}
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, 0, err
-	}
-	if err := l.CheckKey("add", key); err != nil {
+	if err := l.checkCall(ctx, "add", key); err != nil {
 		return 0, 0, err
 	}
 	if lo, hi = b.Before(n); lo > hi {
@@ -212,13 +213,7 @@ func (l Limits) Add(ctx context.Context, key string, n int64, b Bounds) (lo, hi 
 // Put validates a CompareAndSwap: the context is not nil or done, the key
 // is valid and the value fits.
 func (l Limits) Put(ctx context.Context, key string, value []byte) error {
-	if ctx == nil {
-		return &KeyError{Op: "compare-and-swap", Key: key, Err: ErrNilContext}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := l.CheckKey("compare-and-swap", key); err != nil {
+	if err := l.checkCall(ctx, "compare-and-swap", key); err != nil {
 		return err
 	}
 	return l.CheckValue("compare-and-swap", key, value)
@@ -227,13 +222,7 @@ func (l Limits) Put(ctx context.Context, key string, value []byte) error {
 // Delete validates a CompareAndDelete: the context is not nil or done, the
 // key is valid and expected is not 0.
 func (l Limits) Delete(ctx context.Context, key string, expected Version) error {
-	if ctx == nil {
-		return &KeyError{Op: "compare-and-delete", Key: key, Err: ErrNilContext}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := l.CheckKey("compare-and-delete", key); err != nil {
+	if err := l.checkCall(ctx, "compare-and-delete", key); err != nil {
 		return err
 	}
 	if expected == 0 {

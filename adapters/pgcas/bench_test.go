@@ -282,16 +282,7 @@ func BenchmarkUpdateVsSelectForUpdate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ops := make([]cas.Op, 0, 100)
-	for i := range keys {
-		ops = append(ops, cas.Put(fmt.Sprintf("k%04d", i), 0, []byte("0")))
-		if len(ops) == cap(ops) {
-			if _, err := s.Commit(ctx, ops); err != nil {
-				b.Fatal(err)
-			}
-			ops = ops[:0]
-		}
-	}
+	seedZeros(b, s, keys)
 	counters := cas.NewTyped[int](s2, cas.JSON[int]())
 	cache := occ.NewCache(s2, 2*keys)
 	var seed atomic.Uint64
@@ -412,16 +403,7 @@ func BenchmarkUpdateReplicaReads(b *testing.B) {
 			if err := replicaReads.CreateTable(ctx); err != nil {
 				b.Fatal(err)
 			}
-			ops := make([]cas.Op, 0, 100)
-			for i := range keys {
-				ops = append(ops, cas.Put(fmt.Sprintf("k%04d", i), 0, []byte("0")))
-				if len(ops) == cap(ops) {
-					if _, err := replicaReads.Commit(ctx, ops); err != nil {
-						b.Fatal(err)
-					}
-					ops = ops[:0]
-				}
-			}
+			seedZeros(b, replicaReads, keys)
 			pgtest.CatchUp(b, pool, replica)
 			type variant struct {
 				counters  *cas.Typed[int]
@@ -482,15 +464,25 @@ func BenchmarkUpdateReplicaReads(b *testing.B) {
 // -cpuprofile to see where a gap goes).
 //
 //	go test -run '^$' -bench ModifyVsUpdate -benchtime 20000x -count 3 ./adapters/pgcas/
-func BenchmarkModifyVsUpdate(b *testing.B) {
+func BenchmarkModifyVsUpdate(b *testing.B) { modifyVsUpdate(b, 8, 1000) }
+
+// BenchmarkHotRowModifyVsUpdate is BenchmarkModifyVsUpdate on one row
+// and 16 goroutines: every call waits its turn at the row, so what the
+// table's path adds to a call adds to every turn.
+//
+//	go test -run '^$' -bench HotRowModifyVsUpdate -benchtime 10000x -count 3 ./adapters/pgcas/
+func BenchmarkHotRowModifyVsUpdate(b *testing.B) { modifyVsUpdate(b, 16, 1) }
+
+// modifyVsUpdate runs cachebench.TableVsStoreKeys on a table of counters
+// and a Store, workers goroutines over keys rows.
+func modifyVsUpdate(b *testing.B, workers, keys int) {
 	type row struct {
 		ID      string      `db:"id"`
 		N       int64       `db:"n"`
 		Version cas.Version `db:"version"`
 	}
 	ctx := context.Background()
-	const workers = 8
-	pool := pgtest.Pool(b, func(c *pgxpool.Config) { c.MaxConns = workers })
+	pool := pgtest.Pool(b, func(c *pgxpool.Config) { c.MaxConns = int32(workers) })
 	s := storeOn(b, pool, pgcas.Config{})
 	if _, err := pool.Exec(ctx, `CREATE TABLE bench_rows (id text PRIMARY KEY, n bigint NOT NULL, version bigserial NOT NULL)`); err != nil {
 		b.Fatal(err)
@@ -499,7 +491,7 @@ func BenchmarkModifyVsUpdate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cachebench.TableVsStore(b, workers, s,
+	cachebench.TableVsStoreKeys(b, workers, keys, s,
 		func(ctx context.Context, k string) error { _, err := tbl.Insert(ctx, row{ID: k}); return err },
 		func(ctx context.Context, k string) error {
 			_, err := tbl.Modify(ctx, k, func(r row, _ bool) (row, error) { r.N++; return r, nil })
@@ -605,4 +597,20 @@ func BenchmarkTxnVsModifyMany(b *testing.B) {
 			})
 		})
 	})
+}
+
+// seedZeros creates the keys k0000.. of n counters at "0" through c, in
+// commits of at most 100 keys.
+func seedZeros(b *testing.B, c cas.Committer, n int) {
+	b.Helper()
+	ops := make([]cas.Op, 0, 100)
+	for i := range n {
+		ops = append(ops, cas.Put(fmt.Sprintf("k%04d", i), 0, []byte("0")))
+		if len(ops) == cap(ops) || i == n-1 {
+			if _, err := c.Commit(context.Background(), ops); err != nil {
+				b.Fatal(err)
+			}
+			ops = ops[:0]
+		}
+	}
 }

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/deltatest"
 	"github.com/occkit/occkit/internal/pgtest"
 )
 
@@ -161,17 +161,7 @@ func TestDeltaLateFirstSendAfterARefusal(t *testing.T) {
 		t.Fatalf("delta whose first send was held up: %v; want ErrBound from the send made again", err)
 	}
 	fired(t, &f, 1)
-	v, _, err := s.Add(ctx, "late-m", 100, cas.Bounds{})
-	if err != nil || v != 105 {
-		t.Fatalf("add 100: %d, %v", v, err)
-	}
-	if err := f.Release(5 * time.Second); err != nil {
-		t.Fatalf("releasing the held-up first send: %v", err)
-	}
-	it, err := s.Get(ctx, "late-m")
-	if err != nil || string(it.Value) != "105" {
-		t.Fatalf("late-m = %q, %v; want 105: the refused delta was applied by its late first send", it.Value, err)
-	}
+	deltatest.WantLateSendAppliesNothing(t, s, "late-m", 100, 105, f.Release)
 }
 
 // Fault: as above, on a key that does not exist yet. The held-up first
@@ -189,14 +179,5 @@ func TestDeltaLateFirstSendAfterAnAbsentRefusal(t *testing.T) {
 		t.Fatalf("delta on an absent key whose first send was held up: %v; want ErrBound from the send made again", err)
 	}
 	fired(t, &f, 1)
-	if v, _, err := s.Add(ctx, "late-absent", 50, cas.Bounds{}); err != nil || v != 50 {
-		t.Fatalf("add 50 to the absent key: %d, %v", v, err)
-	}
-	if err := f.Release(5 * time.Second); err != nil {
-		t.Fatalf("releasing the held-up first send: %v", err)
-	}
-	it, err := s.Get(ctx, "late-absent")
-	if err != nil || string(it.Value) != "50" {
-		t.Fatalf("late-absent = %q, %v; want 50: the refused delta was applied by its late first send", it.Value, err)
-	}
+	deltatest.WantLateSendAppliesNothing(t, s, "late-absent", 50, 50, f.Release)
 }

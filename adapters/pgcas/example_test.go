@@ -2,57 +2,23 @@ package pgcas_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/pgtest"
 	"github.com/occkit/occkit/occ"
 )
 
 // These examples run against the server the tests use (OCCKIT_PG_URL),
 // each in a fresh schema that examplePool drops at its end.
 
-// examplePool connects to the server at OCCKIT_PG_URL and returns a pool
-// whose connections work in a fresh schema (first on their search_path),
-// with a function that closes the pool and drops the schema.
-func examplePool() (*pgxpool.Pool, func()) {
-	ctx := context.Background()
-	url := os.Getenv("OCCKIT_PG_URL")
-	if url == "" {
-		panic("OCCKIT_PG_URL is not set: the examples need a PostgreSQL server (make test starts one; see docs/postgres.md)")
-	}
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		panic(err)
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	schema := "occkit_example_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		panic(err)
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		panic(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		_, _ = admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		_ = admin.Close(ctx)
-	}
-}
+// examplePool is pgtest.ExamplePool: a pool over a fresh schema, and a
+// function that closes the pool and drops the schema.
+var examplePool = pgtest.ExamplePool
 
 // A versioned key-value store on a table, and a read-modify-write with
 // retry.

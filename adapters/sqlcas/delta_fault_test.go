@@ -13,6 +13,7 @@ import (
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/connfault"
+	"github.com/occkit/occkit/internal/deltatest"
 	"github.com/occkit/occkit/internal/mysqltest"
 )
 
@@ -134,14 +135,5 @@ func TestDeltaLateFirstSendAfterARefusal(t *testing.T) {
 	if _, _, err := store.Add(ctx, "late-m", -10, cas.AtLeast(0)); !errors.Is(err, cas.ErrBound) || m.Fired() != 1 {
 		t.Fatalf("delta whose first CALL was held up: %v (fired %d); want ErrBound from the CALL made again", err, m.Fired())
 	}
-	if v, _, err := other.Add(ctx, "late-m", 100, cas.Bounds{}); err != nil || v != 105 {
-		t.Fatalf("add 100: %d, %v", v, err)
-	}
-	if err := m.Release(5 * time.Second); err != nil {
-		t.Fatalf("releasing the held-up CALL: %v", err)
-	}
-	it, err := other.Get(ctx, "late-m")
-	if err != nil || string(it.Value) != "105" {
-		t.Fatalf("late-m = %q, %v; want 105: the refused delta was applied by its late first CALL", it.Value, err)
-	}
+	deltatest.WantLateSendAppliesNothing(t, other, "late-m", 100, 105, m.Release)
 }

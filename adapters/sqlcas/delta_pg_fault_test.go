@@ -5,12 +5,12 @@ import (
 	"errors"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/occkit/occkit/adapters/sqlcas"
 	"github.com/occkit/occkit/cas"
+	"github.com/occkit/occkit/internal/deltatest"
 	"github.com/occkit/occkit/internal/pgtest"
 )
 
@@ -84,16 +84,7 @@ func TestDeltaPostgresLateFirstSend(t *testing.T) {
 	if got := f.Fired(); got != 1 {
 		t.Fatalf("fault fired %d times, want 1", got)
 	}
-	if v, _, err := other.Add(ctx, "late-pg", 100, cas.Bounds{}); err != nil || v != 105 {
-		t.Fatalf("add 100: %d, %v", v, err)
-	}
-	if err := f.Release(5 * time.Second); err != nil {
-		t.Fatalf("releasing the held-up first send: %v", err)
-	}
 	// Release returns once the server answered the released statement
 	// (it answers at the statement's end, after its commit or rollback).
-	it, err := other.Get(ctx, "late-pg")
-	if err != nil || string(it.Value) != "105" {
-		t.Fatalf("late-pg = %q, %v; want 105: the refused delta was applied by its late first send", it.Value, err)
-	}
+	deltatest.WantLateSendAppliesNothing(t, other, "late-pg", 100, 105, f.Release)
 }

@@ -88,27 +88,9 @@ var inputTests = []test{
 		v := mustCreate(t, s, "k", "one")
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := s.Get(ctx, "k"); !errors.Is(err, context.Canceled) {
-			t.Errorf("get: %v, want context.Canceled", err)
-		}
-		if _, err := s.CompareAndSwap(ctx, "k", v, []byte("two")); !errors.Is(err, context.Canceled) {
-			t.Errorf("compare-and-swap: %v, want context.Canceled", err)
-		}
+		wantRefused(t, ctx, s, v, context.Canceled, "context.Canceled")
 		if _, err := s.CompareAndSwap(ctx, "new", 0, []byte("two")); !errors.Is(err, context.Canceled) {
 			t.Errorf("create: %v, want context.Canceled", err)
-		}
-		if err := s.CompareAndDelete(ctx, "k", v); !errors.Is(err, context.Canceled) {
-			t.Errorf("compare-and-delete: %v, want context.Canceled", err)
-		}
-		if f, ok := s.(cas.FencedStore); ok {
-			if _, err := f.CompareAndSwapFenced(ctx, "k", v, 1, []byte("two")); !errors.Is(err, context.Canceled) {
-				t.Errorf("compare-and-swap-fenced: %v, want context.Canceled", err)
-			}
-		}
-		if c, ok := s.(cas.Committer); ok {
-			if _, err := c.Commit(ctx, []cas.Op{cas.Put("k", v, []byte("two"))}); !errors.Is(err, context.Canceled) {
-				t.Errorf("commit: %v, want context.Canceled", err)
-			}
 		}
 		wantItem(t, h, s, "k", "one", v)
 		wantAbsent(t, h, s, "new")
@@ -116,25 +98,7 @@ var inputTests = []test{
 	{"NilContext", func(t *testing.T, h *Harness, s cas.Store) {
 		v := mustCreate(t, s, "k", "one")
 		var nilCtx context.Context // a caller's mistake: refused, not a panic
-		if _, err := s.Get(nilCtx, "k"); !errors.Is(err, cas.ErrNilContext) {
-			t.Errorf("get: %v, want cas.ErrNilContext", err)
-		}
-		if _, err := s.CompareAndSwap(nilCtx, "k", v, []byte("two")); !errors.Is(err, cas.ErrNilContext) {
-			t.Errorf("compare-and-swap: %v, want cas.ErrNilContext", err)
-		}
-		if err := s.CompareAndDelete(nilCtx, "k", v); !errors.Is(err, cas.ErrNilContext) {
-			t.Errorf("compare-and-delete: %v, want cas.ErrNilContext", err)
-		}
-		if f, ok := s.(cas.FencedStore); ok {
-			if _, err := f.CompareAndSwapFenced(nilCtx, "k", v, 1, []byte("two")); !errors.Is(err, cas.ErrNilContext) {
-				t.Errorf("compare-and-swap-fenced: %v, want cas.ErrNilContext", err)
-			}
-		}
-		if c, ok := s.(cas.Committer); ok {
-			if _, err := c.Commit(nilCtx, []cas.Op{cas.Put("k", v, []byte("two"))}); !errors.Is(err, cas.ErrNilContext) {
-				t.Errorf("commit: %v, want cas.ErrNilContext", err)
-			}
-		}
+		wantRefused(t, nilCtx, s, v, cas.ErrNilContext, "cas.ErrNilContext")
 		wantItem(t, h, s, "k", "one", v)
 	}},
 	{"ExpiredDeadline", func(t *testing.T, h *Harness, s cas.Store) {
@@ -145,4 +109,31 @@ var inputTests = []test{
 		}
 		wantAbsent(t, h, s, "k")
 	}},
+}
+
+// wantRefused makes every call s offers on "k", whose version is v, with
+// ctx, and expects each to fail with want (named wantName in the
+// messages): a context that cannot be used refuses every call alike, reads
+// as well as writes, single-key as well as capability calls.
+func wantRefused(t *testing.T, ctx context.Context, s cas.Store, v cas.Version, want error, wantName string) {
+	t.Helper()
+	if _, err := s.Get(ctx, "k"); !errors.Is(err, want) {
+		t.Errorf("get: %v, want %s", err, wantName)
+	}
+	if _, err := s.CompareAndSwap(ctx, "k", v, []byte("two")); !errors.Is(err, want) {
+		t.Errorf("compare-and-swap: %v, want %s", err, wantName)
+	}
+	if err := s.CompareAndDelete(ctx, "k", v); !errors.Is(err, want) {
+		t.Errorf("compare-and-delete: %v, want %s", err, wantName)
+	}
+	if f, ok := s.(cas.FencedStore); ok {
+		if _, err := f.CompareAndSwapFenced(ctx, "k", v, 1, []byte("two")); !errors.Is(err, want) {
+			t.Errorf("compare-and-swap-fenced: %v, want %s", err, wantName)
+		}
+	}
+	if c, ok := s.(cas.Committer); ok {
+		if _, err := c.Commit(ctx, []cas.Op{cas.Put("k", v, []byte("two"))}); !errors.Is(err, want) {
+			t.Errorf("commit: %v, want %s", err, wantName)
+		}
+	}
 }

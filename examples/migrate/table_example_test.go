@@ -2,8 +2,6 @@ package migrate_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -13,11 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/occkit/occkit/adapters/pgcas"
 	"github.com/occkit/occkit/examples/migrate"
+	"github.com/occkit/occkit/internal/pgtest"
 )
 
 // itemsMigration adds what pgcas.Table needs to the "before" items table
@@ -57,7 +53,7 @@ func BuyRow(ctx context.Context, items *pgcas.Table[Item], sku string) (int, err
 // use (OCCKIT_PG_URL), in a fresh schema.
 func Example_pgcasTable() {
 	ctx := context.Background()
-	pool, done := examplePool()
+	pool, done := pgtest.ExamplePool()
 	defer done()
 	if _, err := pool.Exec(ctx, `CREATE TABLE items (sku text PRIMARY KEY, stock int NOT NULL);
 INSERT INTO items VALUES ('teapot', 40)`); err != nil { // the "before" table
@@ -91,41 +87,6 @@ INSERT INTO items VALUES ('teapot', 40)`); err != nil { // the "before" table
 	it, err := items.Get(ctx, "teapot")
 	fmt.Println("sold:", sold.Load(), "left:", it.Stock, err)
 	// Output: sold: 40 left: 0 <nil>
-}
-
-// examplePool connects to the server at OCCKIT_PG_URL and returns a pool
-// whose connections work in a fresh schema, with a function that closes
-// the pool and drops the schema.
-func examplePool() (*pgxpool.Pool, func()) {
-	ctx := context.Background()
-	url := os.Getenv("OCCKIT_PG_URL")
-	if url == "" {
-		panic("OCCKIT_PG_URL is not set: the example needs a PostgreSQL server (make test starts one)")
-	}
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		panic(err)
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	schema := "occkit_example_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		panic(err)
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		panic(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		_, _ = admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		_ = admin.Close(ctx)
-	}
 }
 
 // TestGuideQuotesBuyRow: docs/migrate.md quotes BuyRow, Item and the

@@ -112,8 +112,15 @@ func Workers(b *testing.B, workers int, op func(w, i int) error) {
 // increment through occ.Update over store) over workers goroutines, each
 // call on a key of its own pattern. Read the two ns/op lines as a ratio.
 func TableVsStore(b *testing.B, workers int, store cas.Store, seed func(ctx context.Context, key string) error, modify func(ctx context.Context, key string) error) {
+	TableVsStoreKeys(b, workers, 1000, store, seed, modify)
+}
+
+// TableVsStoreKeys is TableVsStore over n keys: with n 1, every call of
+// both sub-benchmarks is on one hot row (the calls of the process take
+// turns at it), which shows what the table's path adds to each turn.
+func TableVsStoreKeys(b *testing.B, workers, n int, store cas.Store, seed func(ctx context.Context, key string) error, modify func(ctx context.Context, key string) error) {
 	ctx := context.Background()
-	keys := make([]string, 1000)
+	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
 		if err := seed(ctx, keys[i]); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/benchmarks/internal/backends"
+	"github.com/occkit/occkit/benchmarks/internal/jsonfile"
 	"github.com/occkit/occkit/benchmarks/story"
 )
 
@@ -114,14 +114,7 @@ func runStory(args []string, stdout io.Writer) int {
 // writeStories writes DIR/stories.json and, through writePage,
 // DIR/stories.html.
 func writeStories(dir string, rep *story.Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "stories.json"), append(b, '\n'), 0o644); err != nil {
+	if err := jsonfile.Write(filepath.Join(dir, "stories.json"), rep); err != nil {
 		return err
 	}
 	wrote, err := writePage(dir, rep)

@@ -21,7 +21,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -32,6 +31,7 @@ import (
 	"time"
 
 	"github.com/occkit/occkit/benchmarks/internal/backends"
+	"github.com/occkit/occkit/benchmarks/internal/jsonfile"
 	"github.com/occkit/occkit/benchmarks/internal/leasefaults"
 
 	"github.com/occkit/occkit/benchmarks/internal/linearcheck"
@@ -144,9 +144,8 @@ func run() int {
 	}
 	rep.Seconds = time.Since(started).Seconds()
 
-	buf, _ := json.MarshalIndent(rep, "", "  ")
 	path := filepath.Join(*out, "faults.json")
-	if err := os.WriteFile(path, append(buf, '\n'), 0o644); err != nil {
+	if err := jsonfile.Write(path, rep); err != nil {
 		fmt.Fprintln(os.Stderr, "occfaults:", err)
 		return 1
 	}

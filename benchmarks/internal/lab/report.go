@@ -2,7 +2,6 @@ package lab
 
 import (
 	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/occkit/occkit/benchmarks/internal/jsonfile"
 )
 
 // Meta describes a run in results.json and the report.
@@ -266,14 +267,7 @@ var csvHeader = []string{
 // WriteFiles writes results.json, results.csv, the charts (charts/*.png)
 // and report.html into dir, creating it.
 func (r *Report) WriteFiles(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+	if err := jsonfile.Write(filepath.Join(dir, "results.json"), r); err != nil {
 		return err
 	}
 	if err := r.writeCSV(filepath.Join(dir, "results.csv")); err != nil {

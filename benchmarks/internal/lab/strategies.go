@@ -183,6 +183,17 @@ func mutateOne(op operation) func(cur int64, exists bool) (int64, error) {
 	}
 }
 
+// keyArgs is keys as a query's arguments: the FOR UPDATE strategies
+// (lock-pg-for-update, lock-mysql-for-update) lock their keys with one
+// SELECT ... WHERE key IN (...).
+func keyArgs(keys []string) []any {
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	return args
+}
+
 // txnBody is an occ.Txn function for op: read every key (in one round
 // trip, tx.Prefetch), apply, put every key.
 func txnBody(h *harness, op operation) func(tx *occ.Tx) error {

@@ -60,11 +60,7 @@ func newMySQLForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 	return strategyFunc(func(ctx context.Context, w int, op operation) error {
 		return occ.Retry(ctx, func(ctx context.Context) error {
 			return mysqlTx(ctx, db, func(tx *sql.Tx) error {
-				args := make([]any, len(op.Keys))
-				for i, k := range op.Keys {
-					args[i] = k
-				}
-				rows, err := tx.QueryContext(ctx, sqlLock(len(op.Keys)), args...)
+				rows, err := tx.QueryContext(ctx, sqlLock(len(op.Keys)), keyArgs(op.Keys)...)
 				if err != nil {
 					return err
 				}

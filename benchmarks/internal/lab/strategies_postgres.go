@@ -76,11 +76,7 @@ func newPGForUpdate(_ context.Context, h *harness) (cellStrategy, error) {
 	return strategyFunc(func(ctx context.Context, w int, op operation) error {
 		return occ.Retry(ctx, func(ctx context.Context) error {
 			return pgcas.RunTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-				args := make([]any, len(op.Keys))
-				for i, k := range op.Keys {
-					args[i] = k
-				}
-				rows, err := tx.Query(ctx, sqlLock(len(op.Keys)), args...)
+				rows, err := tx.Query(ctx, sqlLock(len(op.Keys)), keyArgs(op.Keys)...)
 				if err != nil {
 					return err
 				}
