@@ -13,8 +13,10 @@ type Version uint64
 
 // Item is a key's state: its value and the version the store gave it.
 type Item struct {
-	Key     string
-	Value   []byte
+	Key   string
+	Value []byte
+	// Version is the key's version when Value was read: the expected
+	// version of the next conditional write (0: the key is absent).
 	Version Version
 }
 
@@ -83,8 +85,10 @@ func (k OpKind) String() string {
 
 // Op is one operation of a multi-key commit.
 type Op struct {
-	Kind     OpKind
-	Key      string
+	Kind OpKind
+	Key  string
+	// Expected is the version the key must be at for the commit to apply
+	// (0: the key must be absent).
 	Expected Version
 	Value    []byte // OpPut only
 }

@@ -53,10 +53,14 @@ type Attempt struct {
 	// empty for Retry and Txn.
 	Key string
 	// Number is 1 for the first attempt.
-	Number  int
+	Number int
+	// Outcome is how the attempt ended: OutcomeSuccess, OutcomeConflict
+	// (a conditional write lost), OutcomeRetryable (an error the call's
+	// Retryable accepted) or OutcomeFailed.
 	Outcome Outcome
 	// Err is the attempt's error (nil on success).
-	Err     error
+	Err error
+	// Latency is the attempt's own time, without the wait before it.
 	Latency time.Duration
 	// Exclusive reports an attempt that ran exclusively after the call (or
 	// a combined batch, or a transaction) had lost too many writes in a
@@ -68,13 +72,16 @@ type Attempt struct {
 
 // Call describes a whole Retry, Update or Txn call.
 type Call struct {
-	Op       string
-	Key      string
+	// Op and Key are those of the call's attempts (Attempt).
+	Op  string
+	Key string
+	// Attempts is how many attempts the call made.
 	Attempts int
 	// Outcome is OutcomeSuccess, OutcomeFailed or OutcomeGaveUp.
 	Outcome Outcome
 	// Err is the error the call returned.
-	Err     error
+	Err error
+	// Latency is the call's whole time, its attempts and waits.
 	Latency time.Duration
 }
 
@@ -163,13 +170,16 @@ func (k WaitKind) String() string {
 // Wait describes one wait of a call between attempts, reported when it
 // ends.
 type Wait struct {
+	// Op and Key are those of the call's attempts (Attempt).
 	Op  string
 	Key string
 	// After is the number of attempts the call had made when it began to
 	// wait (0 for a call that queued for its turn before its first
 	// attempt).
 	After int
-	Kind  WaitKind
+	// Kind says what the call waited for: a backoff after a lost
+	// attempt, or its turn at a hot key (see WaitKind's values).
+	Kind WaitKind
 	// Duration is how long the call waited: the backoff's wait, or less
 	// when the context ended it. A retry sent at once from the state a
 	// conflict carried does not wait and is not reported.

@@ -1,6 +1,7 @@
 package dynamocas
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -12,18 +13,41 @@ import (
 // keyAV marshals key into the table's key attributes.
 func (t *Table[T]) keyAV(op string, key Key) (map[string]types.AttributeValue, error) {
 	pk, err := attributevalue.Marshal(key.Partition)
+	if err == nil && key.Partition != nil {
+		err = emptyKeyPart(pk)
+	}
 	if err != nil || key.Partition == nil {
 		return nil, &cas.KeyError{Op: op, Key: keyString(key), Err: fmt.Errorf("%w: partition key: %v", cas.ErrInvalidKey, err)}
 	}
 	m := map[string]types.AttributeValue{t.cfg.PartitionKey: pk}
 	if t.cfg.SortKey != "" {
 		sk, err := attributevalue.Marshal(key.Sort)
+		if err == nil && key.Sort != nil {
+			err = emptyKeyPart(sk)
+		}
 		if err != nil || key.Sort == nil {
 			return nil, &cas.KeyError{Op: op, Key: keyString(key), Err: fmt.Errorf("%w: sort key: %v", cas.ErrInvalidKey, err)}
 		}
 		m[t.cfg.SortKey] = sk
 	}
 	return m, nil
+}
+
+// emptyKeyPart refuses an empty string or binary as a key attribute, which
+// DynamoDB answers with a ValidationException: refused here, it is a
+// cas.ErrInvalidKey like every other bad key, before anything is sent.
+func emptyKeyPart(av types.AttributeValue) error {
+	switch v := av.(type) {
+	case *types.AttributeValueMemberS:
+		if v.Value == "" {
+			return errors.New("DynamoDB takes no empty string as a key attribute")
+		}
+	case *types.AttributeValueMemberB:
+		if len(v.Value) == 0 {
+			return errors.New("DynamoDB takes no empty binary value as a key attribute")
+		}
+	}
+	return nil
 }
 
 // keyText is k as an unambiguous text, distinct for distinct keys

@@ -216,6 +216,51 @@ func TestTableGeneratedKeyAndFencing(t *testing.T) {
 	}
 }
 
+// TestTableModifyZeroGeneratedKey: Modify and ModifyMany of the zero key
+// of a table whose keys the database generates are refused before
+// anything runs. An insert leaves a zero key out for the database to
+// fill, so the call would otherwise write a row under a key it never
+// returns, and a second call another.
+func TestTableModifyZeroGeneratedKey(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE acc (id bigserial PRIMARY KEY, n bigint NOT NULL, version bigserial NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	type acc struct {
+		ID      int64       `db:"id"`
+		N       int64       `db:"n"`
+		Version cas.Version `db:"version"`
+	}
+	tbl, err := pgcas.NewTable[acc](pool, pgcas.TableConfig{Table: "acc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc := func(a acc, _ bool) (acc, error) { a.N++; return a, nil }
+	for range 2 {
+		if got, err := tbl.Modify(ctx, int64(0), inc); !errors.Is(err, cas.ErrInvalidKey) {
+			t.Fatalf("Modify of key 0 = %+v, %v; want cas.ErrInvalidKey", got, err)
+		}
+	}
+	if _, err := tbl.ModifyMany(ctx, []any{int64(0), int64(5)}, func(rows []acc, _ []bool) ([]acc, error) {
+		return rows, nil
+	}); !errors.Is(err, cas.ErrInvalidKey) {
+		t.Fatalf("ModifyMany with key 0: %v; want cas.ErrInvalidKey", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM acc`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows after the refused calls: %d, %v; want none", n, err)
+	}
+	// A key the database generated is Modify's to update.
+	a, err := tbl.Insert(ctx, acc{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tbl.Modify(ctx, a.ID, inc); err != nil || got.ID != a.ID || got.N != 1 {
+		t.Fatalf("Modify of the generated key %d = %+v, %v", a.ID, got, err)
+	}
+}
+
 func TestNewTableErrors(t *testing.T) {
 	pool := pgtest.Pool(t)
 	type noTag struct {

@@ -278,4 +278,17 @@ func (h Harness[K]) modifyCreatesAndRefuses(t *testing.T) {
 	if _, err := tbl.Get(ctx, h.Key("other")); !errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("the changed key was written: %v", err)
 	}
+	// The zero key: an insert would leave it out for the database to
+	// generate one, writing a row under a key the call never returns.
+	called := false
+	if got, err := tbl.Modify(ctx, h.Key(""), func(cur Row, _ bool) (Row, error) {
+		called = true
+		cur.N = 1
+		return cur, nil
+	}); !errors.Is(err, cas.ErrInvalidKey) || called {
+		t.Fatalf("Modify of the zero key = %+v, %v (mutate called: %v), want cas.ErrInvalidKey before anything runs", got, err, called)
+	}
+	if _, err := tbl.Get(ctx, h.Key("")); !errors.Is(err, cas.ErrNotFound) && !errors.Is(err, cas.ErrInvalidKey) {
+		t.Fatalf("after the refused Modify of the zero key, Get: %v, want no row", err)
+	}
 }

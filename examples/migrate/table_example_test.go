@@ -22,7 +22,11 @@ const itemsMigration = `
 CREATE SEQUENCE items_version_seq START 2;                     -- never CYCLE it
 ALTER TABLE items ADD COLUMN version bigint NOT NULL DEFAULT 1; -- existing rows: version 1
 ALTER TABLE items ALTER COLUMN version SET DEFAULT nextval('items_version_seq');
+ALTER SEQUENCE items_version_seq OWNED BY items.version;        -- dropped with the column
 `
+
+// ErrSoldOut is the package's, named as the guide's snippets name it.
+var ErrSoldOut = migrate.ErrSoldOut
 
 // Item is a row of items: the version travels in the row.
 type Item struct {
@@ -39,7 +43,7 @@ type Item struct {
 func BuyRow(ctx context.Context, items *pgcas.Table[Item], sku string) (int, error) {
 	it, err := items.Modify(ctx, sku, func(it Item, exists bool) (Item, error) {
 		if !exists || it.Stock <= 0 {
-			return it, migrate.ErrSoldOut // not retried, nothing written
+			return it, ErrSoldOut // not retried, nothing written
 		}
 		it.Stock--
 		return it, nil

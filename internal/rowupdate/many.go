@@ -261,13 +261,25 @@ func (r *Rows[T]) ModifyMany(ctx context.Context, ks []Key[T], mutate func(cur [
 func (tr *TableRows[T]) ModifyMany(ctx context.Context, keys []any, mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
 	ks := make([]Key[T], len(keys))
 	for i, key := range keys {
-		k, err := tr.key(key, "modify-many")
+		k, err := tr.writtenKey(key, "modify-many")
 		if err != nil {
 			return nil, err
 		}
 		ks[i] = k
 	}
 	return tr.Rows.ModifyMany(ctx, ks, mutate, opts...)
+}
+
+// writtenKey is key for a call that may insert the row (Modify,
+// ModifyMany): the zero key is refused, since Insert leaves a zero key
+// out for the database to generate one, and the call would write a row
+// under a key it never returns.
+func (tr *TableRows[T]) writtenKey(key any, op string) (Key[T], error) {
+	k, err := tr.key(key, op)
+	if err == nil && reflect.ValueOf(k.Value).IsZero() {
+		return Key[T]{}, &cas.KeyError{Op: op, Key: k.Text, Err: fmt.Errorf("%w: the key is zero: insert rows whose key the database generates with Insert", cas.ErrInvalidKey)}
+	}
+	return k, err
 }
 
 // key builds the Key of a SQL table's row: key converted to T's key

@@ -163,7 +163,7 @@ func commitFor[T any](t Table[T]) func(ctx context.Context, writes []Write[T]) (
 // fits T's key field, then runs Rows.Modify over the row. A mutate that
 // changes the row's key ends its call with cas.ErrInvalidKey.
 func (tr *TableRows[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	k, err := tr.key(key, "modify")
+	k, err := tr.writtenKey(key, "modify")
 	if err != nil {
 		var zero T
 		return zero, err

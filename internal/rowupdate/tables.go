@@ -181,10 +181,7 @@ func TxPrefetch[T any](tx *TablesTx, m *Member[T], keys ...any) error {
 // an insert when it has none. The version field of row is ignored.
 func TxPut[T any](tx *TablesTx, m *Member[T], row T) error {
 	kf := reflect.ValueOf(&row).Elem().FieldByIndex(m.rows.keyIndex)
-	if kf.IsZero() {
-		return &cas.KeyError{Op: "txn-put", Key: fmt.Sprint(kf.Interface()), Err: fmt.Errorf("%w: the row's key is zero: insert rows whose key the database generates with Insert", cas.ErrInvalidKey)}
-	}
-	k, err := m.rows.key(kf.Interface(), "txn-put")
+	k, err := m.rows.writtenKey(kf.Interface(), "txn-put")
 	if err != nil {
 		return err
 	}
