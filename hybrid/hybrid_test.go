@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occkit/occkit/adapters/memcas"
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/hybrid"
 	"github.com/occkit/occkit/hybrid/lockertest"
@@ -49,6 +50,38 @@ func TestLocalLockerConformanceShortTTL(t *testing.T) {
 // TestUpdateShortLease: hybrid.Update on a 100 ms local lease succeeds (it
 // used to fail every call after 10 attempts, each refused as "about to
 // expire"): the default safety margin scales down with the lease's TTL.
+// TestLocalLockerAfterRestart: a local locker made after another gave
+// many grants (a process restarted) gives tokens above all of them, so
+// that a store keeping its fence tokens takes the new process's writes.
+func TestLocalLockerAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	store := memcas.New()
+	old := hybrid.NewLocalLocker(time.Second)
+	var last uint64
+	for range 1000 {
+		l, err := old.Acquire(ctx, "other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = l.Token()
+		_ = l.Release(ctx)
+	}
+	l, err := old.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.CompareAndSwapFenced(ctx, "k", 0, l.Token(), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	restarted := hybrid.NewLocalLocker(time.Second)
+	if _, _, err := hybrid.Update(ctx, restarted, cas.NewTyped(store, cas.JSON[int]()), "k", func(n int, _ bool) (int, error) {
+		return n + 1, nil
+	}); err != nil {
+		t.Fatalf("update through the new locker (the old one's last token %d): %v", last, err)
+	}
+}
+
 func TestUpdateShortLease(t *testing.T) {
 	ctx := context.Background()
 	counter := cas.NewTyped(newFencedMap(), cas.JSON[int]())

@@ -11,8 +11,14 @@ import (
 )
 
 // NewLocalLocker returns an in-process lease lock: each grant lasts ttl
-// unless released, and its token comes from one counter for the whole
-// locker, so it grows with every grant of a key. Use it for a single
+// unless released, and its token is the larger of the locker's last
+// token plus one and the clock in microseconds since 1970, so it grows
+// with every grant of a key, and a locker made after a restart of the
+// process starts above the tokens the last one gave (a store that keeps
+// its fence tokens, pgcas or rediscas, would otherwise refuse every write
+// of the new process to a key the old one wrote, as stale), as long as
+// the clock has not gone back and the old locker gave fewer than a
+// million grants a second on average. Use it for a single
 // process, for tests, and as the lab's cheapest lock. A waiting Acquire is
 // woken as soon as the lease is released or expires. The leases are
 // ExpiringLeases and are never renewed: a lease held past ttl is lost (its
@@ -97,13 +103,21 @@ func (l *localLocker) grant(k *localKey, key string, now time.Time) *localLease 
 		k.holder.cancel(errExpired)
 		close(k.freed)
 	}
-	g := &localLease{l: l, key: key, token: l.tokens.Add(1), expires: now.Add(l.ttl)}
+	g := &localLease{l: l, key: key, token: l.nextToken(now), expires: now.Add(l.ttl)}
 	dctx, dcancel := context.WithDeadlineCause(context.Background(), g.expires, errExpired)
 	cctx, ccancel := context.WithCancelCause(dctx)
 	g.ctx = cctx
 	g.cancel = func(cause error) { ccancel(cause); dcancel() }
 	k.holder, k.freed = g, make(chan struct{})
 	return g
+}
+
+// nextToken returns a token larger than every one l gave before, and
+// not below now in microseconds; l.mu is held.
+func (l *localLocker) nextToken(now time.Time) uint64 {
+	t := max(l.tokens.Load()+1, uint64(max(now.UnixMicro(), 0)))
+	l.tokens.Store(t)
+	return t
 }
 
 func (g *localLease) Token() uint64            { return g.token }
