@@ -184,8 +184,11 @@ func acquireErr(ctx context.Context, err error) error {
 }
 
 // errLockerClosed is the error of Acquire on a closed Locker, and the
-// cause of the Context of the leases Close ended.
-var errLockerClosed = fmt.Errorf("%w: pgcas: locker closed", hybrid.ErrLeaseLost)
+// cause of the Context of the leases Close ended. It matches
+// hybrid.ErrLockerClosed as well as hybrid.ErrLeaseLost, so that
+// hybrid.Update and Txn end at once instead of retrying for a fresh lease
+// a closed locker will never grant.
+var errLockerClosed = fmt.Errorf("%w: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
 
 // Close ends every lease the Locker granted and that was not released:
 // their Contexts are cancelled (the cause matches hybrid.ErrLeaseLost) and

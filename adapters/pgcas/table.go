@@ -207,6 +207,11 @@ WHERE w.` + k + ` IS NOT NULL OR c.` + k + ` IS NOT NULL`
 // Get returns the row with key, its version field filled in, or an error
 // matching cas.ErrNotFound. It reads on TableConfig.ReadPool when set.
 func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
+	key, err := t.layout.BindKey("get", key)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
 	return t.readRow(ctx, t.rq, t.sqlGet, "get", key)
 }
 
@@ -368,6 +373,10 @@ func (t *Table[T]) updateSQL(row T, token uint64, fenced bool) (sql string, args
 // The versions the row had are not reused by a later Insert of the key.
 func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) error {
 	if err := rowupdate.CheckDelete(key, expected); err != nil {
+		return err
+	}
+	key, err := t.layout.BindKey("delete", key)
+	if err != nil {
 		return err
 	}
 	for run := 1; ; run++ {

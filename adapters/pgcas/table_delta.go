@@ -31,6 +31,10 @@ import (
 // keys, which are resolved).
 func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b cas.Bounds) (T, error) {
 	var zero T
+	key, err := t.layout.BindKey("add", key)
+	if err != nil {
+		return zero, err
+	}
 	col, lo, hi, err := t.layout.Delta(ctx, "pgcas", t.name, key, column, n, b)
 	if err != nil {
 		return zero, err

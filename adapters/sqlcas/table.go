@@ -236,6 +236,11 @@ func (t *Table[T]) CreateCounter(ctx context.Context) error {
 // Get returns the row with key, its version field filled in, or an error
 // matching cas.ErrNotFound.
 func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
+	key, err := t.layout.BindKey("get", key)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
 	return t.get(ctx, t.q, t.sqlGet, "get", key)
 }
 

@@ -36,6 +36,10 @@ import (
 // *cas.AmbiguousError (an application's row has no write id).
 func (t *Table[T]) Add(ctx context.Context, key any, column string, n int64, b cas.Bounds) (T, error) {
 	var zero T
+	key, err := t.layout.BindKey("add", key)
+	if err != nil {
+		return zero, err
+	}
 	col, lo, hi, err := t.layout.Delta(ctx, "sqlcas", t.name, key, column, n, b)
 	if err != nil {
 		return zero, err

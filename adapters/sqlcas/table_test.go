@@ -91,3 +91,108 @@ func TestTable(t *testing.T) {
 		}
 	})
 }
+
+// TestTableKeysOfTheWrongType: every call that binds a key converts it to
+// the key field's type first and refuses one that does not fit, before
+// anything is sent. MySQL compares a text key with a number as numbers,
+// so Delete(0, v) matched every row at v whose key does not start with a
+// digit, and Delete("1x", v) on a numeric key deleted row 1; an integer
+// outside the field's range wrapped onto another key.
+func TestTableKeysOfTheWrongType(t *testing.T) {
+	type named struct {
+		ID      string      `db:"id"`
+		N       int64       `db:"n"`
+		Version cas.Version `db:"version"`
+	}
+	type small struct {
+		ID      int32       `db:"id"`
+		N       int8        `db:"n"`
+		Version cas.Version `db:"version"`
+	}
+	eachDialect(t, func(t *testing.T, d sqlcas.Dialect) {
+		ctx := context.Background()
+		db := openDB(t, d)
+		text := "TEXT"
+		if d == sqlcas.MySQL {
+			text = "VARCHAR(100)"
+		}
+		for _, ddl := range []string{
+			`CREATE TABLE named (id ` + text + ` NOT NULL PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`,
+			`CREATE TABLE small (id BIGINT NOT NULL PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`,
+		} {
+			if _, err := db.ExecContext(ctx, ddl); err != nil {
+				t.Fatal(err)
+			}
+		}
+		names, err := sqlcas.NewTable[named](db, sqlcas.TableConfig{Dialect: d, Table: "named"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		smalls, err := sqlcas.NewTable[small](db, sqlcas.TableConfig{Dialect: d, Table: "small"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tbl := range []interface{ CreateCounter(context.Context) error }{names, smalls} {
+			if err := tbl.CreateCounter(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		abc, err := names.Insert(ctx, named{ID: "abc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := names.Insert(ctx, named{ID: "xyz"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := names.Get(ctx, 0); !errors.Is(err, cas.ErrInvalidKey) {
+			t.Errorf("Get(0) of a text key: %v, want cas.ErrInvalidKey", err)
+		}
+		if err := names.Delete(ctx, 0, abc.Version); !errors.Is(err, cas.ErrInvalidKey) {
+			t.Errorf("Delete(0) of a text key: %v, want cas.ErrInvalidKey", err)
+		}
+		if _, err := names.Add(ctx, 0, "n", 1, cas.Bounds{}); !errors.Is(err, cas.ErrInvalidKey) {
+			t.Errorf("Add(0) of a text key: %v, want cas.ErrInvalidKey", err)
+		}
+		for _, k := range []string{"abc", "xyz"} {
+			if r, err := names.Get(ctx, k); err != nil || r.N != 0 {
+				t.Errorf("row %s after the refused calls: %+v, %v", k, r, err)
+			}
+		}
+
+		one, err := smalls.Insert(ctx, small{ID: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []any{"7x", "7", true} {
+			if err := smalls.Delete(ctx, k, one.Version); !errors.Is(err, cas.ErrInvalidKey) {
+				t.Errorf("Delete(%#v) of an integer key: %v, want cas.ErrInvalidKey", k, err)
+			}
+		}
+		wrapped := int64(1)<<32 + 7 // 7 in an int32
+		if _, err := smalls.Get(ctx, wrapped); !errors.Is(err, cas.ErrInvalidKey) {
+			t.Errorf("Get(%d) of an int32 key: %v, want cas.ErrInvalidKey", wrapped, err)
+		}
+		if _, err := smalls.Modify(ctx, wrapped, func(r small, _ bool) (small, error) { r.N = 5; return r, nil }); !errors.Is(err, cas.ErrInvalidKey) {
+			t.Errorf("Modify(%d) of an int32 key: %v, want cas.ErrInvalidKey", wrapped, err)
+		}
+		if _, err := smalls.Modify(ctx, uint64(1<<63), func(r small, _ bool) (small, error) { return r, nil }); !errors.Is(err, cas.ErrInvalidKey) {
+			t.Errorf("Modify(1<<63) of an int32 key: %v, want cas.ErrInvalidKey", err)
+		}
+		// An int8 field over a BIGINT column: a result it cannot hold is
+		// refused as out of bounds, and the row stays readable.
+		if _, err := smalls.Add(ctx, int64(7), "n", 100, cas.Bounds{}); err != nil {
+			t.Fatal(err)
+		}
+		var be *cas.BoundError
+		if _, err := smalls.Add(ctx, int64(7), "n", 100, cas.Bounds{}); !errors.As(err, &be) || !be.HasCurrent || be.Current != 100 {
+			t.Errorf("Add(+100) to an int8 at 100: %v, want a *cas.BoundError carrying 100", err)
+		}
+		if r, err := smalls.Get(ctx, 7); err != nil || r.N != 100 {
+			t.Errorf("row 7 after the refused Add: %+v, %v; want n 100", r, err)
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM small`).Scan(&n); err != nil || n != 1 {
+			t.Errorf("rows of small: %d, %v; want 1", n, err)
+		}
+	})
+}

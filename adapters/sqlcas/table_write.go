@@ -121,6 +121,10 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 	if err := rowupdate.CheckDelete(key, expected); err != nil {
 		return err
 	}
+	key, err := t.layout.BindKey("delete", key)
+	if err != nil {
+		return err
+	}
 	conflict := func(cur sql.NullInt64) error {
 		return &cas.ConflictError{Key: fmt.Sprint(key), Expected: expected, HasCurrent: true,
 			Current: cas.Item{Key: fmt.Sprint(key), Version: cas.Version(max(cur.Int64, 0))}}

@@ -89,6 +89,16 @@ func (l Layout[T]) Targets(row *T) []any {
 	return out
 }
 
+// BindKey returns key converted to the key field's type, for a statement
+// to bind (see ConvertKey), or a *cas.KeyError matching cas.ErrInvalidKey.
+func (l Layout[T]) BindKey(op string, key any) (any, error) {
+	kv, err := ConvertKey(op, key, reflect.TypeFor[T]().FieldByIndex(l.KeyColumn().Index).Type)
+	if err != nil {
+		return nil, err
+	}
+	return kv.Interface(), nil
+}
+
 // KeyOf returns the key field of *row.
 func (l Layout[T]) KeyOf(row *T) any {
 	return reflect.ValueOf(row).Elem().FieldByIndex(l.KeyColumn().Index).Interface()
@@ -130,13 +140,39 @@ func ToVersion(v reflect.Value) cas.Version {
 // current values the delta accepts. pkg and table name the errors
 // ("pgcas: Add: ...").
 func (l Layout[T]) Delta(ctx context.Context, pkg, table string, key any, column string, n int64, b cas.Bounds) (col int, lo, hi int64, err error) {
-	if lo, hi, err = DeltaRange(ctx, fmt.Sprint(key), n, b); err != nil {
+	if col, err = l.DeltaColumn(pkg, table, column); err != nil {
+		if _, _, cerr := DeltaRange(ctx, fmt.Sprint(key), n, b); cerr != nil {
+			return 0, 0, 0, cerr
+		}
 		return 0, 0, 0, err
 	}
-	if col, err = l.DeltaColumn(pkg, table, column); err != nil {
+	if lo, hi, err = DeltaRange(ctx, fmt.Sprint(key), n, l.fieldBounds(col, b)); err != nil {
 		return 0, 0, 0, err
 	}
 	return col, lo, hi, nil
+}
+
+// fieldBounds is b narrowed to the range of column col's field: a delta
+// whose result the field cannot hold (an int8 field over a BIGINT column)
+// is refused as one outside b, before anything is written that no read
+// could then scan.
+func (l Layout[T]) fieldBounds(col int, b cas.Bounds) cas.Bounds {
+	ft := reflect.TypeFor[T]().FieldByIndex(l.Columns[col].Index).Type
+	if ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	bits := ft.Bits()
+	if bits >= 64 {
+		return b
+	}
+	lo, hi := int64(-1)<<(bits-1), int64(1)<<(bits-1)-1
+	if m, ok := b.Min(); ok {
+		lo = max(lo, m)
+	}
+	if m, ok := b.Max(); ok {
+		hi = min(hi, m)
+	}
+	return cas.Between(lo, hi)
 }
 
 // DeltaColumn returns the index of the column named name that a delta (a
@@ -165,6 +201,7 @@ func (l Layout[T]) DeltaColumn(pkg, table, name string) (int, error) {
 // value allows the delta: it changed since), or an error matching
 // cas.ErrNotInteger for a NULL column.
 func (l Layout[T]) DeltaRefused(cur *T, col int, key any, n int64, b cas.Bounds) error {
+	b = l.fieldBounds(col, b)
 	c := l.Columns[col]
 	k := fmt.Sprint(key)
 	f := reflect.ValueOf(cur).Elem().FieldByIndex(c.Index)

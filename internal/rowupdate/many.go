@@ -287,11 +287,11 @@ func (tr *TableRows[T]) writtenKey(key any, op string) (Key[T], error) {
 func (tr *TableRows[T]) key(key any, op string) (Key[T], error) {
 	var absent T
 	kf := reflect.ValueOf(&absent).Elem().FieldByIndex(tr.keyIndex)
-	kv := reflect.ValueOf(key)
-	if !kv.IsValid() || !KeyFits(kv.Type(), kf.Type()) {
-		return Key[T]{}, &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, kf.Type())}
+	kv, err := ConvertKey(op, key, kf.Type())
+	if err != nil {
+		return Key[T]{}, err
 	}
-	kf.Set(kv.Convert(kf.Type()))
+	kf.Set(kv)
 	want := kf.Interface()
 	ks := fmt.Sprint(want)
 	return Key[T]{

@@ -181,6 +181,44 @@ func KeyFits(from, to reflect.Type) bool {
 	return from.Kind() == to.Kind() || (IsIntegerKind(from.Kind()) && IsIntegerKind(to.Kind()))
 }
 
+// ConvertKey returns key converted to to, the type of a table's key
+// field, or a *cas.KeyError matching cas.ErrInvalidKey naming op when it
+// does not fit: not KeyFits, or an integer outside to's range (a
+// conversion would wrap it onto another key: 1<<32 + 7 into an int32 is
+// 7). Every call that binds a key converts it so, because servers
+// compare across types: MySQL compares a text key with the number 0 as
+// numbers, which matches every key that does not start with a digit.
+func ConvertKey(op string, key any, to reflect.Type) (reflect.Value, error) {
+	kv := reflect.ValueOf(key)
+	if !kv.IsValid() || !KeyFits(kv.Type(), to) {
+		return reflect.Value{}, &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: fmt.Errorf("%w: a %T does not fit the key field's type %v", cas.ErrInvalidKey, key, to)}
+	}
+	if overflows(kv, to) {
+		return reflect.Value{}, &cas.KeyError{Op: op, Key: fmt.Sprint(key), Err: fmt.Errorf("%w: %v is outside the range of the key field's type %v", cas.ErrInvalidKey, key, to)}
+	}
+	return kv.Convert(to), nil
+}
+
+// overflows reports whether integer v does not fit integer type to.
+func overflows(v reflect.Value, to reflect.Type) bool {
+	if !IsIntegerKind(v.Kind()) || !IsIntegerKind(to.Kind()) {
+		return false
+	}
+	z := reflect.Zero(to)
+	if v.CanInt() {
+		i := v.Int()
+		if z.CanInt() {
+			return z.OverflowInt(i)
+		}
+		return i < 0 || z.OverflowUint(uint64(i))
+	}
+	u := v.Uint()
+	if z.CanInt() {
+		return u > math.MaxInt64 || z.OverflowInt(int64(u))
+	}
+	return z.OverflowUint(u)
+}
+
 // IsIntegerKind reports whether k is a signed or unsigned integer kind.
 func IsIntegerKind(k reflect.Kind) bool {
 	switch k {
