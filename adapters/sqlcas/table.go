@@ -86,6 +86,9 @@ type Table[T any] struct {
 	// blocks is whether the server runs a Txn's commit (pipeBlock) and
 	// Add as one compound statement, as Store.blocks.
 	blocks *atomic.Int32
+	// autoInc is whether MySQL's key column is AUTO_INCREMENT: 0 not
+	// asked yet, 1 yes, 2 no (see autoIncrement).
+	autoInc *atomic.Int32
 }
 
 // NewTable returns a Table over cfg's table, whose rows map to T. It does
@@ -104,7 +107,7 @@ func NewTable[T any](db *sql.DB, cfg TableConfig) (*Table[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: NewTable: %w", err)
 	}
-	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table, prep: newPrepared(d, db), blocks: new(atomic.Int32)}
+	t := &Table[T]{d: d, db: db, q: db, name: name, raw: cfg.Table, prep: newPrepared(d, db), blocks: new(atomic.Int32), autoInc: new(atomic.Int32)}
 	t.layout, err = rowupdate.NewLayout[T](d.quote, cfg.KeyColumn, cfg.VersionColumn, cfg.FenceColumn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlcas: NewTable[%v]: %w", reflect.TypeFor[T](), err)
@@ -314,6 +317,18 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 	query := `INSERT INTO ` + t.name + ` (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(params, ", ") + `)`
 	if t.d != MySQL {
 		query += ` RETURNING ` + t.selCols
+	}
+	if genKey && t.d == MySQL {
+		// MySQL reports a generated key only for AUTO_INCREMENT
+		// (LastInsertId): of a key made otherwise (DEFAULT (UUID()))
+		// the row could not be read back, nor its key returned.
+		auto, err := t.autoIncrement(ctx)
+		if err != nil {
+			return zero, fmt.Errorf("sqlcas: insert %s: %w", t.name, err)
+		}
+		if !auto {
+			return zero, &cas.KeyError{Op: "insert", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: the row's key is zero and %s's key column %s is not AUTO_INCREMENT, the one generated key MySQL reports: set the key", cas.ErrInvalidKey, t.name, t.layout.KeyColumn().Quoted)}
+		}
 	}
 	// PostgreSQL: one statement, no transaction of its own.
 	tx, err := beginOn(ctx, t.d, t.q, t.inTx || t.d == Postgres)

@@ -196,3 +196,64 @@ func TestTableKeysOfTheWrongType(t *testing.T) {
 		}
 	})
 }
+
+// TestTableInsertGeneratedKeyMySQL: MySQL reports a generated key only
+// for AUTO_INCREMENT, so Insert of a zero key returns the row the server
+// numbered there, and is refused before anything is written on a key
+// column the server fills otherwise (it used to read back the row of key
+// 0, which a text key compares equal to: another row).
+func TestTableInsertGeneratedKeyMySQL(t *testing.T) {
+	type auto struct {
+		ID      int64       `db:"id"`
+		N       int64       `db:"n"`
+		Version cas.Version `db:"version"`
+	}
+	type uuid struct {
+		ID      string      `db:"id"`
+		N       int64       `db:"n"`
+		Version cas.Version `db:"version"`
+	}
+	ctx := context.Background()
+	db := openDB(t, sqlcas.MySQL)
+	for _, ddl := range []string{
+		`CREATE TABLE auto (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`,
+		`CREATE TABLE uuid (id CHAR(36) NOT NULL DEFAULT (UUID()) PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`,
+		`INSERT INTO uuid (id, n, version) VALUES ('ffffffff-0000-0000-0000-000000000000', 7, 1)`,
+	} {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	autos, err := sqlcas.NewTable[auto](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuids, err := sqlcas.NewTable[uuid](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "uuid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []interface{ CreateCounter(context.Context) error }{autos, uuids} {
+		if err := c.CreateCounter(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		a, err := autos.Insert(ctx, auto{N: int64(i)})
+		if err != nil || a.ID == 0 || a.N != int64(i) || a.Version == 0 {
+			t.Fatalf("insert into an AUTO_INCREMENT key = %+v, %v", a, err)
+		}
+		if got, err := autos.Get(ctx, a.ID); err != nil || got != a {
+			t.Fatalf("get %d = %+v, %v; want %+v", a.ID, got, err, a)
+		}
+	}
+	if got, err := uuids.Insert(ctx, uuid{N: 1}); !errors.Is(err, cas.ErrInvalidKey) {
+		t.Fatalf("insert of a zero key into a UUID()-default key = %+v, %v; want cas.ErrInvalidKey", got, err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM uuid`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows of uuid after the refused insert: %d, %v; want 1", n, err)
+	}
+	if got, err := uuids.Insert(ctx, uuid{ID: "given", N: 2}); err != nil || got.ID != "given" || got.N != 2 {
+		t.Fatalf("insert with the key set = %+v, %v", got, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 
 	"github.com/occkit/occkit/cas"
 	"github.com/occkit/occkit/internal/rowupdate"
@@ -183,4 +184,34 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 		return t.writeError("delete", key, err, true)
 	}
 	return nil
+}
+
+// autoIncrement reports whether MySQL fills t's key column with
+// AUTO_INCREMENT, asked of information_schema once per table (the
+// configured name may be schema-qualified: "db.table").
+func (t *Table[T]) autoIncrement(ctx context.Context) (bool, error) {
+	switch t.autoInc.Load() {
+	case 1:
+		return true, nil
+	case 2:
+		return false, nil
+	}
+	schema, table := "", t.raw
+	if i := strings.LastIndexByte(t.raw, '.'); i >= 0 {
+		schema, table = t.raw[:i], t.raw[i+1:]
+	}
+	var extra sql.NullString
+	err := t.q.QueryRowContext(ctx, `SELECT EXTRA FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ?`,
+		schema, table, t.layout.KeyColumn().Name).Scan(&extra)
+	if err != nil {
+		return false, fmt.Errorf("reading whether the key column is AUTO_INCREMENT: %w", err)
+	}
+	auto := strings.Contains(strings.ToLower(extra.String), "auto_increment")
+	if auto {
+		t.autoInc.Store(1)
+	} else {
+		t.autoInc.Store(2)
+	}
+	return auto, nil
 }
