@@ -12,7 +12,8 @@
 //
 // [ETag] turns a version into a strong tag (`"7"`), [ParseETag] turns it
 // back; [SetETag] puts it on a response, [NotModified] answers a GET whose
-// If-None-Match names the current version with 304.
+// If-Match does not name the current version with 412, and one whose
+// If-None-Match names it with 304.
 //
 // # Conditional writes
 //
@@ -35,7 +36,7 @@
 // The repository tables (pgcas.Table, sqlcas.Table, dynamocas.Table) are
 // [Rows] as they are, and a row's version field is its ETag.
 // [RowHandler] serves a table's rows as JSON resources with no code of
-// the caller's own: GET with the ETag and 304, PUT, PATCH and DELETE
+// the caller's own: GET with the ETag, 412 and 304, PUT, PATCH and DELETE
 // under the request's precondition, answered as below. [UpdateRow] and
 // [DeleteRow] are [Update] and [Delete] for handlers of your own: the
 // precondition is checked in the table's Modify on the row as stored, so
@@ -47,8 +48,9 @@
 // [WriteError] answers an error with its status (see [Status]): 400 for a
 // malformed precondition or key, 404 for a missing resource, 409 for a
 // conflict the server could not resolve by retrying, 412 with the current
-// ETag for a precondition that failed, 413 for a value too large, 428 for a
-// missing precondition, 500 for the rest.
+// ETag for a precondition that failed, 413 for a value or a request body
+// too large (an [http.MaxBytesError]), 428 for a missing precondition, 500
+// for the rest.
 //
 // Every function here is safe for concurrent use.
 package occhttp

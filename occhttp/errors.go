@@ -93,7 +93,9 @@ func preconditionFailed(ctx context.Context, read versionReader, key string, p P
 //   - 404 Not Found: cas.ErrNotFound;
 //   - 409 Conflict: cas.ErrConflict otherwise (a write without an If-Match
 //     that still conflicted after the server's retries);
-//   - 413 Content Too Large: cas.ErrTooLarge;
+//   - 413 Content Too Large: cas.ErrTooLarge, and a *http.MaxBytesError
+//     (a request body over the limit of http.MaxBytesHandler or
+//     http.MaxBytesReader);
 //   - 500 Internal Server Error: the rest, cas.ErrAmbiguous included.
 //
 // Status(nil) is 200.
@@ -113,7 +115,7 @@ func Status(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, cas.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, cas.ErrTooLarge):
+	case errors.Is(err, cas.ErrTooLarge), errors.As(err, new(*http.MaxBytesError)):
 		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusInternalServerError

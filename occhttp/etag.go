@@ -46,14 +46,36 @@ func SetETag(w http.ResponseWriter, v cas.Version) {
 	w.Header().Set("ETag", ETag(v))
 }
 
-// NotModified answers a GET or HEAD whose If-None-Match names version v
-// (or is *) with 304 Not Modified and v's ETag, and reports whether it
-// did; the handler then writes nothing more. Comparison is weak, as RFC
-// 9110 says for If-None-Match. A malformed header is ignored (the full
-// response is sent).
+// NotModified evaluates the preconditions of a GET or HEAD of the
+// resource at version v, in the order of RFC 9110 13.2.2, answers the
+// request when one decides it, and reports whether it did; the handler
+// then writes nothing more:
+//   - an If-Match that does not name v is answered 412 Precondition
+//     Failed with v's ETag (strong comparison, as for writes: a weak tag
+//     never matches; * matches any version), and a malformed one 400;
+//   - then an If-None-Match that names v (or is *) is answered 304 Not
+//     Modified with v's ETag. Comparison is weak, as RFC 9110 says for
+//     If-None-Match; a malformed If-None-Match is ignored (the full
+//     response is sent).
+//
+// Other methods, and v 0, are left to the handler: a missing resource is
+// answered 404 whatever its preconditions (RFC 9110 13.2.1).
 func NotModified(w http.ResponseWriter, r *http.Request, v cas.Version) bool {
 	if v == 0 || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
 		return false
+	}
+	// If-Match binds reads too (RFC 9110 13.1.1): a client that asks for
+	// the version it holds, e.g. to resume a download, must not get
+	// another one, nor a 304 that would confirm a copy it does not have.
+	if vals := r.Header.Values("If-Match"); len(vals) > 0 {
+		p, err := readIfMatch(vals)
+		if err == nil && !p.matches(v) {
+			err = &PreconditionError{Key: r.URL.Path, Precondition: p, Current: v}
+		}
+		if err != nil {
+			WriteError(w, err)
+			return true
+		}
 	}
 	vals := r.Header.Values("If-None-Match")
 	if len(vals) == 0 {

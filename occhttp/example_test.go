@@ -36,6 +36,9 @@ func Example() {
 			occhttp.WriteError(w, err) // 404 when missing
 			return
 		}
+		if occhttp.NotModified(w, r, v) {
+			return // 412 for a stale If-Match, 304 for a current If-None-Match
+		}
 		occhttp.SetETag(w, v)
 		_ = json.NewEncoder(w).Encode(p)
 	})

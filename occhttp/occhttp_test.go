@@ -150,6 +150,10 @@ func TestStatuses(t *testing.T) {
 	call(t, srv, "GET", "/notes/a", "", "If-None-Match", created.etag).want(t, "GET If-None-Match current", 304)
 	call(t, srv, "GET", "/notes/a", "", "If-None-Match", `W/`+created.etag).want(t, "GET If-None-Match weak current", 304)
 	call(t, srv, "GET", "/notes/a", "", "If-None-Match", `"999"`).want(t, "GET If-None-Match other", 200)
+	if r := call(t, srv, "GET", "/notes/a", "", "If-Match", `"999"`).want(t, "GET If-Match other", 412); r.etag != created.etag {
+		t.Fatalf("GET If-Match other: ETag %q, want the current %q", r.etag, created.etag)
+	}
+	call(t, srv, "GET", "/notes/a", "", "If-Match", created.etag).want(t, "GET If-Match current", 200)
 
 	put := call(t, srv, "PUT", "/notes/a", `{"text":"second"}`, "If-Match", created.etag).want(t, "PUT If-Match current", 200)
 	v2, _ := occhttp.ParseETag(put.etag)
@@ -374,6 +378,8 @@ func TestStatus(t *testing.T) {
 		{&occ.GiveUpError{Reason: occ.ErrAttemptsExhausted, Attempts: 3, Last: conflict}, 409},
 		{&occ.GiveUpError{Reason: occ.ErrBudgetExhausted, Attempts: 3, Last: conflict}, 503},
 		{&cas.KeyError{Op: "compare-and-swap", Key: "k", Err: cas.ErrTooLarge}, 413},
+		{&http.MaxBytesError{Limit: 64}, 413},
+		{fmt.Errorf("read body: %w", &http.MaxBytesError{Limit: 64}), 413},
 		{context.DeadlineExceeded, 503},
 		{&cas.AmbiguousError{Op: "compare-and-swap", Key: "k"}, 500},
 		{errors.New("boom"), 500},
@@ -392,6 +398,55 @@ func TestStatus(t *testing.T) {
 	occhttp.WriteError(rec, errors.New("secret detail"))
 	if rec.Code != 500 || strings.Contains(rec.Body.String(), "secret") {
 		t.Errorf("WriteError(500): %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+// TestNotModified: a GET or HEAD's If-Match is evaluated first, strongly,
+// and a failing one is answered 412 with the current ETag; only then does
+// If-None-Match, compared weakly, answer 304.
+func TestNotModified(t *testing.T) {
+	tests := []struct {
+		method  string
+		headers []string
+		status  int // 0: not answered
+	}{
+		{"GET", nil, 0},
+		{"GET", []string{"If-Match", `"3"`}, 0},
+		{"GET", []string{"If-Match", `"1", "3"`}, 0},
+		{"GET", []string{"If-Match", `*`}, 0},
+		{"GET", []string{"If-Match", `"1"`}, 412},
+		{"HEAD", []string{"If-Match", `"1"`}, 412},
+		{"GET", []string{"If-Match", `W/"3"`}, 412},
+		{"GET", []string{"If-Match", `3`}, 400},
+		{"GET", []string{"If-Match", `"1"`, "If-None-Match", `"3"`}, 412},
+		{"GET", []string{"If-Match", `"3"`, "If-None-Match", `W/"3"`}, 304},
+		{"GET", []string{"If-Match", `"3"`, "If-None-Match", `"1"`}, 0},
+		{"GET", []string{"If-None-Match", `"3"`}, 304},
+		{"GET", []string{"If-None-Match", `3`}, 0},
+		{"PUT", []string{"If-Match", `"1"`}, 0}, // writes: ReadPrecondition
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest(tt.method, "/notes/a", nil)
+		for i := 0; i+1 < len(tt.headers); i += 2 {
+			r.Header.Add(tt.headers[i], tt.headers[i+1])
+		}
+		w := httptest.NewRecorder()
+		answered := occhttp.NotModified(w, r, 3)
+		what := fmt.Sprintf("%s %v", tt.method, tt.headers)
+		switch {
+		case answered != (tt.status != 0):
+			t.Errorf("%s: answered %v, want status %d", what, answered, tt.status)
+		case answered && w.Code != tt.status:
+			t.Errorf("%s: status %d, want %d", what, w.Code, tt.status)
+		case answered && tt.status != 400 && w.Header().Get("ETag") != `"3"`:
+			t.Errorf("%s: ETag %q, want the current \"3\"", what, w.Header().Get("ETag"))
+		}
+	}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "/notes/a", nil)
+	r.Header.Set("If-Match", `"1"`)
+	if occhttp.NotModified(w, r, 0) {
+		t.Errorf("If-Match on a missing resource answered %d, want it left to the handler (404)", w.Code)
 	}
 }
 

@@ -88,20 +88,7 @@ func ReadPrecondition(r *http.Request) (Precondition, error) {
 	case len(im) > 0 && len(inm) > 0:
 		return Precondition{}, fmt.Errorf("%w: both If-Match and If-None-Match", ErrBadPrecondition)
 	case len(im) > 0:
-		l, err := parseList(im)
-		if err != nil {
-			return Precondition{}, err
-		}
-		if l.any {
-			return Precondition{Kind: MatchAny}, nil
-		}
-		p := Precondition{Kind: MatchVersion}
-		for _, t := range l.tags {
-			if !t.weak && t.version != 0 {
-				p.Versions = append(p.Versions, t.version)
-			}
-		}
-		return p, nil
+		return readIfMatch(im)
 	case len(inm) > 0:
 		l, err := parseList(inm)
 		if err != nil {
@@ -113,4 +100,23 @@ func ReadPrecondition(r *http.Request) (Precondition, error) {
 		return Precondition{Kind: CreateOnly}, nil
 	}
 	return Precondition{}, nil
+}
+
+// readIfMatch reads the field lines of an If-Match header, for a write
+// (ReadPrecondition) or a read (NotModified) alike.
+func readIfMatch(vals []string) (Precondition, error) {
+	l, err := parseList(vals)
+	if err != nil {
+		return Precondition{}, err
+	}
+	if l.any {
+		return Precondition{Kind: MatchAny}, nil
+	}
+	p := Precondition{Kind: MatchVersion}
+	for _, t := range l.tags {
+		if !t.weak && t.version != 0 {
+			p.Versions = append(p.Versions, t.version)
+		}
+	}
+	return p, nil
 }

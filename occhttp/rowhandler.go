@@ -2,6 +2,7 @@ package occhttp
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,8 +20,9 @@ import (
 //
 // key names the request's row (an error from it is answered with
 // WriteError: make it match cas.ErrInvalidKey for 400). The methods:
-//   - GET, HEAD: the row and its ETag, 404 when there is none, 304 Not
-//     Modified when If-None-Match names its version (see NotModified);
+//   - GET, HEAD: the row and its ETag, 404 when there is none, 412 with
+//     the ETag when If-Match does not name its version, else 304 Not
+//     Modified when If-None-Match names it (see NotModified);
 //   - PUT: the body, a whole row in JSON with its key, replaces the row
 //     (see UpdateRow); 201 Created when it made the row, 200 otherwise,
 //     with the row as stored and its new ETag;
@@ -39,7 +41,8 @@ import (
 // header). The JSON form must be the whole row: a field it does not show
 // (json:"-", unexported) is written as its zero value; serve other rows
 // with UpdateRow in a handler of your own. Bodies are read whole: bound
-// them with http.MaxBytesHandler.
+// them with http.MaxBytesHandler (a body over its limit is answered 413
+// Content Too Large).
 //
 // The handler is safe for concurrent use if rows is.
 func RowHandler[K, T any](rows Rows[K, T], key func(r *http.Request) (K, error), opts ...Option) http.Handler {
@@ -91,11 +94,18 @@ func RowHandler[K, T any](rows Rows[K, T], key func(r *http.Request) (K, error),
 		}
 
 		body, err := io.ReadAll(r.Body)
-		var put T // the PUT's row; for a PATCH, proof that the body decodes
-		if err == nil {
-			err = json.Unmarshal(body, &put)
-		}
 		if err != nil {
+			// A body cut off by http.MaxBytesHandler is too large, not
+			// malformed: the client should send less, not fix its JSON.
+			code := http.StatusBadRequest
+			if errors.As(err, new(*http.MaxBytesError)) {
+				code = http.StatusRequestEntityTooLarge
+			}
+			http.Error(w, "occhttp: request body: "+err.Error(), code)
+			return
+		}
+		var put T // the PUT's row; for a PATCH, proof that the body decodes
+		if err := json.Unmarshal(body, &put); err != nil {
 			http.Error(w, "occhttp: request body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
