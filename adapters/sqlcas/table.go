@@ -283,8 +283,59 @@ func (t *Table[T]) get(ctx context.Context, q Querier, query, op string, key any
 //
 // On MySQL and SQLite it is one transaction: the counter's UPDATE, the
 // INSERT (and on MySQL a SELECT of the row as stored); on PostgreSQL one
-// INSERT ... RETURNING. A lost reply is a *cas.AmbiguousError.
+// INSERT ... RETURNING; in the caller's transaction (With) there, in a
+// savepoint, so that a conflict leaves that transaction usable as it does
+// on MySQL and SQLite. A lost reply is a *cas.AmbiguousError.
 func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
+	var zero T
+	keyField := reflect.ValueOf(&row).Elem().FieldByIndex(t.layout.KeyColumn().Index)
+	key, genKey := keyField.Interface(), keyField.IsZero()
+	if genKey && t.d == MySQL {
+		// MySQL reports a generated key only for AUTO_INCREMENT
+		// (LastInsertId): of a key made otherwise (DEFAULT (UUID()))
+		// the row could not be read back, nor its key returned.
+		auto, err := t.autoIncrement(ctx)
+		if err != nil {
+			return zero, fmt.Errorf("sqlcas: insert %s: %w", t.name, err)
+		}
+		if !auto {
+			return zero, &cas.KeyError{Op: "insert", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: the row's key is zero and %s's key column %s is not AUTO_INCREMENT, the one generated key MySQL reports: set the key", cas.ErrInvalidKey, t.name, t.layout.KeyColumn().Quoted)}
+		}
+	}
+	if t.inTx && t.d == Postgres {
+		// A duplicate key would abort the caller's whole transaction on
+		// PostgreSQL: the insert runs in a savepoint, rolled back to on
+		// failure, so that a conflict leaves the transaction usable (as
+		// it does on MySQL and SQLite) and its current row readable.
+		const sp = "occkit_insert"
+		if _, err := t.q.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+			return zero, t.writeError("insert", key, err, false)
+		}
+		in := *t
+		in.inTx = false // one statement, no transaction of its own
+		out, err := in.insert(ctx, row)
+		if err != nil {
+			_, _ = t.q.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp)
+			var ce *cas.ConflictError
+			if errors.As(err, &ce) && !ce.HasCurrent {
+				if cur, gerr := t.get(ctx, t.q, t.currentSQL(), "insert", key); gerr == nil {
+					ce.HasCurrent, ce.Current = true, cas.Item{Key: fmt.Sprint(key), Version: t.layout.VersionOf(&cur)}
+					return cur, err
+				}
+			}
+			return out, err
+		}
+		if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT "+sp); err != nil {
+			return zero, t.writeError("insert", key, err, true)
+		}
+		return out, nil
+	}
+	return t.insert(ctx, row)
+}
+
+// insert is Insert once the checks are made; on PostgreSQL inside the
+// caller's transaction, within Insert's savepoint.
+func (t *Table[T]) insert(ctx context.Context, row T) (T, error) {
 	var zero T
 	rv := reflect.ValueOf(&row).Elem()
 	keyField := rv.FieldByIndex(t.layout.KeyColumn().Index)
@@ -317,18 +368,6 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 	query := `INSERT INTO ` + t.name + ` (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(params, ", ") + `)`
 	if t.d != MySQL {
 		query += ` RETURNING ` + t.selCols
-	}
-	if genKey && t.d == MySQL {
-		// MySQL reports a generated key only for AUTO_INCREMENT
-		// (LastInsertId): of a key made otherwise (DEFAULT (UUID()))
-		// the row could not be read back, nor its key returned.
-		auto, err := t.autoIncrement(ctx)
-		if err != nil {
-			return zero, fmt.Errorf("sqlcas: insert %s: %w", t.name, err)
-		}
-		if !auto {
-			return zero, &cas.KeyError{Op: "insert", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: the row's key is zero and %s's key column %s is not AUTO_INCREMENT, the one generated key MySQL reports: set the key", cas.ErrInvalidKey, t.name, t.layout.KeyColumn().Quoted)}
-		}
 	}
 	// PostgreSQL: one statement, no transaction of its own.
 	tx, err := beginOn(ctx, t.d, t.q, t.inTx || t.d == Postgres)

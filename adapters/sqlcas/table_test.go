@@ -257,3 +257,39 @@ func TestTableInsertGeneratedKeyMySQL(t *testing.T) {
 		t.Fatalf("insert with the key set = %+v, %v", got, err)
 	}
 }
+
+// TestTableInsertConflictInCallersTx: an insert of a key that exists,
+// in the caller's transaction, is a conflict carrying the current row and
+// leaves the transaction usable on every dialect (on PostgreSQL the
+// duplicate key aborted the caller's whole transaction: its next
+// statements failed and its COMMIT rolled back).
+func TestTableInsertConflictInCallersTx(t *testing.T) {
+	eachDialect(t, func(t *testing.T, d sqlcas.Dialect) {
+		ctx := context.Background()
+		tbl, db := newAccounts(t, d)
+		a, err := tbl.Insert(ctx, account{ID: 1, Owner: "ann", Balance: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		in := tbl.With(tx)
+		cur, err := in.Insert(ctx, account{ID: 1, Owner: "bob"})
+		var ce *cas.ConflictError
+		if !errors.As(err, &ce) || !ce.HasCurrent || ce.Current.Version != a.Version || cur.Owner != "ann" {
+			t.Fatalf("insert of an existing key in the caller's transaction = %+v, %v; want a conflict carrying the row", cur, err)
+		}
+		if _, err := in.Insert(ctx, account{ID: 2, Owner: "cid"}); err != nil {
+			t.Fatalf("the next insert in that transaction: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		if c, err := tbl.Get(ctx, int64(2)); err != nil || c.Owner != "cid" {
+			t.Fatalf("row 2 after the commit: %+v, %v", c, err)
+		}
+	})
+}
