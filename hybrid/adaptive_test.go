@@ -329,3 +329,68 @@ func TestAdaptiveNotFenced(t *testing.T) {
 		t.Fatalf("UpdateAdaptive on an unfenced store: %v, want ErrNotFenced", err)
 	}
 }
+
+// TestUpdateAdaptiveGiveUpCountsBothPaths: an update whose optimistic
+// attempts all lose to a writer elsewhere is finished on the lease path,
+// with the attempt limit anew (as UpdateAdaptive documents); when the
+// lease path loses too, the give-up counts every attempt the call made,
+// not the lease path's alone.
+func TestUpdateAdaptiveGiveUpCountsBothPaths(t *testing.T) {
+	ctx := context.Background()
+	counter := cas.NewTyped(newAdaptiveStore(0), cas.JSON[int]())
+	a := hybrid.NewAdaptive(hybrid.NewLocalLocker(time.Second), hybrid.AdaptiveConfig{})
+	const limit = 2
+	var attempts atomic.Int64
+	_, _, err := hybrid.UpdateAdaptive(ctx, a, counter, "k", func(n int, _ bool) (int, error) {
+		i := attempts.Add(1)
+		// A writer elsewhere, which takes no lease, gets in between
+		// every read and write.
+		_, v, err := counter.Get(ctx, "k")
+		if err != nil && !errors.Is(err, cas.ErrNotFound) {
+			return 0, err
+		}
+		if _, err := counter.CompareAndSwap(ctx, "k", v, 1000+int(i)); err != nil {
+			return 0, err
+		}
+		return n + 1, nil
+	}, occ.WithMaxAttempts(limit))
+	var gave *occ.GiveUpError
+	if !errors.As(err, &gave) || !errors.Is(err, occ.ErrAttemptsExhausted) || !errors.Is(err, cas.ErrConflict) {
+		t.Fatalf("UpdateAdaptive = %v, want a give-up on conflicts", err)
+	}
+	if n := attempts.Load(); n != 2*limit {
+		t.Errorf("%d attempts, want %d: the limit on each path", n, 2*limit)
+	}
+	if int64(gave.Attempts) != attempts.Load() {
+		t.Errorf("the give-up counts %d attempts (%v), the call made %d", gave.Attempts, err, attempts.Load())
+	}
+}
+
+// TestUpdateAdaptiveLeavesMutatesGiveUp: a *occ.GiveUpError that mutate
+// returns on the lease path (from an occ loop of its own) is the call's
+// error as it was: only the lease path's own give-up counts the
+// optimistic attempts too.
+func TestUpdateAdaptiveLeavesMutatesGiveUp(t *testing.T) {
+	ctx := context.Background()
+	counter := cas.NewTyped(newAdaptiveStore(0), cas.JSON[int]())
+	a := hybrid.NewAdaptive(hybrid.NewLocalLocker(time.Second), hybrid.AdaptiveConfig{})
+	const limit = 2
+	inner := &occ.GiveUpError{Reason: occ.ErrBudgetExhausted, Attempts: 7, Last: errors.New("inner")}
+	var attempts atomic.Int64
+	_, _, err := hybrid.UpdateAdaptive(ctx, a, counter, "k", func(n int, _ bool) (int, error) {
+		if attempts.Add(1) > limit {
+			return 0, inner // on the lease path
+		}
+		_, v, err := counter.Get(ctx, "k")
+		if err != nil && !errors.Is(err, cas.ErrNotFound) {
+			return 0, err
+		}
+		if _, err := counter.CompareAndSwap(ctx, "k", v, 1000); err != nil {
+			return 0, err
+		}
+		return n + 1, nil
+	}, occ.WithMaxAttempts(limit))
+	if err != error(inner) || inner.Attempts != 7 {
+		t.Fatalf("UpdateAdaptive = %v (%d attempts), want mutate's error with its 7 attempts", err, inner.Attempts)
+	}
+}

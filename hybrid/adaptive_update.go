@@ -95,7 +95,18 @@ func (a *Adaptive) Stats() AdaptiveStats {
 // occ.Update (combined with the other updates of the key in this process)
 // or through Update (lease plus fenced write), as a decides; see
 // Adaptive. Both paths give the same results and errors as the functions
-// they call. The typed store's Store must be a cas.FencedStore.
+// they call, but for the attempts a give-up counts (below). The typed
+// store's Store must be a cas.FencedStore.
+//
+// An optimistic update that runs out of attempts on conflicts (writers
+// elsewhere keep winning) is finished on the lease path, deliberately: it
+// is how the lease path of a key that does not lock yet gets measured,
+// and the lease serialises the update with those writers. The lease path
+// gets opts, and so the attempt limit (occ.WithMaxAttempts, or
+// occ.DefaultMaxAttempts), anew: such an update makes up to twice the
+// limit in all, and a probe of a locked key (one optimistic attempt) up
+// to one more than the limit. When the lease path gives up too, its
+// *occ.GiveUpError counts the attempts of both paths.
 func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], key string, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, cas.Version, error) {
 	if _, ok := s.Store().(cas.FencedStore); !ok {
 		var zero T
@@ -126,13 +137,33 @@ func UpdateAdaptive[T any](ctx context.Context, a *Adaptive, s *cas.Typed[T], ke
 		}()
 	}
 	v, ver, err := occ.Update(ctx, s, key, mutate, oopts...)
-	if err != nil && errors.Is(err, occ.ErrAttemptsExhausted) && errors.Is(err, cas.ErrConflict) && ctx.Err() == nil {
+	var gave *occ.GiveUpError
+	if err != nil && errors.Is(err, occ.ErrAttemptsExhausted) && errors.Is(err, cas.ErrConflict) && ctx.Err() == nil && errors.As(err, &gave) {
 		// The optimistic path ran out of attempts against writers
 		// elsewhere: the lease path serialises with them, and measures
 		// itself for the key's statistics (made if an eviction took
 		// them meanwhile).
 		a.track(key)
-		return leased(ctx, a, s, key, mutate, opts...)
+		var w giveUpWatch
+		v, ver, err = leased(ctx, a, s, key, mutate, append(opts[:len(opts):len(opts)], occ.WithObserver(&w))...)
+		if last, ok := err.(*occ.GiveUpError); ok && w.err == err {
+			// The lease path gave up: report the call's attempts, the
+			// optimistic ones too, not the lease path's alone.
+			err = &occ.GiveUpError{Reason: last.Reason, Attempts: gave.Attempts + last.Attempts, Last: last.Last}
+		}
 	}
 	return v, ver, err
+}
+
+// giveUpWatch notes the error of a call that gave up, so that the lease
+// path's own give-up is told from a *occ.GiveUpError that mutate returned
+// (from an occ loop of its own), which is passed on untouched.
+type giveUpWatch struct{ err error }
+
+func (w *giveUpWatch) ObserveAttempt(context.Context, occ.Attempt) {}
+
+func (w *giveUpWatch) ObserveCall(_ context.Context, c occ.Call) {
+	if c.Outcome == occ.OutcomeGaveUp {
+		w.err = c.Err
+	}
 }

@@ -22,9 +22,10 @@ import (
 // optimistically, without a lease.
 //
 // A lost commit or lease is retried with fresh leases under opts (occ's
-// options: attempt limit, backoff, observer); fn's error ends the call
-// and is returned as is. s must be a cas.Committer to write several keys
-// (see occ.Txn).
+// options: attempt limit, backoff, observer), unless the error matches
+// ErrLockerClosed (a closed locker grants no fresh lease); fn's error
+// ends the call and is returned as is. s must be a cas.Committer to write
+// several keys (see occ.Txn).
 //
 //	err := hybrid.Txn(ctx, locker, store, []string{from, to}, func(tx *occ.Tx) error {
 //		... tx.Get(from), tx.Get(to), tx.Put(from, ...), tx.Put(to, ...)

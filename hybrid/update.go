@@ -36,8 +36,10 @@ const DefaultSafetyMargin = 100 * time.Millisecond
 // check. The write itself runs on ctx: once sent, its fencing token
 // decides. An ambiguous write (matching cas.ErrAmbiguous: it may have
 // applied) is returned, never retried. A conflicted, fenced-off, lost or
-// expiring attempt is retried through occ with a fresh lease; other errors
-// (mutate's, the store's) end the call as in occ.Update. The typed store's
+// expiring attempt is retried through occ with a fresh lease, unless its
+// error matches ErrLockerClosed (a closed locker grants no fresh lease);
+// other errors (mutate's, the store's, the locker's) end the call as in
+// occ.Update. The typed store's
 // underlying Store must be a cas.FencedStore (ErrNotFenced otherwise).
 //
 //	locker := hybrid.NewLocalLocker(2 * time.Second)
@@ -119,8 +121,13 @@ const (
 	OpTxn    = "hybrid.txn"
 )
 
-// retryWithNewLease classifies the failures a fresh lease can cure.
+// retryWithNewLease classifies the failures a fresh lease can cure. A
+// closed locker's errors match ErrLeaseLost as well, but no fresh lease
+// can come from it: they end the call.
 func retryWithNewLease(err error) bool {
+	if errors.Is(err, ErrLockerClosed) {
+		return false
+	}
 	return errors.Is(err, cas.ErrFenced) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseExpiring)
 }
 

@@ -26,7 +26,7 @@ var errSessionLost = fmt.Errorf("%w: etcdcas: the locker's etcd lease expired or
 
 // errLockerClosed is the cause of a lease's Context when its Locker was
 // closed, and the error of Acquire on a closed Locker.
-var errLockerClosed = fmt.Errorf("%w: etcdcas: locker closed", hybrid.ErrLeaseLost)
+var errLockerClosed = fmt.Errorf("%w: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
 
 // LockerConfig configures a Locker. The zero value is usable.
 type LockerConfig struct {

@@ -130,8 +130,11 @@ type Locker struct {
 }
 
 // errLockerClosed is the error of Acquire on a closed Locker, and the
-// cause of the Context of the leases Close ended.
-var errLockerClosed = fmt.Errorf("%w: rediscas: locker closed", hybrid.ErrLeaseLost)
+// cause of the Context of the leases Close ended. It matches
+// hybrid.ErrLockerClosed as well as hybrid.ErrLeaseLost, so that
+// hybrid.Update and Txn end at once instead of retrying for a fresh lease
+// a closed locker will never grant.
+var errLockerClosed = fmt.Errorf("%w: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
 
 var (
 	_ hybrid.Locker         = (*Locker)(nil)

@@ -110,7 +110,7 @@ func (l *Locker) CreateTokenCounter(ctx context.Context) error {
 
 // errLockerClosed is the error of Acquire on a closed Locker, and the
 // cause of the Context of the leases Close ended.
-var errLockerClosed = fmt.Errorf("%w: sqlcas: locker closed", hybrid.ErrLeaseLost)
+var errLockerClosed = fmt.Errorf("%w: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
 
 // maxWait is the longest single GET_LOCK wait: Acquire waits in steps,
 // checking its context between them, so that the wait never needs to be

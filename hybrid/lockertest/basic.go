@@ -100,6 +100,9 @@ var basicTests = []test{
 		if err == nil {
 			t.Fatal("Acquire on a closed locker succeeded")
 		}
+		if !errors.Is(err, hybrid.ErrLockerClosed) {
+			t.Fatalf("Acquire on a closed locker: %v, want an error matching hybrid.ErrLockerClosed (hybrid.Update would retry it)", err)
+		}
 		if err := c.Close(); err != nil {
 			t.Fatalf("second Close: %v, want nil", err)
 		}
