@@ -15,3 +15,7 @@ func (t *Table[T]) ExclusiveModify(ctx context.Context, key Key, fn func(cur T, 
 	})
 	return stored.Value, err
 }
+
+// MaxUnexplainedRefusals is how many refusals of unknown reason Table.Add
+// takes before it returns the last one.
+const MaxUnexplainedRefusals = maxUnexplainedRefusals

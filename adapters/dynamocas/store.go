@@ -35,6 +35,8 @@ const (
 	MaxItemBytes = 400 * 1024
 	// MaxPartitionKeyBytes is DynamoDB's longest partition key value.
 	MaxPartitionKeyBytes = 2048
+	// MaxSortKeyBytes is DynamoDB's longest sort key value.
+	MaxSortKeyBytes = 1024
 	// MaxTransactItems is the most actions one TransactWriteItems may carry.
 	MaxTransactItems = 100
 	// MaxTransactBytes is the largest aggregate size of the items of one

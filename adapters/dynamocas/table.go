@@ -52,7 +52,12 @@ type TableConfig struct {
 // Key is the primary key of an item of a Table: the partition key value
 // and, when the table has a sort key, the sort key value. Values are Go
 // values marshalled by package attributevalue (a string, a number, a
-// []byte).
+// []byte). A key DynamoDB would refuse or take for another key fails with
+// cas.ErrInvalidKey before anything is sent, in a Key as in an item's key
+// attributes: a missing part, a Sort value on a table without a sort key,
+// an empty string or binary value, a string that is not valid UTF-8, and
+// a value over MaxPartitionKeyBytes (a partition key) or MaxSortKeyBytes
+// (a sort key).
 type Key struct {
 	Partition any
 	Sort      any

@@ -17,6 +17,12 @@ import (
 	"github.com/occkit/occkit/internal/rowupdate"
 )
 
+// maxUnexplainedRefusals is how many refusals whose reason the item, read
+// back, does not show Table.Add takes before it returns the last one:
+// enough for an item that changed type and back meanwhile, few enough
+// that a refusal of the request itself ends at once.
+const maxUnexplainedRefusals = 10
+
 // Add adds n to the number attribute column of the item with key, if the
 // result lies within b, and returns the item as stored: a bounded delta
 // of one attribute (the stock of an item), one conditional UpdateItem,
@@ -29,11 +35,13 @@ import (
 // result outside b fails with a *cas.BoundError carrying the current
 // value, an attribute that is not a number with cas.ErrNotInteger;
 // nothing is written. A missing item fails with an error matching
-// cas.ErrNotFound: Add does not insert. column is the attribute's name (a
-// field's dynamodbav tag); it may not be a key or the version attribute,
-// and its field must be a signed integer. While Modify's exclusive hold
-// holds the item, Add waits for it. A lost answer is a
-// *cas.AmbiguousError (an application's item has no write id).
+// cas.ErrNotFound: Add does not insert. A result whose longer number
+// would take the item over DynamoDB's 400 KB fails with an error
+// matching cas.ErrTooLarge. column is the attribute's name (a field's
+// dynamodbav tag); it may not be a key or the version attribute, and its
+// field must be a signed integer. While Modify's exclusive hold holds the
+// item, Add waits for it. A lost answer is a *cas.AmbiguousError (an
+// application's item has no write id).
 func (t *Table[T]) Add(ctx context.Context, key Key, column string, n int64, b cas.Bounds) (T, error) {
 	var zero T
 	ks := keyString(key)
@@ -63,6 +71,7 @@ func (t *Table[T]) Add(ctx context.Context, key Key, column string, n int64, b c
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 	var p ctxwait.Poll
+	unexplainedRefusals := 0
 	for {
 		in.ExpressionAttributeValues[":now"] = nowMillis()
 		out, err := t.cli.UpdateItem(ctx, in, noSDKRetry)
@@ -72,13 +81,20 @@ func (t *Table[T]) Add(ctx context.Context, key Key, column string, n int64, b c
 		}
 		var ccf *types.ConditionalCheckFailedException
 		var old map[string]types.AttributeValue
+		var unexplained error // the refusal, when its reason is unknown
 		switch {
 		case errors.As(err, &ccf):
 			old = ccf.Item
+		case definite(err) && tooLarge(err):
+			// The sum would make the item larger than DynamoDB's item
+			// limit: the item as read passes the bounds, so reading it
+			// tells nothing, and sending the delta again fails again.
+			return zero, &cas.KeyError{Op: "add", Key: ks, Err: fmt.Errorf("%w: %w", cas.ErrTooLarge, err)}
 		case definite(err) && (unread(err) || validation(err)):
 			// Refused, reason unknown (an answer cut before its body;
 			// minidyn's ValidationException when BETWEEN meets a value
 			// of another type): the item tells.
+			unexplained = err
 		case definite(err):
 			return zero, &cas.KeyError{Op: "add", Key: ks, Err: fmt.Errorf("dynamocas: %w", err)}
 		default:
@@ -111,7 +127,16 @@ func (t *Table[T]) Add(ctx context.Context, key Key, column string, n int64, b c
 			return cur, &cas.KeyError{Op: "add", Key: ks, Err: fmt.Errorf("%w: attribute %s is %s", cas.ErrNotInteger, column, nv.Value)}
 		}
 		if b.Allows(v, n) {
-			continue // changed since the refusal: add again
+			// Changed since the refusal: add again. After a refusal the
+			// item does not explain, a refusal that persists (a
+			// ValidationException of the request itself) would send it
+			// again forever without waiting: give up after a few.
+			if unexplained != nil {
+				if unexplainedRefusals++; unexplainedRefusals >= maxUnexplainedRefusals {
+					return zero, &cas.KeyError{Op: "add", Key: ks, Err: fmt.Errorf("dynamocas: %w", unexplained)}
+				}
+			}
+			continue
 		}
 		return cur, &cas.BoundError{Key: ks, Add: n, Bounds: b, Current: v, HasCurrent: true}
 	}
