@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,21 +300,13 @@ func TestHybridUpdateFenced(t *testing.T) {
 	incr := func(n int, _ bool) (int, error) { return n + 1, nil }
 
 	// The key was last written under token 3 of another locker.
-	before := hybrid.NewLocalLocker(time.Second)
-	for range 2 {
-		g, err := before.Acquire(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = g.Release(ctx)
-	}
-	if _, _, err := hybrid.Update(ctx, before, counters, "k", incr); err != nil {
+	if _, err := store.CompareAndSwapFenced(ctx, "k", 0, 3, []byte("1")); err != nil {
 		t.Fatal(err)
 	}
 
 	// A fresh locker hands out tokens 1, 2, 3: the first two are stale.
 	reader := newMeters(t)
-	locker, err := occotel.Locker(hybrid.NewLocalLocker(time.Second), reader.mp)
+	locker, err := occotel.Locker(&countingLocker{Locker: hybrid.NewLocalLocker(time.Second)}, reader.mp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,6 +354,30 @@ func TestHybridUpdateFenced(t *testing.T) {
 	check(t, "hold.duration{released} count", hp.Count, 3)
 	check(t, "lost", lm.total("hybrid.lease.lost"), 0)
 }
+
+// countingLocker is a local locker whose tokens count from 1, as those
+// of a lock service that lost its token counter would: behind the tokens
+// a store has seen.
+type countingLocker struct {
+	hybrid.Locker
+	n atomic.Uint64
+}
+
+func (c *countingLocker) Acquire(ctx context.Context, key string) (hybrid.Lease, error) {
+	l, err := c.Locker.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return countedLease{ExpiringLease: l.(hybrid.ExpiringLease), token: c.n.Add(1)}, nil
+}
+
+// countedLease is a lease of countingLocker's.
+type countedLease struct {
+	hybrid.ExpiringLease
+	token uint64
+}
+
+func (l countedLease) Token() uint64 { return l.token }
 
 // TestHybridTxnSpan: hybrid.Txn's span is hybrid.txn, with its leases.
 func TestHybridTxnSpan(t *testing.T) {
