@@ -47,9 +47,6 @@ func TestLocalLockerConformanceShortTTL(t *testing.T) {
 	lockertest.Run(t, localHarness(100*time.Millisecond))
 }
 
-// TestUpdateShortLease: hybrid.Update on a 100 ms local lease succeeds (it
-// used to fail every call after 10 attempts, each refused as "about to
-// expire"): the default safety margin scales down with the lease's TTL.
 // TestLocalLockerAfterRestart: a local locker made after another gave
 // many grants (a process restarted) gives tokens above all of them, so
 // that a store keeping its fence tokens takes the new process's writes.
@@ -82,6 +79,10 @@ func TestLocalLockerAfterRestart(t *testing.T) {
 	}
 }
 
+// TestUpdateShortLease: hybrid.Update on a 100 ms local lease succeeds
+// (with a fixed margin every call would fail after 10 attempts, each
+// refused as "about to expire"): the default safety margin scales down
+// with the lease's TTL.
 func TestUpdateShortLease(t *testing.T) {
 	ctx := context.Background()
 	counter := cas.NewTyped(newFencedMap(), cas.JSON[int]())

@@ -25,8 +25,10 @@ const (
 var errSessionLost = fmt.Errorf("%w: etcdcas: the locker's etcd lease expired or was revoked", hybrid.ErrLeaseLost)
 
 // errLockerClosed is the cause of a lease's Context when its Locker was
-// closed, and the error of Acquire on a closed Locker.
-var errLockerClosed = fmt.Errorf("%w: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
+// closed, and the error of Acquire on a closed Locker. It matches
+// hybrid.ErrLockerClosed as well as hybrid.ErrLeaseLost, so that
+// hybrid.Update and Txn end at once instead of asking for a fresh lease.
+var errLockerClosed = fmt.Errorf("%w: etcdcas: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
 
 // LockerConfig configures a Locker. The zero value is usable.
 type LockerConfig struct {

@@ -188,7 +188,7 @@ func acquireErr(ctx context.Context, err error) error {
 // hybrid.ErrLockerClosed as well as hybrid.ErrLeaseLost, so that
 // hybrid.Update and Txn end at once instead of retrying for a fresh lease
 // a closed locker will never grant.
-var errLockerClosed = fmt.Errorf("%w: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
+var errLockerClosed = fmt.Errorf("%w: pgcas: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
 
 // Close ends every lease the Locker granted and that was not released:
 // their Contexts are cancelled (the cause matches hybrid.ErrLeaseLost) and

@@ -251,13 +251,27 @@ func TestTableModifyZeroGeneratedKey(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM acc`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows after the refused calls: %d, %v; want none", n, err)
 	}
-	// A key the database generated is Modify's to update.
+	// A key the database generated is Modify's to update, and so is a
+	// row that exists with key 0.
 	a, err := tbl.Insert(ctx, acc{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, err := tbl.Modify(ctx, a.ID, inc); err != nil || got.ID != a.ID || got.N != 1 {
 		t.Fatalf("Modify of the generated key %d = %+v, %v", a.ID, got, err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO acc (id, n) VALUES (0, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tbl.Modify(ctx, int64(0), inc); err != nil || got.ID != 0 || got.N != 6 {
+		t.Fatalf("Modify of the existing row 0 = %+v, %v; want n 6", got, err)
+	}
+	if got, err := tbl.ModifyMany(ctx, []any{int64(0), a.ID}, func(rows []acc, _ []bool) ([]acc, error) {
+		rows[0].N++
+		rows[1].N++
+		return rows, nil
+	}); err != nil || got[0].N != 7 || got[1].N != 2 {
+		t.Fatalf("ModifyMany of rows 0 and %d = %+v, %v", a.ID, got, err)
 	}
 }
 

@@ -134,7 +134,7 @@ type Locker struct {
 // hybrid.ErrLockerClosed as well as hybrid.ErrLeaseLost, so that
 // hybrid.Update and Txn end at once instead of retrying for a fresh lease
 // a closed locker will never grant.
-var errLockerClosed = fmt.Errorf("%w: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
+var errLockerClosed = fmt.Errorf("%w: rediscas: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
 
 var (
 	_ hybrid.Locker         = (*Locker)(nil)

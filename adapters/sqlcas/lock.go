@@ -109,8 +109,10 @@ func (l *Locker) CreateTokenCounter(ctx context.Context) error {
 }
 
 // errLockerClosed is the error of Acquire on a closed Locker, and the
-// cause of the Context of the leases Close ended.
-var errLockerClosed = fmt.Errorf("%w: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
+// cause of the Context of the leases Close ended. It matches
+// hybrid.ErrLockerClosed as well as hybrid.ErrLeaseLost, so that
+// hybrid.Update and Txn end at once instead of asking for a fresh lease.
+var errLockerClosed = fmt.Errorf("%w: sqlcas: %w", hybrid.ErrLeaseLost, hybrid.ErrLockerClosed)
 
 // maxWait is the longest single GET_LOCK wait: Acquire waits in steps,
 // checking its context between them, so that the wait never needs to be

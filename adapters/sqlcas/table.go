@@ -64,14 +64,20 @@ type TableConfig struct {
 //
 // A Table is safe for concurrent use (as its Querier is: see With).
 type Table[T any] struct {
-	d       Dialect
-	db      *sql.DB
-	q       Querier
-	inTx    bool
-	name    string              // quoted table
-	raw     string              // the configured table name (the counter row's name)
-	layout  rowupdate.Layout[T] // where the key, version and other columns live in T
-	selCols string
+	d    Dialect
+	db   *sql.DB
+	q    Querier
+	inTx bool
+	// callers is whether q is the caller's transaction (With), not one
+	// of the table's own: what Insert's savepoint on PostgreSQL is for.
+	callers bool
+	// inSavepoint marks the copy Insert runs in that savepoint: a
+	// conflict's current row is read after rolling back to it.
+	inSavepoint bool
+	name        string              // quoted table
+	raw         string              // the configured table name (the counter row's name)
+	layout      rowupdate.Layout[T] // where the key, version and other columns live in T
+	selCols     string
 
 	sqlGet, sqlCur        string
 	sqlUpd, sqlUpdF       string
@@ -212,6 +218,7 @@ func (t *Table[T]) With(q Querier) *Table[T] {
 	c := *t
 	c.q = q
 	c.inTx = callersTx(q)
+	c.callers = c.inTx
 	c.rows = c.newRows() // rows of two transactions never share a write
 	return &c
 }
@@ -302,7 +309,7 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 			return zero, &cas.KeyError{Op: "insert", Key: fmt.Sprint(key), Err: fmt.Errorf("%w: the row's key is zero and %s's key column %s is not AUTO_INCREMENT, the one generated key MySQL reports: set the key", cas.ErrInvalidKey, t.name, t.layout.KeyColumn().Quoted)}
 		}
 	}
-	if t.inTx && t.d == Postgres {
+	if t.callers && t.d == Postgres {
 		// A duplicate key would abort the caller's whole transaction on
 		// PostgreSQL: the insert runs in a savepoint, rolled back to on
 		// failure, so that a conflict leaves the transaction usable (as
@@ -312,10 +319,13 @@ func (t *Table[T]) Insert(ctx context.Context, row T) (T, error) {
 			return zero, t.writeError("insert", key, err, false)
 		}
 		in := *t
-		in.inTx = false // one statement, no transaction of its own
+		in.inTx, in.inSavepoint = false, true // one statement, no transaction of its own
 		out, err := in.insert(ctx, row)
 		if err != nil {
-			_, _ = t.q.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp)
+			bg := context.WithoutCancel(ctx)
+			if _, rerr := t.q.ExecContext(bg, "ROLLBACK TO SAVEPOINT "+sp); rerr == nil {
+				_, _ = t.q.ExecContext(bg, "RELEASE SAVEPOINT "+sp)
+			}
 			var ce *cas.ConflictError
 			if errors.As(err, &ce) && !ce.HasCurrent {
 				if cur, gerr := t.get(ctx, t.q, t.currentSQL(), "insert", key); gerr == nil {
@@ -403,6 +413,11 @@ func (t *Table[T]) insert(ctx context.Context, row T) (T, error) {
 	if err != nil {
 		tx.rollback()
 		if t.duplicate(err) {
+			if t.inSavepoint {
+				// The savepoint's transaction is aborted: Insert reads
+				// the current row after rolling back to it.
+				return zero, &cas.ConflictError{Key: fmt.Sprint(key), Err: err}
+			}
 			if cur, gerr := t.get(ctx, t.q, t.currentSQL(), "insert", key); gerr == nil {
 				return cur, &cas.ConflictError{Key: fmt.Sprint(key), HasCurrent: true,
 					Current: cas.Item{Key: fmt.Sprint(key), Version: t.layout.VersionOf(&cur)}, Err: err}

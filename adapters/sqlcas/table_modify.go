@@ -16,9 +16,9 @@ import (
 // mutate, and writes the result as Update does (as Insert does when the
 // row was absent), retrying on a conflict: at once from the current row
 // the conflict carried, then after a backoff wait from a fresh read.
-// The key must not be the zero value of the key field (a
+// A row absent under the key field's zero value is not inserted (a
 // cas.ErrInvalidKey: insert rows whose key the database generates with
-// Insert). mutate must keep the key; it may run several times; an error from it
+// Insert); one that exists is updated. mutate must keep the key; it may run several times; an error from it
 // ends the loop and is returned as is.
 // Modify returns the row its own mutate returned, with the version the
 // write gave it. Calls of one process take turns at a hot row, share one

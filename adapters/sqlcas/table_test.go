@@ -95,9 +95,9 @@ func TestTable(t *testing.T) {
 // TestTableKeysOfTheWrongType: every call that binds a key converts it to
 // the key field's type first and refuses one that does not fit, before
 // anything is sent. MySQL compares a text key with a number as numbers,
-// so Delete(0, v) matched every row at v whose key does not start with a
-// digit, and Delete("1x", v) on a numeric key deleted row 1; an integer
-// outside the field's range wrapped onto another key.
+// so Delete(0, v) would match every row at v whose key does not start
+// with a digit, and Delete("1x", v) on a numeric key row 1; an integer
+// outside the field's range would wrap onto another key.
 func TestTableKeysOfTheWrongType(t *testing.T) {
 	type named struct {
 		ID      string      `db:"id"`
@@ -200,8 +200,8 @@ func TestTableKeysOfTheWrongType(t *testing.T) {
 // TestTableInsertGeneratedKeyMySQL: MySQL reports a generated key only
 // for AUTO_INCREMENT, so Insert of a zero key returns the row the server
 // numbered there, and is refused before anything is written on a key
-// column the server fills otherwise (it used to read back the row of key
-// 0, which a text key compares equal to: another row).
+// column the server fills otherwise (the row of key 0, which MySQL
+// compares equal to a text key, would be read back: another row).
 func TestTableInsertGeneratedKeyMySQL(t *testing.T) {
 	type auto struct {
 		ID      int64       `db:"id"`
@@ -256,13 +256,32 @@ func TestTableInsertGeneratedKeyMySQL(t *testing.T) {
 	if got, err := uuids.Insert(ctx, uuid{ID: "given", N: 2}); err != nil || got.ID != "given" || got.N != 2 {
 		t.Fatalf("insert with the key set = %+v, %v", got, err)
 	}
+	// The name is one identifier, dot and all, as every statement quotes
+	// it.
+	for _, ddl := range []string{
+		"CREATE TABLE `auto.dot` (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)",
+	} {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dots, err := sqlcas.NewTable[auto](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "auto.dot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dots.CreateCounter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := dots.Insert(ctx, auto{N: 3}); err != nil || a.ID == 0 || a.N != 3 {
+		t.Fatalf("insert into `auto.dot` = %+v, %v", a, err)
+	}
 }
 
 // TestTableInsertConflictInCallersTx: an insert of a key that exists,
 // in the caller's transaction, is a conflict carrying the current row and
-// leaves the transaction usable on every dialect (on PostgreSQL the
-// duplicate key aborted the caller's whole transaction: its next
-// statements failed and its COMMIT rolled back).
+// leaves the transaction usable on every dialect (on PostgreSQL a
+// duplicate key aborts the whole transaction unless the insert runs in a
+// savepoint).
 func TestTableInsertConflictInCallersTx(t *testing.T) {
 	eachDialect(t, func(t *testing.T, d sqlcas.Dialect) {
 		ctx := context.Background()

@@ -187,8 +187,9 @@ func (t *Table[T]) Delete(ctx context.Context, key any, expected cas.Version) er
 }
 
 // autoIncrement reports whether MySQL fills t's key column with
-// AUTO_INCREMENT, asked of information_schema once per table (the
-// configured name may be schema-qualified: "db.table").
+// AUTO_INCREMENT, asked once per table with SHOW COLUMNS (which sees
+// temporary tables too, and takes the table's quoted name as every
+// statement does).
 func (t *Table[T]) autoIncrement(ctx context.Context) (bool, error) {
 	switch t.autoInc.Load() {
 	case 1:
@@ -196,14 +197,9 @@ func (t *Table[T]) autoIncrement(ctx context.Context) (bool, error) {
 	case 2:
 		return false, nil
 	}
-	schema, table := "", t.raw
-	if i := strings.LastIndexByte(t.raw, '.'); i >= 0 {
-		schema, table = t.raw[:i], t.raw[i+1:]
-	}
-	var extra sql.NullString
-	err := t.q.QueryRowContext(ctx, `SELECT EXTRA FROM information_schema.COLUMNS
-WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ?`,
-		schema, table, t.layout.KeyColumn().Name).Scan(&extra)
+	var field, typ, null, key, def, extra sql.NullString
+	col := strings.ReplaceAll(t.layout.KeyColumn().Name, "'", "''")
+	err := t.q.QueryRowContext(ctx, `SHOW COLUMNS FROM `+t.name+` WHERE Field = '`+col+`'`).Scan(&field, &typ, &null, &key, &def, &extra)
 	if err != nil {
 		return false, fmt.Errorf("reading whether the key column is AUTO_INCREMENT: %w", err)
 	}

@@ -278,8 +278,9 @@ func (h Harness[K]) modifyCreatesAndRefuses(t *testing.T) {
 	if _, err := tbl.Get(ctx, h.Key("other")); !errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("the changed key was written: %v", err)
 	}
-	// The zero key: an insert would leave it out for the database to
-	// generate one, writing a row under a key the call never returns.
+	// The zero key of an absent row: an insert would leave it out for the
+	// database to generate one, writing a row under a key the call never
+	// returns.
 	called := false
 	if got, err := tbl.Modify(ctx, h.Key(""), func(cur Row, _ bool) (Row, error) {
 		called = true

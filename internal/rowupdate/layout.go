@@ -91,12 +91,27 @@ func (l Layout[T]) Targets(row *T) []any {
 
 // BindKey returns key converted to the key field's type, for a statement
 // to bind (see ConvertKey), or a *cas.KeyError matching cas.ErrInvalidKey.
+// A key that is not of the field's kind is refused when both are strings,
+// numbers or booleans (a number for a text key: the comparison MySQL
+// makes across them matches other rows); any other key goes to the
+// driver as given, which converts what it can (a UUID's text for a
+// [16]byte or pgtype.UUID field, a pointer to the key) and refuses the
+// rest, as Get, Delete and Add always let it.
 func (l Layout[T]) BindKey(op string, key any) (any, error) {
-	kv, err := ConvertKey(op, key, reflect.TypeFor[T]().FieldByIndex(l.KeyColumn().Index).Type)
+	ft := reflect.TypeFor[T]().FieldByIndex(l.KeyColumn().Index).Type
+	if kv := reflect.ValueOf(key); kv.IsValid() && !KeyFits(kv.Type(), ft) && !(isBasic(kv.Kind()) && isBasic(ft.Kind())) {
+		return key, nil
+	}
+	kv, err := ConvertKey(op, key, ft)
 	if err != nil {
 		return nil, err
 	}
 	return kv.Interface(), nil
+}
+
+// isBasic reports whether k is a string, number or boolean kind.
+func isBasic(k reflect.Kind) bool {
+	return k == reflect.String || k == reflect.Bool || k == reflect.Float32 || k == reflect.Float64 || IsIntegerKind(k)
 }
 
 // KeyOf returns the key field of *row.

@@ -260,24 +260,45 @@ func (r *Rows[T]) ModifyMany(ctx context.Context, ks []Key[T], mutate func(cur [
 // key field, and mutate must keep each row's key.
 func (tr *TableRows[T]) ModifyMany(ctx context.Context, keys []any, mutate func(cur []T, exists []bool) ([]T, error), opts ...occ.Option) ([]T, error) {
 	ks := make([]Key[T], len(keys))
+	var zeros []int // the keys that are their field's zero value
 	for i, key := range keys {
-		k, err := tr.writtenKey(key, "modify-many")
+		k, err := tr.key(key, "modify-many")
 		if err != nil {
 			return nil, err
 		}
 		ks[i] = k
+		if reflect.ValueOf(k.Value).IsZero() {
+			zeros = append(zeros, i)
+		}
+	}
+	if zeros != nil {
+		inner := mutate
+		mutate = func(cur []T, exists []bool) ([]T, error) {
+			for _, i := range zeros {
+				if !exists[i] {
+					return nil, occ.Permanent(zeroKeyError("modify-many", ks[i].Text))
+				}
+			}
+			return inner(cur, exists)
+		}
 	}
 	return tr.Rows.ModifyMany(ctx, ks, mutate, opts...)
 }
 
-// writtenKey is key for a call that may insert the row (Modify,
-// ModifyMany): the zero key is refused, since Insert leaves a zero key
-// out for the database to generate one, and the call would write a row
-// under a key it never returns.
+// zeroKeyError refuses to insert a row whose key is its field's zero
+// value: Insert leaves a zero key out for the database to generate one,
+// so a Modify, ModifyMany or TxPut would write a row under a key it never
+// returns. (A row that exists with such a key is Modify's to update.)
+func zeroKeyError(op, key string) error {
+	return &cas.KeyError{Op: op, Key: key, Err: fmt.Errorf("%w: the key is zero and the row is absent: insert rows whose key the database generates with Insert", cas.ErrInvalidKey)}
+}
+
+// writtenKey is key for TxPut, which writes the row whether or not it
+// exists: the zero key is refused (zeroKeyError).
 func (tr *TableRows[T]) writtenKey(key any, op string) (Key[T], error) {
 	k, err := tr.key(key, op)
 	if err == nil && reflect.ValueOf(k.Value).IsZero() {
-		return Key[T]{}, &cas.KeyError{Op: op, Key: k.Text, Err: fmt.Errorf("%w: the key is zero: insert rows whose key the database generates with Insert", cas.ErrInvalidKey)}
+		return Key[T]{}, zeroKeyError(op, k.Text)
 	}
 	return k, err
 }

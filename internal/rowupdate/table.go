@@ -163,10 +163,21 @@ func commitFor[T any](t Table[T]) func(ctx context.Context, writes []Write[T]) (
 // fits T's key field, then runs Rows.Modify over the row. A mutate that
 // changes the row's key ends its call with cas.ErrInvalidKey.
 func (tr *TableRows[T]) Modify(ctx context.Context, key any, mutate func(cur T, exists bool) (T, error), opts ...occ.Option) (T, error) {
-	k, err := tr.writtenKey(key, "modify")
+	k, err := tr.key(key, "modify")
 	if err != nil {
 		var zero T
 		return zero, err
+	}
+	if reflect.ValueOf(k.Value).IsZero() {
+		// Refused only when the row is absent (zeroKeyError): before an
+		// insert, not mutate's to see.
+		inner := mutate
+		mutate = func(cur T, exists bool) (T, error) {
+			if !exists {
+				return cur, occ.Permanent(zeroKeyError("modify", k.Text))
+			}
+			return inner(cur, exists)
+		}
 	}
 	return tr.Rows.Modify(ctx, k, mutate, opts...)
 }
