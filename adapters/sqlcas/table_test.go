@@ -92,6 +92,31 @@ func TestTable(t *testing.T) {
 	})
 }
 
+// tableOn creates the table name on db with ddl and returns a Table of T
+// over it, its version counter created.
+func tableOn[T any](t *testing.T, db *sql.DB, d sqlcas.Dialect, name, ddl string) *sqlcas.Table[T] {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := sqlcas.NewTable[T](db, sqlcas.TableConfig{Dialect: d, Table: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.CreateCounter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return tbl
+}
+
+// textRow is a row of a table with a text key, for the tests of keys.
+type textRow struct {
+	ID      string      `db:"id"`
+	N       int64       `db:"n"`
+	Version cas.Version `db:"version"`
+}
+
 // TestTableKeysOfTheWrongType: every call that binds a key converts it to
 // the key field's type first and refuses one that does not fit, before
 // anything is sent. MySQL compares a text key with a number as numbers,
@@ -99,11 +124,6 @@ func TestTable(t *testing.T) {
 // with a digit, and Delete("1x", v) on a numeric key row 1; an integer
 // outside the field's range would wrap onto another key.
 func TestTableKeysOfTheWrongType(t *testing.T) {
-	type named struct {
-		ID      string      `db:"id"`
-		N       int64       `db:"n"`
-		Version cas.Version `db:"version"`
-	}
 	type small struct {
 		ID      int32       `db:"id"`
 		N       int8        `db:"n"`
@@ -116,32 +136,13 @@ func TestTableKeysOfTheWrongType(t *testing.T) {
 		if d == sqlcas.MySQL {
 			text = "VARCHAR(100)"
 		}
-		for _, ddl := range []string{
-			`CREATE TABLE named (id ` + text + ` NOT NULL PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`,
-			`CREATE TABLE small (id BIGINT NOT NULL PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`,
-		} {
-			if _, err := db.ExecContext(ctx, ddl); err != nil {
-				t.Fatal(err)
-			}
-		}
-		names, err := sqlcas.NewTable[named](db, sqlcas.TableConfig{Dialect: d, Table: "named"})
+		names := tableOn[textRow](t, db, d, "named", `CREATE TABLE named (id `+text+` NOT NULL PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`)
+		smalls := tableOn[small](t, db, d, "small", `CREATE TABLE small (id BIGINT NOT NULL PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`)
+		abc, err := names.Insert(ctx, textRow{ID: "abc"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		smalls, err := sqlcas.NewTable[small](db, sqlcas.TableConfig{Dialect: d, Table: "small"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tbl := range []interface{ CreateCounter(context.Context) error }{names, smalls} {
-			if err := tbl.CreateCounter(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		abc, err := names.Insert(ctx, named{ID: "abc"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := names.Insert(ctx, named{ID: "xyz"}); err != nil {
+		if _, err := names.Insert(ctx, textRow{ID: "xyz"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := names.Get(ctx, 0); !errors.Is(err, cas.ErrInvalidKey) {
@@ -208,34 +209,13 @@ func TestTableInsertGeneratedKeyMySQL(t *testing.T) {
 		N       int64       `db:"n"`
 		Version cas.Version `db:"version"`
 	}
-	type uuid struct {
-		ID      string      `db:"id"`
-		N       int64       `db:"n"`
-		Version cas.Version `db:"version"`
-	}
 	ctx := context.Background()
 	db := openDB(t, sqlcas.MySQL)
-	for _, ddl := range []string{
-		`CREATE TABLE auto (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`,
-		`CREATE TABLE uuid (id CHAR(36) NOT NULL DEFAULT (UUID()) PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)`,
-		`INSERT INTO uuid (id, n, version) VALUES ('ffffffff-0000-0000-0000-000000000000', 7, 1)`,
-	} {
-		if _, err := db.ExecContext(ctx, ddl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	autos, err := sqlcas.NewTable[auto](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "auto"})
-	if err != nil {
+	const cols = `n BIGINT NOT NULL, version BIGINT NOT NULL`
+	autos := tableOn[auto](t, db, sqlcas.MySQL, "auto", `CREATE TABLE auto (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, `+cols+`)`)
+	uuids := tableOn[textRow](t, db, sqlcas.MySQL, "uuid", `CREATE TABLE uuid (id CHAR(36) NOT NULL DEFAULT (UUID()) PRIMARY KEY, `+cols+`)`)
+	if _, err := db.ExecContext(ctx, `INSERT INTO uuid (id, n, version) VALUES ('ffffffff-0000-0000-0000-000000000000', 7, 1)`); err != nil {
 		t.Fatal(err)
-	}
-	uuids, err := sqlcas.NewTable[uuid](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "uuid"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []interface{ CreateCounter(context.Context) error }{autos, uuids} {
-		if err := c.CreateCounter(ctx); err != nil {
-			t.Fatal(err)
-		}
 	}
 	for i := range 2 {
 		a, err := autos.Insert(ctx, auto{N: int64(i)})
@@ -246,32 +226,19 @@ func TestTableInsertGeneratedKeyMySQL(t *testing.T) {
 			t.Fatalf("get %d = %+v, %v; want %+v", a.ID, got, err, a)
 		}
 	}
-	if got, err := uuids.Insert(ctx, uuid{N: 1}); !errors.Is(err, cas.ErrInvalidKey) {
+	if got, err := uuids.Insert(ctx, textRow{N: 1}); !errors.Is(err, cas.ErrInvalidKey) {
 		t.Fatalf("insert of a zero key into a UUID()-default key = %+v, %v; want cas.ErrInvalidKey", got, err)
 	}
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM uuid`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("rows of uuid after the refused insert: %d, %v; want 1", n, err)
 	}
-	if got, err := uuids.Insert(ctx, uuid{ID: "given", N: 2}); err != nil || got.ID != "given" || got.N != 2 {
+	if got, err := uuids.Insert(ctx, textRow{ID: "given", N: 2}); err != nil || got.ID != "given" || got.N != 2 {
 		t.Fatalf("insert with the key set = %+v, %v", got, err)
 	}
 	// The name is one identifier, dot and all, as every statement quotes
 	// it.
-	for _, ddl := range []string{
-		"CREATE TABLE `auto.dot` (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, n BIGINT NOT NULL, version BIGINT NOT NULL)",
-	} {
-		if _, err := db.ExecContext(ctx, ddl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dots, err := sqlcas.NewTable[auto](db, sqlcas.TableConfig{Dialect: sqlcas.MySQL, Table: "auto.dot"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dots.CreateCounter(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dots := tableOn[auto](t, db, sqlcas.MySQL, "auto.dot", "CREATE TABLE `auto.dot` (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, "+cols+")")
 	if a, err := dots.Insert(ctx, auto{N: 3}); err != nil || a.ID == 0 || a.N != 3 {
 		t.Fatalf("insert into `auto.dot` = %+v, %v", a, err)
 	}
