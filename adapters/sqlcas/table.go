@@ -251,6 +251,12 @@ func (t *Table[T]) Get(ctx context.Context, key any) (T, error) {
 		var zero T
 		return zero, err
 	}
+	return t.getBound(ctx, key)
+}
+
+// getBound is Get of a key already of the key field's type: the reads of
+// Modify's bridge (rowupdate.Table.Get), which converted it.
+func (t *Table[T]) getBound(ctx context.Context, key any) (T, error) {
 	return t.get(ctx, t.q, t.sqlGet, "get", key)
 }
 

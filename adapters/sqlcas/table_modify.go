@@ -65,7 +65,7 @@ func (t *Table[T]) newRows() *rowupdate.TableRows[T] { return rowupdate.NewTable
 func (t *Table[T]) rowTable() rowupdate.Table[T] {
 	return rowupdate.Table[T]{
 		KeyIndex:   t.layout.KeyColumn().Index,
-		Get:        t.Get,
+		Get:        t.getBound,
 		Insert:     t.Insert,
 		Update:     t.Update,
 		VersionOf:  t.layout.VersionOf,
